@@ -1,0 +1,86 @@
+//! The frame device interface, in the token style of `smoltcp::phy::Device`.
+//!
+//! A device moves whole Volley frames between fabric addresses. Receiving hands out
+//! an [`RxToken`] that lends the frame in place (a ring slot, NIC memory) until it is
+//! consumed; transmitting hands out a [`TxToken`] that lends a device buffer to write
+//! the frame into. `transmit` returns `None` when the device has no room for that
+//! destination right now (ring full, no credit): the engine tries again on a later poll.
+//!
+//! Wrappers compose: [`FaultInjector`] around anything, [`PcapWriter`] (with `std`)
+//! around anything.
+
+use crate::time::Instant;
+use crate::NodeAddr;
+
+mod fault;
+mod loopback;
+#[cfg(feature = "std")]
+mod pcap;
+
+pub use fault::{FaultConfig, FaultInjector, FaultStats};
+pub use loopback::{Loopback, Ring};
+#[cfg(feature = "std")]
+pub use pcap::PcapWriter;
+
+/// What a device can do, read once when the engine starts using it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Largest frame, Volley header included, the device carries.
+    pub mtu: usize,
+    /// The link never drops, duplicates or reorders frames (Myrinet, shared memory):
+    /// the engine then skips acknowledgements and retransmission and keeps only credits.
+    pub reliable: bool,
+    /// The link never corrupts frames: the CRC may be skipped.
+    pub integrity: bool,
+}
+
+/// A received frame, lent until consumed.
+pub trait RxToken {
+    /// Hands the frame bytes to `f`, then releases the slot.
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R;
+}
+
+/// Room for one frame to a known destination, lent until consumed.
+pub trait TxToken {
+    /// Lends `len` bytes (at most the MTU) for `f` to fill, then sends them.
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R;
+}
+
+/// A frame device.
+pub trait Device {
+    /// Token for a received frame.
+    type RxToken<'a>: RxToken
+    where
+        Self: 'a;
+    /// Token for a frame to send.
+    type TxToken<'a>: TxToken
+    where
+        Self: 'a;
+
+    /// The next received frame, if any.
+    fn receive(&mut self, now: Instant) -> Option<Self::RxToken<'_>>;
+    /// Room to send one frame to `dst`, if the device has it now.
+    fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<Self::TxToken<'_>>;
+    /// The device's capabilities.
+    fn capabilities(&self) -> Capabilities;
+}
+
+impl<D: Device> Device for &mut D {
+    type RxToken<'a>
+        = D::RxToken<'a>
+    where
+        Self: 'a;
+    type TxToken<'a>
+        = D::TxToken<'a>
+    where
+        Self: 'a;
+    fn receive(&mut self, now: Instant) -> Option<Self::RxToken<'_>> {
+        (**self).receive(now)
+    }
+    fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<Self::TxToken<'_>> {
+        (**self).transmit(now, dst)
+    }
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+}

@@ -1,0 +1,564 @@
+//! The Volley frame format.
+//!
+//! One fixed 56-byte header followed by up to `payload_len` bytes, all integers
+//! big-endian. `core/WIRE.md` is the table a dissector writer needs.
+//!
+//! Contract (as in smoltcp): [`Packet::new_checked`] verifies the length fields; after
+//! it succeeds no getter panics. [`Repr::parse`] additionally checks version, kind and
+//! (unless told the device guarantees integrity) the CRC-32C. Nothing here panics on
+//! any input.
+
+use core::fmt;
+
+use bitflags::bitflags;
+use crc::{Crc, CRC_32_ISCSI};
+
+/// The wire version this build speaks.
+pub const VERSION: u8 = 1;
+/// Bytes of the fixed header.
+pub const HEADER_LEN: usize = 56;
+
+/// CRC-32C (Castagnoli), the polynomial of iSCSI and SCTP.
+const CRC32C: Crc<u32> = Crc::<u32>::new(&CRC_32_ISCSI);
+
+/// Byte ranges of the header fields.
+mod field {
+    use core::ops::Range;
+    pub const VERSION: usize = 0;
+    pub const KIND: usize = 1;
+    pub const FLAGS: Range<usize> = 2..4;
+    pub const JOB: Range<usize> = 4..8;
+    pub const SRC_GROUP: Range<usize> = 8..10;
+    pub const SRC_NODE: Range<usize> = 10..12;
+    pub const DST_GROUP: Range<usize> = 12..14;
+    pub const DST_NODE: Range<usize> = 14..16;
+    pub const SRC_PORT: Range<usize> = 16..18;
+    pub const DST_PORT: Range<usize> = 18..20;
+    pub const SEQ: Range<usize> = 20..24;
+    pub const ACK: Range<usize> = 24..28;
+    pub const SACK: Range<usize> = 28..36;
+    pub const WINDOW: Range<usize> = 36..38;
+    pub const PAYLOAD_LEN: Range<usize> = 38..40;
+    pub const MSG_ID: Range<usize> = 40..44;
+    pub const OFFSET: Range<usize> = 44..48;
+    pub const TOTAL_LEN: Range<usize> = 48..52;
+    pub const CRC: Range<usize> = 52..56;
+}
+
+/// Why a frame was rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireError {
+    /// Shorter than the header, or than the header plus the payload it announces.
+    Truncated,
+    /// A version this build does not speak.
+    BadVersion,
+    /// A frame kind this build does not know.
+    UnknownKind,
+    /// Fields that contradict each other (e.g. a fragment past its message's end).
+    Malformed,
+    /// The CRC-32C does not match: corrupted on the way.
+    BadChecksum,
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WireError::Truncated => "frame truncated",
+            WireError::BadVersion => "unsupported wire version",
+            WireError::UnknownKind => "unknown frame kind",
+            WireError::Malformed => "inconsistent header fields",
+            WireError::BadChecksum => "CRC-32C mismatch",
+        })
+    }
+}
+
+impl core::error::Error for WireError {}
+
+/// What a frame carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// A fragment of a point-to-point message.
+    Data = 1,
+    /// Acknowledgement and credit return, no payload.
+    Ack = 2,
+    /// A barrier token: `msg_id` is the epoch, `offset` the round.
+    Barrier = 3,
+    /// A fragment of a broadcast or multicast message.
+    Multicast = 4,
+    /// Membership and control (join, leave, liveness).
+    Control = 5,
+    /// Remote fetch-and-add request (reserved for the LFC personality).
+    FetchAdd = 6,
+    /// Remote fetch-and-add reply.
+    FetchAddReply = 7,
+    /// One-sided put (reserved for the Cheetah personality).
+    Put = 8,
+    /// One-sided get request.
+    GetRequest = 9,
+    /// One-sided get reply carrying the data.
+    GetReply = 10,
+    /// Remote handler invocation by tag (Cheetah `ainvoke`).
+    Ainvoke = 11,
+}
+
+impl Kind {
+    /// The kind for a wire byte, if known.
+    pub fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Data,
+            2 => Kind::Ack,
+            3 => Kind::Barrier,
+            4 => Kind::Multicast,
+            5 => Kind::Control,
+            6 => Kind::FetchAdd,
+            7 => Kind::FetchAddReply,
+            8 => Kind::Put,
+            9 => Kind::GetRequest,
+            10 => Kind::GetReply,
+            11 => Kind::Ainvoke,
+            _ => return None,
+        })
+    }
+}
+
+bitflags! {
+    /// Header flags.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct Flags: u16 {
+        /// The frame occupies `seq` in the sender's reliable sequence space.
+        const RELIABLE = 1 << 0;
+        /// The receiver should acknowledge at once (last fragment, window filling up).
+        const ACK_REQ = 1 << 1;
+        /// `ack`, `sack` and `window` are valid for the reverse direction.
+        const HAS_ACK = 1 << 2;
+        /// The last fragment of its message.
+        const LAST = 1 << 3;
+        /// The sender skipped the CRC because its device guarantees integrity.
+        const NO_CRC = 1 << 4;
+    }
+}
+
+/// A read/write view over the bytes of one frame.
+#[derive(Debug, Clone)]
+pub struct Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+macro_rules! getters {
+    ($($(#[$m:meta])* $name:ident, $set:ident, $ty:ty, $field:ident;)*) => {
+        impl<T: AsRef<[u8]>> Packet<T> {
+            $($(#[$m])* pub fn $name(&self) -> $ty {
+                let b = &self.buffer.as_ref()[field::$field];
+                <$ty>::from_be_bytes(b.try_into().unwrap_or_default())
+            })*
+        }
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+            $(#[doc = concat!("Sets the field read by [`Packet::", stringify!($name), "`].")]
+            pub fn $set(&mut self, v: $ty) {
+                self.buffer.as_mut()[field::$field].copy_from_slice(&v.to_be_bytes());
+            })*
+        }
+    };
+}
+
+getters! {
+    /// Per-job key: frames of another job are dropped.
+    job_key, set_job_key, u32, JOB;
+    /// Sender's group (parallel pid).
+    src_group, set_src_group, u16, SRC_GROUP;
+    /// Sender's instance number.
+    src_node, set_src_node, u16, SRC_NODE;
+    /// Destination group.
+    dst_group, set_dst_group, u16, DST_GROUP;
+    /// Destination instance number.
+    dst_node, set_dst_node, u16, DST_NODE;
+    /// Sending port.
+    src_port, set_src_port, u16, SRC_PORT;
+    /// Destination port.
+    dst_port, set_dst_port, u16, DST_PORT;
+    /// Sequence number in the sender's reliable space.
+    seq, set_seq, u32, SEQ;
+    /// Cumulative ack: the next sequence number the sender of this frame expects.
+    ack, set_ack, u32, ACK;
+    /// Selective ack: bit `i` set means `ack + 1 + i` was received.
+    sack, set_sack, u64, SACK;
+    /// Credits: frames beyond `ack` the sender of this frame will accept.
+    window, set_window, u16, WINDOW;
+    /// Bytes of payload after the header.
+    payload_len, set_payload_len, u16, PAYLOAD_LEN;
+    /// Message id (barrier: epoch).
+    msg_id, set_msg_id, u32, MSG_ID;
+    /// Offset of this fragment in its message (barrier: round).
+    offset, set_offset, u32, OFFSET;
+    /// Total length of the message.
+    total_len, set_total_len, u32, TOTAL_LEN;
+    /// CRC-32C over the header (this field as zero) and the payload.
+    checksum, set_checksum, u32, CRC;
+}
+
+impl<T: AsRef<[u8]>> Packet<T> {
+    /// Wraps bytes without checking them.
+    pub const fn new_unchecked(buffer: T) -> Packet<T> {
+        Packet { buffer }
+    }
+
+    /// Wraps bytes and checks that the header and the announced payload fit.
+    pub fn new_checked(buffer: T) -> Result<Packet<T>, WireError> {
+        let p = Packet::new_unchecked(buffer);
+        p.check_len()?;
+        Ok(p)
+    }
+
+    /// Checks the header and the announced payload fit in the buffer.
+    pub fn check_len(&self) -> Result<(), WireError> {
+        let len = self.buffer.as_ref().len();
+        if len < HEADER_LEN {
+            return Err(WireError::Truncated);
+        }
+        if len < HEADER_LEN + self.payload_len() as usize {
+            return Err(WireError::Truncated);
+        }
+        Ok(())
+    }
+
+    /// The underlying buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// The wire version.
+    pub fn version(&self) -> u8 {
+        self.buffer.as_ref()[field::VERSION]
+    }
+
+    /// The raw kind byte.
+    pub fn kind_raw(&self) -> u8 {
+        self.buffer.as_ref()[field::KIND]
+    }
+
+    /// The flags (unknown bits dropped).
+    pub fn flags(&self) -> Flags {
+        let b = &self.buffer.as_ref()[field::FLAGS];
+        Flags::from_bits_truncate(u16::from_be_bytes([b[0], b[1]]))
+    }
+
+    /// The payload, as long as `payload_len` says.
+    pub fn payload(&self) -> &[u8] {
+        let n = self.payload_len() as usize;
+        &self.buffer.as_ref()[HEADER_LEN..HEADER_LEN + n]
+    }
+
+    /// Computes the CRC-32C of header (checksum field as zero) and payload.
+    pub fn compute_checksum(&self) -> u32 {
+        let b = self.buffer.as_ref();
+        let mut d = CRC32C.digest();
+        d.update(&b[..field::CRC.start]);
+        d.update(&[0; 4]);
+        d.update(self.payload());
+        d.finalize()
+    }
+
+    /// True when the stored CRC matches the contents.
+    pub fn verify_checksum(&self) -> bool {
+        self.checksum() == self.compute_checksum()
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Sets the wire version.
+    pub fn set_version(&mut self, v: u8) {
+        self.buffer.as_mut()[field::VERSION] = v;
+    }
+    /// Sets the kind.
+    pub fn set_kind(&mut self, k: Kind) {
+        self.buffer.as_mut()[field::KIND] = k as u8;
+    }
+    /// Sets the flags.
+    pub fn set_flags(&mut self, f: Flags) {
+        self.buffer.as_mut()[field::FLAGS].copy_from_slice(&f.bits().to_be_bytes());
+    }
+    /// The payload area, as long as `payload_len` says.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let n = self.payload_len() as usize;
+        &mut self.buffer.as_mut()[HEADER_LEN..HEADER_LEN + n]
+    }
+    /// Stores the CRC-32C of the current contents.
+    pub fn fill_checksum(&mut self) {
+        let c = self.compute_checksum();
+        self.set_checksum(c);
+    }
+}
+
+/// Sender and destination of a frame: `(group, instance, port)` each side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Endpoints {
+    /// Sender's group.
+    pub src_group: u16,
+    /// Sender's instance.
+    pub src_node: u16,
+    /// Sender's port.
+    pub src_port: u16,
+    /// Destination group.
+    pub dst_group: u16,
+    /// Destination instance.
+    pub dst_node: u16,
+    /// Destination port.
+    pub dst_port: u16,
+}
+
+/// Acknowledgement state carried by a frame for the reverse direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AckInfo {
+    /// Next sequence number expected.
+    pub ack: u32,
+    /// Bit `i`: `ack + 1 + i` received.
+    pub sack: u64,
+    /// Credits beyond `ack`.
+    pub window: u16,
+}
+
+/// A parsed header: everything but the payload bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repr {
+    /// Frame kind.
+    pub kind: Kind,
+    /// Flags (`HAS_ACK` and `NO_CRC` are derived on emit).
+    pub flags: Flags,
+    /// Job key.
+    pub job_key: u32,
+    /// Who sends and who receives.
+    pub ends: Endpoints,
+    /// Sequence number (valid with `RELIABLE`).
+    pub seq: u32,
+    /// Piggy-backed ack.
+    pub ack: Option<AckInfo>,
+    /// Message id / barrier epoch.
+    pub msg_id: u32,
+    /// Fragment offset / barrier round.
+    pub offset: u32,
+    /// Message length.
+    pub total_len: u32,
+    /// Payload bytes following the header.
+    pub payload_len: u16,
+}
+
+impl Repr {
+    /// Parses and validates a frame. With `trust_integrity` (a device that never
+    /// corrupts, like shared memory) a frame flagged `NO_CRC` skips the checksum.
+    pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>, trust_integrity: bool) -> Result<Repr, WireError> {
+        p.check_len()?;
+        if p.version() != VERSION {
+            return Err(WireError::BadVersion);
+        }
+        let flags = p.flags();
+        let skip_crc = trust_integrity && flags.contains(Flags::NO_CRC);
+        if !skip_crc && !p.verify_checksum() {
+            return Err(WireError::BadChecksum);
+        }
+        let kind = Kind::from_u8(p.kind_raw()).ok_or(WireError::UnknownKind)?;
+        let payload_len = p.payload_len();
+        let (msg_id, offset, total_len) = (p.msg_id(), p.offset(), p.total_len());
+        if matches!(kind, Kind::Data | Kind::Multicast)
+            && (offset as u64 + payload_len as u64 > total_len as u64)
+        {
+            return Err(WireError::Malformed);
+        }
+        if kind == Kind::Ack && payload_len != 0 {
+            return Err(WireError::Malformed);
+        }
+        let ack = flags.contains(Flags::HAS_ACK).then(|| AckInfo {
+            ack: p.ack(),
+            sack: p.sack(),
+            window: p.window(),
+        });
+        Ok(Repr {
+            kind,
+            flags: flags - Flags::HAS_ACK - Flags::NO_CRC,
+            job_key: p.job_key(),
+            ends: Endpoints {
+                src_group: p.src_group(),
+                src_node: p.src_node(),
+                src_port: p.src_port(),
+                dst_group: p.dst_group(),
+                dst_node: p.dst_node(),
+                dst_port: p.dst_port(),
+            },
+            seq: p.seq(),
+            ack,
+            msg_id,
+            offset,
+            total_len,
+            payload_len,
+        })
+    }
+
+    /// Bytes needed to emit this frame.
+    pub const fn buffer_len(&self) -> usize {
+        HEADER_LEN + self.payload_len as usize
+    }
+
+    /// Writes the header into `p` (whose payload the caller fills), then, unless
+    /// `skip_crc`, the checksum. Call [`Packet::fill_checksum`] after writing the
+    /// payload if it is written afterwards; [`Repr::emit_with_payload`] does both.
+    pub fn emit_header<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>, skip_crc: bool) {
+        let mut flags = self.flags;
+        flags.set(Flags::HAS_ACK, self.ack.is_some());
+        flags.set(Flags::NO_CRC, skip_crc);
+        p.set_version(VERSION);
+        p.set_kind(self.kind);
+        p.set_flags(flags);
+        p.set_job_key(self.job_key);
+        p.set_src_group(self.ends.src_group);
+        p.set_src_node(self.ends.src_node);
+        p.set_src_port(self.ends.src_port);
+        p.set_dst_group(self.ends.dst_group);
+        p.set_dst_node(self.ends.dst_node);
+        p.set_dst_port(self.ends.dst_port);
+        p.set_seq(self.seq);
+        let a = self.ack.unwrap_or_default();
+        p.set_ack(a.ack);
+        p.set_sack(a.sack);
+        p.set_window(a.window);
+        p.set_payload_len(self.payload_len);
+        p.set_msg_id(self.msg_id);
+        p.set_offset(self.offset);
+        p.set_total_len(self.total_len);
+        p.set_checksum(0);
+    }
+
+    /// Writes header and payload pieces (concatenated) and the checksum.
+    /// `buf` must be at least [`Repr::buffer_len`] bytes and the pieces must add up
+    /// to `payload_len`; otherwise nothing is written and `Malformed` is returned.
+    pub fn emit_with_payload(
+        &self,
+        buf: &mut [u8],
+        pieces: &[&[u8]],
+        skip_crc: bool,
+    ) -> Result<usize, WireError> {
+        let total: usize = pieces.iter().map(|p| p.len()).sum();
+        if buf.len() < self.buffer_len() || total != self.payload_len as usize {
+            return Err(WireError::Malformed);
+        }
+        let mut p = Packet::new_unchecked(&mut buf[..self.buffer_len()]);
+        self.emit_header(&mut p, skip_crc);
+        let mut at = 0;
+        let out = p.payload_mut();
+        for piece in pieces {
+            out[at..at + piece.len()].copy_from_slice(piece);
+            at += piece.len();
+        }
+        if !skip_crc {
+            p.fill_checksum();
+        }
+        Ok(self.buffer_len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Repr {
+        Repr {
+            kind: Kind::Data,
+            flags: Flags::RELIABLE | Flags::LAST,
+            job_key: 0xDEAD_BEEF,
+            ends: Endpoints {
+                src_group: 7,
+                src_node: 1,
+                src_port: 3,
+                dst_group: 7,
+                dst_node: 2,
+                dst_port: 1024,
+            },
+            seq: 41,
+            ack: Some(AckInfo { ack: 9, sack: 0b101, window: 32 }),
+            msg_id: 5,
+            offset: 100,
+            total_len: 104,
+            payload_len: 4,
+        }
+    }
+
+    #[test]
+    fn byte_fixture() {
+        let mut buf = [0u8; 64];
+        let n = sample().emit_with_payload(&mut buf, &[b"ab", b"cd"], false).unwrap();
+        assert_eq!(n, 60);
+        let expect_head: [u8; 52] = [
+            1, 1, 0x00, 0x0d, // version, kind, flags = RELIABLE|HAS_ACK|LAST
+            0xDE, 0xAD, 0xBE, 0xEF, // job
+            0, 7, 0, 1, 0, 7, 0, 2, // src group/node, dst group/node
+            0, 3, 0x04, 0x00, // ports
+            0, 0, 0, 41, // seq
+            0, 0, 0, 9, // ack
+            0, 0, 0, 0, 0, 0, 0, 5, // sack
+            0, 32, 0, 4, // window, payload len
+            0, 0, 0, 5, 0, 0, 0, 100, 0, 0, 0, 104, // msg, offset, total
+        ];
+        assert_eq!(&buf[..52], &expect_head[..]);
+        assert_eq!(&buf[56..60], b"abcd");
+        let p = Packet::new_checked(&buf[..n]).unwrap();
+        assert_eq!(Repr::parse(&p, false).unwrap(), sample());
+    }
+
+    #[test]
+    fn corruption_is_detected() {
+        let mut buf = [0u8; 60];
+        sample().emit_with_payload(&mut buf, &[b"abcd"], false).unwrap();
+        for i in 0..60 {
+            let mut b = buf;
+            b[i] ^= 0x10;
+            let r = Packet::new_checked(&b[..]).and_then(|p| Repr::parse(&p, false));
+            assert!(r.is_err(), "flip at byte {i} accepted");
+        }
+    }
+
+    #[test]
+    fn no_crc_needs_a_trusting_device() {
+        let mut buf = [0u8; 60];
+        sample().emit_with_payload(&mut buf, &[b"abcd"], true).unwrap();
+        let p = Packet::new_checked(&buf[..]).unwrap();
+        assert_eq!(Repr::parse(&p, false), Err(WireError::BadChecksum));
+        assert_eq!(Repr::parse(&p, true).unwrap(), sample());
+    }
+
+    #[test]
+    fn rejects_bad_frames() {
+        let mut buf = [0u8; 60];
+        sample().emit_with_payload(&mut buf, &[b"abcd"], false).unwrap();
+        assert_eq!(Packet::new_checked(&buf[..59]).err(), Some(WireError::Truncated));
+        assert_eq!(Packet::new_checked(&buf[..10]).err(), Some(WireError::Truncated));
+        let mut v = buf;
+        v[0] = 2;
+        assert_eq!(Repr::parse(&Packet::new_unchecked(&v[..]), false), Err(WireError::BadVersion));
+        let mut k = buf;
+        k[1] = 99;
+        let mut p = Packet::new_unchecked(&mut k[..]);
+        p.fill_checksum();
+        assert_eq!(Repr::parse(&p, false), Err(WireError::UnknownKind));
+        // A fragment that would end past its message.
+        let mut r = sample();
+        r.offset = 101;
+        r.emit_with_payload(&mut buf, &[b"abcd"], false).unwrap();
+        assert_eq!(Repr::parse(&Packet::new_unchecked(&buf[..]), false), Err(WireError::Malformed));
+        assert_eq!(sample().emit_with_payload(&mut buf, &[b"abc"], false), Err(WireError::Malformed));
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        for k in 1..=11u8 {
+            let mut r = sample();
+            r.kind = Kind::from_u8(k).unwrap();
+            r.ack = None;
+            let pl: &[u8] = if r.kind == Kind::Ack { b"" } else { b"wxyz" };
+            r.payload_len = pl.len() as u16;
+            let mut buf = [0u8; 60];
+            let n = r.emit_with_payload(&mut buf, &[pl], false).unwrap();
+            let p = Packet::new_checked(&buf[..n]).unwrap();
+            assert_eq!(Repr::parse(&p, false).unwrap(), r);
+            assert_eq!(p.payload(), pl);
+        }
+    }
+}
