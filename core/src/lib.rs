@@ -23,7 +23,7 @@ extern crate alloc;
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
-//pub mod engine;
+pub mod engine;
 //pub mod gamma;
 pub mod phy;
 pub mod rng;

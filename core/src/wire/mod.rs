@@ -136,6 +136,9 @@ bitflags! {
         const LAST = 1 << 3;
         /// The sender skipped the CRC because its device guarantees integrity.
         const NO_CRC = 1 << 4;
+        /// The receiver could not take some frames yet (port busy or not bound):
+        /// the sender should retry them later, and not count the silence as death.
+        const REFUSED = 1 << 5;
     }
 }
 

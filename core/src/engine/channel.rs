@@ -1,0 +1,326 @@
+//! Per-peer channel state: the sending window with its retransmission timer, and the
+//! receiving window with cumulative and selective acknowledgement.
+//!
+//! Sequence numbers are per ordered pair of endpoints and wrap; at most
+//! [`MAX_WINDOW`] frames are outstanding, so one `u64` bitmap covers the selective
+//! acks and a fixed array of [`MAX_WINDOW`] entries holds what is in flight.
+
+use crate::time::{Duration, Instant};
+use crate::wire::AckInfo;
+use crate::{GroupId, NodeAddr, NodeId};
+
+/// Largest number of unacknowledged frames per channel (the width of the SACK bitmap).
+pub const MAX_WINDOW: usize = 64;
+/// Control frames (barrier tokens) that may wait to be sent on one channel.
+pub(crate) const CTRL_QUEUE: usize = 4;
+pub(crate) const NONE: u16 = u16::MAX;
+
+/// `a < b` in wrapping sequence space.
+pub(crate) fn seq_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// What an in-flight slot holds, so it can be sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    Free,
+    /// A fragment of send operation `op`.
+    Data { op: u16, offset: u32, len: u16 },
+    /// A barrier token.
+    Barrier { epoch: u32, round: u32 },
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Inflight {
+    pub slot: Slot,
+    pub sacked: bool,
+    pub resend: bool,
+}
+
+impl Inflight {
+    const EMPTY: Inflight = Inflight { slot: Slot::Free, sacked: false, resend: false };
+}
+
+/// The outcome of receiving a reliable frame's sequence number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SeqCheck {
+    /// New and inside the window: process it, then call [`Channel::mark_received`].
+    New,
+    /// Seen before: drop, but acknowledge again so the sender learns.
+    Duplicate,
+    /// Beyond what we advertised: drop.
+    OutOfWindow,
+}
+
+/// State shared with one peer endpoint.
+#[derive(Debug, Clone)]
+pub struct Channel {
+    pub(crate) peer: NodeAddr,
+    pub(crate) in_use: bool,
+    pub(crate) peer_group: GroupId,
+    pub(crate) peer_node: NodeId,
+    /// Retries ran out: every send to this peer fails from now on.
+    pub(crate) failed: bool,
+
+    // Sending side.
+    pub(crate) snd_una: u32,
+    pub(crate) snd_nxt: u32,
+    pub(crate) peer_window: u16,
+    pub(crate) inflight: [Inflight; MAX_WINDOW],
+    pub(crate) q_head: u16,
+    pub(crate) q_tail: u16,
+    pub(crate) ctrl: [(u32, u32); CTRL_QUEUE],
+    pub(crate) ctrl_len: usize,
+    pub(crate) next_msg: u32,
+    pub(crate) next_be_msg: u32,
+    pub(crate) rto: Duration,
+    pub(crate) rto_at: Option<Instant>,
+    pub(crate) retries: u8,
+    pub(crate) refused: bool,
+
+    // Receiving side.
+    pub(crate) rcv_nxt: u32,
+    pub(crate) rcv_sack: u64,
+    pub(crate) since_ack: u16,
+    pub(crate) ack_now: bool,
+    pub(crate) ack_at: Option<Instant>,
+    pub(crate) refusing: bool,
+    pub(crate) next_reserve: u32,
+    pub(crate) next_deliver: u32,
+    pub(crate) be_expect: u32,
+    pub(crate) be_asm: u16,
+}
+
+impl Channel {
+    /// An unused channel slot.
+    pub const EMPTY: Channel = Channel {
+        peer: NodeAddr(0),
+        in_use: false,
+        peer_group: 0,
+        peer_node: 0,
+        failed: false,
+        snd_una: 0,
+        snd_nxt: 0,
+        peer_window: 0,
+        inflight: [Inflight::EMPTY; MAX_WINDOW],
+        q_head: NONE,
+        q_tail: NONE,
+        ctrl: [(0, 0); CTRL_QUEUE],
+        ctrl_len: 0,
+        next_msg: 0,
+        next_be_msg: 0,
+        rto: Duration::ZERO,
+        rto_at: None,
+        retries: 0,
+        refused: false,
+        rcv_nxt: 0,
+        rcv_sack: 0,
+        since_ack: 0,
+        ack_now: false,
+        ack_at: None,
+        refusing: false,
+        next_reserve: 0,
+        next_deliver: 0,
+        be_expect: 0,
+        be_asm: NONE,
+    };
+
+    pub(crate) fn open(
+        &mut self,
+        peer: NodeAddr,
+        group: GroupId,
+        node: NodeId,
+        window: u16,
+        rto: Duration,
+    ) {
+        *self = Channel::EMPTY;
+        self.peer = peer;
+        self.in_use = true;
+        self.peer_group = group;
+        self.peer_node = node;
+        self.peer_window = window;
+        self.rto = rto;
+    }
+
+    /// Frames sent and not yet acknowledged cumulatively.
+    pub(crate) fn outstanding(&self) -> u32 {
+        self.snd_nxt.wrapping_sub(self.snd_una)
+    }
+
+    /// Whether the peer's credits allow one more new frame.
+    pub(crate) fn can_send_new(&self) -> bool {
+        let limit = (self.peer_window as u32).min(MAX_WINDOW as u32);
+        self.outstanding() < limit
+    }
+
+    /// Takes the next sequence number for `slot`.
+    pub(crate) fn push(&mut self, slot: Slot) -> u32 {
+        let seq = self.snd_nxt;
+        self.inflight[seq as usize % MAX_WINDOW] = Inflight { slot, sacked: false, resend: false };
+        self.snd_nxt = seq.wrapping_add(1);
+        seq
+    }
+
+    pub(crate) fn slot_mut(&mut self, seq: u32) -> &mut Inflight {
+        &mut self.inflight[seq as usize % MAX_WINDOW]
+    }
+
+    /// Applies an incoming ack; calls `acked` once for every slot newly acknowledged.
+    /// Returns true if anything was newly acknowledged.
+    pub(crate) fn on_ack(&mut self, a: AckInfo, mut acked: impl FnMut(Slot)) -> bool {
+        let mut progress = false;
+        // A cumulative ack can only cover what was sent.
+        if seq_lt(self.snd_nxt, a.ack) {
+            return false;
+        }
+        while seq_lt(self.snd_una, a.ack) {
+            let e = &mut self.inflight[self.snd_una as usize % MAX_WINDOW];
+            if !e.sacked {
+                acked(e.slot);
+            }
+            *e = Inflight::EMPTY;
+            self.snd_una = self.snd_una.wrapping_add(1);
+            progress = true;
+        }
+        let mut bits = a.sack;
+        while bits != 0 {
+            let i = bits.trailing_zeros();
+            bits &= bits - 1;
+            let seq = a.ack.wrapping_add(1 + i);
+            if !seq_lt(seq, self.snd_nxt) {
+                break;
+            }
+            let e = &mut self.inflight[seq as usize % MAX_WINDOW];
+            if !e.sacked && e.slot != Slot::Free {
+                e.sacked = true;
+                e.resend = false;
+                acked(e.slot);
+                progress = true;
+            }
+        }
+        self.peer_window = a.window;
+        progress
+    }
+
+    /// Marks every unacknowledged frame for sending again.
+    pub(crate) fn mark_all_for_resend(&mut self) -> u32 {
+        let mut n = 0;
+        let mut s = self.snd_una;
+        while seq_lt(s, self.snd_nxt) {
+            let e = &mut self.inflight[s as usize % MAX_WINDOW];
+            if !e.sacked && e.slot != Slot::Free {
+                e.resend = true;
+                n += 1;
+            }
+            s = s.wrapping_add(1);
+        }
+        n
+    }
+
+    /// Classifies an incoming reliable sequence number.
+    pub(crate) fn check_seq(&self, seq: u32) -> SeqCheck {
+        let off = seq.wrapping_sub(self.rcv_nxt);
+        if off as i32 <= -1 {
+            return SeqCheck::Duplicate;
+        }
+        if off as usize > MAX_WINDOW {
+            return SeqCheck::OutOfWindow;
+        }
+        if off > 0 && self.rcv_sack & (1u64 << (off - 1)) != 0 {
+            return SeqCheck::Duplicate;
+        }
+        SeqCheck::New
+    }
+
+    /// Records `seq` (checked `New`) as received.
+    pub(crate) fn mark_received(&mut self, seq: u32) {
+        let off = seq.wrapping_sub(self.rcv_nxt);
+        if off == 0 {
+            self.rcv_nxt = self.rcv_nxt.wrapping_add(1);
+            loop {
+                let b = self.rcv_sack & 1;
+                self.rcv_sack >>= 1;
+                if b == 0 {
+                    break;
+                }
+                self.rcv_nxt = self.rcv_nxt.wrapping_add(1);
+            }
+        } else {
+            self.rcv_sack |= 1u64 << (off - 1);
+        }
+    }
+
+    /// The ack this side would send now.
+    pub(crate) fn ack_info(&self, window: u16) -> AckInfo {
+        AckInfo { ack: self.rcv_nxt, sack: self.rcv_sack, window }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chan() -> Channel {
+        let mut c = Channel::EMPTY;
+        c.open(NodeAddr(1), 0, 1, 32, Duration::from_micros(100));
+        c
+    }
+
+    #[test]
+    fn receive_window_tracks_holes() {
+        let mut c = chan();
+        c.rcv_nxt = u32::MAX - 1; // exercise wrap-around
+        let base = c.rcv_nxt;
+        let s = |i: u32| base.wrapping_add(i);
+        assert_eq!(c.check_seq(s(2)), SeqCheck::New);
+        c.mark_received(s(2));
+        c.mark_received(s(3));
+        assert_eq!(c.check_seq(s(2)), SeqCheck::Duplicate);
+        assert_eq!(c.rcv_nxt, s(0));
+        assert_eq!(c.rcv_sack, 0b110);
+        c.mark_received(s(0));
+        assert_eq!((c.rcv_nxt, c.rcv_sack), (s(1), 0b11));
+        c.mark_received(s(1));
+        assert_eq!((c.rcv_nxt, c.rcv_sack), (s(4), 0));
+        assert_eq!(c.check_seq(s(3)), SeqCheck::Duplicate);
+        assert_eq!(c.check_seq(s(4 + 64)), SeqCheck::New);
+        assert_eq!(c.check_seq(s(4 + 65)), SeqCheck::OutOfWindow);
+    }
+
+    #[test]
+    fn acks_release_slots_once() {
+        let mut c = chan();
+        for i in 0..5 {
+            c.push(Slot::Barrier { epoch: 0, round: i });
+        }
+        let mut seen = std::vec::Vec::new();
+        // Frames 0 and 4 arrived (sack bit i stands for ack + 1 + i).
+        assert!(c.on_ack(AckInfo { ack: 1, sack: 0b100, window: 32 }, |s| seen.push(s)));
+        assert_eq!(seen.len(), 2);
+        assert_eq!(c.mark_all_for_resend(), 3); // 1, 2 and 3
+        seen.clear();
+        // Duplicate ack adds nothing.
+        assert!(!c.on_ack(AckInfo { ack: 1, sack: 0b100, window: 32 }, |s| seen.push(s)));
+        assert!(seen.is_empty());
+        assert!(c.on_ack(AckInfo { ack: 5, sack: 0, window: 32 }, |s| seen.push(s)));
+        assert_eq!(seen.len(), 3, "4 was already counted");
+        assert_eq!(c.outstanding(), 0);
+        // An ack beyond what was sent is ignored.
+        assert!(!c.on_ack(AckInfo { ack: 9, sack: 0, window: 32 }, |_| panic!()));
+    }
+
+    #[test]
+    fn credits_limit_new_frames() {
+        let mut c = chan();
+        c.peer_window = 2;
+        assert!(c.can_send_new());
+        c.push(Slot::Free);
+        c.push(Slot::Free);
+        assert!(!c.can_send_new());
+        c.peer_window = 1000;
+        for _ in 2..MAX_WINDOW {
+            c.push(Slot::Free);
+        }
+        assert!(!c.can_send_new(), "never more than the SACK bitmap covers");
+    }
+}
