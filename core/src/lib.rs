@@ -24,11 +24,11 @@ extern crate alloc;
 extern crate std;
 
 pub mod engine;
-//pub mod gamma;
+pub mod gamma;
 pub mod phy;
 pub mod rng;
 #[cfg(feature = "std")]
-//pub mod sim;
+pub mod sim;
 pub mod time;
 pub mod wire;
 

@@ -1,0 +1,352 @@
+//! A deterministic network simulator for tests (`std` only).
+//!
+//! [`SimNet`] models a switched fabric on a virtual clock: each node's egress link
+//! serialises its frames at a fixed bandwidth, then every frame takes a fixed latency.
+//! Each node's device is a [`FaultInjector`] around its [`SimPort`], seeded from the
+//! run's seed, so a failing run is reproduced by its seed alone. [`Sim`] drives many
+//! nodes, jumping the clock from event to event.
+//!
+//! [`ThreadFabric`] is the other half: a lossless in-memory fabric that threads share,
+//! for exercising the blocking API with one thread per node.
+
+use std::cell::{Cell, RefCell};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::vec::Vec;
+
+use crate::gamma::{Clock, Gamma};
+use crate::phy::{Capabilities, Device, FaultConfig, FaultInjector, RxToken, TxToken};
+use crate::time::{Duration, Instant};
+use crate::NodeAddr;
+
+/// Shape of the simulated fabric.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimConfig {
+    /// One-way latency of every frame.
+    pub latency: Duration,
+    /// Egress bandwidth of each node, bytes per second.
+    pub bytes_per_sec: u64,
+    /// Largest frame.
+    pub mtu: usize,
+    /// Faults applied on every node's receive side.
+    pub faults: FaultConfig,
+    /// Seed of the whole run.
+    pub seed: u64,
+}
+
+impl SimConfig {
+    /// A 10 Gbit/s fabric with 2 us latency, 1500-byte frames and no faults.
+    pub fn lan(seed: u64) -> Self {
+        SimConfig {
+            latency: Duration::from_micros(2),
+            bytes_per_sec: 1_250_000_000,
+            mtu: 1500,
+            faults: FaultConfig::default(),
+            seed,
+        }
+    }
+}
+
+type Frame = Reverse<(Instant, u64, Vec<u8>)>;
+
+#[derive(Debug)]
+struct NetInner {
+    inbound: Vec<BinaryHeap<Frame>>,
+    link_free: Vec<Instant>,
+    order: u64,
+    cfg: SimConfig,
+    /// Nodes whose frames vanish (a crashed peer): neither sent nor received.
+    dead: Vec<bool>,
+}
+
+/// The simulated fabric, shared by the node devices.
+#[derive(Debug, Clone)]
+pub struct SimNet(Rc<RefCell<NetInner>>);
+
+impl SimNet {
+    /// A fabric of `n` nodes.
+    pub fn new(n: usize, cfg: SimConfig) -> Self {
+        SimNet(Rc::new(RefCell::new(NetInner {
+            inbound: (0..n).map(|_| BinaryHeap::new()).collect(),
+            link_free: std::vec![Instant::ZERO; n],
+            order: 0,
+            cfg,
+            dead: std::vec![false; n],
+        })))
+    }
+
+    /// Node `i`'s device.
+    pub fn port(&self, i: usize) -> SimPort {
+        SimPort { net: self.clone(), me: i }
+    }
+
+    /// Crashes node `i`: it stops sending and receiving from now on.
+    pub fn kill(&self, i: usize) {
+        let mut n = self.0.borrow_mut();
+        n.dead[i] = true;
+        n.inbound[i].clear();
+    }
+
+    /// When the next frame reaches node `i`.
+    pub fn next_arrival(&self, i: usize) -> Option<Instant> {
+        self.0.borrow().inbound[i].peek().map(|Reverse((t, _, _))| *t)
+    }
+}
+
+/// One node's view of a [`SimNet`].
+#[derive(Debug)]
+pub struct SimPort {
+    net: SimNet,
+    me: usize,
+}
+
+/// A frame received from the simulator.
+#[derive(Debug)]
+pub struct SimRx(Vec<u8>);
+
+/// Room for a frame in the simulator.
+#[derive(Debug)]
+pub struct SimTx {
+    net: SimNet,
+    src: usize,
+    dst: usize,
+    now: Instant,
+}
+
+impl RxToken for SimRx {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        f(&self.0)
+    }
+}
+
+impl TxToken for SimTx {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let mut buf = std::vec![0u8; len];
+        let r = f(&mut buf);
+        let mut n = self.net.0.borrow_mut();
+        if n.dead[self.src] || n.dead[self.dst] {
+            return r;
+        }
+        let bw = n.cfg.bytes_per_sec.max(1);
+        let wire = Duration::from_nanos((len as u64 * 1_000_000_000) / bw);
+        let start = n.link_free[self.src].max(self.now);
+        let done = start + wire;
+        n.link_free[self.src] = done;
+        let at = done + n.cfg.latency;
+        n.order += 1;
+        let order = n.order;
+        n.inbound[self.dst].push(Reverse((at, order, buf)));
+        r
+    }
+}
+
+impl Device for SimPort {
+    type RxToken<'a> = SimRx;
+    type TxToken<'a> = SimTx;
+
+    fn receive(&mut self, now: Instant) -> Option<SimRx> {
+        let mut n = self.net.0.borrow_mut();
+        if n.dead[self.me] {
+            return None;
+        }
+        let q = &mut n.inbound[self.me];
+        match q.peek() {
+            Some(Reverse((t, _, _))) if *t <= now => q.pop().map(|Reverse((_, _, f))| SimRx(f)),
+            _ => None,
+        }
+    }
+
+    fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<SimTx> {
+        let n = self.net.0.borrow();
+        if dst.0 as usize >= n.inbound.len() {
+            return None;
+        }
+        Some(SimTx { net: self.net.clone(), src: self.me, dst: dst.0 as usize, now })
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { mtu: self.net.0.borrow().cfg.mtu, reliable: true, integrity: true }
+    }
+}
+
+/// The virtual clock every simulated node reads.
+#[derive(Debug, Clone, Default)]
+pub struct SimClock(Rc<Cell<Instant>>);
+
+impl SimClock {
+    /// Moves the clock.
+    pub fn set(&self, t: Instant) {
+        self.0.set(t);
+    }
+}
+
+impl Clock for SimClock {
+    fn now(&self) -> Instant {
+        self.0.get()
+    }
+}
+
+/// A simulated node's device: its port behind a seeded fault injector.
+pub type SimDevice = FaultInjector<SimPort, 2048>;
+
+/// A GAMMA process inside the simulator.
+pub type SimGamma<'a, S> = Gamma<'a, SimDevice, SimClock, S>;
+
+/// Something the simulator can drive.
+pub trait SimNode {
+    /// Makes progress at the current virtual time; true if anything happened.
+    fn poll(&mut self) -> bool;
+    /// When the node next needs a poll, frames arriving included.
+    fn wake_at(&self) -> Option<Instant>;
+}
+
+impl<S> SimNode for SimGamma<'_, S> {
+    fn poll(&mut self) -> bool {
+        Gamma::poll(self)
+    }
+    fn wake_at(&self) -> Option<Instant> {
+        let dev = self.device();
+        let me = dev.inner().me;
+        [self.poll_at(), dev.held_until(), dev.inner().net.next_arrival(me)]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+}
+
+/// A run that did not reach its goal in virtual time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimTimeout {
+    /// The seed to reproduce it.
+    pub seed: u64,
+    /// Virtual time when it gave up.
+    pub at: Instant,
+}
+
+/// Many nodes on one simulated fabric and one virtual clock.
+#[derive(Debug)]
+pub struct Sim<N> {
+    /// The nodes, indexed by fabric address.
+    pub nodes: Vec<N>,
+    /// The fabric.
+    pub net: SimNet,
+    /// The clock.
+    pub clock: SimClock,
+    seed: u64,
+}
+
+impl<N: SimNode> Sim<N> {
+    /// `n` nodes made by `make(index, device, clock)`.
+    pub fn new(n: usize, cfg: SimConfig, mut make: impl FnMut(usize, SimDevice, SimClock) -> N) -> Self {
+        let net = SimNet::new(n, cfg);
+        let clock = SimClock::default();
+        let nodes = (0..n)
+            .map(|i| {
+                let seed = cfg.seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                make(i, FaultInjector::new(net.port(i), cfg.faults, seed), clock.clone())
+            })
+            .collect();
+        Sim { nodes, net, clock, seed: cfg.seed }
+    }
+
+    /// The current virtual time.
+    pub fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    /// Polls the nodes and advances the clock, event to event, until `goal` holds
+    /// (checked before every round, and free to start work on the nodes) or the clock
+    /// passes `limit`.
+    pub fn run_until(
+        &mut self,
+        limit: Instant,
+        mut goal: impl FnMut(&mut [N], Instant) -> bool,
+    ) -> Result<Instant, SimTimeout> {
+        loop {
+            let now = self.clock.now();
+            if goal(&mut self.nodes, now) {
+                return Ok(now);
+            }
+            if now > limit {
+                return Err(SimTimeout { seed: self.seed, at: now });
+            }
+            let mut progress = false;
+            for n in self.nodes.iter_mut() {
+                if n.wake_at().is_some_and(|t| t <= now) {
+                    progress |= n.poll();
+                }
+            }
+            if progress {
+                continue;
+            }
+            let next = self.nodes.iter().filter_map(|n| n.wake_at()).min();
+            // Nothing happened at `now`: jump to the next event (at least 1 ns on).
+            let step = next.unwrap_or(limit + Duration::from_nanos(1));
+            self.clock.set(step.max(now + Duration::from_nanos(1)));
+        }
+    }
+}
+
+/// A lossless fabric of in-memory queues that threads share.
+#[derive(Debug, Clone)]
+pub struct ThreadFabric {
+    queues: Arc<Vec<Mutex<VecDeque<Vec<u8>>>>>,
+    mtu: usize,
+}
+
+impl ThreadFabric {
+    /// A fabric of `n` nodes carrying frames of up to `mtu` bytes.
+    pub fn new(n: usize, mtu: usize) -> Self {
+        ThreadFabric { queues: Arc::new((0..n).map(|_| Mutex::new(VecDeque::new())).collect()), mtu }
+    }
+
+    /// Node `i`'s device.
+    pub fn port(&self, i: usize) -> ThreadPort {
+        ThreadPort { fabric: self.clone(), me: i }
+    }
+}
+
+/// One thread's view of a [`ThreadFabric`].
+#[derive(Debug)]
+pub struct ThreadPort {
+    fabric: ThreadFabric,
+    me: usize,
+}
+
+/// Room for a frame on a [`ThreadFabric`].
+#[derive(Debug)]
+pub struct ThreadTx<'a> {
+    fabric: &'a ThreadFabric,
+    dst: usize,
+}
+
+impl TxToken for ThreadTx<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let mut buf = std::vec![0u8; len.min(self.fabric.mtu)];
+        let r = f(&mut buf);
+        if let Ok(mut q) = self.fabric.queues[self.dst].lock() {
+            q.push_back(buf);
+        }
+        r
+    }
+}
+
+impl Device for ThreadPort {
+    type RxToken<'a> = SimRx;
+    type TxToken<'a> = ThreadTx<'a>;
+
+    fn receive(&mut self, _now: Instant) -> Option<SimRx> {
+        self.fabric.queues[self.me].lock().ok()?.pop_front().map(SimRx)
+    }
+
+    fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<ThreadTx<'_>> {
+        let dst = dst.0 as usize;
+        (dst < self.fabric.queues.len()).then_some(ThreadTx { fabric: &self.fabric, dst })
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { mtu: self.fabric.mtu, reliable: true, integrity: true }
+    }
+}

@@ -35,10 +35,12 @@ pub(crate) struct Inflight {
     pub slot: Slot,
     pub sacked: bool,
     pub resend: bool,
+    /// Already sent again because later frames were acked (once per timeout round).
+    pub fast: bool,
 }
 
 impl Inflight {
-    const EMPTY: Inflight = Inflight { slot: Slot::Free, sacked: false, resend: false };
+    const EMPTY: Inflight = Inflight { slot: Slot::Free, sacked: false, resend: false, fast: false };
 }
 
 /// The outcome of receiving a reliable frame's sequence number.
@@ -77,6 +79,8 @@ pub struct Channel {
     pub(crate) rto_at: Option<Instant>,
     pub(crate) retries: u8,
     pub(crate) refused: bool,
+    /// Some slot is marked `resend`.
+    pub(crate) resend_any: bool,
 
     // Receiving side.
     pub(crate) rcv_nxt: u32,
@@ -113,6 +117,7 @@ impl Channel {
         rto_at: None,
         retries: 0,
         refused: false,
+        resend_any: false,
         rcv_nxt: 0,
         rcv_sack: 0,
         since_ack: 0,
@@ -156,7 +161,8 @@ impl Channel {
     /// Takes the next sequence number for `slot`.
     pub(crate) fn push(&mut self, slot: Slot) -> u32 {
         let seq = self.snd_nxt;
-        self.inflight[seq as usize % MAX_WINDOW] = Inflight { slot, sacked: false, resend: false };
+        self.inflight[seq as usize % MAX_WINDOW] = Inflight::EMPTY;
+        self.inflight[seq as usize % MAX_WINDOW].slot = slot;
         self.snd_nxt = seq.wrapping_add(1);
         seq
     }
@@ -202,6 +208,32 @@ impl Channel {
         progress
     }
 
+    /// Fast retransmission (lossy links): a frame missing while at least three later
+    /// ones were acknowledged is taken as lost and marked to go again, once per
+    /// timeout round, without waiting for the timer.
+    pub(crate) fn mark_holes_for_resend(&mut self, a: AckInfo) -> u32 {
+        if a.sack == 0 {
+            return 0;
+        }
+        let highest = 63 - a.sack.leading_zeros();
+        let top = a.ack.wrapping_add(1 + highest);
+        let mut n = 0;
+        let mut s = self.snd_una;
+        while seq_lt(s.wrapping_add(2), top) && seq_lt(s, self.snd_nxt) {
+            let e = &mut self.inflight[s as usize % MAX_WINDOW];
+            if !e.sacked && !e.fast && e.slot != Slot::Free {
+                e.resend = true;
+                e.fast = true;
+                n += 1;
+            }
+            s = s.wrapping_add(1);
+        }
+        if n > 0 {
+            self.resend_any = true;
+        }
+        n
+    }
+
     /// Marks every unacknowledged frame for sending again.
     pub(crate) fn mark_all_for_resend(&mut self) -> u32 {
         let mut n = 0;
@@ -210,10 +242,12 @@ impl Channel {
             let e = &mut self.inflight[s as usize % MAX_WINDOW];
             if !e.sacked && e.slot != Slot::Free {
                 e.resend = true;
+                e.fast = false;
                 n += 1;
             }
             s = s.wrapping_add(1);
         }
+        self.resend_any |= n > 0;
         n
     }
 
@@ -302,6 +336,24 @@ mod tests {
         // Duplicate ack adds nothing.
         assert!(!c.on_ack(AckInfo { ack: 1, sack: 0b100, window: 32 }, |s| seen.push(s)));
         assert!(seen.is_empty());
+        // Frames 3, 4, 5 were acked past the holes at 1 and 2: both go again at once.
+        let mut f = chan();
+        for i in 0..6 {
+            f.push(Slot::Barrier { epoch: 0, round: i });
+        }
+        let a = AckInfo { ack: 1, sack: 0b1110, window: 32 };
+        f.on_ack(a, |_| ());
+        assert_eq!(f.mark_holes_for_resend(a), 2);
+        assert!(f.slot_mut(1).resend && f.slot_mut(2).resend && !f.slot_mut(5).resend);
+        // With only two acked beyond it, a hole may still be reordering: wait.
+        let mut g = chan();
+        for i in 0..4 {
+            g.push(Slot::Barrier { epoch: 0, round: i });
+        }
+        let b = AckInfo { ack: 1, sack: 0b11, window: 32 };
+        g.on_ack(b, |_| ());
+        assert_eq!(g.mark_holes_for_resend(b), 0);
+        assert_eq!(f.mark_holes_for_resend(a), 0, "once per timeout round");
         assert!(c.on_ack(AckInfo { ack: 5, sack: 0, window: 32 }, |s| seen.push(s)));
         assert_eq!(seen.len(), 3, "4 was already counted");
         assert_eq!(c.outstanding(), 0);

@@ -889,6 +889,10 @@ impl<'a, S> Engine<'a, S> {
     pub fn state_mut(&mut self) -> &mut S {
         &mut self.state
     }
+    /// Ends the engine, handing back the application state.
+    pub fn into_state(self) -> S {
+        self.state
+    }
     /// Number of ports.
     pub fn port_count(&self) -> usize {
         self.ports.len()
@@ -1319,6 +1323,8 @@ impl<'a, S> Engine<'a, S> {
         });
         if refused {
             ch.refused = true;
+        } else if !self.caps.reliable {
+            ch.mark_holes_for_resend(a);
         }
         if progress || refused {
             // The peer is alive.
@@ -1621,6 +1627,7 @@ impl<'a, S> Engine<'a, S> {
                 let e = ch.slot_mut(una);
                 if !e.sacked {
                     e.resend = true;
+                    ch.resend_any = true;
                 }
             } else {
                 ch.mark_all_for_resend();
@@ -1675,10 +1682,7 @@ impl<'a, S> Engine<'a, S> {
         let mut at: Option<Instant> = None;
         let mut min = |t: Instant| at = Some(at.map_or(t, |a| a.min(t)));
         for ch in self.chans.iter().filter(|c| c.in_use) {
-            if ch.ack_now
-                || (ch.ctrl_len > 0 && ch.can_send_new())
-                || ch.inflight.iter().any(|e| e.resend && !e.sacked && e.slot != Slot::Free)
-            {
+            if ch.ack_now || ch.resend_any || (ch.ctrl_len > 0 && ch.can_send_new()) {
                 min(now);
             }
             if ch.q_head != NONE {
@@ -1732,7 +1736,7 @@ impl<'a, S> Engine<'a, S> {
 
         // 1. Frames to send again.
         let mut s = ch.snd_una;
-        while seq_lt(s, ch.snd_nxt) {
+        while ch.resend_any && seq_lt(s, ch.snd_nxt) {
             let e = *ch.slot_mut(s);
             if e.resend && !e.sacked {
                 let ok = match e.slot {
@@ -1759,6 +1763,7 @@ impl<'a, S> Engine<'a, S> {
             }
             s = s.wrapping_add(1);
         }
+        ch.resend_any = false;
 
         // 2. Barrier tokens.
         while ch.ctrl_len > 0 && ch.can_send_new() {

@@ -1,0 +1,505 @@
+//! The GAMMA personality: the Genoa Active Message MAchine API (2004), in Rust.
+//!
+//! Named after the seed's functions (`gamma_send` is [`Gamma::send`], and so on) so a
+//! GAMMA programmer finds everything. Differences that Rust imposes, and choices the
+//! seed left open:
+//!
+//! - Buffers are lent, not pinned: [`Gamma::set_active_port`] and [`Gamma::post_recv`]
+//!   take `&'a mut [u8]` and give the previous buffer back; [`Gamma::buffer`] reads what
+//!   landed. `gamma_mlock` has no counterpart: a lent buffer cannot move or be paged out
+//!   under the engine (the hosted target locks its memory as a whole).
+//! - Handlers are `fn(&mut Upcall)`: `gamma_active_port`, the message length and
+//!   `gamma_errno` are read from the [`Upcall`], and shared state lives in the `S` value
+//!   that [`Upcall::state`] and [`Gamma::state`] reach (GAMMA used globals).
+//!   Handlers run inside [`Gamma::poll`] and the blocking calls, straight off the
+//!   device, when a whole message has landed and before the port stores another one.
+//!   A handler may signal semaphores and re-post buffers; it cannot send (sends need
+//!   the device the engine is polling at that moment) and should stay short.
+//! - Service levels: plain `send` is *best-effort*: fragments are never retransmitted,
+//!   and a receiver that misses one sees `FRAMELOST` on the port (error handler, or the
+//!   error count that [`Gamma::wait`] returns), never silently wrong data. Non-blocking
+//!   sends complete once handed to the device. The `_flowctl` sends are *reliable and
+//!   flow-controlled*: credits, acks, retransmission; they complete when the receiver
+//!   has taken the whole message, or fail with `SENDFAILURE` (and the port's error
+//!   handler runs) when the peer stops answering. A `_flowctl` message to a port that
+//!   is not set up yet, or busy, is retried until it is taken.
+//! - Blocking calls spin on [`Gamma::poll`] as GAMMA's did; `wait_deadline` is an
+//!   addition that gives up at a deadline.
+
+use crate::engine::{
+    Body, Capacity, Config, Dest, Engine, Error, Group, PortSetup, SendHandle, SendStatus, Storage,
+};
+use crate::phy::Device;
+use crate::time::Instant;
+use crate::{GroupId, NodeId, PortId};
+
+pub use crate::engine::{BufferKind, Errno, Handler, Upcall, BROADCAST};
+
+/// Ports per process, numbered `0..=1024`.
+pub const PORTS: usize = 1025;
+/// Semaphores per process, numbered `0..=1024`.
+pub const SEMAPHORES: usize = 1025;
+/// Port and semaphore reserved for broadcast.
+pub const BROADCAST_PORT: PortId = 1023;
+/// Port and semaphore reserved for barrier synchronisation.
+pub const BARRIER_PORT: PortId = crate::engine::BARRIER_PORT;
+/// Store each message after the previous one.
+pub const GO_AHEAD: BufferKind = BufferKind::GoAhead;
+/// Store each message at the start of the buffer.
+pub const GO_BACK: BufferKind = BufferKind::GoBack;
+/// `gamma_errno` value: a chunk of a message was lost.
+pub const ERR_FRAMELOST: u8 = Errno::FrameLost as u8;
+/// `gamma_errno` value: the message did not fit the buffer.
+pub const ERR_MSGTOOLONG: u8 = Errno::MsgTooLong as u8;
+/// `gamma_errno` value: a send failed.
+pub const ERR_SENDFAILURE: u8 = Errno::SendFailure as u8;
+
+/// Where a node reads the time: the TSC on bare metal, `std::time` hosted, a virtual
+/// clock in the simulator.
+pub trait Clock {
+    /// The current time.
+    fn now(&self) -> Instant;
+}
+
+/// A clock on `std::time::Instant`, counting from its creation.
+#[cfg(feature = "std")]
+#[derive(Debug, Clone, Copy)]
+pub struct StdClock(std::time::Instant);
+
+#[cfg(feature = "std")]
+impl Default for StdClock {
+    fn default() -> Self {
+        StdClock(std::time::Instant::now())
+    }
+}
+
+#[cfg(feature = "std")]
+impl Clock for StdClock {
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.0.elapsed().as_nanos() as u64)
+    }
+}
+
+/// One GAMMA process: the engine, its device and its clock.
+pub struct Gamma<'a, D, C, S = ()> {
+    engine: Engine<'a, S>,
+    dev: D,
+    clock: C,
+}
+
+impl<D, C, S> core::fmt::Debug for Gamma<'_, D, C, S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Gamma").field("engine", &self.engine).finish_non_exhaustive()
+    }
+}
+
+fn user_port(port: PortId) -> Result<(), Error> {
+    match port {
+        BROADCAST_PORT | BARRIER_PORT => Err(Error::ReservedPort),
+        p if p as usize >= PORTS => Err(Error::InvalidPort),
+        _ => Ok(()),
+    }
+}
+
+fn user_sem(sem: u16) -> Result<(), Error> {
+    if sem as usize >= SEMAPHORES - 2 {
+        return Err(Error::InvalidSemaphore);
+    }
+    Ok(())
+}
+
+impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
+    /// `gamma_init`: joins group `cfg.group` as instance `cfg.node`, with tables from
+    /// `storage` (at least [`PORTS`] ports and [`SEMAPHORES`] semaphores).
+    pub fn init(
+        cfg: Config,
+        groups: &'a [Group<'a>],
+        storage: Storage<'a, S>,
+        dev: D,
+        clock: C,
+        state: S,
+    ) -> Result<Self, Error> {
+        if storage.ports.len() < PORTS || storage.sems.len() < SEMAPHORES {
+            return Err(Error::BadConfig);
+        }
+        Ok(Gamma { engine: Engine::new(cfg, groups, storage, state)?, dev, clock })
+    }
+
+    /// `gamma_init` with tables allocated here: `fabric_nodes` is the largest fabric
+    /// address + 1; peers, concurrent sends and messages get room for that many nodes.
+    #[cfg(feature = "alloc")]
+    pub fn init_alloc(
+        cfg: Config,
+        groups: &'a [Group<'a>],
+        fabric_nodes: usize,
+        dev: D,
+        clock: C,
+        state: S,
+    ) -> Result<Self, Error> {
+        let cap = Capacity {
+            ports: PORTS,
+            channels: fabric_nodes,
+            fabric_nodes,
+            ops: (4 * fabric_nodes).clamp(64, 4096),
+            assemblies: fabric_nodes.clamp(16, 1024),
+        };
+        Self::init(cfg, groups, Storage::with_capacity(cap), dev, clock, state)
+    }
+
+    /// `gamma_exit`: finishes every send still in flight (or sees it fail), then hands
+    /// back the device and the application state.
+    pub fn exit(mut self) -> (D, S) {
+        let mut idle_polls = 0u32;
+        // Drain until the engine has nothing left to send or wait for.
+        while idle_polls < 1000 {
+            let now = self.clock.now();
+            let busy = self.engine.poll(now, &mut self.dev, None);
+            let pending = self.engine.poll_at(now).is_some_and(|t| t <= now);
+            idle_polls = if busy || pending { 0 } else { idle_polls + 1 };
+        }
+        let Gamma { engine, dev, .. } = self;
+        (dev, engine.into_state())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn set_port(
+        &mut self,
+        port: PortId,
+        dest_node: NodeId,
+        dest_par_pid: GroupId,
+        dest_port: PortId,
+        recv: Option<Handler<'a, S>>,
+        err: Option<Handler<'a, S>>,
+        sem: u16,
+        kind: BufferKind,
+        buffer: Option<&'a mut [u8]>,
+    ) -> Result<(), Error> {
+        user_port(port)?;
+        user_sem(sem)?;
+        if dest_port as usize >= PORTS {
+            return Err(Error::InvalidPort);
+        }
+        self.engine.bind_port(
+            port,
+            PortSetup {
+                dest: Some(Dest { group: dest_par_pid, node: dest_node, port: dest_port }),
+                input: true,
+                recv,
+                err,
+                sem,
+                kind,
+                buffer,
+            },
+        )
+    }
+
+    /// `gamma_set_active_port`: binds `port` for output to `(dest_node, dest_par_pid,
+    /// dest_port)` (`dest_node` may be [`BROADCAST`]) and for input to `buffer`,
+    /// semaphore `sem` and the two handlers.
+    #[allow(clippy::too_many_arguments)]
+    pub fn set_active_port(
+        &mut self,
+        port: PortId,
+        dest_node: NodeId,
+        dest_par_pid: GroupId,
+        dest_port: PortId,
+        receiver_handler: Option<Handler<'a, S>>,
+        error_handler: Option<Handler<'a, S>>,
+        semaphore: u16,
+        buffer_kind: BufferKind,
+        buffer: Option<&'a mut [u8]>,
+    ) -> Result<(), Error> {
+        self.set_port(
+            port,
+            dest_node,
+            dest_par_pid,
+            dest_port,
+            receiver_handler,
+            error_handler,
+            semaphore,
+            buffer_kind,
+            buffer,
+        )
+    }
+
+    /// `gamma_set_passive_port`: as [`Gamma::set_active_port`] without handlers; errors
+    /// count on the semaphore and [`Gamma::wait`] reports them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn set_passive_port(
+        &mut self,
+        port: PortId,
+        dest_node: NodeId,
+        dest_par_pid: GroupId,
+        dest_port: PortId,
+        semaphore: u16,
+        buffer_kind: BufferKind,
+        buffer: Option<&'a mut [u8]>,
+    ) -> Result<(), Error> {
+        self.set_port(port, dest_node, dest_par_pid, dest_port, None, None, semaphore, buffer_kind, buffer)
+    }
+
+    /// `gamma_post_recv`: the next message on `port` goes into `buffer`; the previous
+    /// buffer is returned.
+    pub fn post_recv(&mut self, port: PortId, buffer: &'a mut [u8]) -> Result<Option<&'a mut [u8]>, Error> {
+        user_port(port)?;
+        self.engine.post_recv(port, buffer)
+    }
+
+    /// `gamma_attach_buffer`: as `post_recv`, keeping the port's buffer size (`buffer`
+    /// must be at least that long).
+    pub fn attach_buffer(
+        &mut self,
+        port: PortId,
+        buffer: &'a mut [u8],
+    ) -> Result<Option<&'a mut [u8]>, Error> {
+        user_port(port)?;
+        self.engine.attach_buffer(port, buffer)
+    }
+
+    /// The buffer bound to `port`, to read what landed there.
+    pub fn buffer(&self, port: PortId) -> Option<&[u8]> {
+        self.engine.buffer(port)
+    }
+
+    fn blocking_send(&mut self, port: PortId, head: &[u8], body: &[u8], reliable: bool) -> Result<usize, Error> {
+        user_port(port)?;
+        let h = self.engine.start_send(port, head, Body::External(body.len()), reliable)?;
+        loop {
+            let now = self.clock.now();
+            self.engine.poll(now, &mut self.dev, Some(body));
+            match self.engine.send_status(h)? {
+                SendStatus::Pending => continue,
+                SendStatus::Done => {
+                    self.engine.release(h)?;
+                    return Ok(head.len() + body.len());
+                }
+                SendStatus::Failed => {
+                    self.engine.release(h)?;
+                    return Err(Error::SendFailure);
+                }
+            }
+        }
+    }
+
+    /// `gamma_send`: best-effort, returns once the message is handed to the device.
+    pub fn send(&mut self, port: PortId, data: &[u8]) -> Result<usize, Error> {
+        self.blocking_send(port, &[], data, false)
+    }
+
+    /// `gamma_send_flowctl`: reliable, returns once the receiver has taken the message.
+    pub fn send_flowctl(&mut self, port: PortId, data: &[u8]) -> Result<usize, Error> {
+        self.blocking_send(port, &[], data, true)
+    }
+
+    /// `gamma_send_2p`: a message in two pieces, the first at most 20 bytes.
+    pub fn send_2p(&mut self, port: PortId, data1: &[u8], data2: &[u8]) -> Result<usize, Error> {
+        self.blocking_send(port, data1, data2, false)
+    }
+
+    /// `gamma_send_2p_flowctl`.
+    pub fn send_2p_flowctl(&mut self, port: PortId, data1: &[u8], data2: &[u8]) -> Result<usize, Error> {
+        self.blocking_send(port, data1, data2, true)
+    }
+
+    fn start(&mut self, port: PortId, head: &[u8], body: &'a [u8], reliable: bool) -> Result<SendHandle, Error> {
+        user_port(port)?;
+        let h = self.engine.start_send(port, head, Body::Borrowed(body), reliable)?;
+        // Start the first frames now, as GAMMA's trap into the driver did.
+        let now = self.clock.now();
+        self.engine.poll(now, &mut self.dev, None);
+        Ok(h)
+    }
+
+    /// `gamma_isend`: non-blocking best-effort send; `data` stays lent to the engine.
+    pub fn isend(&mut self, port: PortId, data: &'a [u8]) -> Result<SendHandle, Error> {
+        self.start(port, &[], data, false)
+    }
+
+    /// `gamma_isend_flowctl`.
+    pub fn isend_flowctl(&mut self, port: PortId, data: &'a [u8]) -> Result<SendHandle, Error> {
+        self.start(port, &[], data, true)
+    }
+
+    /// `gamma_isend_2p`: the first piece (at most 20 bytes) is copied now.
+    pub fn isend_2p(&mut self, port: PortId, data1: &[u8], data2: &'a [u8]) -> Result<SendHandle, Error> {
+        self.start(port, data1, data2, false)
+    }
+
+    /// `gamma_isend_2p_flowctl`.
+    pub fn isend_2p_flowctl(&mut self, port: PortId, data1: &[u8], data2: &'a [u8]) -> Result<SendHandle, Error> {
+        self.start(port, data1, data2, true)
+    }
+
+    /// `gamma_wsend`: waits for a non-blocking send to complete and frees its handle.
+    pub fn wsend(&mut self, handle: SendHandle) -> Result<(), Error> {
+        loop {
+            match self.engine.send_status(handle)? {
+                SendStatus::Pending => {
+                    self.poll();
+                }
+                _ => {
+                    return match self.engine.release(handle)? {
+                        SendStatus::Failed => Err(Error::SendFailure),
+                        _ => Ok(()),
+                    }
+                }
+            }
+        }
+    }
+
+    /// `gamma_tsend`: `true` (and the handle freed) once the send completed; `false`
+    /// while it runs.
+    pub fn tsend(&mut self, handle: SendHandle) -> Result<bool, Error> {
+        self.poll();
+        match self.engine.send_status(handle)? {
+            SendStatus::Pending => Ok(false),
+            _ => match self.engine.release(handle)? {
+                SendStatus::Failed => Err(Error::SendFailure),
+                _ => Ok(true),
+            },
+        }
+    }
+
+    /// `gamma_signal`.
+    pub fn signal(&mut self, sem: u16) -> Result<(), Error> {
+        user_sem(sem)?;
+        self.engine.signal(sem)
+    }
+
+    /// `gamma_sigerr`.
+    pub fn sigerr(&mut self, sem: u16) -> Result<(), Error> {
+        user_sem(sem)?;
+        self.engine.sigerr(sem)
+    }
+
+    /// `gamma_wait`: polls until semaphore `sem` reaches `n`, takes `n` from it, and
+    /// returns 0, or minus the number of errors signalled on it since the last wait.
+    pub fn wait(&mut self, sem: u16, n: u32) -> Result<i32, Error> {
+        self.wait_deadline(sem, n, Instant::MAX)
+    }
+
+    /// `gamma_wait` that gives up with [`Error::Timeout`] at `deadline`.
+    pub fn wait_deadline(&mut self, sem: u16, n: u32, deadline: Instant) -> Result<i32, Error> {
+        user_sem(sem)?;
+        loop {
+            if let Some(errors) = self.engine.try_take(sem, n)? {
+                return Ok(-(errors.min(i32::MAX as u32) as i32));
+            }
+            if self.clock.now() >= deadline {
+                return Err(Error::Timeout);
+            }
+            self.poll();
+        }
+    }
+
+    /// `gamma_test`: the semaphore's value, unchanged.
+    pub fn test(&mut self, sem: u16) -> Result<u32, Error> {
+        user_sem(sem)?;
+        self.poll();
+        Ok(self.engine.semaphore(sem)?.count)
+    }
+
+    /// `gamma_atomic`: runs `f` with no handler in between (handlers only run inside
+    /// polls, so this holds by construction), on the state handlers share.
+    pub fn atomic<R>(&mut self, f: impl FnOnce(&mut S) -> R) -> R {
+        f(self.engine.state_mut())
+    }
+
+    /// `gamma_sync`: barrier among all processes of the group.
+    pub fn sync(&mut self) -> Result<(), Error> {
+        self.sync_start()?;
+        loop {
+            if self.sync_test()? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Starts a barrier without waiting (an addition: GAMMA's `sync` is blocking).
+    pub fn sync_start(&mut self) -> Result<(), Error> {
+        self.engine.start_barrier()?;
+        self.poll();
+        Ok(())
+    }
+
+    /// Polls once and tells whether the barrier started by [`Gamma::sync_start`] is over.
+    pub fn sync_test(&mut self) -> Result<bool, Error> {
+        self.poll();
+        self.engine.barrier_done()
+    }
+
+    /// `gamma_my_par_pid`.
+    pub fn my_par_pid(&self) -> GroupId {
+        self.engine.config().group
+    }
+
+    /// `gamma_my_node`.
+    pub fn my_node(&self) -> NodeId {
+        self.engine.config().node
+    }
+
+    /// `gamma_how_many_nodes`.
+    pub fn how_many_nodes(&self) -> u16 {
+        self.engine.size()
+    }
+
+    /// `gamma_time`: the current time of the node's clock.
+    pub fn time(&self) -> Instant {
+        self.clock.now()
+    }
+
+    /// `gamma_time_diff`: `b - a` in microseconds.
+    pub fn time_diff(b: Instant, a: Instant) -> f64 {
+        if b >= a {
+            (b - a).as_micros_f64()
+        } else {
+            -(a - b).as_micros_f64()
+        }
+    }
+
+    /// Lets the engine make progress once: receive, run handlers, retransmit, send.
+    pub fn poll(&mut self) -> bool {
+        let now = self.clock.now();
+        self.engine.poll(now, &mut self.dev, None)
+    }
+
+    /// When the engine next needs a poll (see [`Engine::poll_at`]).
+    pub fn poll_at(&self) -> Option<Instant> {
+        self.engine.poll_at(self.clock.now())
+    }
+
+    /// The state handlers share.
+    pub fn state(&self) -> &S {
+        self.engine.state()
+    }
+
+    /// The state handlers share, mutably.
+    pub fn state_mut(&mut self) -> &mut S {
+        self.engine.state_mut()
+    }
+
+    /// The engine, for its counters and lower-level calls.
+    pub fn engine(&self) -> &Engine<'a, S> {
+        &self.engine
+    }
+
+    /// The engine, mutably.
+    pub fn engine_mut(&mut self) -> &mut Engine<'a, S> {
+        &mut self.engine
+    }
+
+    /// The device.
+    pub fn device(&self) -> &D {
+        &self.dev
+    }
+
+    /// The device, mutably.
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.dev
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}

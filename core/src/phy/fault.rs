@@ -84,6 +84,21 @@ impl<D: Device, const BUF: usize> FaultInjector<D, BUF> {
         &mut self.inner
     }
 
+    /// The wrapped device.
+    pub fn inner(&self) -> &D {
+        &self.inner
+    }
+
+    /// When a held-back frame will be released, if one is held.
+    pub fn held_until(&self) -> Option<Instant> {
+        self.held_len.map(|_| self.held_until)
+    }
+
+    fn injects_nothing(&self) -> bool {
+        let c = self.config;
+        c.loss <= 0.0 && c.duplicate <= 0.0 && c.reorder <= 0.0 && c.corrupt <= 0.0
+    }
+
     /// Changes the fault probabilities from now on.
     pub fn set_config(&mut self, config: FaultConfig) {
         self.config = config;
@@ -195,6 +210,9 @@ impl<D: Device, const BUF: usize> Device for FaultInjector<D, BUF> {
     }
 
     fn capabilities(&self) -> Capabilities {
+        if self.injects_nothing() {
+            return self.inner.capabilities();
+        }
         // Whatever the wrapped link promised, this one breaks both promises.
         Capabilities { reliable: false, integrity: false, ..self.inner.capabilities() }
     }
