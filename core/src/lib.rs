@@ -23,6 +23,14 @@ extern crate alloc;
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+/// Data-path tracing: compiled out unless the `trace` feature is on.
+macro_rules! trace {
+    ($($arg:tt)*) => {
+        #[cfg(feature = "trace")]
+        std::eprintln!($($arg)*);
+    };
+}
+
 pub mod engine;
 pub mod gamma;
 pub mod phy;

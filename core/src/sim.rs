@@ -257,8 +257,9 @@ impl<N: SimNode> Sim<N> {
     }
 
     /// Polls the nodes and advances the clock, event to event, until `goal` holds
-    /// (checked before every round, and free to start work on the nodes) or the clock
-    /// passes `limit`.
+    /// (checked after every round of polls, and free to start work on the nodes) or
+    /// the clock reaches `limit`: then `Err` with the time and the seed. The clock
+    /// never jumps past `limit`, so a caller can stop at a chosen time, act, and go on.
     pub fn run_until(
         &mut self,
         limit: Instant,
@@ -269,9 +270,6 @@ impl<N: SimNode> Sim<N> {
             if goal(&mut self.nodes, now) {
                 return Ok(now);
             }
-            if now > limit {
-                return Err(SimTimeout { seed: self.seed, at: now });
-            }
             let mut progress = false;
             for n in self.nodes.iter_mut() {
                 if n.wake_at().is_some_and(|t| t <= now) {
@@ -281,10 +279,16 @@ impl<N: SimNode> Sim<N> {
             if progress {
                 continue;
             }
-            let next = self.nodes.iter().filter_map(|n| n.wake_at()).min();
-            // Nothing happened at `now`: jump to the next event (at least 1 ns on).
-            let step = next.unwrap_or(limit + Duration::from_nanos(1));
-            self.clock.set(step.max(now + Duration::from_nanos(1)));
+            // Timers may have changed state without sending anything.
+            if goal(&mut self.nodes, now) {
+                return Ok(now);
+            }
+            if now >= limit {
+                return Err(SimTimeout { seed: self.seed, at: now });
+            }
+            let next = self.nodes.iter().filter_map(|n| n.wake_at()).min().unwrap_or(limit);
+            // Nothing more happens at `now`: jump to the next event, at least 1 ns on.
+            self.clock.set(next.min(limit).max(now + Duration::from_nanos(1)));
         }
     }
 }

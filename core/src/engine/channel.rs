@@ -196,6 +196,11 @@ impl Channel {
             if !seq_lt(seq, self.snd_nxt) {
                 break;
             }
+            // A stale (reordered) ack may cover frames already released, whose slots
+            // now hold later sequence numbers.
+            if seq_lt(seq, self.snd_una) {
+                continue;
+            }
             let e = &mut self.inflight[seq as usize % MAX_WINDOW];
             if !e.sacked && e.slot != Slot::Free {
                 e.sacked = true;
@@ -357,6 +362,18 @@ mod tests {
         assert!(c.on_ack(AckInfo { ack: 5, sack: 0, window: 32 }, |s| seen.push(s)));
         assert_eq!(seen.len(), 3, "4 was already counted");
         assert_eq!(c.outstanding(), 0);
+        // A stale ack arriving late must not mark the slots' new occupants.
+        let mut d = chan();
+        for i in 0..70 {
+            d.push(Slot::Barrier { epoch: 0, round: i });
+            if i >= 63 {
+                d.on_ack(AckInfo { ack: i - 62, sack: 0, window: 64 }, |_| ());
+            }
+        }
+        assert_eq!((d.snd_una, d.snd_nxt), (7, 70));
+        // Old ack: base 2, bit i for 3 + i; seqs 3..7 are gone, 67..69 sit in their slots.
+        assert!(!d.on_ack(AckInfo { ack: 2, sack: 0b1111, window: 64 }, |_| panic!("stale")));
+        assert!(!d.slot_mut(67).sacked);
         // An ack beyond what was sent is ignored.
         assert!(!c.on_ack(AckInfo { ack: 9, sack: 0, window: 32 }, |_| panic!()));
     }

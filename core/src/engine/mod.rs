@@ -743,7 +743,7 @@ struct BarrierState {
     active: bool,
     round: u32,
     sent: bool,
-    failed: bool,
+    failed: Option<Error>,
     /// Round tokens seen for `epoch` and `epoch + 1`.
     arrivals: [u64; 2],
 }
@@ -1056,6 +1056,19 @@ impl<'a, S> Engine<'a, S> {
         if free < members as usize + 1 {
             return Err(Error::NoResources);
         }
+        // Every member needs a channel: check there is room before starting any.
+        let need = (0..g.members.len())
+            .filter(|&i| !(dest.group == self.cfg.group && i == self.cfg.node))
+            .filter_map(|i| g.members.addr(i))
+            .filter(|a| self.peer_map.get(a.0 as usize).is_none_or(|&s| s == NONE))
+            .count();
+        let free_chans = self.chans.iter().filter(|c| !c.in_use).count();
+        let unmapped = (0..g.members.len())
+            .filter_map(|i| g.members.addr(i))
+            .any(|a| a.0 as usize >= self.peer_map.len());
+        if need > free_chans || unmapped {
+            return Err(Error::NoResources);
+        }
         let pi = self.alloc_op()?;
         let mut parent = op;
         parent.children = members;
@@ -1071,22 +1084,10 @@ impl<'a, S> Engine<'a, S> {
             let Some(addr) = g.members.addr(i) else { continue };
             let mut child = op;
             child.dest.node = i;
-            match self.channel_for(addr, dest.group, i) {
-                Ok(ci) => {
-                    let oi = self.alloc_op()?;
-                    self.enqueue(ci, oi, child);
-                }
-                Err(_) => {
-                    // No channel for this member: report it like a dead peer.
-                    let p = &mut self.ops[pi];
-                    p.children -= 1;
-                    p.child_failed = true;
-                    if p.children == 0 {
-                        p.state = OpState::Failed;
-                    }
-                    self.notify_send_failure(port, dest);
-                }
-            }
+            // Room was checked above.
+            let ci = self.channel_for(addr, dest.group, i)?;
+            let oi = self.alloc_op()?;
+            self.enqueue(ci, oi, child);
         }
         Ok(SendHandle::new(pi, self.ops[pi].gen))
     }
@@ -1193,17 +1194,23 @@ impl<'a, S> Engine<'a, S> {
         self.bar.active = true;
         self.bar.round = 0;
         self.bar.sent = false;
-        self.bar.failed = false;
+        self.bar.failed = None;
         Ok(())
     }
 
     /// `Ok(true)` once the barrier started last has completed, `Ok(false)` while it runs,
-    /// `Err(SendFailure)` if a peer it needed is dead.
+    /// `Err(SendFailure)` if a peer it needed is dead (`NoResources` if the channel
+    /// table has no room for one).
     pub fn barrier_done(&self) -> Result<bool, Error> {
-        if self.bar.failed {
-            return Err(Error::SendFailure);
+        if let Some(e) = self.bar.failed {
+            return Err(e);
         }
         Ok(!self.bar.active)
+    }
+
+    fn fail_barrier(&mut self, e: Error) {
+        self.bar.failed = Some(e);
+        self.bar.active = false;
     }
 
     fn rounds(&self) -> u32 {
@@ -1229,17 +1236,16 @@ impl<'a, S> Engine<'a, S> {
             let me = self.cfg.node as u32;
             if !self.bar.sent {
                 let peer = ((me + (1u32 << self.bar.round)) % n) as NodeId;
-                let Ok(addr) = self.addr_of(self.cfg.group, peer) else {
-                    self.bar.failed = true;
-                    self.bar.active = false;
-                    return;
+                let ci = match self.addr_of(self.cfg.group, peer) {
+                    Ok(addr) => match self.channel_for(addr, self.cfg.group, peer) {
+                        Ok(ci) => ci,
+                        Err(e) => return self.fail_barrier(e),
+                    },
+                    Err(e) => return self.fail_barrier(e),
                 };
-                let Ok(ci) = self.channel_for(addr, self.cfg.group, peer) else { return };
                 let ch = &mut self.chans[ci];
                 if ch.failed {
-                    self.bar.failed = true;
-                    self.bar.active = false;
-                    return;
+                    return self.fail_barrier(Error::SendFailure);
                 }
                 if ch.ctrl_len == CTRL_QUEUE {
                     return;
@@ -1337,6 +1343,11 @@ impl<'a, S> Engine<'a, S> {
     }
 
     fn rx_reliable(&mut self, now: Instant, ci: usize, repr: &Repr, payload: &[u8]) {
+        trace!(
+            "{now} node {} rx seq {} msg {} off {} from {}: {:?} rcv_nxt {}",
+            self.cfg.node, repr.seq, repr.msg_id, repr.offset, repr.ends.src_node,
+            self.chans[ci].check_seq(repr.seq), self.chans[ci].rcv_nxt
+        );
         match self.chans[ci].check_seq(repr.seq) {
             SeqCheck::Duplicate => {
                 self.stats.rx_duplicates += 1;
@@ -1617,6 +1628,10 @@ impl<'a, S> Engine<'a, S> {
             if !refused {
                 ch.retries = ch.retries.saturating_add(1);
             }
+            trace!(
+                "{now} node {} timeout to {:?}: una {} nxt {} retries {} refused {refused} rto {}",
+                self.cfg.node, ch.peer, ch.snd_una, ch.snd_nxt, ch.retries, ch.rto
+            );
             if ch.retries > self.cfg.max_retries {
                 self.fail_channel(ci);
                 continue;
@@ -1670,8 +1685,7 @@ impl<'a, S> Engine<'a, S> {
             let me = self.cfg.node as u32;
             let target = ((me + (1u32 << self.bar.round.min(31))) % n.max(1)) as NodeId;
             if self.chans[ci].peer_group == self.cfg.group && peer == target {
-                self.bar.failed = true;
-                self.bar.active = false;
+                self.fail_barrier(Error::SendFailure);
             }
         }
     }
