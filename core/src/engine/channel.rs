@@ -89,6 +89,9 @@ pub struct Channel {
     pub(crate) ack_now: bool,
     pub(crate) ack_at: Option<Instant>,
     pub(crate) refusing: bool,
+    /// Frames were refused since the last RETRY: tell the peer when a port frees up.
+    pub(crate) owed_retry: bool,
+    pub(crate) retry_now: bool,
     pub(crate) next_reserve: u32,
     pub(crate) next_deliver: u32,
     pub(crate) be_expect: u32,
@@ -124,6 +127,8 @@ impl Channel {
         ack_now: false,
         ack_at: None,
         refusing: false,
+        owed_retry: false,
+        retry_now: false,
         next_reserve: 0,
         next_deliver: 0,
         be_expect: 0,

@@ -1264,7 +1264,8 @@ impl<'a, S> Engine<'a, S> {
 
     // ------------------------------------------------------------ receiving
 
-    /// Processes one received frame. Never panics, whatever the bytes.
+    /// Processes one received frame. Never panics, whatever the bytes. The CRC is
+    /// skipped only if the device last given to [`Engine::poll`] guarantees integrity.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
         self.stats.rx_frames += 1;
         let packet = match Packet::new_checked(frame) {
@@ -1302,7 +1303,7 @@ impl<'a, S> Engine<'a, S> {
             return;
         };
         if let Some(a) = repr.ack {
-            self.on_ack(now, ci, a, repr.flags.contains(Flags::REFUSED));
+            self.on_ack(now, ci, a, repr.flags);
         }
         let payload = packet.payload();
         match repr.kind {
@@ -1315,7 +1316,8 @@ impl<'a, S> Engine<'a, S> {
         }
     }
 
-    fn on_ack(&mut self, now: Instant, ci: usize, a: AckInfo, refused: bool) {
+    fn on_ack(&mut self, now: Instant, ci: usize, a: AckInfo, flags: Flags) {
+        let refused = flags.contains(Flags::REFUSED);
         let ops = &mut self.ops;
         let ch = &mut self.chans[ci];
         let progress = ch.on_ack(a, |slot| {
@@ -1339,6 +1341,10 @@ impl<'a, S> Engine<'a, S> {
         if progress {
             ch.rto = self.cfg.rto_initial;
             ch.rto_at = (ch.outstanding() > 0).then(|| now + ch.rto);
+        }
+        if flags.contains(Flags::RETRY) {
+            // The port that refused us is free: no need to wait for the timer.
+            ch.mark_all_for_resend();
         }
     }
 
@@ -1371,6 +1377,7 @@ impl<'a, S> Engine<'a, S> {
         if !accepted {
             self.stats.rx_refused += 1;
             ch.refusing = true;
+            ch.owed_retry = true;
             ch.ack_now = true;
             return;
         }
@@ -1503,6 +1510,12 @@ impl<'a, S> Engine<'a, S> {
             Some(Errno::FrameLost) => self.stats.lost += 1,
             Some(_) => self.stats.truncated += 1,
             None => self.stats.delivered += 1,
+        }
+        // Whoever was refused may find this port free now.
+        for ch in self.chans.iter_mut().filter(|c| c.owed_retry) {
+            ch.owed_retry = false;
+            ch.retry_now = true;
+            ch.ack_now = true;
         }
         if let Some(p) = self.ports.get_mut(a.port as usize) {
             p.busy = false;
@@ -1884,6 +1897,9 @@ impl<D: Device> Tx<'_, D> {
         if ch.refusing {
             repr.flags |= Flags::REFUSED;
         }
+        if ch.retry_now {
+            repr.flags |= Flags::RETRY;
+        }
         let skip_crc = self.caps.integrity;
         let Some(tok) = self.dev.transmit(self.now, ch.peer) else { return false };
         let ok = tok.consume(repr.buffer_len(), |buf| repr.emit_with_payload(buf, &pieces, skip_crc).is_ok());
@@ -1894,6 +1910,7 @@ impl<D: Device> Tx<'_, D> {
         ch.ack_at = None;
         ch.since_ack = 0;
         ch.refusing = false;
+        ch.retry_now = false;
         self.stats.tx_frames += 1;
         self.stats.tx_bytes += repr.payload_len as u64;
         self.sent += 1;

@@ -286,3 +286,45 @@ fn broadcast_and_barrier() {
         assert_eq!(e.stats().barriers, 1);
     }
 }
+
+#[test]
+fn a_refused_sender_is_told_to_retry_when_the_port_frees() {
+    let mut rings = rings();
+    let (mut a, mut b, mut c) = (engine(7, 0), engine(7, 1), engine(7, 2));
+    a.bind_port(1, out(1, 2)).unwrap();
+    c.bind_port(1, out(1, 2)).unwrap();
+    b.bind_port(2, input(leak(2000), BufferKind::GoBack, 0)).unwrap();
+    let ma: &'static [u8] = Vec::leak(std::vec![0xA; 1500]);
+    let mc: &'static [u8] = Vec::leak(std::vec![0xC; 1500]);
+    // B learns its device's capabilities (no CRC on a loopback) on its first poll.
+    b.poll(Instant::ZERO, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+    let ha = a.start_send(1, b"", Body::Borrowed(ma), true).unwrap();
+    let hc = c.start_send(1, b"", Body::Borrowed(mc), true).unwrap();
+    a.poll(Instant::ZERO, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
+    c.poll(Instant::ZERO, &mut Loopback::new(&mut rings, NodeAddr(2)), None);
+    let mut frames = Vec::new();
+    while let Some(t) = Loopback::new(&mut rings, NodeAddr(1)).receive(Instant::ZERO) {
+        frames.push(t.consume(|f| f.to_vec()));
+    }
+    assert_eq!(frames.len(), 8);
+    // Interleave: A0, C0 (port busy: refused), A1..A3 (A completes), C1..C3.
+    for i in [0, 4, 1, 2, 3, 5, 6, 7] {
+        b.handle_frame(Instant::ZERO, &frames[i]);
+    }
+    assert_eq!(b.stats().rx_refused, 1);
+    let mut now = Instant::ZERO;
+    // Well within one retransmission timeout (50 us).
+    for _ in 0..20 {
+        for (e, addr) in [(&mut a, 0), (&mut b, 1), (&mut c, 2)] {
+            e.poll(now, &mut Loopback::new(&mut rings, NodeAddr(addr)), None);
+        }
+        now += Duration::from_nanos(500);
+    }
+    assert_eq!(c.stats().timeouts, 0);
+    assert!(c.stats().retransmits >= 1);
+    assert_eq!(a.send_status(ha), Ok(SendStatus::Done));
+    assert_eq!(c.send_status(hc), Ok(SendStatus::Done));
+    let got: Vec<(u8, usize)> = b.state().iter().map(|e| (e.1[0], e.1.len())).collect();
+    assert_eq!(got, [(0xA, 1500), (0xC, 1500)]);
+    assert!(b.state()[1].1.iter().all(|&x| x == 0xC), "no byte of A left in C's message");
+}

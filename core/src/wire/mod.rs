@@ -139,6 +139,8 @@ bitflags! {
         /// The receiver could not take some frames yet (port busy or not bound):
         /// the sender should retry them later, and not count the silence as death.
         const REFUSED = 1 << 5;
+        /// A port that refused frames of this channel is free now: send them again.
+        const RETRY = 1 << 6;
     }
 }
 
