@@ -184,6 +184,11 @@ impl Channel {
         if seq_lt(self.snd_nxt, a.ack) {
             return false;
         }
+        if a.ack == self.snd_una && a.sack == 0 {
+            // Nothing new (the common case on a one-way stream): only credits.
+            self.peer_window = a.window;
+            return false;
+        }
         while seq_lt(self.snd_una, a.ack) {
             let e = &mut self.inflight[self.snd_una as usize % MAX_WINDOW];
             if !e.sacked {

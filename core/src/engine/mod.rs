@@ -764,6 +764,14 @@ pub struct Engine<'a, S = ()> {
     caps: Capabilities,
     bar: BarrierState,
     rr: usize,
+    /// Channels in use all sit below this index (they are allocated lowest first).
+    chan_hwm: usize,
+    /// Best-effort messages being stored (their timers need watching).
+    be_asms: usize,
+    /// Channels owed a RETRY when a port frees up.
+    owed_retries: usize,
+    /// Where the search for a free operation slot starts.
+    op_hint: usize,
 }
 
 impl<S> core::fmt::Debug for Engine<'_, S> {
@@ -866,6 +874,10 @@ impl<'a, S> Engine<'a, S> {
             caps: Capabilities { mtu: 1500, reliable: false, integrity: false },
             bar: BarrierState::default(),
             rr: 0,
+            chan_hwm: 0,
+            be_asms: 0,
+            owed_retries: 0,
+            op_hint: 0,
         })
     }
 
@@ -1093,7 +1105,14 @@ impl<'a, S> Engine<'a, S> {
     }
 
     fn alloc_op(&mut self) -> Result<usize, Error> {
-        let i = self.ops.iter().position(|o| o.state == OpState::Free).ok_or(Error::NoResources)?;
+        // Start the search where the last one ended: freed slots are usually near it.
+        let n = self.ops.len();
+        let h = self.op_hint.min(n);
+        let i = (h..n)
+            .chain(0..h)
+            .find(|&i| self.ops[i].state == OpState::Free)
+            .ok_or(Error::NoResources)?;
+        self.op_hint = i;
         // Bump the generation so stale handles to this slot are recognised.
         let gen = self.ops[i].gen.wrapping_add(1);
         self.ops[i].gen = gen;
@@ -1180,6 +1199,7 @@ impl<'a, S> Engine<'a, S> {
         let ci = self.chans.iter().position(|c| !c.in_use).ok_or(Error::NoResources)?;
         self.chans[ci].open(addr, group, node, self.cfg.window.min(MAX_WINDOW as u16), self.cfg.rto_initial);
         self.peer_map[addr.0 as usize] = ci as u16;
+        self.chan_hwm = self.chan_hwm.max(ci + 1);
         Ok(ci)
     }
 
@@ -1377,7 +1397,10 @@ impl<'a, S> Engine<'a, S> {
         if !accepted {
             self.stats.rx_refused += 1;
             ch.refusing = true;
-            ch.owed_retry = true;
+            if !ch.owed_retry {
+                ch.owed_retry = true;
+                self.owed_retries += 1;
+            }
             ch.ack_now = true;
             return;
         }
@@ -1431,6 +1454,9 @@ impl<'a, S> Engine<'a, S> {
             p.cursor = base + cap;
         }
         p.busy = true;
+        if !reliable {
+            self.be_asms += 1;
+        }
         self.asms[ai] = Assembly {
             used: true,
             chan: ci as u16,
@@ -1502,8 +1528,12 @@ impl<'a, S> Engine<'a, S> {
 
     /// Hands a finished (or abandoned, with `lost`) message to its port.
     fn deliver(&mut self, ai: usize, lost: Option<Errno>) {
-        let a = self.asms[ai];
-        self.asms[ai].used = false;
+        let a = &mut self.asms[ai];
+        a.used = false;
+        if !a.reliable {
+            self.be_asms -= 1;
+        }
+        let a = *a;
         let truncated = (a.total as usize) > a.cap;
         let errno = lost.or(truncated.then_some(Errno::MsgTooLong));
         match errno {
@@ -1512,10 +1542,13 @@ impl<'a, S> Engine<'a, S> {
             None => self.stats.delivered += 1,
         }
         // Whoever was refused may find this port free now.
-        for ch in self.chans.iter_mut().filter(|c| c.owed_retry) {
-            ch.owed_retry = false;
-            ch.retry_now = true;
-            ch.ack_now = true;
+        if self.owed_retries > 0 {
+            self.owed_retries = 0;
+            for ch in self.chans[..self.chan_hwm].iter_mut().filter(|c| c.owed_retry) {
+                ch.owed_retry = false;
+                ch.retry_now = true;
+                ch.ack_now = true;
+            }
         }
         if let Some(p) = self.ports.get_mut(a.port as usize) {
             p.busy = false;
@@ -1619,7 +1652,7 @@ impl<'a, S> Engine<'a, S> {
     /// Fires every timer due at `now`: retransmissions, delayed acks, abandoned
     /// best-effort messages, and declares peers dead when retries run out.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for ci in 0..self.chans.len() {
+        for ci in 0..self.chan_hwm {
             let ch = &mut self.chans[ci];
             if !ch.in_use {
                 continue;
@@ -1663,8 +1696,11 @@ impl<'a, S> Engine<'a, S> {
             ch.rto = if ch.rto.doubled() > self.cfg.rto_max { self.cfg.rto_max } else { ch.rto.doubled() };
             ch.rto_at = Some(now + ch.rto);
         }
+        if self.be_asms == 0 {
+            return;
+        }
         for ai in 0..self.asms.len() {
-            let a = self.asms[ai];
+            let a = &self.asms[ai];
             if a.used && !a.reliable && a.deadline <= now {
                 if let Some(ch) = self.chans.get_mut(a.chan as usize) {
                     ch.be_asm = NONE;
@@ -1736,16 +1772,22 @@ impl<'a, S> Engine<'a, S> {
     /// Sends what the windows and credits allow. `ext` is the payload of the
     /// [`Body::External`] send in progress, if any. Returns frames sent.
     pub fn poll_transmit<D: Device>(&mut self, now: Instant, dev: &mut D, ext: Option<&[u8]>) -> usize {
-        let n = self.chans.len();
+        let n = self.chan_hwm;
         if n == 0 {
             return 0;
         }
-        let start = self.rr % n;
-        self.rr = self.rr.wrapping_add(1);
+        // Start at a different channel each time so no peer is always served last.
+        self.rr = if self.rr + 1 >= n { 0 } else { self.rr + 1 };
+        let start = self.rr;
         let mut sent = 0;
-        for k in 0..n {
-            let ci = (start + k) % n;
-            if self.chans[ci].in_use && !self.chans[ci].failed {
+        for ci in (start..n).chain(0..start) {
+            let ch = &self.chans[ci];
+            let idle = !ch.resend_any
+                && ch.ctrl_len == 0
+                && ch.q_head == NONE
+                && !ch.ack_now
+                && (ch.rto_at.is_some() || ch.outstanding() == 0);
+            if ch.in_use && !ch.failed && !idle {
                 sent += self.transmit_chan(now, dev, ci, ext);
             }
         }
@@ -1807,7 +1849,7 @@ impl<'a, S> Engine<'a, S> {
         // 3. New data, in queue order.
         while ch.q_head != NONE {
             let oi = ch.q_head as usize;
-            let o = ops[oi];
+            let o = &ops[oi];
             if o.reliable && !ch.can_send_new() {
                 break;
             }
@@ -1824,13 +1866,14 @@ impl<'a, S> Engine<'a, S> {
             let last = off as usize + len == o.total as usize;
             let pieces = o.pieces(body, off as usize, len);
             let seq = ch.snd_nxt;
-            if !tx.data(ch, &o, seq, off, pieces, last, false) {
+            let reliable = o.reliable;
+            if !tx.data(ch, o, seq, off, pieces, last, false) {
                 break;
             }
             let op = &mut ops[oi];
             op.framed += len as u32;
             op.started = true;
-            if o.reliable {
+            if reliable {
                 ch.push(Slot::Data { op: oi as u16, offset: off, len: len as u16 });
                 op.unacked += 1;
             }
@@ -1839,7 +1882,7 @@ impl<'a, S> Engine<'a, S> {
                 if ch.q_head == NONE {
                     ch.q_tail = NONE;
                 }
-                if !o.reliable {
+                if !reliable {
                     finish_op(ops, oi, true);
                 }
             }
@@ -1867,7 +1910,9 @@ impl<'a, S> Engine<'a, S> {
             busy = true;
         }
         self.handle_timeout(now);
-        self.advance_barrier();
+        if self.bar.active {
+            self.advance_barrier();
+        }
         busy |= self.poll_transmit(now, dev, ext) > 0;
         if self.bar.active {
             self.advance_barrier();

@@ -353,17 +353,24 @@ impl Repr {
     /// corrupts, like shared memory) a frame flagged `NO_CRC` skips the checksum.
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>, trust_integrity: bool) -> Result<Repr, WireError> {
         p.check_len()?;
-        if p.version() != VERSION {
+        // One fixed-size view: every field read below is at a constant offset.
+        let h: &[u8; HEADER_LEN] =
+            p.buffer.as_ref()[..HEADER_LEN].try_into().map_err(|_| WireError::Truncated)?;
+        let b16 = |r: core::ops::Range<usize>| u16::from_be_bytes([h[r.start], h[r.start + 1]]);
+        let b32 = |r: core::ops::Range<usize>| {
+            u32::from_be_bytes([h[r.start], h[r.start + 1], h[r.start + 2], h[r.start + 3]])
+        };
+        if h[field::VERSION] != VERSION {
             return Err(WireError::BadVersion);
         }
-        let flags = p.flags();
+        let flags = Flags::from_bits_truncate(b16(field::FLAGS));
         let skip_crc = trust_integrity && flags.contains(Flags::NO_CRC);
         if !skip_crc && !p.verify_checksum() {
             return Err(WireError::BadChecksum);
         }
-        let kind = Kind::from_u8(p.kind_raw()).ok_or(WireError::UnknownKind)?;
-        let payload_len = p.payload_len();
-        let (msg_id, offset, total_len) = (p.msg_id(), p.offset(), p.total_len());
+        let kind = Kind::from_u8(h[field::KIND]).ok_or(WireError::UnknownKind)?;
+        let payload_len = b16(field::PAYLOAD_LEN);
+        let (msg_id, offset, total_len) = (b32(field::MSG_ID), b32(field::OFFSET), b32(field::TOTAL_LEN));
         if matches!(kind, Kind::Data | Kind::Multicast)
             && (offset as u64 + payload_len as u64 > total_len as u64)
         {
@@ -373,23 +380,23 @@ impl Repr {
             return Err(WireError::Malformed);
         }
         let ack = flags.contains(Flags::HAS_ACK).then(|| AckInfo {
-            ack: p.ack(),
-            sack: p.sack(),
-            window: p.window(),
+            ack: b32(field::ACK),
+            sack: (b32(28..32) as u64) << 32 | b32(32..36) as u64,
+            window: b16(field::WINDOW),
         });
         Ok(Repr {
             kind,
             flags: flags - Flags::HAS_ACK - Flags::NO_CRC,
-            job_key: p.job_key(),
+            job_key: b32(field::JOB),
             ends: Endpoints {
-                src_group: p.src_group(),
-                src_node: p.src_node(),
-                src_port: p.src_port(),
-                dst_group: p.dst_group(),
-                dst_node: p.dst_node(),
-                dst_port: p.dst_port(),
+                src_group: b16(field::SRC_GROUP),
+                src_node: b16(field::SRC_NODE),
+                src_port: b16(field::SRC_PORT),
+                dst_group: b16(field::DST_GROUP),
+                dst_node: b16(field::DST_NODE),
+                dst_port: b16(field::DST_PORT),
             },
-            seq: p.seq(),
+            seq: b32(field::SEQ),
             ack,
             msg_id,
             offset,
@@ -403,33 +410,40 @@ impl Repr {
         HEADER_LEN + self.payload_len as usize
     }
 
-    /// Writes the header into `p` (whose payload the caller fills), then, unless
-    /// `skip_crc`, the checksum. Call [`Packet::fill_checksum`] after writing the
-    /// payload if it is written afterwards; [`Repr::emit_with_payload`] does both.
-    pub fn emit_header<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>, skip_crc: bool) {
+    /// The header bytes, checksum field zero.
+    fn header_bytes(&self, skip_crc: bool) -> [u8; HEADER_LEN] {
         let mut flags = self.flags;
         flags.set(Flags::HAS_ACK, self.ack.is_some());
         flags.set(Flags::NO_CRC, skip_crc);
-        p.set_version(VERSION);
-        p.set_kind(self.kind);
-        p.set_flags(flags);
-        p.set_job_key(self.job_key);
-        p.set_src_group(self.ends.src_group);
-        p.set_src_node(self.ends.src_node);
-        p.set_src_port(self.ends.src_port);
-        p.set_dst_group(self.ends.dst_group);
-        p.set_dst_node(self.ends.dst_node);
-        p.set_dst_port(self.ends.dst_port);
-        p.set_seq(self.seq);
         let a = self.ack.unwrap_or_default();
-        p.set_ack(a.ack);
-        p.set_sack(a.sack);
-        p.set_window(a.window);
-        p.set_payload_len(self.payload_len);
-        p.set_msg_id(self.msg_id);
-        p.set_offset(self.offset);
-        p.set_total_len(self.total_len);
-        p.set_checksum(0);
+        let mut h = [0u8; HEADER_LEN];
+        let mut put = |r: core::ops::Range<usize>, v: &[u8]| h[r].copy_from_slice(v);
+        put(field::VERSION..field::VERSION + 1, &[VERSION]);
+        put(field::KIND..field::KIND + 1, &[self.kind as u8]);
+        put(field::FLAGS, &flags.bits().to_be_bytes());
+        put(field::JOB, &self.job_key.to_be_bytes());
+        put(field::SRC_GROUP, &self.ends.src_group.to_be_bytes());
+        put(field::SRC_NODE, &self.ends.src_node.to_be_bytes());
+        put(field::DST_GROUP, &self.ends.dst_group.to_be_bytes());
+        put(field::DST_NODE, &self.ends.dst_node.to_be_bytes());
+        put(field::SRC_PORT, &self.ends.src_port.to_be_bytes());
+        put(field::DST_PORT, &self.ends.dst_port.to_be_bytes());
+        put(field::SEQ, &self.seq.to_be_bytes());
+        put(field::ACK, &a.ack.to_be_bytes());
+        put(field::SACK, &a.sack.to_be_bytes());
+        put(field::WINDOW, &a.window.to_be_bytes());
+        put(field::PAYLOAD_LEN, &self.payload_len.to_be_bytes());
+        put(field::MSG_ID, &self.msg_id.to_be_bytes());
+        put(field::OFFSET, &self.offset.to_be_bytes());
+        put(field::TOTAL_LEN, &self.total_len.to_be_bytes());
+        h
+    }
+
+    /// Writes the header into `p` (checksum zero), for a caller that fills the payload
+    /// itself and then calls [`Packet::fill_checksum`] unless `skip_crc`.
+    /// [`Repr::emit_with_payload`] does all of it.
+    pub fn emit_header<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>, skip_crc: bool) {
+        p.buffer.as_mut()[..HEADER_LEN].copy_from_slice(&self.header_bytes(skip_crc));
     }
 
     /// Writes header and payload pieces (concatenated) and the checksum.
@@ -442,21 +456,26 @@ impl Repr {
         skip_crc: bool,
     ) -> Result<usize, WireError> {
         let total: usize = pieces.iter().map(|p| p.len()).sum();
-        if buf.len() < self.buffer_len() || total != self.payload_len as usize {
+        let len = self.buffer_len();
+        if buf.len() < len || total != self.payload_len as usize {
             return Err(WireError::Malformed);
         }
-        let mut p = Packet::new_unchecked(&mut buf[..self.buffer_len()]);
-        self.emit_header(&mut p, skip_crc);
+        let h = self.header_bytes(skip_crc);
+        let (head, rest) = buf.split_at_mut(HEADER_LEN);
+        head.copy_from_slice(&h);
         let mut at = 0;
-        let out = p.payload_mut();
         for piece in pieces {
-            out[at..at + piece.len()].copy_from_slice(piece);
+            rest[at..at + piece.len()].copy_from_slice(piece);
             at += piece.len();
         }
         if !skip_crc {
-            p.fill_checksum();
+            let mut d = CRC32C.digest();
+            d.update(&h[..field::CRC.start]);
+            d.update(&[0; 4]);
+            d.update(&rest[..total]);
+            head[field::CRC].copy_from_slice(&d.finalize().to_be_bytes());
         }
-        Ok(self.buffer_len())
+        Ok(len)
     }
 }
 
