@@ -8,7 +8,9 @@
 use std::hint::black_box;
 use std::time::Instant as WallClock;
 
-use volley_core::engine::{Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, PortSetup, Storage, Upcall};
+use volley_core::engine::{
+    Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, PortSetup, Storage, Upcall,
+};
 use volley_core::phy::{Device, Loopback, Ring, RxToken, TxToken};
 use volley_core::time::Instant;
 use volley_core::wire::HEADER_LEN;
@@ -16,7 +18,10 @@ use volley_core::NodeAddr;
 
 const MSGS: u32 = 20_000;
 const TRIALS: usize = 31;
-const GROUPS: &[Group<'static>] = &[Group { id: 1, members: Members::Range { first: 0, count: 2 } }];
+const GROUPS: &[Group<'static>] = &[Group {
+    id: 1,
+    members: Members::Range { first: 0, count: 2 },
+}];
 
 fn on_msg(u: &mut Upcall<'_, '_, u64>) {
     let v = u64::from_le_bytes(u.data().try_into().unwrap_or_default());
@@ -24,8 +29,20 @@ fn on_msg(u: &mut Upcall<'_, '_, u64>) {
 }
 
 fn engine(node: u16) -> Engine<'static, u64> {
-    let cap = Capacity { ports: 1025, channels: 4, fabric_nodes: 2, ops: 64, assemblies: 16 };
-    Engine::new(Config::new(1, 1, node), GROUPS, Storage::with_capacity(cap), 0).unwrap()
+    let cap = Capacity {
+        ports: 1025,
+        channels: 4,
+        fabric_nodes: 2,
+        ops: 64,
+        assemblies: 16,
+    };
+    Engine::new(
+        Config::new(1, 1, node),
+        GROUPS,
+        Storage::with_capacity(cap),
+        0,
+    )
+    .unwrap()
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -37,12 +54,38 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn engine_trial(reliable: bool) -> f64 {
     let mut rings: Vec<Ring<64, 1500>> = (0..2).map(|_| Ring::new()).collect();
     let (mut a, mut b) = (engine(0), engine(1));
-    let dest = Some(Dest { group: 1, node: 1, port: 2 });
-    a.bind_port(1, PortSetup { dest, input: false, recv: None, err: None, sem: 0, kind: BufferKind::GoBack, buffer: None })
-        .unwrap();
+    let dest = Some(Dest {
+        group: 1,
+        node: 1,
+        port: 2,
+    });
+    a.bind_port(
+        1,
+        PortSetup {
+            dest,
+            input: false,
+            recv: None,
+            err: None,
+            sem: 0,
+            kind: BufferKind::GoBack,
+            buffer: None,
+        },
+    )
+    .unwrap();
     let buf = Vec::leak(vec![0u8; 8]);
-    b.bind_port(2, PortSetup { dest: None, input: true, recv: Some(on_msg), err: None, sem: 0, kind: BufferKind::GoBack, buffer: Some(buf) })
-        .unwrap();
+    b.bind_port(
+        2,
+        PortSetup {
+            dest: None,
+            input: true,
+            recv: Some(on_msg),
+            err: None,
+            sem: 0,
+            kind: BufferKind::GoBack,
+            buffer: Some(buf),
+        },
+    )
+    .unwrap();
     let now = Instant::ZERO;
     // Warm up: learn capabilities, open channels.
     a.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
@@ -50,7 +93,9 @@ fn engine_trial(reliable: bool) -> f64 {
     let t = WallClock::now();
     for i in 0..MSGS {
         let word = (i as u64).to_le_bytes();
-        let h = a.start_send(1, &word, Body::Borrowed(&[]), reliable).unwrap();
+        let h = a
+            .start_send(1, &word, Body::Borrowed(&[]), reliable)
+            .unwrap();
         a.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
         b.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
         if reliable {
@@ -96,9 +141,24 @@ fn main() {
     let best_effort = median((0..TRIALS).map(|_| engine_trial(false)).collect());
     let reliable = median((0..TRIALS).map(|_| engine_trial(true)).collect());
     println!("8-byte active message, send call -> loopback -> handler ({MSGS} msgs x {TRIALS} trials, medians)");
-    println!("{:<44} {:>10} {:>8} {:>14}", "path", "ns/msg", "ratio", "overhead ns");
-    println!("{:<44} {:>10.1} {:>8.2} {:>14}", "reference: bare frame copy through the ring", reference, 1.0, "-");
-    for (name, v) in [("engine, best-effort (gamma send)", best_effort), ("engine, reliable + ack (gamma send_flowctl)", reliable)] {
-        println!("{:<44} {:>10.1} {:>8.2} {:>14.1}", name, v, v / reference, v - reference);
+    println!(
+        "{:<44} {:>10} {:>8} {:>14}",
+        "path", "ns/msg", "ratio", "overhead ns"
+    );
+    println!(
+        "{:<44} {:>10.1} {:>8.2} {:>14}",
+        "reference: bare frame copy through the ring", reference, 1.0, "-"
+    );
+    for (name, v) in [
+        ("engine, best-effort (gamma send)", best_effort),
+        ("engine, reliable + ack (gamma send_flowctl)", reliable),
+    ] {
+        println!(
+            "{:<44} {:>10.1} {:>8.2} {:>14.1}",
+            name,
+            v,
+            v / reference,
+            v - reference
+        );
     }
 }

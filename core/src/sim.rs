@@ -79,7 +79,10 @@ impl SimNet {
 
     /// Node `i`'s device.
     pub fn port(&self, i: usize) -> SimPort {
-        SimPort { net: self.clone(), me: i }
+        SimPort {
+            net: self.clone(),
+            me: i,
+        }
     }
 
     /// Crashes node `i`: it stops sending and receiving from now on.
@@ -91,7 +94,9 @@ impl SimNet {
 
     /// When the next frame reaches node `i`.
     pub fn next_arrival(&self, i: usize) -> Option<Instant> {
-        self.0.borrow().inbound[i].peek().map(|Reverse((t, _, _))| *t)
+        self.0.borrow().inbound[i]
+            .peek()
+            .map(|Reverse((t, _, _))| *t)
     }
 }
 
@@ -163,11 +168,20 @@ impl Device for SimPort {
         if dst.0 as usize >= n.inbound.len() {
             return None;
         }
-        Some(SimTx { net: self.net.clone(), src: self.me, dst: dst.0 as usize, now })
+        Some(SimTx {
+            net: self.net.clone(),
+            src: self.me,
+            dst: dst.0 as usize,
+            now,
+        })
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { mtu: self.net.0.borrow().cfg.mtu, reliable: true, integrity: true }
+        Capabilities {
+            mtu: self.net.0.borrow().cfg.mtu,
+            reliable: true,
+            integrity: true,
+        }
     }
 }
 
@@ -209,10 +223,14 @@ impl<S> SimNode for SimGamma<'_, S> {
     fn wake_at(&self) -> Option<Instant> {
         let dev = self.device();
         let me = dev.inner().me;
-        [self.poll_at(), dev.held_until(), dev.inner().net.next_arrival(me)]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.poll_at(),
+            dev.held_until(),
+            dev.inner().net.next_arrival(me),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 }
 
@@ -239,16 +257,29 @@ pub struct Sim<N> {
 
 impl<N: SimNode> Sim<N> {
     /// `n` nodes made by `make(index, device, clock)`.
-    pub fn new(n: usize, cfg: SimConfig, mut make: impl FnMut(usize, SimDevice, SimClock) -> N) -> Self {
+    pub fn new(
+        n: usize,
+        cfg: SimConfig,
+        mut make: impl FnMut(usize, SimDevice, SimClock) -> N,
+    ) -> Self {
         let net = SimNet::new(n, cfg);
         let clock = SimClock::default();
         let nodes = (0..n)
             .map(|i| {
                 let seed = cfg.seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                make(i, FaultInjector::new(net.port(i), cfg.faults, seed), clock.clone())
+                make(
+                    i,
+                    FaultInjector::new(net.port(i), cfg.faults, seed),
+                    clock.clone(),
+                )
             })
             .collect();
-        Sim { nodes, net, clock, seed: cfg.seed }
+        Sim {
+            nodes,
+            net,
+            clock,
+            seed: cfg.seed,
+        }
     }
 
     /// The current virtual time.
@@ -284,11 +315,20 @@ impl<N: SimNode> Sim<N> {
                 return Ok(now);
             }
             if now >= limit {
-                return Err(SimTimeout { seed: self.seed, at: now });
+                return Err(SimTimeout {
+                    seed: self.seed,
+                    at: now,
+                });
             }
-            let next = self.nodes.iter().filter_map(|n| n.wake_at()).min().unwrap_or(limit);
+            let next = self
+                .nodes
+                .iter()
+                .filter_map(|n| n.wake_at())
+                .min()
+                .unwrap_or(limit);
             // Nothing more happens at `now`: jump to the next event, at least 1 ns on.
-            self.clock.set(next.min(limit).max(now + Duration::from_nanos(1)));
+            self.clock
+                .set(next.min(limit).max(now + Duration::from_nanos(1)));
         }
     }
 }
@@ -303,12 +343,18 @@ pub struct ThreadFabric {
 impl ThreadFabric {
     /// A fabric of `n` nodes carrying frames of up to `mtu` bytes.
     pub fn new(n: usize, mtu: usize) -> Self {
-        ThreadFabric { queues: Arc::new((0..n).map(|_| Mutex::new(VecDeque::new())).collect()), mtu }
+        ThreadFabric {
+            queues: Arc::new((0..n).map(|_| Mutex::new(VecDeque::new())).collect()),
+            mtu,
+        }
     }
 
     /// Node `i`'s device.
     pub fn port(&self, i: usize) -> ThreadPort {
-        ThreadPort { fabric: self.clone(), me: i }
+        ThreadPort {
+            fabric: self.clone(),
+            me: i,
+        }
     }
 }
 
@@ -342,15 +388,26 @@ impl Device for ThreadPort {
     type TxToken<'a> = ThreadTx<'a>;
 
     fn receive(&mut self, _now: Instant) -> Option<SimRx> {
-        self.fabric.queues[self.me].lock().ok()?.pop_front().map(SimRx)
+        self.fabric.queues[self.me]
+            .lock()
+            .ok()?
+            .pop_front()
+            .map(SimRx)
     }
 
     fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<ThreadTx<'_>> {
         let dst = dst.0 as usize;
-        (dst < self.fabric.queues.len()).then_some(ThreadTx { fabric: &self.fabric, dst })
+        (dst < self.fabric.queues.len()).then_some(ThreadTx {
+            fabric: &self.fabric,
+            dst,
+        })
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { mtu: self.fabric.mtu, reliable: true, integrity: true }
+        Capabilities {
+            mtu: self.fabric.mtu,
+            reliable: true,
+            integrity: true,
+        }
     }
 }

@@ -30,11 +30,15 @@ impl Instant {
     }
     /// From microseconds since the epoch.
     pub const fn from_micros(us: u64) -> Self {
-        Instant { nanos: us.saturating_mul(1_000) }
+        Instant {
+            nanos: us.saturating_mul(1_000),
+        }
     }
     /// From milliseconds since the epoch.
     pub const fn from_millis(ms: u64) -> Self {
-        Instant { nanos: ms.saturating_mul(1_000_000) }
+        Instant {
+            nanos: ms.saturating_mul(1_000_000),
+        }
     }
     /// Nanoseconds since the epoch.
     pub const fn total_nanos(self) -> u64 {
@@ -46,7 +50,9 @@ impl Instant {
     }
     /// Time elapsed from `earlier` to `self`, zero if `earlier` is later.
     pub const fn saturating_since(self, earlier: Instant) -> Duration {
-        Duration { nanos: self.nanos.saturating_sub(earlier.nanos) }
+        Duration {
+            nanos: self.nanos.saturating_sub(earlier.nanos),
+        }
     }
 }
 
@@ -59,15 +65,21 @@ impl Duration {
     }
     /// From microseconds.
     pub const fn from_micros(us: u64) -> Self {
-        Duration { nanos: us.saturating_mul(1_000) }
+        Duration {
+            nanos: us.saturating_mul(1_000),
+        }
     }
     /// From milliseconds.
     pub const fn from_millis(ms: u64) -> Self {
-        Duration { nanos: ms.saturating_mul(1_000_000) }
+        Duration {
+            nanos: ms.saturating_mul(1_000_000),
+        }
     }
     /// From seconds.
     pub const fn from_secs(s: u64) -> Self {
-        Duration { nanos: s.saturating_mul(1_000_000_000) }
+        Duration {
+            nanos: s.saturating_mul(1_000_000_000),
+        }
     }
     /// Whole nanoseconds.
     pub const fn total_nanos(self) -> u64 {
@@ -83,14 +95,18 @@ impl Duration {
     }
     /// Twice as long, saturating: the back-off step.
     pub const fn doubled(self) -> Duration {
-        Duration { nanos: self.nanos.saturating_mul(2) }
+        Duration {
+            nanos: self.nanos.saturating_mul(2),
+        }
     }
 }
 
 impl Add<Duration> for Instant {
     type Output = Instant;
     fn add(self, d: Duration) -> Instant {
-        Instant { nanos: self.nanos.saturating_add(d.nanos) }
+        Instant {
+            nanos: self.nanos.saturating_add(d.nanos),
+        }
     }
 }
 
@@ -110,13 +126,20 @@ impl Sub<Instant> for Instant {
 impl Add for Duration {
     type Output = Duration;
     fn add(self, d: Duration) -> Duration {
-        Duration { nanos: self.nanos.saturating_add(d.nanos) }
+        Duration {
+            nanos: self.nanos.saturating_add(d.nanos),
+        }
     }
 }
 
 impl fmt::Display for Instant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{:06}s", self.nanos / 1_000_000_000, (self.nanos / 1_000) % 1_000_000)
+        write!(
+            f,
+            "{}.{:06}s",
+            self.nanos / 1_000_000_000,
+            (self.nanos / 1_000) % 1_000_000
+        )
     }
 }
 

@@ -10,7 +10,10 @@ use volley_core::time::{Duration, Instant};
 use volley_core::wire::{AckInfo, Endpoints, Flags, Kind, Packet, Repr, HEADER_LEN};
 use volley_core::NodeAddr;
 
-const GROUPS: &[Group<'static>] = &[Group { id: 3, members: Members::Range { first: 0, count: 4 } }];
+const GROUPS: &[Group<'static>] = &[Group {
+    id: 3,
+    members: Members::Range { first: 0, count: 4 },
+}];
 
 fn count(u: &mut Upcall<'_, '_, u64>) {
     let n = u.data().len() as u64;
@@ -20,14 +23,28 @@ fn count(u: &mut Upcall<'_, '_, u64>) {
 fn target() -> Engine<'static, u64> {
     let mut cfg = Config::new(77, 3, 1);
     cfg.reassembly_timeout = Duration::from_micros(50);
-    let cap = Capacity { ports: 8, channels: 4, fabric_nodes: 4, ops: 8, assemblies: 3 };
+    let cap = Capacity {
+        ports: 8,
+        channels: 4,
+        fabric_nodes: 4,
+        ops: 8,
+        assemblies: 3,
+    };
     let mut e = Engine::new(cfg, GROUPS, Storage::with_capacity(cap), 0).unwrap();
-    for (port, kind, len) in [(0u16, BufferKind::GoBack, 64usize), (1, BufferKind::GoAhead, 100), (2, BufferKind::GoBack, 0)] {
+    for (port, kind, len) in [
+        (0u16, BufferKind::GoBack, 64usize),
+        (1, BufferKind::GoAhead, 100),
+        (2, BufferKind::GoBack, 0),
+    ] {
         let buffer = (len > 0).then(|| &mut *Vec::leak(vec![0u8; len]));
         e.bind_port(
             port,
             PortSetup {
-                dest: Some(Dest { group: 3, node: 0, port }),
+                dest: Some(Dest {
+                    group: 3,
+                    node: 0,
+                    port,
+                }),
                 input: true,
                 recv: Some(count),
                 err: Some(count),

@@ -6,11 +6,17 @@ use std::sync::Arc;
 use std::thread;
 
 use volley_core::engine::{Config, Error, Group, Members};
-use volley_core::gamma::{Gamma, StdClock, Upcall, BARRIER_PORT, BROADCAST, BROADCAST_PORT, ERR_MSGTOOLONG, GO_AHEAD, GO_BACK};
+use volley_core::gamma::{
+    Gamma, StdClock, Upcall, BARRIER_PORT, BROADCAST, BROADCAST_PORT, ERR_MSGTOOLONG, GO_AHEAD,
+    GO_BACK,
+};
 use volley_core::sim::{ThreadFabric, ThreadPort};
 use volley_core::time::{Duration, Instant};
 
-const GROUPS: &[Group<'static>] = &[Group { id: 42, members: Members::Range { first: 0, count: 4 } }];
+const GROUPS: &[Group<'static>] = &[Group {
+    id: 42,
+    members: Members::Range { first: 0, count: 4 },
+}];
 
 #[derive(Default)]
 struct State {
@@ -45,7 +51,15 @@ fn leak(n: usize) -> &'static mut [u8] {
 
 fn node(fabric: &ThreadFabric, i: u16) -> G {
     let cfg = Config::new(0xFEED, 42, i);
-    Gamma::init_alloc(cfg, GROUPS, 4, fabric.port(i as usize), StdClock::default(), State::default()).unwrap()
+    Gamma::init_alloc(
+        cfg,
+        GROUPS,
+        4,
+        fabric.port(i as usize),
+        StdClock::default(),
+        State::default(),
+    )
+    .unwrap()
 }
 
 fn deadline(g: &G) -> Instant {
@@ -53,7 +67,9 @@ fn deadline(g: &G) -> Instant {
 }
 
 fn fill(len: usize, salt: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(13).wrapping_add(salt)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(salt))
+        .collect()
 }
 
 #[test]
@@ -79,17 +95,49 @@ fn program(mut g: G, arrived: Arc<AtomicUsize>) {
     let sizes = [0usize, 8, 20, 1024, 100_000, 1 << 20];
 
     // Misuse is a typed error.
-    assert_eq!(g.set_passive_port(BROADCAST_PORT, 1, 42, 1, 0, GO_BACK, None), Err(Error::ReservedPort));
-    assert_eq!(g.set_passive_port(BARRIER_PORT, 1, 42, 1, 0, GO_BACK, None), Err(Error::ReservedPort));
-    assert_eq!(g.set_passive_port(1, me, 42, 1, 0, GO_BACK, None), Err(Error::SelfConnect));
+    assert_eq!(
+        g.set_passive_port(BROADCAST_PORT, 1, 42, 1, 0, GO_BACK, None),
+        Err(Error::ReservedPort)
+    );
+    assert_eq!(
+        g.set_passive_port(BARRIER_PORT, 1, 42, 1, 0, GO_BACK, None),
+        Err(Error::ReservedPort)
+    );
+    assert_eq!(
+        g.set_passive_port(1, me, 42, 1, 0, GO_BACK, None),
+        Err(Error::SelfConnect)
+    );
     assert_eq!(g.signal(1024), Err(Error::InvalidSemaphore));
 
     // Port 1: ping-pong between 0 and 1. Port 2: broadcast from 0. Port 3: 2 -> 3 tests.
     let peer = [1, 0, 3, 2][me as usize];
-    g.set_active_port(1, peer, 42, 1, Some(on_recv), Some(on_error), 1, GO_BACK, Some(leak(1 << 20))).unwrap();
+    g.set_active_port(
+        1,
+        peer,
+        42,
+        1,
+        Some(on_recv),
+        Some(on_error),
+        1,
+        GO_BACK,
+        Some(leak(1 << 20)),
+    )
+    .unwrap();
     let bdest = if me == 0 { BROADCAST } else { 0 };
-    g.set_passive_port(2, bdest, 42, 2, 2, GO_BACK, Some(leak(64))).unwrap();
-    g.set_active_port(3, peer, 42, 3, None, Some(on_error), 3, GO_AHEAD, Some(leak(30))).unwrap();
+    g.set_passive_port(2, bdest, 42, 2, 2, GO_BACK, Some(leak(64)))
+        .unwrap();
+    g.set_active_port(
+        3,
+        peer,
+        42,
+        3,
+        None,
+        Some(on_error),
+        3,
+        GO_AHEAD,
+        Some(leak(30)),
+    )
+    .unwrap();
     g.sync().unwrap();
 
     if me < 2 {
@@ -101,14 +149,26 @@ fn program(mut g: G, arrived: Arc<AtomicUsize>) {
                 assert_eq!(g.wait_deadline(7, 1, deadline(&g)), Ok(0));
                 assert!(Gamma::<ThreadPort, StdClock, State>::time_diff(g.time(), t0) >= 0.0);
                 assert_eq!(g.state().last_len, len);
-                assert_eq!(&g.buffer(1).unwrap()[..len], &data[..], "pong of {len} bytes");
+                assert_eq!(
+                    &g.buffer(1).unwrap()[..len],
+                    &data[..],
+                    "pong of {len} bytes"
+                );
             } else {
                 assert_eq!(g.wait_deadline(7, 1, deadline(&g)), Ok(0));
-                assert_eq!(&g.buffer(1).unwrap()[..len], &data[..], "ping of {len} bytes");
+                assert_eq!(
+                    &g.buffer(1).unwrap()[..len],
+                    &data[..],
+                    "ping of {len} bytes"
+                );
                 g.send_flowctl(1, &data).unwrap();
             }
         }
-        assert_eq!(g.wait_deadline(1, sizes.len() as u32, deadline(&g)), Ok(0), "port semaphore counted each message");
+        assert_eq!(
+            g.wait_deadline(1, sizes.len() as u32, deadline(&g)),
+            Ok(0),
+            "port semaphore counted each message"
+        );
     } else if me == 2 {
         // Two pieces, the first at most 20 bytes; then best effort and non-blocking.
         assert_eq!(g.send_2p(3, &[0; 21], b"x"), Err(Error::FirstPieceTooLong));
@@ -128,7 +188,10 @@ fn program(mut g: G, arrived: Arc<AtomicUsize>) {
         assert_eq!(g.wait(8, 0), Ok(-1), "one truncation reported by wait");
         assert_eq!(g.wait(8, 0), Ok(0), "and cleared");
         // GO_AHEAD gathered the messages one after the other.
-        assert_eq!(&g.buffer(3).unwrap()[..28], b"head:bodyplainABCDEFGHIJ\x09\x09\x09\x09");
+        assert_eq!(
+            &g.buffer(3).unwrap()[..28],
+            b"head:bodyplainABCDEFGHIJ\x09\x09\x09\x09"
+        );
     }
 
     // Broadcast from 0 on port 2.

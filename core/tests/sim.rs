@@ -6,12 +6,15 @@ use std::collections::HashMap;
 use volley_core::engine::{Capacity, Config, Group, Members, Storage};
 use volley_core::gamma::{Upcall, BROADCAST, ERR_SENDFAILURE, GO_BACK, PORTS};
 use volley_core::phy::FaultConfig;
-use volley_core::sim::{Sim, SimConfig, SimDevice, SimClock, SimGamma};
+use volley_core::sim::{Sim, SimClock, SimConfig, SimDevice, SimGamma};
 use volley_core::time::{Duration, Instant};
 use volley_core::NodeAddr;
 
 fn seed() -> u64 {
-    std::env::var("VOLLEY_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5EED_0001)
+    std::env::var("VOLLEY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5EED_0001)
 }
 
 fn lossy() -> FaultConfig {
@@ -38,7 +41,10 @@ fn leak<T>(v: Vec<T>) -> &'static mut [T] {
 }
 
 fn groups(n: u16) -> &'static [Group<'static>] {
-    leak(vec![Group { id: 1, members: Members::Range { first: 0, count: n } }])
+    leak(vec![Group {
+        id: 1,
+        members: Members::Range { first: 0, count: n },
+    }])
 }
 
 fn storage<S>(fabric: usize, channels: usize) -> Storage<'static, S> {
@@ -66,7 +72,10 @@ fn gamma<S>(
 // ------------------------------------------------------------------ messages
 
 fn byte(src: u16, k: usize, i: usize) -> u8 {
-    ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(k as u32 * 131 + src as u32 * 17) >> 24) as u8
+    ((i as u32)
+        .wrapping_mul(2_654_435_761)
+        .wrapping_add(k as u32 * 131 + src as u32 * 17)
+        >> 24) as u8
 }
 
 fn pattern(src: u16, k: usize, len: usize) -> Vec<u8> {
@@ -94,7 +103,9 @@ fn on_message(u: &mut Upcall<'_, '_, Check>) {
     };
     let st = u.state();
     if !ok {
-        st.errors.push(format!("from {src}: message {k}: {len} bytes, errno {errno:?}, expected {expect:?}"));
+        st.errors.push(format!(
+            "from {src}: message {k}: {len} bytes, errno {errno:?}, expected {expect:?}"
+        ));
     }
     *st.got.entry(src).or_default() += 1;
 }
@@ -103,7 +114,23 @@ fn on_message(u: &mut Upcall<'_, '_, Check>) {
 fn flowctl_messages_survive_loss_duplication_reordering_corruption() {
     let seed = seed();
     let plans: Vec<(u16, u16, Vec<usize>)> = vec![
-        (1, 0, vec![0, 1, 20, 1443, 1444, 1445, 3000, 65_536, 1 << 20, 16 << 20, 7]),
+        (
+            1,
+            0,
+            vec![
+                0,
+                1,
+                20,
+                1443,
+                1444,
+                1445,
+                3000,
+                65_536,
+                1 << 20,
+                16 << 20,
+                7,
+            ],
+        ),
         (2, 0, vec![5, 100_000, 0, 2 << 20, 333]),
         (0, 1, vec![12_345, 0, 1]),
     ];
@@ -123,48 +150,101 @@ fn flowctl_messages_survive_loss_duplication_reordering_corruption() {
     for (src, dst, sizes) in &plans {
         let biggest = *sizes.iter().max().unwrap();
         let n = &mut sim.nodes[*dst as usize];
-        n.set_active_port(20 + src, *src, 1, 0, Some(on_message), Some(on_message), *src, GO_BACK, Some(leak(vec![0u8; biggest])))
+        n.set_active_port(
+            20 + src,
+            *src,
+            1,
+            0,
+            Some(on_message),
+            Some(on_message),
+            *src,
+            GO_BACK,
+            Some(leak(vec![0u8; biggest])),
+        )
+        .unwrap();
+        sim.nodes[*src as usize]
+            .set_passive_port(10 + dst, *dst, 1, 20 + src, 9, GO_BACK, None)
             .unwrap();
-        sim.nodes[*src as usize].set_passive_port(10 + dst, *dst, 1, 20 + src, 9, GO_BACK, None).unwrap();
     }
     let mut handles = Vec::new();
     for (src, dst, sizes) in &plans {
         for (k, &len) in sizes.iter().enumerate() {
             let data: &'static [u8] = leak(pattern(*src, k, len));
-            handles.push((*src, sim.nodes[*src as usize].isend_flowctl(10 + dst, data).unwrap()));
+            handles.push((
+                *src,
+                sim.nodes[*src as usize]
+                    .isend_flowctl(10 + dst, data)
+                    .unwrap(),
+            ));
         }
     }
     let total: usize = plans.iter().map(|p| p.2.len()).sum();
     let r = sim.run_until(Instant::from_millis(60_000), |nodes, _| {
-        nodes.iter().map(|n| n.state().got.values().sum::<usize>()).sum::<usize>() >= total
+        nodes
+            .iter()
+            .map(|n| n.state().got.values().sum::<usize>())
+            .sum::<usize>()
+            >= total
     });
     if r.is_err() {
         for n in &sim.nodes {
-            eprintln!("got {:?} stats {:?} dev {:?}", n.state().got, n.engine().stats(), n.device().stats());
+            eprintln!(
+                "got {:?} stats {:?} dev {:?}",
+                n.state().got,
+                n.engine().stats(),
+                n.device().stats()
+            );
         }
     }
     assert!(r.is_ok(), "seed {seed}: not all delivered by {:?}", r);
     // Senders learn of completion.
     let r = sim.run_until(Instant::from_millis(120_000), |nodes, _| {
-        handles.iter().all(|(s, h)| nodes[*s as usize].engine().send_status(*h) != Ok(volley_core::engine::SendStatus::Pending))
+        handles.iter().all(|(s, h)| {
+            nodes[*s as usize].engine().send_status(*h)
+                != Ok(volley_core::engine::SendStatus::Pending)
+        })
     });
     assert!(r.is_ok(), "seed {seed}: sends never completed");
     for (s, h) in &handles {
         assert_eq!(sim.nodes[*s as usize].tsend(*h), Ok(true), "seed {seed}");
     }
     for (i, n) in sim.nodes.iter().enumerate() {
-        assert!(n.state().errors.is_empty(), "seed {seed}: node {i}: {:?}", n.state().errors);
+        assert!(
+            n.state().errors.is_empty(),
+            "seed {seed}: node {i}: {:?}",
+            n.state().errors
+        );
         for (src, count) in &n.state().got {
-            assert_eq!(*count, n.state().plan[src].len(), "seed {seed}: node {i} from {src}: exactly once");
+            assert_eq!(
+                *count,
+                n.state().plan[src].len(),
+                "seed {seed}: node {i} from {src}: exactly once"
+            );
         }
     }
     let stats: Vec<_> = sim.nodes.iter().map(|n| *n.engine().stats()).collect();
     let dev: Vec<_> = sim.nodes.iter().map(|n| n.device().stats()).collect();
-    assert!(stats.iter().map(|s| s.rx_bad_crc).sum::<u64>() > 0, "seed {seed}: corruption was injected and caught");
-    assert!(stats.iter().map(|s| s.rx_duplicates).sum::<u64>() > 0, "seed {seed}");
-    assert!(stats.iter().map(|s| s.retransmits).sum::<u64>() > 0, "seed {seed}");
-    assert!(dev.iter().map(|d| d.reordered).sum::<u64>() > 0, "seed {seed}");
-    println!("seed {seed}: delivered {total} messages by {}; stats {:?}", sim.now(), stats[0]);
+    assert!(
+        stats.iter().map(|s| s.rx_bad_crc).sum::<u64>() > 0,
+        "seed {seed}: corruption was injected and caught"
+    );
+    assert!(
+        stats.iter().map(|s| s.rx_duplicates).sum::<u64>() > 0,
+        "seed {seed}"
+    );
+    assert!(
+        stats.iter().map(|s| s.retransmits).sum::<u64>() > 0,
+        "seed {seed}"
+    );
+    assert!(
+        dev.iter().map(|d| d.reordered).sum::<u64>() > 0,
+        "seed {seed}"
+    );
+    println!(
+        "seed {seed}: delivered {total} messages by {}; stats {:?}",
+        sim.now(),
+        stats[0]
+    );
 }
 
 // ------------------------------------------------------------------ dead peer
@@ -182,16 +262,31 @@ fn dead_peer_becomes_sendfailure_in_bounded_time() {
     let seed = seed();
     let g = groups(3);
     let mut sc = SimConfig::lan(seed);
-    sc.faults = FaultConfig { loss: 0.1, ..FaultConfig::default() };
-    let mut sim = Sim::new(3, sc, |i, dev, clock| gamma(g, cfg(1, i as u16), 3, 4, dev, clock, Errors::default()));
-    sim.nodes[0].set_active_port(1, 1, 1, 1, None, Some(on_error), 3, GO_BACK, None).unwrap();
-    sim.nodes[0].set_passive_port(2, 2, 1, 1, 4, GO_BACK, None).unwrap();
-    sim.nodes[1].set_passive_port(1, 0, 1, 1, 0, GO_BACK, Some(leak(vec![0; 64]))).unwrap();
-    sim.nodes[2].set_passive_port(1, 0, 1, 1, 0, GO_BACK, Some(leak(vec![0; 64]))).unwrap();
+    sc.faults = FaultConfig {
+        loss: 0.1,
+        ..FaultConfig::default()
+    };
+    let mut sim = Sim::new(3, sc, |i, dev, clock| {
+        gamma(g, cfg(1, i as u16), 3, 4, dev, clock, Errors::default())
+    });
+    sim.nodes[0]
+        .set_active_port(1, 1, 1, 1, None, Some(on_error), 3, GO_BACK, None)
+        .unwrap();
+    sim.nodes[0]
+        .set_passive_port(2, 2, 1, 1, 4, GO_BACK, None)
+        .unwrap();
+    sim.nodes[1]
+        .set_passive_port(1, 0, 1, 1, 0, GO_BACK, Some(leak(vec![0; 64])))
+        .unwrap();
+    sim.nodes[2]
+        .set_passive_port(1, 0, 1, 1, 0, GO_BACK, Some(leak(vec![0; 64])))
+        .unwrap();
     // One message gets through while node 1 lives.
     let h = sim.nodes[0].isend_flowctl(1, b"alive").unwrap();
-    sim.run_until(Instant::from_millis(100), |n, _| n[0].engine().send_status(h) != Ok(volley_core::engine::SendStatus::Pending))
-        .expect("first send");
+    sim.run_until(Instant::from_millis(100), |n, _| {
+        n[0].engine().send_status(h) != Ok(volley_core::engine::SendStatus::Pending)
+    })
+    .expect("first send");
     assert_eq!(sim.nodes[0].tsend(h), Ok(true));
     sim.net.kill(1);
     sim.net.kill(2);
@@ -205,10 +300,23 @@ fn dead_peer_becomes_sendfailure_in_bounded_time() {
     let at = r.unwrap_or_else(|e| panic!("seed {seed}: no failure reported: {e:?}"));
     let took = at - killed_at;
     // 12 retries, back-off from 200 us capped at 20 ms: under 0.2 s of virtual time.
-    assert!(took < Duration::from_millis(200), "seed {seed}: took {took}");
-    assert_eq!(sim.nodes[0].tsend(h1), Err(volley_core::engine::Error::SendFailure));
-    assert_eq!(sim.nodes[0].tsend(h2), Err(volley_core::engine::Error::SendFailure));
-    assert_eq!(sim.nodes[0].state().0, vec![(1, ERR_SENDFAILURE)], "seed {seed}: error handler of port 1");
+    assert!(
+        took < Duration::from_millis(200),
+        "seed {seed}: took {took}"
+    );
+    assert_eq!(
+        sim.nodes[0].tsend(h1),
+        Err(volley_core::engine::Error::SendFailure)
+    );
+    assert_eq!(
+        sim.nodes[0].tsend(h2),
+        Err(volley_core::engine::Error::SendFailure)
+    );
+    assert_eq!(
+        sim.nodes[0].state().0,
+        vec![(1, ERR_SENDFAILURE)],
+        "seed {seed}: error handler of port 1"
+    );
     // The passive port's failure counts on its semaphore: wait reports it.
     sim.nodes[0].signal(4).unwrap();
     assert_eq!(sim.nodes[0].wait(4, 1), Ok(-1));
@@ -236,24 +344,53 @@ fn barrier_and_broadcast_under_loss() {
         let seed = base ^ n as u64;
         let g = groups(n);
         let mut sc = SimConfig::lan(seed);
-        sc.faults = FaultConfig { loss: 0.15, duplicate: 0.02, reorder: 0.05, ..lossy() };
+        sc.faults = FaultConfig {
+            loss: 0.15,
+            duplicate: 0.02,
+            reorder: 0.05,
+            ..lossy()
+        };
         sc.faults.corrupt = 0.0;
         let mut sim = Sim::new(n as usize, sc, |i, dev, clock| {
-            gamma(g, cfg(1, i as u16), n as usize, n as usize, dev, clock, Bar::default())
+            gamma(
+                g,
+                cfg(1, i as u16),
+                n as usize,
+                n as usize,
+                dev,
+                clock,
+                Bar::default(),
+            )
         });
         for (i, node) in sim.nodes.iter_mut().enumerate() {
             let dest = if i == 0 { BROADCAST } else { 0 };
-            node.set_active_port(5, dest, 1, 5, Some(on_bcast), None, 0, GO_BACK, Some(leak(vec![0; 4096]))).unwrap();
+            node.set_active_port(
+                5,
+                dest,
+                1,
+                5,
+                Some(on_bcast),
+                None,
+                0,
+                GO_BACK,
+                Some(leak(vec![0; 4096])),
+            )
+            .unwrap();
         }
         let payload: &'static [u8] = leak(pattern(0, 0, 3000));
         let h = sim.nodes[0].isend_flowctl(5, payload).unwrap();
         // Members enter the barrier at staggered, seeded times.
         let mut rng = volley_core::rng::Rng::new(seed);
-        let enter: Vec<Instant> = (0..n).map(|_| Instant::from_micros(rng.below(2_000))).collect();
+        let enter: Vec<Instant> = (0..n)
+            .map(|_| Instant::from_micros(rng.below(2_000)))
+            .collect();
         let record_exits = |nodes: &mut [SimGamma<'static, Bar>], now: Instant| {
             for node in nodes.iter_mut() {
                 let st = node.state();
-                if st.entered.is_some() && st.left.is_none() && node.engine().barrier_done() == Ok(true) {
+                if st.entered.is_some()
+                    && st.left.is_none()
+                    && node.engine().barrier_done() == Ok(true)
+                {
                     node.state_mut().left = Some(now);
                 }
             }
@@ -269,17 +406,39 @@ fn barrier_and_broadcast_under_loss() {
         }
         let r = sim.run_until(Instant::from_millis(30_000), record_exits);
         assert!(r.is_ok(), "seed {seed}: barrier of {n} did not finish");
-        let last_in = sim.nodes.iter().map(|x| x.state().entered.unwrap()).max().unwrap();
-        let first_out = sim.nodes.iter().map(|x| x.state().left.unwrap()).min().unwrap();
-        assert!(first_out >= last_in, "seed {seed}: n={n}: someone left at {first_out} before the last arrived at {last_in}");
-        sim.run_until(Instant::from_millis(60_000), |nodes, _| nodes[0].engine().send_status(h) != Ok(volley_core::engine::SendStatus::Pending))
-            .expect("broadcast completes");
+        let last_in = sim
+            .nodes
+            .iter()
+            .map(|x| x.state().entered.unwrap())
+            .max()
+            .unwrap();
+        let first_out = sim
+            .nodes
+            .iter()
+            .map(|x| x.state().left.unwrap())
+            .min()
+            .unwrap();
+        assert!(
+            first_out >= last_in,
+            "seed {seed}: n={n}: someone left at {first_out} before the last arrived at {last_in}"
+        );
+        sim.run_until(Instant::from_millis(60_000), |nodes, _| {
+            nodes[0].engine().send_status(h) != Ok(volley_core::engine::SendStatus::Pending)
+        })
+        .expect("broadcast completes");
         assert_eq!(sim.nodes[0].tsend(h), Ok(true), "seed {seed}");
         for (i, node) in sim.nodes.iter().enumerate().skip(1) {
-            assert_eq!(node.state().got.len(), 1, "seed {seed}: n={n}: member {i} got the broadcast once");
+            assert_eq!(
+                node.state().got.len(),
+                1,
+                "seed {seed}: n={n}: member {i} got the broadcast once"
+            );
             assert_eq!(node.state().got[0], payload, "seed {seed}");
         }
-        assert!(sim.nodes[0].state().got.is_empty(), "the sender does not hear itself");
+        assert!(
+            sim.nodes[0].state().got.is_empty(),
+            "the sender does not hear itself"
+        );
     }
 }
 
@@ -300,15 +459,35 @@ fn groups_and_jobs_are_isolated() {
     // instance 0 but its table points group 2's instance 1 at address 0 (group 1).
     // Address 5 is group 1's instance 1 with another job key.
     let honest: &'static [Group<'static>] = leak(vec![
-        Group { id: 1, members: Members::Range { first: 0, count: 2 } },
-        Group { id: 2, members: Members::Range { first: 2, count: 2 } },
+        Group {
+            id: 1,
+            members: Members::Range { first: 0, count: 2 },
+        },
+        Group {
+            id: 2,
+            members: Members::Range { first: 2, count: 2 },
+        },
     ]);
-    let rogue: &'static [Group<'static>] = leak(vec![Group { id: 2, members: Members::List(leak(vec![NodeAddr(4), NodeAddr(0)])) }]);
-    let other_job: &'static [Group<'static>] = leak(vec![Group { id: 1, members: Members::List(leak(vec![NodeAddr(0), NodeAddr(5)])) }]);
+    let rogue: &'static [Group<'static>] = leak(vec![Group {
+        id: 2,
+        members: Members::List(leak(vec![NodeAddr(4), NodeAddr(0)])),
+    }]);
+    let other_job: &'static [Group<'static>] = leak(vec![Group {
+        id: 1,
+        members: Members::List(leak(vec![NodeAddr(0), NodeAddr(5)])),
+    }]);
     let sim_cfg = SimConfig::lan(seed);
     let mut sim = Sim::new(6, sim_cfg, |i, dev, clock| match i {
         0 | 1 => gamma(honest, cfg(1, i as u16), 6, 4, dev, clock, Seen::default()),
-        2 | 3 => gamma(honest, cfg(2, i as u16 - 2), 6, 4, dev, clock, Seen::default()),
+        2 | 3 => gamma(
+            honest,
+            cfg(2, i as u16 - 2),
+            6,
+            4,
+            dev,
+            clock,
+            Seen::default(),
+        ),
         4 => gamma(rogue, cfg(2, 0), 6, 4, dev, clock, Seen::default()),
         _ => {
             let mut c = cfg(1, 1);
@@ -316,18 +495,48 @@ fn groups_and_jobs_are_isolated() {
             gamma(other_job, c, 6, 4, dev, clock, Seen::default())
         }
     });
-    sim.nodes[0].set_active_port(1, 1, 1, 1, Some(on_seen), Some(on_seen), 0, GO_BACK, Some(leak(vec![0; 64]))).unwrap();
-    sim.nodes[1].set_passive_port(1, 0, 1, 1, 0, GO_BACK, None).unwrap();
-    sim.nodes[2].set_passive_port(1, 0, 1, 1, 0, GO_BACK, None).unwrap(); // inter-group: to group 1
-    sim.nodes[4].set_passive_port(1, 1, 2, 1, 0, GO_BACK, None).unwrap();
-    sim.nodes[5].set_passive_port(1, 0, 1, 1, 0, GO_BACK, None).unwrap();
-    for (n, msg) in [(1usize, &b"member"[..]), (2, b"other group, addressed right"), (4, b"rogue"), (5, b"other job")] {
+    sim.nodes[0]
+        .set_active_port(
+            1,
+            1,
+            1,
+            1,
+            Some(on_seen),
+            Some(on_seen),
+            0,
+            GO_BACK,
+            Some(leak(vec![0; 64])),
+        )
+        .unwrap();
+    sim.nodes[1]
+        .set_passive_port(1, 0, 1, 1, 0, GO_BACK, None)
+        .unwrap();
+    sim.nodes[2]
+        .set_passive_port(1, 0, 1, 1, 0, GO_BACK, None)
+        .unwrap(); // inter-group: to group 1
+    sim.nodes[4]
+        .set_passive_port(1, 1, 2, 1, 0, GO_BACK, None)
+        .unwrap();
+    sim.nodes[5]
+        .set_passive_port(1, 0, 1, 1, 0, GO_BACK, None)
+        .unwrap();
+    for (n, msg) in [
+        (1usize, &b"member"[..]),
+        (2, b"other group, addressed right"),
+        (4, b"rogue"),
+        (5, b"other job"),
+    ] {
         sim.nodes[n].send(1, msg).unwrap();
     }
-    sim.run_until(Instant::from_millis(5), |_, _| false).unwrap_err();
+    sim.run_until(Instant::from_millis(5), |_, _| false)
+        .unwrap_err();
     let mut got = sim.nodes[0].state().0.clone();
     got.sort();
-    assert_eq!(got, vec![b"member".to_vec(), b"other group, addressed right".to_vec()], "seed {seed}");
+    assert_eq!(
+        got,
+        vec![b"member".to_vec(), b"other group, addressed right".to_vec()],
+        "seed {seed}"
+    );
     let s = sim.nodes[0].engine().stats();
     assert_eq!(s.rx_foreign_group, 1, "seed {seed}: {s:?}");
     assert_eq!(s.rx_foreign_job, 1, "seed {seed}: {s:?}");
@@ -340,7 +549,13 @@ fn barrier_cost(n: u16, seed: u64, rounds: usize) -> Duration {
     let mut sc = SimConfig::lan(seed);
     sc.latency = Duration::from_micros(5);
     let mut sim = Sim::new(n as usize, sc, |i, dev, clock| {
-        let mut s = Storage::with_capacity(Capacity { ports: PORTS, channels: 32, fabric_nodes: n as usize, ops: 4, assemblies: 1 });
+        let mut s = Storage::with_capacity(Capacity {
+            ports: PORTS,
+            channels: 32,
+            fabric_nodes: n as usize,
+            ops: 4,
+            assemblies: 1,
+        });
         s.sems = vec![Default::default(); PORTS].into();
         SimGamma::init(cfg(1, i as u16), g, s, dev, clock, ()).unwrap()
     });
@@ -349,8 +564,10 @@ fn barrier_cost(n: u16, seed: u64, rounds: usize) -> Duration {
         for node in sim.nodes.iter_mut() {
             node.sync_start().unwrap();
         }
-        sim.run_until(Instant::from_millis(10_000), |nodes, _| nodes.iter().all(|x| x.engine().barrier_done() == Ok(true)))
-            .unwrap_or_else(|e| panic!("seed {seed}: barrier of {n} stuck: {e:?}"));
+        sim.run_until(Instant::from_millis(10_000), |nodes, _| {
+            nodes.iter().all(|x| x.engine().barrier_done() == Ok(true))
+        })
+        .unwrap_or_else(|e| panic!("seed {seed}: barrier of {n} stuck: {e:?}"));
     }
     Duration::from_nanos((sim.now() - start).total_nanos() / rounds as u64)
 }
@@ -363,6 +580,12 @@ fn barrier_of_1024_nodes_costs_log_n() {
     println!("virtual time per barrier: 16 nodes {small}, 1024 nodes {big}");
     // log2: 4 rounds against 10. Linear growth would be 64 times.
     let ratio = big.total_nanos() as f64 / small.total_nanos() as f64;
-    assert!(ratio < 10.0 / 4.0 * 1.3, "seed {seed}: ratio {ratio:.2} is not logarithmic");
-    assert!(ratio > 1.5, "seed {seed}: 1024 nodes cannot be as cheap as 16 ({ratio:.2})");
+    assert!(
+        ratio < 10.0 / 4.0 * 1.3,
+        "seed {seed}: ratio {ratio:.2} is not logarithmic"
+    );
+    assert!(
+        ratio > 1.5,
+        "seed {seed}: 1024 nodes cannot be as cheap as 16 ({ratio:.2})"
+    );
 }

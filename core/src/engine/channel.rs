@@ -25,9 +25,16 @@ pub(crate) fn seq_lt(a: u32, b: u32) -> bool {
 pub(crate) enum Slot {
     Free,
     /// A fragment of send operation `op`.
-    Data { op: u16, offset: u32, len: u16 },
+    Data {
+        op: u16,
+        offset: u32,
+        len: u16,
+    },
     /// A barrier token.
-    Barrier { epoch: u32, round: u32 },
+    Barrier {
+        epoch: u32,
+        round: u32,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -40,7 +47,12 @@ pub(crate) struct Inflight {
 }
 
 impl Inflight {
-    const EMPTY: Inflight = Inflight { slot: Slot::Free, sacked: false, resend: false, fast: false };
+    const EMPTY: Inflight = Inflight {
+        slot: Slot::Free,
+        sacked: false,
+        resend: false,
+        fast: false,
+    };
 }
 
 /// The outcome of receiving a reliable frame's sequence number.
@@ -301,7 +313,11 @@ impl Channel {
 
     /// The ack this side would send now.
     pub(crate) fn ack_info(&self, window: u16) -> AckInfo {
-        AckInfo { ack: self.rcv_nxt, sack: self.rcv_sack, window }
+        AckInfo {
+            ack: self.rcv_nxt,
+            sack: self.rcv_sack,
+            window,
+        }
     }
 }
 
@@ -344,19 +360,37 @@ mod tests {
         }
         let mut seen = std::vec::Vec::new();
         // Frames 0 and 4 arrived (sack bit i stands for ack + 1 + i).
-        assert!(c.on_ack(AckInfo { ack: 1, sack: 0b100, window: 32 }, |s| seen.push(s)));
+        assert!(c.on_ack(
+            AckInfo {
+                ack: 1,
+                sack: 0b100,
+                window: 32
+            },
+            |s| seen.push(s)
+        ));
         assert_eq!(seen.len(), 2);
         assert_eq!(c.mark_all_for_resend(), 3); // 1, 2 and 3
         seen.clear();
         // Duplicate ack adds nothing.
-        assert!(!c.on_ack(AckInfo { ack: 1, sack: 0b100, window: 32 }, |s| seen.push(s)));
+        assert!(!c.on_ack(
+            AckInfo {
+                ack: 1,
+                sack: 0b100,
+                window: 32
+            },
+            |s| seen.push(s)
+        ));
         assert!(seen.is_empty());
         // Frames 3, 4, 5 were acked past the holes at 1 and 2: both go again at once.
         let mut f = chan();
         for i in 0..6 {
             f.push(Slot::Barrier { epoch: 0, round: i });
         }
-        let a = AckInfo { ack: 1, sack: 0b1110, window: 32 };
+        let a = AckInfo {
+            ack: 1,
+            sack: 0b1110,
+            window: 32,
+        };
         f.on_ack(a, |_| ());
         assert_eq!(f.mark_holes_for_resend(a), 2);
         assert!(f.slot_mut(1).resend && f.slot_mut(2).resend && !f.slot_mut(5).resend);
@@ -365,11 +399,22 @@ mod tests {
         for i in 0..4 {
             g.push(Slot::Barrier { epoch: 0, round: i });
         }
-        let b = AckInfo { ack: 1, sack: 0b11, window: 32 };
+        let b = AckInfo {
+            ack: 1,
+            sack: 0b11,
+            window: 32,
+        };
         g.on_ack(b, |_| ());
         assert_eq!(g.mark_holes_for_resend(b), 0);
         assert_eq!(f.mark_holes_for_resend(a), 0, "once per timeout round");
-        assert!(c.on_ack(AckInfo { ack: 5, sack: 0, window: 32 }, |s| seen.push(s)));
+        assert!(c.on_ack(
+            AckInfo {
+                ack: 5,
+                sack: 0,
+                window: 32
+            },
+            |s| seen.push(s)
+        ));
         assert_eq!(seen.len(), 3, "4 was already counted");
         assert_eq!(c.outstanding(), 0);
         // A stale ack arriving late must not mark the slots' new occupants.
@@ -377,15 +422,36 @@ mod tests {
         for i in 0..70 {
             d.push(Slot::Barrier { epoch: 0, round: i });
             if i >= 63 {
-                d.on_ack(AckInfo { ack: i - 62, sack: 0, window: 64 }, |_| ());
+                d.on_ack(
+                    AckInfo {
+                        ack: i - 62,
+                        sack: 0,
+                        window: 64,
+                    },
+                    |_| (),
+                );
             }
         }
         assert_eq!((d.snd_una, d.snd_nxt), (7, 70));
         // Old ack: base 2, bit i for 3 + i; seqs 3..7 are gone, 67..69 sit in their slots.
-        assert!(!d.on_ack(AckInfo { ack: 2, sack: 0b1111, window: 64 }, |_| panic!("stale")));
+        assert!(!d.on_ack(
+            AckInfo {
+                ack: 2,
+                sack: 0b1111,
+                window: 64
+            },
+            |_| panic!("stale")
+        ));
         assert!(!d.slot_mut(67).sacked);
         // An ack beyond what was sent is ignored.
-        assert!(!c.on_ack(AckInfo { ack: 9, sack: 0, window: 32 }, |_| panic!()));
+        assert!(!c.on_ack(
+            AckInfo {
+                ack: 9,
+                sack: 0,
+                window: 32
+            },
+            |_| panic!()
+        ));
     }
 
     #[test]

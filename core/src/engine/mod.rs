@@ -44,8 +44,8 @@ mod channel;
 #[cfg(test)]
 mod tests;
 
-pub use channel::{Channel, MAX_WINDOW};
 use channel::{seq_lt, SeqCheck, Slot, CTRL_QUEUE, NONE};
+pub use channel::{Channel, MAX_WINDOW};
 
 /// Destination instance meaning "every member of the group but the sender".
 pub const BROADCAST: NodeId = u16::MAX;
@@ -123,9 +123,7 @@ impl Members<'_> {
     /// Fabric address of instance `i`.
     pub fn addr(&self, i: NodeId) -> Option<NodeAddr> {
         match *self {
-            Members::Range { first, count } => {
-                (i < count).then(|| NodeAddr(first.wrapping_add(i)))
-            }
+            Members::Range { first, count } => (i < count).then(|| NodeAddr(first.wrapping_add(i))),
             Members::List(l) => l.get(i as usize).copied(),
         }
     }
@@ -408,14 +406,22 @@ impl Op<'_> {
         msg_id: 0,
         kind: Kind::Data,
         src_port: 0,
-        dest: Dest { group: 0, node: 0, port: 0 },
+        dest: Dest {
+            group: 0,
+            node: 0,
+            port: 0,
+        },
     };
 
     /// The payload bytes `[off, off + len)`, as up to two pieces (head, body).
     fn pieces<'s>(&'s self, body: &'s [u8], off: usize, len: usize) -> [&'s [u8]; 2] {
         let h = self.head_len as usize;
         let end = off + len;
-        let head = if off < h { &self.head[off..end.min(h)] } else { &[][..] };
+        let head = if off < h {
+            &self.head[off..end.min(h)]
+        } else {
+            &[][..]
+        };
         let b0 = off.saturating_sub(h);
         let b1 = end.saturating_sub(h);
         let tail = body.get(b0..b1).unwrap_or(&[]);
@@ -592,13 +598,20 @@ impl<'a, S> Upcall<'_, 'a, S> {
     }
     /// Sender's group, instance and port.
     pub fn source(&self) -> Dest {
-        Dest { group: self.src.src_group, node: self.src.src_node, port: self.src.src_port }
+        Dest {
+            group: self.src.src_group,
+            node: self.src.src_node,
+            port: self.src.src_port,
+        }
     }
     /// The stored message, read from the port's buffer.
     pub fn data(&self) -> &[u8] {
         let p = &self.ports[self.port as usize];
         let end = self.base + self.stored;
-        p.buf.as_deref().and_then(|b| b.get(self.base..end)).unwrap_or(&[])
+        p.buf
+            .as_deref()
+            .and_then(|b| b.get(self.base..end))
+            .unwrap_or(&[])
     }
     /// The application state shared with handlers.
     pub fn state(&mut self) -> &mut S {
@@ -606,13 +619,19 @@ impl<'a, S> Upcall<'_, 'a, S> {
     }
     /// Increments semaphore `sem` (GAMMA `gamma_signal`).
     pub fn signal(&mut self, sem: u16) -> Result<(), Error> {
-        let s = self.sems.get_mut(sem as usize).ok_or(Error::InvalidSemaphore)?;
+        let s = self
+            .sems
+            .get_mut(sem as usize)
+            .ok_or(Error::InvalidSemaphore)?;
         s.count = s.count.saturating_add(1);
         Ok(())
     }
     /// Increments error semaphore `sem` (GAMMA `gamma_sigerr`).
     pub fn sigerr(&mut self, sem: u16) -> Result<(), Error> {
-        let s = self.sems.get_mut(sem as usize).ok_or(Error::InvalidSemaphore)?;
+        let s = self
+            .sems
+            .get_mut(sem as usize)
+            .ok_or(Error::InvalidSemaphore)?;
         s.errors = s.errors.saturating_add(1);
         Ok(())
     }
@@ -638,7 +657,10 @@ impl<'a, S> Upcall<'_, 'a, S> {
     }
 }
 
-fn port_mut<'p, 'a, S>(ports: &'p mut [Port<'a, S>], port: PortId) -> Result<&'p mut Port<'a, S>, Error> {
+fn port_mut<'p, 'a, S>(
+    ports: &'p mut [Port<'a, S>],
+    port: PortId,
+) -> Result<&'p mut Port<'a, S>, Error> {
     ports.get_mut(port as usize).ok_or(Error::InvalidPort)
 }
 
@@ -674,7 +696,10 @@ fn attach_buffer<'a, S>(
     Ok(p.buf.replace(buf))
 }
 
-fn take_buffer<'a, S>(ports: &mut [Port<'a, S>], port: PortId) -> Result<Option<&'a mut [u8]>, Error> {
+fn take_buffer<'a, S>(
+    ports: &mut [Port<'a, S>],
+    port: PortId,
+) -> Result<Option<&'a mut [u8]>, Error> {
     let p = port_mut(ports, port)?;
     if p.busy {
         return Err(Error::PortBusy);
@@ -794,13 +819,10 @@ struct Note {
     src: Endpoints,
 }
 
-fn notify<'a, S>(
-    ports: &mut [Port<'a, S>],
-    sems: &mut [Semaphore],
-    state: &mut S,
-    n: Note,
-) {
-    let Some(p) = ports.get(n.port as usize) else { return };
+fn notify<'a, S>(ports: &mut [Port<'a, S>], sems: &mut [Semaphore], state: &mut S, n: Note) {
+    let Some(p) = ports.get(n.port as usize) else {
+        return;
+    };
     let sem = p.sem as usize;
     let handler = if n.errno.is_some() { p.err } else { p.recv };
     if let Some(s) = sems.get_mut(sem) {
@@ -840,7 +862,11 @@ fn finish_op(ops: &mut [Op<'_>], i: usize, ok: bool) {
     p.children = p.children.saturating_sub(1);
     p.child_failed |= !ok;
     if p.children == 0 {
-        p.state = if p.child_failed { OpState::Failed } else { OpState::Done };
+        p.state = if p.child_failed {
+            OpState::Failed
+        } else {
+            OpState::Done
+        };
     }
 }
 
@@ -852,7 +878,10 @@ impl<'a, S> Engine<'a, S> {
         storage: Storage<'a, S>,
         state: S,
     ) -> Result<Self, Error> {
-        let g = groups.iter().find(|g| g.id == cfg.group).ok_or(Error::BadConfig)?;
+        let g = groups
+            .iter()
+            .find(|g| g.id == cfg.group)
+            .ok_or(Error::BadConfig)?;
         if cfg.node >= g.members.len() || cfg.window == 0 || storage.ops.len() > NONE as usize {
             return Err(Error::BadConfig);
         }
@@ -871,7 +900,11 @@ impl<'a, S> Engine<'a, S> {
             asms: storage.assemblies,
             state,
             stats: Stats::default(),
-            caps: Capabilities { mtu: 1500, reliable: false, integrity: false },
+            caps: Capabilities {
+                mtu: 1500,
+                reliable: false,
+                integrity: false,
+            },
             bar: BarrierState::default(),
             rr: 0,
             chan_hwm: 0,
@@ -961,7 +994,11 @@ impl<'a, S> Engine<'a, S> {
     }
 
     /// Binds a fresh buffer to `port`, returning the previous one.
-    pub fn post_recv(&mut self, port: PortId, buf: &'a mut [u8]) -> Result<Option<&'a mut [u8]>, Error> {
+    pub fn post_recv(
+        &mut self,
+        port: PortId,
+        buf: &'a mut [u8],
+    ) -> Result<Option<&'a mut [u8]>, Error> {
         post_recv(&mut self.ports, port, buf)
     }
 
@@ -995,24 +1032,36 @@ impl<'a, S> Engine<'a, S> {
 
     /// Increments semaphore `sem`.
     pub fn signal(&mut self, sem: u16) -> Result<(), Error> {
-        let s = self.sems.get_mut(sem as usize).ok_or(Error::InvalidSemaphore)?;
+        let s = self
+            .sems
+            .get_mut(sem as usize)
+            .ok_or(Error::InvalidSemaphore)?;
         s.count = s.count.saturating_add(1);
         Ok(())
     }
     /// Increments error semaphore `sem`.
     pub fn sigerr(&mut self, sem: u16) -> Result<(), Error> {
-        let s = self.sems.get_mut(sem as usize).ok_or(Error::InvalidSemaphore)?;
+        let s = self
+            .sems
+            .get_mut(sem as usize)
+            .ok_or(Error::InvalidSemaphore)?;
         s.errors = s.errors.saturating_add(1);
         Ok(())
     }
     /// The semaphore's state.
     pub fn semaphore(&self, sem: u16) -> Result<Semaphore, Error> {
-        self.sems.get(sem as usize).copied().ok_or(Error::InvalidSemaphore)
+        self.sems
+            .get(sem as usize)
+            .copied()
+            .ok_or(Error::InvalidSemaphore)
     }
     /// If `sem` has reached `n`, takes `n` from it and returns (and clears) the error
     /// count; otherwise `None`.
     pub fn try_take(&mut self, sem: u16, n: u32) -> Result<Option<u32>, Error> {
-        let s = self.sems.get_mut(sem as usize).ok_or(Error::InvalidSemaphore)?;
+        let s = self
+            .sems
+            .get_mut(sem as usize)
+            .ok_or(Error::InvalidSemaphore)?;
         if s.count < n {
             return Ok(None);
         }
@@ -1085,7 +1134,11 @@ impl<'a, S> Engine<'a, S> {
         let mut parent = op;
         parent.children = members;
         parent.gen = self.ops[pi].gen;
-        parent.state = if members == 0 { OpState::Done } else { OpState::Active };
+        parent.state = if members == 0 {
+            OpState::Done
+        } else {
+            OpState::Active
+        };
         self.ops[pi] = parent;
         op.kind = Kind::Multicast;
         op.parent = pi as u16;
@@ -1093,7 +1146,9 @@ impl<'a, S> Engine<'a, S> {
             if dest.group == self.cfg.group && i == self.cfg.node {
                 continue;
             }
-            let Some(addr) = g.members.addr(i) else { continue };
+            let Some(addr) = g.members.addr(i) else {
+                continue;
+            };
             let mut child = op;
             child.dest.node = i;
             // Room was checked above.
@@ -1191,13 +1246,32 @@ impl<'a, S> Engine<'a, S> {
         Ok(st)
     }
 
-    fn channel_for(&mut self, addr: NodeAddr, group: GroupId, node: NodeId) -> Result<usize, Error> {
-        let slot = self.peer_map.get(addr.0 as usize).copied().ok_or(Error::NoResources)?;
+    fn channel_for(
+        &mut self,
+        addr: NodeAddr,
+        group: GroupId,
+        node: NodeId,
+    ) -> Result<usize, Error> {
+        let slot = self
+            .peer_map
+            .get(addr.0 as usize)
+            .copied()
+            .ok_or(Error::NoResources)?;
         if slot != NONE {
             return Ok(slot as usize);
         }
-        let ci = self.chans.iter().position(|c| !c.in_use).ok_or(Error::NoResources)?;
-        self.chans[ci].open(addr, group, node, self.cfg.window.min(MAX_WINDOW as u16), self.cfg.rto_initial);
+        let ci = self
+            .chans
+            .iter()
+            .position(|c| !c.in_use)
+            .ok_or(Error::NoResources)?;
+        self.chans[ci].open(
+            addr,
+            group,
+            node,
+            self.cfg.window.min(MAX_WINDOW as u16),
+            self.cfg.rto_initial,
+        );
         self.peer_map[addr.0 as usize] = ci as u16;
         self.chan_hwm = self.chan_hwm.max(ci + 1);
         Ok(ci)
@@ -1328,7 +1402,9 @@ impl<'a, S> Engine<'a, S> {
         let payload = packet.payload();
         match repr.kind {
             Kind::Ack => {}
-            Kind::Data | Kind::Multicast | Kind::Barrier if repr.flags.contains(Flags::RELIABLE) => {
+            Kind::Data | Kind::Multicast | Kind::Barrier
+                if repr.flags.contains(Flags::RELIABLE) =>
+            {
                 self.rx_reliable(now, ci, &repr, payload)
             }
             Kind::Data | Kind::Multicast => self.rx_best_effort(now, ci, &repr, payload),
@@ -1344,7 +1420,8 @@ impl<'a, S> Engine<'a, S> {
             if let Slot::Data { op, .. } = slot {
                 let o = &mut ops[op as usize];
                 o.unacked = o.unacked.saturating_sub(1);
-                if o.state == OpState::Active && o.framed == o.total && o.started && o.unacked == 0 {
+                if o.state == OpState::Active && o.framed == o.total && o.started && o.unacked == 0
+                {
                     finish_op(ops, op as usize, true);
                 }
             }
@@ -1371,8 +1448,13 @@ impl<'a, S> Engine<'a, S> {
     fn rx_reliable(&mut self, now: Instant, ci: usize, repr: &Repr, payload: &[u8]) {
         trace!(
             "{now} node {} rx seq {} msg {} off {} from {}: {:?} rcv_nxt {}",
-            self.cfg.node, repr.seq, repr.msg_id, repr.offset, repr.ends.src_node,
-            self.chans[ci].check_seq(repr.seq), self.chans[ci].rcv_nxt
+            self.cfg.node,
+            repr.seq,
+            repr.msg_id,
+            repr.offset,
+            repr.ends.src_node,
+            self.chans[ci].check_seq(repr.seq),
+            self.chans[ci].rcv_nxt
         );
         match self.chans[ci].check_seq(repr.seq) {
             SeqCheck::Duplicate => {
@@ -1432,9 +1514,9 @@ impl<'a, S> Engine<'a, S> {
     }
 
     fn find_asm(&self, ci: usize, msg_id: u32, reliable: bool) -> Option<usize> {
-        self.asms
-            .iter()
-            .position(|a| a.used && a.chan == ci as u16 && a.msg_id == msg_id && a.reliable == reliable)
+        self.asms.iter().position(|a| {
+            a.used && a.chan == ci as u16 && a.msg_id == msg_id && a.reliable == reliable
+        })
     }
 
     /// Reserves room in the destination port for a new message, or `None` to refuse.
@@ -1483,7 +1565,11 @@ impl<'a, S> Engine<'a, S> {
         }
         let n = payload.len().min(a.cap - off);
         let at = a.base + off;
-        if let Some(buf) = self.ports.get_mut(a.port as usize).and_then(|p| p.buf.as_deref_mut()) {
+        if let Some(buf) = self
+            .ports
+            .get_mut(a.port as usize)
+            .and_then(|p| p.buf.as_deref_mut())
+        {
             if let Some(dst) = buf.get_mut(at..at + n) {
                 dst.copy_from_slice(&payload[..n]);
             }
@@ -1504,7 +1590,9 @@ impl<'a, S> Engine<'a, S> {
                     // Placed in message order, so a later message waits for an earlier one.
                     return repr.ends.dst_port as usize >= self.ports.len();
                 }
-                let Some(ai) = self.reserve(ci, repr, true, now) else { return false };
+                let Some(ai) = self.reserve(ci, repr, true, now) else {
+                    return false;
+                };
                 self.chans[ci].next_reserve = next.wrapping_add(1);
                 ai
             }
@@ -1516,7 +1604,9 @@ impl<'a, S> Engine<'a, S> {
     fn deliver_in_order(&mut self, ci: usize) {
         loop {
             let want = self.chans[ci].next_deliver;
-            let Some(ai) = self.find_asm(ci, want, true) else { return };
+            let Some(ai) = self.find_asm(ci, want, true) else {
+                return;
+            };
             let a = self.asms[ai];
             if a.received < a.total {
                 return;
@@ -1544,7 +1634,10 @@ impl<'a, S> Engine<'a, S> {
         // Whoever was refused may find this port free now.
         if self.owed_retries > 0 {
             self.owed_retries = 0;
-            for ch in self.chans[..self.chan_hwm].iter_mut().filter(|c| c.owed_retry) {
+            for ch in self.chans[..self.chan_hwm]
+                .iter_mut()
+                .filter(|c| c.owed_retry)
+            {
                 ch.owed_retry = false;
                 ch.retry_now = true;
                 ch.ack_now = true;
@@ -1676,7 +1769,12 @@ impl<'a, S> Engine<'a, S> {
             }
             trace!(
                 "{now} node {} timeout to {:?}: una {} nxt {} retries {} refused {refused} rto {}",
-                self.cfg.node, ch.peer, ch.snd_una, ch.snd_nxt, ch.retries, ch.rto
+                self.cfg.node,
+                ch.peer,
+                ch.snd_una,
+                ch.snd_nxt,
+                ch.retries,
+                ch.rto
             );
             if ch.retries > self.cfg.max_retries {
                 self.fail_channel(ci);
@@ -1693,7 +1791,11 @@ impl<'a, S> Engine<'a, S> {
             } else {
                 ch.mark_all_for_resend();
             }
-            ch.rto = if ch.rto.doubled() > self.cfg.rto_max { self.cfg.rto_max } else { ch.rto.doubled() };
+            ch.rto = if ch.rto.doubled() > self.cfg.rto_max {
+                self.cfg.rto_max
+            } else {
+                ch.rto.doubled()
+            };
             ch.rto_at = Some(now + ch.rto);
         }
         if self.be_asms == 0 {
@@ -1771,7 +1873,12 @@ impl<'a, S> Engine<'a, S> {
 
     /// Sends what the windows and credits allow. `ext` is the payload of the
     /// [`Body::External`] send in progress, if any. Returns frames sent.
-    pub fn poll_transmit<D: Device>(&mut self, now: Instant, dev: &mut D, ext: Option<&[u8]>) -> usize {
+    pub fn poll_transmit<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        ext: Option<&[u8]>,
+    ) -> usize {
         let n = self.chan_hwm;
         if n == 0 {
             return 0;
@@ -1794,14 +1901,34 @@ impl<'a, S> Engine<'a, S> {
         sent
     }
 
-    fn transmit_chan<D: Device>(&mut self, now: Instant, dev: &mut D, ci: usize, ext: Option<&[u8]>) -> usize {
-        let Engine { chans, ops, cfg, caps, stats, .. } = self;
+    fn transmit_chan<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        ci: usize,
+        ext: Option<&[u8]>,
+    ) -> usize {
+        let Engine {
+            chans,
+            ops,
+            cfg,
+            caps,
+            stats,
+            ..
+        } = self;
         let ch = &mut chans[ci];
         let max_payload = caps.mtu.saturating_sub(HEADER_LEN).min(u16::MAX as usize);
         if max_payload == 0 {
             return 0;
         }
-        let mut tx = Tx { dev, now, caps: *caps, cfg, stats, sent: 0 };
+        let mut tx = Tx {
+            dev,
+            now,
+            caps: *caps,
+            cfg,
+            stats,
+            sent: 0,
+        };
 
         // 1. Frames to send again.
         let mut s = ch.snd_una;
@@ -1874,7 +2001,11 @@ impl<'a, S> Engine<'a, S> {
             op.framed += len as u32;
             op.started = true;
             if reliable {
-                ch.push(Slot::Data { op: oi as u16, offset: off, len: len as u16 });
+                ch.push(Slot::Data {
+                    op: oi as u16,
+                    offset: off,
+                    len: len as u16,
+                });
                 op.unacked += 1;
             }
             if last {
@@ -1946,8 +2077,12 @@ impl<D: Device> Tx<'_, D> {
             repr.flags |= Flags::RETRY;
         }
         let skip_crc = self.caps.integrity;
-        let Some(tok) = self.dev.transmit(self.now, ch.peer) else { return false };
-        let ok = tok.consume(repr.buffer_len(), |buf| repr.emit_with_payload(buf, &pieces, skip_crc).is_ok());
+        let Some(tok) = self.dev.transmit(self.now, ch.peer) else {
+            return false;
+        };
+        let ok = tok.consume(repr.buffer_len(), |buf| {
+            repr.emit_with_payload(buf, &pieces, skip_crc).is_ok()
+        });
         if !ok {
             return false;
         }
@@ -1991,7 +2126,11 @@ impl<D: Device> Tx<'_, D> {
             kind: o.kind,
             flags,
             job_key: 0,
-            ends: Endpoints { src_port: o.src_port, dst_port: o.dest.port, ..Endpoints::default() },
+            ends: Endpoints {
+                src_port: o.src_port,
+                dst_port: o.dest.port,
+                ..Endpoints::default()
+            },
             seq: if o.reliable { seq } else { 0 },
             ack: None,
             msg_id: o.msg_id,
@@ -2007,7 +2146,11 @@ impl<D: Device> Tx<'_, D> {
             kind: Kind::Barrier,
             flags: Flags::RELIABLE | Flags::ACK_REQ,
             job_key: 0,
-            ends: Endpoints { src_port: BARRIER_PORT, dst_port: BARRIER_PORT, ..Endpoints::default() },
+            ends: Endpoints {
+                src_port: BARRIER_PORT,
+                dst_port: BARRIER_PORT,
+                ..Endpoints::default()
+            },
             seq,
             ack: None,
             msg_id: epoch,

@@ -7,20 +7,37 @@ use super::*;
 use crate::phy::{Device, Loopback, Ring, RxToken};
 
 const G: &[Group<'static>] = &[
-    Group { id: 7, members: Members::Range { first: 0, count: 3 } },
-    Group { id: 9, members: Members::Range { first: 3, count: 1 } },
+    Group {
+        id: 7,
+        members: Members::Range { first: 0, count: 3 },
+    },
+    Group {
+        id: 9,
+        members: Members::Range { first: 3, count: 1 },
+    },
 ];
 
 type Log = Vec<(PortId, Vec<u8>, Option<Errno>, NodeId)>;
 type Rings = Vec<Ring<64, 512>>;
 
 fn record(u: &mut Upcall<'_, '_, Log>) {
-    let entry = (u.active_port(), u.data().to_vec(), u.errno(), u.source().node);
+    let entry = (
+        u.active_port(),
+        u.data().to_vec(),
+        u.errno(),
+        u.source().node,
+    );
     u.state().push(entry);
 }
 
 fn cap() -> Capacity {
-    Capacity { ports: 16, channels: 8, fabric_nodes: 8, ops: 16, assemblies: 4 }
+    Capacity {
+        ports: 16,
+        channels: 8,
+        fabric_nodes: 8,
+        ops: 16,
+        assemblies: 4,
+    }
 }
 
 fn engine(group: GroupId, node: NodeId) -> Engine<'static, Log> {
@@ -33,7 +50,11 @@ fn engine(group: GroupId, node: NodeId) -> Engine<'static, Log> {
 
 fn out(dest_node: NodeId, port: PortId) -> PortSetup<'static, Log> {
     PortSetup {
-        dest: Some(Dest { group: 7, node: dest_node, port }),
+        dest: Some(Dest {
+            group: 7,
+            node: dest_node,
+            port,
+        }),
         input: false,
         recv: None,
         err: None,
@@ -60,7 +81,11 @@ fn leak(n: usize) -> &'static mut [u8] {
 }
 
 /// Polls every engine over the loopback rings until `done` or 10,000 rounds.
-fn run(es: &mut [&mut Engine<'static, Log>], rings: &mut Rings, mut done: impl FnMut(&[&mut Engine<'static, Log>]) -> bool) {
+fn run(
+    es: &mut [&mut Engine<'static, Log>],
+    rings: &mut Rings,
+    mut done: impl FnMut(&[&mut Engine<'static, Log>]) -> bool,
+) {
     let mut now = Instant::ZERO;
     for _ in 0..10_000 {
         for e in es.iter_mut() {
@@ -84,10 +109,13 @@ fn reliable_message_lands_in_buffer_and_runs_handler() {
     let mut rings = rings();
     let (mut a, mut b) = (engine(7, 0), engine(7, 1));
     a.bind_port(1, out(1, 2)).unwrap();
-    b.bind_port(2, input(leak(4000), BufferKind::GoBack, 3)).unwrap();
+    b.bind_port(2, input(leak(4000), BufferKind::GoBack, 3))
+        .unwrap();
     let msg: &'static [u8] = Vec::leak((0..3000u32).map(|i| i as u8).collect());
     let h = a.start_send(1, b"hdr", Body::Borrowed(msg), true).unwrap();
-    run(&mut [&mut a, &mut b], &mut rings, |es| es[1].state().len() == 1 && es[0].send_status(h) == Ok(SendStatus::Done));
+    run(&mut [&mut a, &mut b], &mut rings, |es| {
+        es[1].state().len() == 1 && es[0].send_status(h) == Ok(SendStatus::Done)
+    });
     let (port, data, errno, src) = &b.state()[0];
     assert_eq!((*port, *errno, *src), (2, None, 0));
     assert_eq!(&data[..3], b"hdr");
@@ -105,17 +133,25 @@ fn go_ahead_gathers_and_truncation_reports_msgtoolong() {
     let mut rings = rings();
     let (mut a, mut b) = (engine(7, 0), engine(7, 1));
     a.bind_port(1, out(1, 2)).unwrap();
-    b.bind_port(2, input(leak(10), BufferKind::GoAhead, 0)).unwrap();
+    b.bind_port(2, input(leak(10), BufferKind::GoAhead, 0))
+        .unwrap();
     for m in [&b"abcd"[..], b"efgh", b"ijkl"] {
         let h = a.start_send(1, m, Body::Borrowed(&[]), true).unwrap();
-        run(&mut [&mut a, &mut b], &mut rings, |es| es[0].send_status(h) != Ok(SendStatus::Pending));
+        run(&mut [&mut a, &mut b], &mut rings, |es| {
+            es[0].send_status(h) != Ok(SendStatus::Pending)
+        });
         a.release(h).unwrap();
     }
-    run(&mut [&mut a, &mut b], &mut rings, |es| es[1].state().len() == 3);
+    run(&mut [&mut a, &mut b], &mut rings, |es| {
+        es[1].state().len() == 3
+    });
     let log = b.state();
     assert_eq!((log[0].1.as_slice(), log[0].2), (&b"abcd"[..], None));
     assert_eq!((log[1].1.as_slice(), log[1].2), (&b"efgh"[..], None));
-    assert_eq!((log[2].1.as_slice(), log[2].2), (&b"ij"[..], Some(Errno::MsgTooLong)));
+    assert_eq!(
+        (log[2].1.as_slice(), log[2].2),
+        (&b"ij"[..], Some(Errno::MsgTooLong))
+    );
     assert_eq!(b.buffer(2).unwrap(), b"abcdefghij");
     // The buffer stays filled until a fresh one is posted.
     let h = a.start_send(1, b"zz", Body::Borrowed(&[]), true).unwrap();
@@ -134,7 +170,9 @@ fn unbound_port_refuses_until_bound_then_delivers() {
     let mut rings = rings();
     let (mut a, mut b) = (engine(7, 0), engine(7, 1));
     a.bind_port(1, out(1, 5)).unwrap();
-    let h = a.start_send(1, b"early", Body::Borrowed(&[]), true).unwrap();
+    let h = a
+        .start_send(1, b"early", Body::Borrowed(&[]), true)
+        .unwrap();
     let mut now = Instant::ZERO;
     // Long enough for many timeouts: refusals must not count as a dead peer.
     for _ in 0..2_000 {
@@ -144,8 +182,11 @@ fn unbound_port_refuses_until_bound_then_delivers() {
     }
     assert_eq!(a.send_status(h), Ok(SendStatus::Pending));
     assert!(b.stats().rx_refused > 0);
-    b.bind_port(5, input(leak(8), BufferKind::GoBack, 0)).unwrap();
-    run(&mut [&mut a, &mut b], &mut rings, |es| es[0].send_status(h) == Ok(SendStatus::Done));
+    b.bind_port(5, input(leak(8), BufferKind::GoBack, 0))
+        .unwrap();
+    run(&mut [&mut a, &mut b], &mut rings, |es| {
+        es[0].send_status(h) == Ok(SendStatus::Done)
+    });
     assert_eq!(b.state()[0].1, b"early");
 }
 
@@ -184,16 +225,32 @@ fn api_misuse_is_a_typed_error() {
     bad.sem = 999;
     assert_eq!(a.bind_port(1, bad), Err(Error::InvalidSemaphore));
     let mut other = out(0, 2);
-    other.dest = Some(Dest { group: 55, node: 0, port: 1 });
+    other.dest = Some(Dest {
+        group: 55,
+        node: 0,
+        port: 1,
+    });
     assert_eq!(a.bind_port(1, other), Err(Error::UnknownGroup));
-    assert_eq!(a.start_send(3, b"", Body::Borrowed(&[]), true), Err(Error::NotBound));
+    assert_eq!(
+        a.start_send(3, b"", Body::Borrowed(&[]), true),
+        Err(Error::NotBound)
+    );
     a.bind_port(1, out(1, 2)).unwrap();
-    assert_eq!(a.start_send(1, &[0; 21], Body::Borrowed(&[]), true), Err(Error::FirstPieceTooLong));
+    assert_eq!(
+        a.start_send(1, &[0; 21], Body::Borrowed(&[]), true),
+        Err(Error::FirstPieceTooLong)
+    );
     for _ in 0..16 {
         a.start_send(1, b"", Body::Borrowed(&[]), true).unwrap();
     }
-    assert_eq!(a.start_send(1, b"", Body::Borrowed(&[]), true), Err(Error::NoResources));
-    assert_eq!(a.send_status(SendHandle::from_raw(0xFFFF_0000)), Err(Error::InvalidHandle));
+    assert_eq!(
+        a.start_send(1, b"", Body::Borrowed(&[]), true),
+        Err(Error::NoResources)
+    );
+    assert_eq!(
+        a.send_status(SendHandle::from_raw(0xFFFF_0000)),
+        Err(Error::InvalidHandle)
+    );
     a.start_barrier().unwrap();
     assert_eq!(a.start_barrier(), Err(Error::BarrierInProgress));
     assert_eq!(a.attach_buffer(1, leak(1)), Ok(None));
@@ -207,17 +264,64 @@ fn api_misuse_is_a_typed_error() {
 fn inter_group_send_and_foreign_frames() {
     let mut rings = rings();
     let (mut a, mut c) = (engine(7, 0), engine(9, 0));
-    a.bind_port(1, PortSetup { dest: Some(Dest { group: 9, node: 0, port: 4 }), ..out(1, 1) }).unwrap();
-    c.bind_port(4, input(leak(16), BufferKind::GoBack, 0)).unwrap();
-    let h = a.start_send(1, b"to group 9", Body::Borrowed(&[]), true).unwrap();
-    run(&mut [&mut a, &mut c], &mut rings, |es| es[0].send_status(h) == Ok(SendStatus::Done));
-    assert_eq!((c.state()[0].1.as_slice(), c.state()[0].3), (&b"to group 9"[..], 0));
+    a.bind_port(
+        1,
+        PortSetup {
+            dest: Some(Dest {
+                group: 9,
+                node: 0,
+                port: 4,
+            }),
+            ..out(1, 1)
+        },
+    )
+    .unwrap();
+    c.bind_port(4, input(leak(16), BufferKind::GoBack, 0))
+        .unwrap();
+    let h = a
+        .start_send(1, b"to group 9", Body::Borrowed(&[]), true)
+        .unwrap();
+    run(&mut [&mut a, &mut c], &mut rings, |es| {
+        es[0].send_status(h) == Ok(SendStatus::Done)
+    });
+    assert_eq!(
+        (c.state()[0].1.as_slice(), c.state()[0].3),
+        (&b"to group 9"[..], 0)
+    );
     // A frame of another job is dropped and counted.
-    let mut other = Engine::new(Config::new(0xCD, 7, 0), G, Storage::with_capacity(cap()), Log::new()).unwrap();
-    other.bind_port(1, PortSetup { dest: Some(Dest { group: 9, node: 0, port: 4 }), ..out(1, 1) }).unwrap();
-    other.start_send(1, b"intruder", Body::Borrowed(&[]), false).unwrap();
-    other.poll(Instant::ZERO, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
-    c.poll(Instant::ZERO, &mut Loopback::new(&mut rings, NodeAddr(3)), None);
+    let mut other = Engine::new(
+        Config::new(0xCD, 7, 0),
+        G,
+        Storage::with_capacity(cap()),
+        Log::new(),
+    )
+    .unwrap();
+    other
+        .bind_port(
+            1,
+            PortSetup {
+                dest: Some(Dest {
+                    group: 9,
+                    node: 0,
+                    port: 4,
+                }),
+                ..out(1, 1)
+            },
+        )
+        .unwrap();
+    other
+        .start_send(1, b"intruder", Body::Borrowed(&[]), false)
+        .unwrap();
+    other.poll(
+        Instant::ZERO,
+        &mut Loopback::new(&mut rings, NodeAddr(0)),
+        None,
+    );
+    c.poll(
+        Instant::ZERO,
+        &mut Loopback::new(&mut rings, NodeAddr(3)),
+        None,
+    );
     assert_eq!(c.state().len(), 1);
     assert_eq!(c.stats().rx_foreign_job, 1);
 }
@@ -227,11 +331,20 @@ fn best_effort_loss_is_reported_as_framelost() {
     let mut rings = rings();
     let (mut a, mut b) = (engine(7, 0), engine(7, 1));
     a.bind_port(1, out(1, 2)).unwrap();
-    b.bind_port(2, input(leak(4096), BufferKind::GoBack, 0)).unwrap();
+    b.bind_port(2, input(leak(4096), BufferKind::GoBack, 0))
+        .unwrap();
     let msg: &'static [u8] = Vec::leak(std::vec![7u8; 2000]);
     let h = a.start_send(1, b"", Body::Borrowed(msg), false).unwrap();
-    a.poll(Instant::ZERO, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
-    assert_eq!(a.send_status(h), Ok(SendStatus::Done), "best effort completes when sent");
+    a.poll(
+        Instant::ZERO,
+        &mut Loopback::new(&mut rings, NodeAddr(0)),
+        None,
+    );
+    assert_eq!(
+        a.send_status(h),
+        Ok(SendStatus::Done),
+        "best effort completes when sent"
+    );
     assert_eq!(rings[1].len(), 5);
     // Lose the second fragment.
     {
@@ -240,15 +353,26 @@ fn best_effort_loss_is_reported_as_framelost() {
         lb.receive(Instant::ZERO).unwrap().consume(|_| ());
         b.handle_frame(Instant::ZERO, &first);
     }
-    b.poll(Instant::ZERO, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+    b.poll(
+        Instant::ZERO,
+        &mut Loopback::new(&mut rings, NodeAddr(1)),
+        None,
+    );
     assert_eq!(b.state().len(), 1);
     assert_eq!(b.state()[0].2, Some(Errno::FrameLost));
     assert_eq!(b.stats().delivered, 0);
     // A partial message alone is reported once its reassembly times out.
     let h = a.start_send(1, b"", Body::Borrowed(msg), false).unwrap();
-    a.poll(Instant::ZERO, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
+    a.poll(
+        Instant::ZERO,
+        &mut Loopback::new(&mut rings, NodeAddr(0)),
+        None,
+    );
     a.release(h).unwrap();
-    let first = Loopback::new(&mut rings, NodeAddr(1)).receive(Instant::ZERO).unwrap().consume(|f| f.to_vec());
+    let first = Loopback::new(&mut rings, NodeAddr(1))
+        .receive(Instant::ZERO)
+        .unwrap()
+        .consume(|f| f.to_vec());
     rings[1] = Ring::new();
     b.handle_frame(Instant::ZERO, &first);
     b.handle_timeout(Instant::from_millis(50));
@@ -264,9 +388,12 @@ fn broadcast_and_barrier() {
     let mut es: Vec<Engine<'static, Log>> = (0..3).map(|i| engine(7, i)).collect();
     es[0].bind_port(1, out(BROADCAST, 2)).unwrap();
     for e in es.iter_mut().skip(1) {
-        e.bind_port(2, input(leak(64), BufferKind::GoBack, 0)).unwrap();
+        e.bind_port(2, input(leak(64), BufferKind::GoBack, 0))
+            .unwrap();
     }
-    let h = es[0].start_send(1, b"all", Body::Borrowed(&[]), true).unwrap();
+    let h = es[0]
+        .start_send(1, b"all", Body::Borrowed(&[]), true)
+        .unwrap();
     for e in es.iter_mut().skip(1) {
         e.start_barrier().unwrap();
     }
@@ -278,7 +405,8 @@ fn broadcast_and_barrier() {
     assert!(refs.iter().skip(1).all(|e| e.barrier_done() == Ok(false)));
     refs[0].start_barrier().unwrap();
     run(&mut refs, &mut rings, |es| {
-        es.iter().all(|e| e.barrier_done() == Ok(true)) && es[0].send_status(h) == Ok(SendStatus::Done)
+        es.iter().all(|e| e.barrier_done() == Ok(true))
+            && es[0].send_status(h) == Ok(SendStatus::Done)
     });
     for e in &es[1..] {
         assert_eq!(e.state().len(), 1, "exactly once");
@@ -293,15 +421,28 @@ fn a_refused_sender_is_told_to_retry_when_the_port_frees() {
     let (mut a, mut b, mut c) = (engine(7, 0), engine(7, 1), engine(7, 2));
     a.bind_port(1, out(1, 2)).unwrap();
     c.bind_port(1, out(1, 2)).unwrap();
-    b.bind_port(2, input(leak(2000), BufferKind::GoBack, 0)).unwrap();
+    b.bind_port(2, input(leak(2000), BufferKind::GoBack, 0))
+        .unwrap();
     let ma: &'static [u8] = Vec::leak(std::vec![0xA; 1500]);
     let mc: &'static [u8] = Vec::leak(std::vec![0xC; 1500]);
     // B learns its device's capabilities (no CRC on a loopback) on its first poll.
-    b.poll(Instant::ZERO, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+    b.poll(
+        Instant::ZERO,
+        &mut Loopback::new(&mut rings, NodeAddr(1)),
+        None,
+    );
     let ha = a.start_send(1, b"", Body::Borrowed(ma), true).unwrap();
     let hc = c.start_send(1, b"", Body::Borrowed(mc), true).unwrap();
-    a.poll(Instant::ZERO, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
-    c.poll(Instant::ZERO, &mut Loopback::new(&mut rings, NodeAddr(2)), None);
+    a.poll(
+        Instant::ZERO,
+        &mut Loopback::new(&mut rings, NodeAddr(0)),
+        None,
+    );
+    c.poll(
+        Instant::ZERO,
+        &mut Loopback::new(&mut rings, NodeAddr(2)),
+        None,
+    );
     let mut frames = Vec::new();
     while let Some(t) = Loopback::new(&mut rings, NodeAddr(1)).receive(Instant::ZERO) {
         frames.push(t.consume(|f| f.to_vec()));
@@ -326,5 +467,8 @@ fn a_refused_sender_is_told_to_retry_when_the_port_frees() {
     assert_eq!(c.send_status(hc), Ok(SendStatus::Done));
     let got: Vec<(u8, usize)> = b.state().iter().map(|e| (e.1[0], e.1.len())).collect();
     assert_eq!(got, [(0xA, 1500), (0xC, 1500)]);
-    assert!(b.state()[1].1.iter().all(|&x| x == 0xC), "no byte of A left in C's message");
+    assert!(
+        b.state()[1].1.iter().all(|&x| x == 0xC),
+        "no byte of A left in C's message"
+    );
 }

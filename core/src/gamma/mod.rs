@@ -27,7 +27,7 @@
 //!   addition that gives up at a deadline.
 
 use crate::engine::{
-    Body, Capacity, Config, Dest, Engine, Error, Group, PortSetup, SendHandle, SendStatus, Storage,
+    Body, Config, Dest, Engine, Error, Group, PortSetup, SendHandle, SendStatus, Storage,
 };
 use crate::phy::Device;
 use crate::time::Instant;
@@ -89,7 +89,9 @@ pub struct Gamma<'a, D, C, S = ()> {
 
 impl<D, C, S> core::fmt::Debug for Gamma<'_, D, C, S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Gamma").field("engine", &self.engine).finish_non_exhaustive()
+        f.debug_struct("Gamma")
+            .field("engine", &self.engine)
+            .finish_non_exhaustive()
     }
 }
 
@@ -122,7 +124,11 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         if storage.ports.len() < PORTS || storage.sems.len() < SEMAPHORES {
             return Err(Error::BadConfig);
         }
-        Ok(Gamma { engine: Engine::new(cfg, groups, storage, state)?, dev, clock })
+        Ok(Gamma {
+            engine: Engine::new(cfg, groups, storage, state)?,
+            dev,
+            clock,
+        })
     }
 
     /// `gamma_init` with tables allocated here: `fabric_nodes` is the largest fabric
@@ -136,7 +142,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         clock: C,
         state: S,
     ) -> Result<Self, Error> {
-        let cap = Capacity {
+        let cap = crate::engine::Capacity {
             ports: PORTS,
             channels: fabric_nodes,
             fabric_nodes,
@@ -182,7 +188,11 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         self.engine.bind_port(
             port,
             PortSetup {
-                dest: Some(Dest { group: dest_par_pid, node: dest_node, port: dest_port }),
+                dest: Some(Dest {
+                    group: dest_par_pid,
+                    node: dest_node,
+                    port: dest_port,
+                }),
                 input: true,
                 recv,
                 err,
@@ -235,12 +245,26 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         buffer_kind: BufferKind,
         buffer: Option<&'a mut [u8]>,
     ) -> Result<(), Error> {
-        self.set_port(port, dest_node, dest_par_pid, dest_port, None, None, semaphore, buffer_kind, buffer)
+        self.set_port(
+            port,
+            dest_node,
+            dest_par_pid,
+            dest_port,
+            None,
+            None,
+            semaphore,
+            buffer_kind,
+            buffer,
+        )
     }
 
     /// `gamma_post_recv`: the next message on `port` goes into `buffer`; the previous
     /// buffer is returned.
-    pub fn post_recv(&mut self, port: PortId, buffer: &'a mut [u8]) -> Result<Option<&'a mut [u8]>, Error> {
+    pub fn post_recv(
+        &mut self,
+        port: PortId,
+        buffer: &'a mut [u8],
+    ) -> Result<Option<&'a mut [u8]>, Error> {
         user_port(port)?;
         self.engine.post_recv(port, buffer)
     }
@@ -261,9 +285,17 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         self.engine.buffer(port)
     }
 
-    fn blocking_send(&mut self, port: PortId, head: &[u8], body: &[u8], reliable: bool) -> Result<usize, Error> {
+    fn blocking_send(
+        &mut self,
+        port: PortId,
+        head: &[u8],
+        body: &[u8],
+        reliable: bool,
+    ) -> Result<usize, Error> {
         user_port(port)?;
-        let h = self.engine.start_send(port, head, Body::External(body.len()), reliable)?;
+        let h = self
+            .engine
+            .start_send(port, head, Body::External(body.len()), reliable)?;
         loop {
             let now = self.clock.now();
             self.engine.poll(now, &mut self.dev, Some(body));
@@ -297,13 +329,26 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     }
 
     /// `gamma_send_2p_flowctl`.
-    pub fn send_2p_flowctl(&mut self, port: PortId, data1: &[u8], data2: &[u8]) -> Result<usize, Error> {
+    pub fn send_2p_flowctl(
+        &mut self,
+        port: PortId,
+        data1: &[u8],
+        data2: &[u8],
+    ) -> Result<usize, Error> {
         self.blocking_send(port, data1, data2, true)
     }
 
-    fn start(&mut self, port: PortId, head: &[u8], body: &'a [u8], reliable: bool) -> Result<SendHandle, Error> {
+    fn start(
+        &mut self,
+        port: PortId,
+        head: &[u8],
+        body: &'a [u8],
+        reliable: bool,
+    ) -> Result<SendHandle, Error> {
         user_port(port)?;
-        let h = self.engine.start_send(port, head, Body::Borrowed(body), reliable)?;
+        let h = self
+            .engine
+            .start_send(port, head, Body::Borrowed(body), reliable)?;
         // Start the first frames now, as GAMMA's trap into the driver did.
         let now = self.clock.now();
         self.engine.poll(now, &mut self.dev, None);
@@ -321,12 +366,22 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     }
 
     /// `gamma_isend_2p`: the first piece (at most 20 bytes) is copied now.
-    pub fn isend_2p(&mut self, port: PortId, data1: &[u8], data2: &'a [u8]) -> Result<SendHandle, Error> {
+    pub fn isend_2p(
+        &mut self,
+        port: PortId,
+        data1: &[u8],
+        data2: &'a [u8],
+    ) -> Result<SendHandle, Error> {
         self.start(port, data1, data2, false)
     }
 
     /// `gamma_isend_2p_flowctl`.
-    pub fn isend_2p_flowctl(&mut self, port: PortId, data1: &[u8], data2: &'a [u8]) -> Result<SendHandle, Error> {
+    pub fn isend_2p_flowctl(
+        &mut self,
+        port: PortId,
+        data1: &[u8],
+        data2: &'a [u8],
+    ) -> Result<SendHandle, Error> {
         self.start(port, data1, data2, true)
     }
 

@@ -214,7 +214,11 @@ impl<D: Device, const BUF: usize> Device for FaultInjector<D, BUF> {
             return self.inner.capabilities();
         }
         // Whatever the wrapped link promised, this one breaks both promises.
-        Capabilities { reliable: false, integrity: false, ..self.inner.capabilities() }
+        Capabilities {
+            reliable: false,
+            integrity: false,
+            ..self.inner.capabilities()
+        }
     }
 }
 
@@ -264,11 +268,19 @@ mod tests {
         }
         let s = f.stats();
         assert!((150..250).contains(&s.dropped), "{s:?}");
-        assert!(s.duplicated > 10 && s.reordered > 10 && s.corrupted > 0, "{s:?}");
+        assert!(
+            s.duplicated > 10 && s.reordered > 10 && s.corrupted > 0,
+            "{s:?}"
+        );
         let n = got.len() as u64;
         assert_eq!(n, 1000 - s.dropped + s.duplicated);
-        let ids: std::vec::Vec<u32> =
-            got.iter().map(|b| u32::from_be_bytes(b[..4].try_into().unwrap())).collect();
-        assert!(ids.windows(2).any(|w| w[0] > w[1]), "some reordering expected");
+        let ids: std::vec::Vec<u32> = got
+            .iter()
+            .map(|b| u32::from_be_bytes(b[..4].try_into().unwrap()))
+            .collect();
+        assert!(
+            ids.windows(2).any(|w| w[0] > w[1]),
+            "some reordering expected"
+        );
     }
 }

@@ -26,7 +26,12 @@ impl<const SLOTS: usize, const MTU: usize> Default for Ring<SLOTS, MTU> {
 impl<const SLOTS: usize, const MTU: usize> Ring<SLOTS, MTU> {
     /// An empty ring.
     pub const fn new() -> Self {
-        Ring { slots: [[0; MTU]; SLOTS], lens: [0; SLOTS], head: 0, count: 0 }
+        Ring {
+            slots: [[0; MTU]; SLOTS],
+            lens: [0; SLOTS],
+            head: 0,
+            count: 0,
+        }
     }
     /// Frames waiting.
     pub fn len(&self) -> usize {
@@ -48,7 +53,10 @@ pub struct Loopback<'r, const SLOTS: usize, const MTU: usize> {
 impl<'r, const SLOTS: usize, const MTU: usize> Loopback<'r, SLOTS, MTU> {
     /// The view of node `me` (which must index `rings`).
     pub fn new(rings: &'r mut [Ring<SLOTS, MTU>], me: NodeAddr) -> Self {
-        Loopback { rings, me: me.0 as usize }
+        Loopback {
+            rings,
+            me: me.0 as usize,
+        }
     }
 }
 
@@ -108,7 +116,11 @@ impl<const SLOTS: usize, const MTU: usize> Device for Loopback<'_, SLOTS, MTU> {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { mtu: MTU, reliable: true, integrity: true }
+        Capabilities {
+            mtu: MTU,
+            reliable: true,
+            integrity: true,
+        }
     }
 }
 
@@ -121,14 +133,28 @@ mod tests {
         let mut rings = [Ring::<2, 16>::new(), Ring::new()];
         let mut a = Loopback::new(&mut rings, NodeAddr(0));
         for v in 1..=2u8 {
-            a.transmit(Instant::ZERO, NodeAddr(1)).unwrap().consume(3, |b| b.fill(v));
+            a.transmit(Instant::ZERO, NodeAddr(1))
+                .unwrap()
+                .consume(3, |b| b.fill(v));
         }
-        assert!(a.transmit(Instant::ZERO, NodeAddr(1)).is_none(), "full ring must refuse");
+        assert!(
+            a.transmit(Instant::ZERO, NodeAddr(1)).is_none(),
+            "full ring must refuse"
+        );
         assert!(a.receive(Instant::ZERO).is_none());
-        assert!(a.transmit(Instant::ZERO, NodeAddr(9)).is_none(), "unknown node");
+        assert!(
+            a.transmit(Instant::ZERO, NodeAddr(9)).is_none(),
+            "unknown node"
+        );
         let mut b = Loopback::new(&mut rings, NodeAddr(1));
-        assert_eq!(b.receive(Instant::ZERO).unwrap().consume(|f| f.to_vec()), [1, 1, 1]);
-        assert_eq!(b.receive(Instant::ZERO).unwrap().consume(|f| f.to_vec()), [2, 2, 2]);
+        assert_eq!(
+            b.receive(Instant::ZERO).unwrap().consume(|f| f.to_vec()),
+            [1, 1, 1]
+        );
+        assert_eq!(
+            b.receive(Instant::ZERO).unwrap().consume(|f| f.to_vec()),
+            [2, 2, 2]
+        );
         assert!(b.receive(Instant::ZERO).is_none());
     }
 }

@@ -30,7 +30,12 @@ impl<D: Device, W: Write> PcapWriter<D, W> {
         h[16..20].copy_from_slice(&65535u32.to_le_bytes());
         h[20..24].copy_from_slice(&LINKTYPE_USER0.to_le_bytes());
         sink.write_all(&h)?;
-        Ok(PcapWriter { inner, sink, now: Instant::ZERO, error: None })
+        Ok(PcapWriter {
+            inner,
+            sink,
+            now: Instant::ZERO,
+            error: None,
+        })
     }
 
     /// The sink, e.g. to flush or inspect it.
@@ -106,13 +111,23 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
     fn receive(&mut self, now: Instant) -> Option<Self::RxToken<'_>> {
         self.now = now;
         let tok = self.inner.receive(now)?;
-        Some(PcapRx { tok, sink: &mut self.sink, error: &mut self.error, now })
+        Some(PcapRx {
+            tok,
+            sink: &mut self.sink,
+            error: &mut self.error,
+            now,
+        })
     }
 
     fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<Self::TxToken<'_>> {
         self.now = now;
         let tok = self.inner.transmit(now, dst)?;
-        Some(PcapTx { tok, sink: &mut self.sink, error: &mut self.error, now })
+        Some(PcapTx {
+            tok,
+            sink: &mut self.sink,
+            error: &mut self.error,
+            now,
+        })
     }
 
     fn capabilities(&self) -> Capabilities {

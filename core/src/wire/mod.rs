@@ -354,8 +354,9 @@ impl Repr {
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>, trust_integrity: bool) -> Result<Repr, WireError> {
         p.check_len()?;
         // One fixed-size view: every field read below is at a constant offset.
-        let h: &[u8; HEADER_LEN] =
-            p.buffer.as_ref()[..HEADER_LEN].try_into().map_err(|_| WireError::Truncated)?;
+        let h: &[u8; HEADER_LEN] = p.buffer.as_ref()[..HEADER_LEN]
+            .try_into()
+            .map_err(|_| WireError::Truncated)?;
         let b16 = |r: core::ops::Range<usize>| u16::from_be_bytes([h[r.start], h[r.start + 1]]);
         let b32 = |r: core::ops::Range<usize>| {
             u32::from_be_bytes([h[r.start], h[r.start + 1], h[r.start + 2], h[r.start + 3]])
@@ -370,7 +371,11 @@ impl Repr {
         }
         let kind = Kind::from_u8(h[field::KIND]).ok_or(WireError::UnknownKind)?;
         let payload_len = b16(field::PAYLOAD_LEN);
-        let (msg_id, offset, total_len) = (b32(field::MSG_ID), b32(field::OFFSET), b32(field::TOTAL_LEN));
+        let (msg_id, offset, total_len) = (
+            b32(field::MSG_ID),
+            b32(field::OFFSET),
+            b32(field::TOTAL_LEN),
+        );
         if matches!(kind, Kind::Data | Kind::Multicast)
             && (offset as u64 + payload_len as u64 > total_len as u64)
         {
@@ -497,7 +502,11 @@ mod tests {
                 dst_port: 1024,
             },
             seq: 41,
-            ack: Some(AckInfo { ack: 9, sack: 0b101, window: 32 }),
+            ack: Some(AckInfo {
+                ack: 9,
+                sack: 0b101,
+                window: 32,
+            }),
             msg_id: 5,
             offset: 100,
             total_len: 104,
@@ -508,7 +517,9 @@ mod tests {
     #[test]
     fn byte_fixture() {
         let mut buf = [0u8; 64];
-        let n = sample().emit_with_payload(&mut buf, &[b"ab", b"cd"], false).unwrap();
+        let n = sample()
+            .emit_with_payload(&mut buf, &[b"ab", b"cd"], false)
+            .unwrap();
         assert_eq!(n, 60);
         let expect_head: [u8; 52] = [
             1, 1, 0x00, 0x0d, // version, kind, flags = RELIABLE|HAS_ACK|LAST
@@ -530,7 +541,9 @@ mod tests {
     #[test]
     fn corruption_is_detected() {
         let mut buf = [0u8; 60];
-        sample().emit_with_payload(&mut buf, &[b"abcd"], false).unwrap();
+        sample()
+            .emit_with_payload(&mut buf, &[b"abcd"], false)
+            .unwrap();
         for i in 0..60 {
             let mut b = buf;
             b[i] ^= 0x10;
@@ -542,7 +555,9 @@ mod tests {
     #[test]
     fn no_crc_needs_a_trusting_device() {
         let mut buf = [0u8; 60];
-        sample().emit_with_payload(&mut buf, &[b"abcd"], true).unwrap();
+        sample()
+            .emit_with_payload(&mut buf, &[b"abcd"], true)
+            .unwrap();
         let p = Packet::new_checked(&buf[..]).unwrap();
         assert_eq!(Repr::parse(&p, false), Err(WireError::BadChecksum));
         assert_eq!(Repr::parse(&p, true).unwrap(), sample());
@@ -551,12 +566,23 @@ mod tests {
     #[test]
     fn rejects_bad_frames() {
         let mut buf = [0u8; 60];
-        sample().emit_with_payload(&mut buf, &[b"abcd"], false).unwrap();
-        assert_eq!(Packet::new_checked(&buf[..59]).err(), Some(WireError::Truncated));
-        assert_eq!(Packet::new_checked(&buf[..10]).err(), Some(WireError::Truncated));
+        sample()
+            .emit_with_payload(&mut buf, &[b"abcd"], false)
+            .unwrap();
+        assert_eq!(
+            Packet::new_checked(&buf[..59]).err(),
+            Some(WireError::Truncated)
+        );
+        assert_eq!(
+            Packet::new_checked(&buf[..10]).err(),
+            Some(WireError::Truncated)
+        );
         let mut v = buf;
         v[0] = 2;
-        assert_eq!(Repr::parse(&Packet::new_unchecked(&v[..]), false), Err(WireError::BadVersion));
+        assert_eq!(
+            Repr::parse(&Packet::new_unchecked(&v[..]), false),
+            Err(WireError::BadVersion)
+        );
         let mut k = buf;
         k[1] = 99;
         let mut p = Packet::new_unchecked(&mut k[..]);
@@ -566,8 +592,14 @@ mod tests {
         let mut r = sample();
         r.offset = 101;
         r.emit_with_payload(&mut buf, &[b"abcd"], false).unwrap();
-        assert_eq!(Repr::parse(&Packet::new_unchecked(&buf[..]), false), Err(WireError::Malformed));
-        assert_eq!(sample().emit_with_payload(&mut buf, &[b"abc"], false), Err(WireError::Malformed));
+        assert_eq!(
+            Repr::parse(&Packet::new_unchecked(&buf[..]), false),
+            Err(WireError::Malformed)
+        );
+        assert_eq!(
+            sample().emit_with_payload(&mut buf, &[b"abc"], false),
+            Err(WireError::Malformed)
+        );
     }
 
     #[test]
