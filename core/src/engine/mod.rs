@@ -1727,7 +1727,13 @@ impl<'a, S> Engine<'a, S> {
             self.chans[ci].be_asm = ai as u16;
             ai
         };
-        if repr.offset != self.asms[ai].received {
+        let next = self.asms[ai].received;
+        if repr.offset < next {
+            // A duplicate of a fragment already placed.
+            self.stats.rx_dropped += 1;
+            return;
+        }
+        if repr.offset > next {
             self.chans[ci].be_asm = NONE;
             self.deliver(ai, Some(Errno::FrameLost));
             return;
