@@ -607,7 +607,11 @@ fn on_be(u: &mut Upcall<'_, '_, BeCheck>) {
     let d = u.data();
     let len = d.len();
     let k = u32::from_be_bytes(d[..4].try_into().unwrap());
-    let ok = len == 4 + be_len(k) && d[4..].iter().enumerate().all(|(i, &b)| b == byte(1, k as usize, i));
+    let ok = len == 4 + be_len(k)
+        && d[4..]
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == byte(1, k as usize, i));
     if ok {
         u.state().intact.push(k);
     } else {
@@ -624,10 +628,29 @@ fn best_effort_loses_visibly_never_silently() {
     let seed = seed();
     let g = groups(2);
     let mut sc = SimConfig::lan(seed);
-    sc.faults = FaultConfig { loss: 0.05, ..lossy() };
-    let mut sim = Sim::new(2, sc, |i, dev, clock| gamma(g, cfg(1, i as u16), 2, 2, dev, clock, BeCheck::default()));
-    sim.nodes[0].set_passive_port(1, 1, 1, 1, 0, GO_BACK, None).unwrap();
-    sim.nodes[1].set_active_port(1, 0, 1, 1, Some(on_be), Some(on_be), 0, GO_BACK, Some(leak(vec![0; 40_000]))).unwrap();
+    sc.faults = FaultConfig {
+        loss: 0.05,
+        ..lossy()
+    };
+    let mut sim = Sim::new(2, sc, |i, dev, clock| {
+        gamma(g, cfg(1, i as u16), 2, 2, dev, clock, BeCheck::default())
+    });
+    sim.nodes[0]
+        .set_passive_port(1, 1, 1, 1, 0, GO_BACK, None)
+        .unwrap();
+    sim.nodes[1]
+        .set_active_port(
+            1,
+            0,
+            1,
+            1,
+            Some(on_be),
+            Some(on_be),
+            0,
+            GO_BACK,
+            Some(leak(vec![0; 40_000])),
+        )
+        .unwrap();
     let n = 200u32;
     for k in 0..n {
         let body: &'static [u8] = leak(pattern(1, k as usize, be_len(k)));
@@ -639,10 +662,28 @@ fn best_effort_loses_visibly_never_silently() {
     }
     let _ = sim.run_until(sim.now() + Duration::from_millis(500), |_, _| false);
     let st = sim.nodes[1].state();
-    assert!(st.wrong.is_empty(), "seed {seed}: wrong data delivered: {:?}", st.wrong);
-    assert!(st.lost > 0, "seed {seed}: 5% loss and 1% corruption must lose some messages");
+    assert!(
+        st.wrong.is_empty(),
+        "seed {seed}: wrong data delivered: {:?}",
+        st.wrong
+    );
+    assert!(
+        st.lost > 0,
+        "seed {seed}: 5% loss and 1% corruption must lose some messages"
+    );
     // Any reordered or lost fragment loses its message: about half survive here.
-    assert!(st.intact.len() > n as usize / 4, "seed {seed}: {} intact", st.intact.len());
-    assert!(st.intact.windows(2).all(|w| w[0] < w[1]), "seed {seed}: in order, at most once");
-    println!("seed {seed}: best effort: {} of {n} intact, {} reported FRAMELOST", st.intact.len(), st.lost);
+    assert!(
+        st.intact.len() > n as usize / 4,
+        "seed {seed}: {} intact",
+        st.intact.len()
+    );
+    assert!(
+        st.intact.windows(2).all(|w| w[0] < w[1]),
+        "seed {seed}: in order, at most once"
+    );
+    println!(
+        "seed {seed}: best effort: {} of {n} intact, {} reported FRAMELOST",
+        st.intact.len(),
+        st.lost
+    );
 }

@@ -1105,7 +1105,7 @@ impl<'a, S> Engine<'a, S> {
             let addr = self.addr_of(dest.group, dest.node)?;
             let ci = self.channel_for(addr, dest.group, dest.node)?;
             let oi = self.alloc_op()?;
-            self.enqueue(ci, oi, op);
+            self.enqueue(ci, oi, &op);
             return Ok(SendHandle::new(oi, self.ops[oi].gen));
         }
         // Broadcast: a parent slot plus one child per member, all or nothing.
@@ -1154,7 +1154,7 @@ impl<'a, S> Engine<'a, S> {
             // Room was checked above.
             let ci = self.channel_for(addr, dest.group, i)?;
             let oi = self.alloc_op()?;
-            self.enqueue(ci, oi, child);
+            self.enqueue(ci, oi, &child);
         }
         Ok(SendHandle::new(pi, self.ops[pi].gen))
     }
@@ -1175,14 +1175,20 @@ impl<'a, S> Engine<'a, S> {
         Ok(i)
     }
 
-    fn enqueue(&mut self, ci: usize, oi: usize, mut op: Op<'a>) {
+    /// Fills slot `oi` (already taken by `alloc_op`) from `proto` and queues it on
+    /// channel `ci`.
+    fn enqueue(&mut self, ci: usize, oi: usize, proto: &Op<'a>) {
         let ch = &mut self.chans[ci];
-        op.gen = self.ops[oi].gen;
+        let gen = self.ops[oi].gen;
+        let op = &mut self.ops[oi];
+        *op = *proto;
+        op.gen = gen;
         op.chan = ci as u16;
+        op.next = NONE;
         if ch.failed {
-            self.ops[oi] = op;
+            let (port, dest) = (op.src_port, op.dest);
             finish_op(&mut self.ops, oi, false);
-            self.notify_send_failure(op.src_port, op.dest);
+            self.notify_send_failure(port, dest);
             return;
         }
         if op.reliable {
@@ -1192,14 +1198,12 @@ impl<'a, S> Engine<'a, S> {
             op.msg_id = ch.next_be_msg;
             ch.next_be_msg = ch.next_be_msg.wrapping_add(1);
         }
-        op.next = NONE;
         if ch.q_tail == NONE {
             ch.q_head = oi as u16;
         } else {
             self.ops[ch.q_tail as usize].next = oi as u16;
         }
         ch.q_tail = oi as u16;
-        self.ops[oi] = op;
     }
 
     fn notify_send_failure(&mut self, port: PortId, dest: Dest) {
