@@ -797,6 +797,8 @@ pub struct Engine<'a, S = ()> {
     owed_retries: usize,
     /// Where the search for a free operation slot starts.
     op_hint: usize,
+    /// A retransmission timer fired since the last liveness check.
+    timer_fired: bool,
 }
 
 impl<S> core::fmt::Debug for Engine<'_, S> {
@@ -911,6 +913,7 @@ impl<'a, S> Engine<'a, S> {
             be_asms: 0,
             owed_retries: 0,
             op_hint: 0,
+            timer_fired: false,
         })
     }
 
@@ -1773,6 +1776,7 @@ impl<'a, S> Engine<'a, S> {
                 continue;
             }
             self.stats.timeouts += 1;
+            self.timer_fired = true;
             let refused = core::mem::take(&mut ch.refused);
             if !refused {
                 ch.retries = ch.retries.saturating_add(1);
@@ -1847,6 +1851,17 @@ impl<'a, S> Engine<'a, S> {
             let target = ((me + (1u32 << self.bar.round.min(31))) % n.max(1)) as NodeId;
             if self.chans[ci].peer_group == self.cfg.group && peer == target {
                 self.fail_barrier(Error::SendFailure);
+            }
+        }
+    }
+
+    /// Asks the device about every peer still owed an ack; a peer the device knows
+    /// to be dead fails at once instead of after the whole back-off.
+    fn check_liveness<D: Device>(&mut self, now: Instant, dev: &mut D) {
+        for ci in 0..self.chan_hwm {
+            let ch = &self.chans[ci];
+            if ch.in_use && !ch.failed && ch.outstanding() > 0 && !dev.peer_alive(now, ch.peer) {
+                self.fail_channel(ci);
             }
         }
     }
@@ -2051,6 +2066,9 @@ impl<'a, S> Engine<'a, S> {
             busy = true;
         }
         self.handle_timeout(now);
+        if core::mem::take(&mut self.timer_fired) {
+            self.check_liveness(now, dev);
+        }
         if self.bar.active {
             self.advance_barrier();
         }

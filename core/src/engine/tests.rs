@@ -472,3 +472,45 @@ fn a_refused_sender_is_told_to_retry_when_the_port_frees() {
         "no byte of A left in C's message"
     );
 }
+
+/// A loopback whose liveness word says node 1 is gone.
+struct DeadPeer<'r>(Loopback<'r, 64, 512>);
+
+impl Device for DeadPeer<'_> {
+    type RxToken<'a>
+        = <Loopback<'static, 64, 512> as Device>::RxToken<'a>
+    where
+        Self: 'a;
+    type TxToken<'a>
+        = <Loopback<'static, 64, 512> as Device>::TxToken<'a>
+    where
+        Self: 'a;
+    fn receive(&mut self, now: Instant) -> Option<Self::RxToken<'_>> {
+        self.0.receive(now)
+    }
+    fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<Self::TxToken<'_>> {
+        self.0.transmit(now, dst)
+    }
+    fn capabilities(&self) -> crate::phy::Capabilities {
+        self.0.capabilities()
+    }
+    fn peer_alive(&mut self, _now: Instant, peer: NodeAddr) -> bool {
+        peer != NodeAddr(1)
+    }
+}
+
+#[test]
+fn a_device_that_knows_a_peer_died_fails_sends_at_the_first_timeout() {
+    let mut rings = rings();
+    let mut a = engine(7, 0);
+    a.bind_port(1, out(1, 2)).unwrap();
+    let h = a.start_send(1, b"x", Body::Borrowed(&[]), true).unwrap();
+    let mut now = Instant::ZERO;
+    while a.send_status(h) == Ok(SendStatus::Pending) {
+        a.poll(now, &mut DeadPeer(Loopback::new(&mut rings, NodeAddr(0))), None);
+        now += Duration::from_micros(10);
+        assert!(now < Instant::from_micros(200), "not failed at the first timeout");
+    }
+    assert_eq!(a.send_status(h), Ok(SendStatus::Failed));
+    assert_eq!(a.stats().timeouts, 1);
+}

@@ -209,6 +209,10 @@ impl<D: Device, const BUF: usize> Device for FaultInjector<D, BUF> {
         self.inner.transmit(now, dst)
     }
 
+    fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
+        self.inner.peer_alive(now, peer)
+    }
+
     fn capabilities(&self) -> Capabilities {
         if self.injects_nothing() {
             return self.inner.capabilities();

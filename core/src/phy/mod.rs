@@ -63,6 +63,13 @@ pub trait Device {
     fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<Self::TxToken<'_>>;
     /// The device's capabilities.
     fn capabilities(&self) -> Capabilities;
+    /// Whether the device still believes `peer` is alive (a liveness word, a heartbeat,
+    /// a link state). The engine asks when a retransmission timer fires and declares the
+    /// peer dead at once on `false`. Devices that cannot tell answer `true`, and the
+    /// engine's retry limit decides.
+    fn peer_alive(&mut self, _now: Instant, _peer: NodeAddr) -> bool {
+        true
+    }
 }
 
 impl<D: Device> Device for &mut D {
@@ -82,5 +89,8 @@ impl<D: Device> Device for &mut D {
     }
     fn capabilities(&self) -> Capabilities {
         (**self).capabilities()
+    }
+    fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
+        (**self).peer_alive(now, peer)
     }
 }

@@ -133,6 +133,10 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+
+    fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
+        self.inner.peer_alive(now, peer)
+    }
 }
 
 #[cfg(test)]
