@@ -507,9 +507,16 @@ fn a_device_that_knows_a_peer_died_fails_sends_at_the_first_timeout() {
     let h = a.start_send(1, b"x", Body::Borrowed(&[]), true).unwrap();
     let mut now = Instant::ZERO;
     while a.send_status(h) == Ok(SendStatus::Pending) {
-        a.poll(now, &mut DeadPeer(Loopback::new(&mut rings, NodeAddr(0))), None);
+        a.poll(
+            now,
+            &mut DeadPeer(Loopback::new(&mut rings, NodeAddr(0))),
+            None,
+        );
         now += Duration::from_micros(10);
-        assert!(now < Instant::from_micros(200), "not failed at the first timeout");
+        assert!(
+            now < Instant::from_micros(200),
+            "not failed at the first timeout"
+        );
     }
     assert_eq!(a.send_status(h), Ok(SendStatus::Failed));
     assert_eq!(a.stats().timeouts, 1);

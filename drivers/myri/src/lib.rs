@@ -1,0 +1,684 @@
+//! `volley-myri`: a software model of a Myrinet/LANai-style NIC on shared memory.
+//!
+//! The model runs on any region of memory that the nodes share: a `/dev/shm` mapping
+//! between processes, or an `ivshmem` BAR between virtual machines. It is a *reliable*
+//! link in the sense of the core's device trait: frames are never dropped, duplicated
+//! or reordered, so the engine takes its credit-only fast path.
+//!
+//! # Region layout (all integers little-endian, offsets in bytes)
+//!
+//! | offset | size | what |
+//! |-------:|-----:|------|
+//! | 0 | 8 | magic `"VOLLEYMY"` (`0x594D_5945_4C4C_4F56`), written last by the creator |
+//! | 8 | 4 | layout version (1) |
+//! | 12 | 4 | `nodes` |
+//! | 16 | 4 | `slots` per ring (a power of two) |
+//! | 20 | 4 | `slot_size` (a multiple of 64) |
+//! | 24 | 8 | `generation`: the job this region belongs to |
+//! | 64 + 64 i | 64 | node *i*: `state` u32 (0 absent, 1 alive, 2 exited, 3 dead), `pid` u32, `generation` u64, `heartbeat` u64 |
+//! | `H` = align4096(64 + 64 nodes) | | NIC memory of node 0, then node 1, ... |
+//!
+//! NIC memory of node *d* (`nic_size = 64 + nodes * ring_size`):
+//!
+//! | offset | size | what |
+//! |-------:|-----:|------|
+//! | 0 | 64 | 8 fetch-and-add counters, u64 each, start at 0 |
+//! | 64 + s * ring_size | ring_size | the ring from node *s* to node *d* |
+//!
+//! A ring (`ring_size = 128 + slots * slot_size`) is single-producer (node *s*),
+//! single-consumer (node *d*): `tail` (u64, producer's cache line) at 0, `head` (u64,
+//! consumer's cache line) at 64, then the slots. A slot holds the frame length (u32)
+//! at 0 and the frame at 64, so the frame starts cache-line aligned and at most
+//! `slot_size - 64` bytes long. The producer writes the slot, then stores `tail` with
+//! release ordering; the consumer loads `tail` with acquire, reads the slot, then
+//! stores `head` with release. Credits are the free slots: `slots - (tail - head)`.
+//!
+//! # Start-up and liveness
+//!
+//! The creator (rank 0) clears the magic, zeroes the region, writes the geometry and
+//! the job's `generation`, then writes the magic (release). A joining node waits until
+//! magic, version and generation all match ([`MyriError::NotReady`] until then), so a
+//! region left over by an earlier job is never joined. Each node then marks itself
+//! alive; [`MyriNic::all_alive`] is the start-up barrier. A node bumps its heartbeat on
+//! every receive poll; a peer whose state is not *alive*, or whose heartbeat has not
+//! moved for [`NicConfig::dead_after`], is reported dead through the device trait's
+//! `peer_alive`, and the engine fails sends to it instead of waiting.
+#![no_std]
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs)]
+
+use core::fmt;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use volley_core::phy::{Capabilities, Device, RxToken, TxToken};
+use volley_core::time::{Duration, Instant};
+use volley_core::NodeAddr;
+
+mod region;
+pub use region::Region;
+
+/// `"VOLLEYMY"` read as a little-endian u64.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYMY");
+/// Layout version.
+pub const VERSION: u32 = 1;
+/// Most nodes a region can hold.
+pub const MAX_NODES: usize = 256;
+/// Fetch-and-add counters per node.
+pub const COUNTERS: usize = 8;
+const SLOT_HEADER: usize = 64;
+const PAGE: usize = 4096;
+
+mod off {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const NODES: usize = 12;
+    pub const SLOTS: usize = 16;
+    pub const SLOT_SIZE: usize = 20;
+    pub const GENERATION: usize = 24;
+    pub const NODE_TABLE: usize = 64;
+    pub const NODE_STATE: usize = 0;
+    pub const NODE_PID: usize = 4;
+    pub const NODE_GENERATION: usize = 8;
+    pub const NODE_HEARTBEAT: usize = 16;
+    pub const RING_TAIL: usize = 0;
+    pub const RING_HEAD: usize = 64;
+    pub const RING_SLOTS: usize = 128;
+}
+
+/// A node's state word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum NodeState {
+    /// Never joined.
+    Absent = 0,
+    /// Joined and running.
+    Alive = 1,
+    /// Left cleanly.
+    Exited = 2,
+    /// Declared dead by a peer or a launcher.
+    Dead = 3,
+}
+
+impl NodeState {
+    fn from_u32(v: u32) -> NodeState {
+        match v {
+            1 => NodeState::Alive,
+            2 => NodeState::Exited,
+            3 => NodeState::Dead,
+            _ => NodeState::Absent,
+        }
+    }
+}
+
+/// What went wrong with a region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MyriError {
+    /// The region's base is not 64-byte aligned (or an offset is misaligned).
+    Misaligned,
+    /// An offset or length read from the region points outside it.
+    OutOfBounds,
+    /// The region is not (yet) initialised for this job: wrong magic or generation.
+    NotReady {
+        /// The magic found.
+        magic: u64,
+        /// The generation found.
+        generation: u64,
+    },
+    /// The header is initialised but its contents are impossible.
+    Corrupt(&'static str),
+    /// The region is smaller than its geometry requires.
+    TooSmall {
+        /// Bytes needed.
+        needed: usize,
+        /// Bytes there.
+        have: usize,
+    },
+    /// This node's number is not below the region's node count.
+    BadNode,
+}
+
+impl fmt::Display for MyriError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MyriError::Misaligned => f.write_str("shared region misaligned"),
+            MyriError::OutOfBounds => f.write_str("offset read from the shared region points outside it"),
+            MyriError::NotReady { magic, generation } => write!(
+                f,
+                "shared region not initialised for this job (magic {magic:#018x}, generation {generation:#x}): stale or garbage contents"
+            ),
+            MyriError::Corrupt(what) => write!(f, "shared region corrupt: {what}"),
+            MyriError::TooSmall { needed, have } => {
+                write!(f, "shared region too small: {needed} bytes needed, {have} mapped")
+            }
+            MyriError::BadNode => f.write_str("node number not below the region's node count"),
+        }
+    }
+}
+
+impl core::error::Error for MyriError {}
+
+/// The shape of a region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Nodes sharing the region.
+    pub nodes: u32,
+    /// Slots per ring (power of two).
+    pub slots: u32,
+    /// Bytes per slot (multiple of 64); frames are up to `slot_size - 64` bytes.
+    pub slot_size: u32,
+}
+
+impl Geometry {
+    /// A geometry, validated.
+    pub fn new(nodes: u32, slots: u32, slot_size: u32) -> Result<Geometry, MyriError> {
+        let g = Geometry {
+            nodes,
+            slots,
+            slot_size,
+        };
+        g.validate()?;
+        Ok(g)
+    }
+
+    fn validate(&self) -> Result<(), MyriError> {
+        if self.nodes == 0 || self.nodes as usize > MAX_NODES {
+            return Err(MyriError::Corrupt("node count"));
+        }
+        if !self.slots.is_power_of_two() || self.slots < 2 || self.slots > 1 << 16 {
+            return Err(MyriError::Corrupt("slots per ring"));
+        }
+        if !self.slot_size.is_multiple_of(64) || self.slot_size < 128 || self.slot_size > 1 << 20 {
+            return Err(MyriError::Corrupt("slot size"));
+        }
+        self.region_len()
+            .map(|_| ())
+            .ok_or(MyriError::Corrupt("geometry overflows"))
+    }
+
+    fn header_len(&self) -> usize {
+        let raw = off::NODE_TABLE + 64 * self.nodes as usize;
+        raw.div_ceil(PAGE) * PAGE
+    }
+
+    fn ring_len(&self) -> Option<usize> {
+        (self.slots as usize)
+            .checked_mul(self.slot_size as usize)?
+            .checked_add(off::RING_SLOTS)
+    }
+
+    fn nic_len(&self) -> Option<usize> {
+        self.ring_len()?
+            .checked_mul(self.nodes as usize)?
+            .checked_add(64)
+    }
+
+    /// Bytes of shared memory this geometry needs.
+    pub fn region_len(&self) -> Option<usize> {
+        self.nic_len()?
+            .checked_mul(self.nodes as usize)?
+            .checked_add(self.header_len())
+    }
+
+    /// Largest frame a slot carries.
+    pub fn mtu(&self) -> usize {
+        self.slot_size as usize - SLOT_HEADER
+    }
+
+    fn nic(&self, node: u32) -> usize {
+        self.header_len() + node as usize * self.nic_len().unwrap_or(0)
+    }
+
+    fn ring(&self, dst: u32, src: u32) -> usize {
+        self.nic(dst) + 64 + src as usize * self.ring_len().unwrap_or(0)
+    }
+
+    fn slot(&self, dst: u32, src: u32, index: u64) -> usize {
+        let i = (index & (self.slots as u64 - 1)) as usize;
+        self.ring(dst, src) + off::RING_SLOTS + i * self.slot_size as usize
+    }
+
+    fn node_entry(&self, node: u32) -> usize {
+        off::NODE_TABLE + 64 * node as usize
+    }
+}
+
+/// Tunables of a node's NIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NicConfig {
+    /// A peer whose heartbeat has not moved for this long is dead.
+    pub dead_after: Duration,
+    /// Process id recorded in the node table (for a launcher's liveness checks).
+    pub pid: u32,
+}
+
+impl Default for NicConfig {
+    fn default() -> Self {
+        NicConfig {
+            dead_after: Duration::from_secs(5),
+            pid: 0,
+        }
+    }
+}
+
+/// Counters of the NIC model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NicStats {
+    /// Frames written into peers' rings.
+    pub tx_frames: u64,
+    /// Frames taken from our rings.
+    pub rx_frames: u64,
+    /// Transmit attempts refused for want of credit (ring full).
+    pub no_credit: u64,
+    /// Slots or rings found corrupt and skipped.
+    pub corrupt: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Watch {
+    beat: u64,
+    since: Instant,
+    seen: bool,
+}
+
+/// One node's NIC on a shared region.
+#[derive(Debug)]
+pub struct MyriNic {
+    region: Region,
+    geo: Geometry,
+    me: u32,
+    cfg: NicConfig,
+    generation: u64,
+    rr: u32,
+    beat: u64,
+    watch: [Watch; MAX_NODES],
+    stats: NicStats,
+}
+
+impl MyriNic {
+    /// Initialises `region` for a new job (`generation`) and joins it as node `me`.
+    /// Only one node (by convention rank 0) creates; the others [`MyriNic::attach`].
+    pub fn create(
+        mut region: Region,
+        geo: Geometry,
+        me: u32,
+        generation: u64,
+        cfg: NicConfig,
+    ) -> Result<MyriNic, MyriError> {
+        geo.validate()?;
+        let needed = geo
+            .region_len()
+            .ok_or(MyriError::Corrupt("geometry overflows"))?;
+        if needed > region.len() {
+            return Err(MyriError::TooSmall {
+                needed,
+                have: region.len(),
+            });
+        }
+        // Invalidate first, so nobody joins a half-written region.
+        region.u64_at(off::MAGIC)?.store(0, Ordering::Release);
+        region.zero(8, needed - 8)?;
+        region
+            .u32_at(off::VERSION)?
+            .store(VERSION, Ordering::Relaxed);
+        region
+            .u32_at(off::NODES)?
+            .store(geo.nodes, Ordering::Relaxed);
+        region
+            .u32_at(off::SLOTS)?
+            .store(geo.slots, Ordering::Relaxed);
+        region
+            .u32_at(off::SLOT_SIZE)?
+            .store(geo.slot_size, Ordering::Relaxed);
+        region
+            .u64_at(off::GENERATION)?
+            .store(generation, Ordering::Relaxed);
+        region.u64_at(off::MAGIC)?.store(MAGIC, Ordering::Release);
+        Self::attach(region, me, generation, cfg)
+    }
+
+    /// Joins a region initialised for `generation` as node `me`. Returns
+    /// [`MyriError::NotReady`] while the creator has not initialised it (retry), and
+    /// a `Corrupt`/`TooSmall` error if the initialised header is impossible.
+    pub fn attach(
+        region: Region,
+        me: u32,
+        generation: u64,
+        cfg: NicConfig,
+    ) -> Result<MyriNic, MyriError> {
+        let magic = region.u64_at(off::MAGIC)?.load(Ordering::Acquire);
+        let found = region.u64_at(off::GENERATION)?.load(Ordering::Relaxed);
+        if magic != MAGIC || found != generation {
+            return Err(MyriError::NotReady {
+                magic,
+                generation: found,
+            });
+        }
+        if region.u32_at(off::VERSION)?.load(Ordering::Relaxed) != VERSION {
+            return Err(MyriError::Corrupt("layout version"));
+        }
+        let geo = Geometry {
+            nodes: region.u32_at(off::NODES)?.load(Ordering::Relaxed),
+            slots: region.u32_at(off::SLOTS)?.load(Ordering::Relaxed),
+            slot_size: region.u32_at(off::SLOT_SIZE)?.load(Ordering::Relaxed),
+        };
+        geo.validate()?;
+        let needed = geo
+            .region_len()
+            .ok_or(MyriError::Corrupt("geometry overflows"))?;
+        if needed > region.len() {
+            return Err(MyriError::TooSmall {
+                needed,
+                have: region.len(),
+            });
+        }
+        if me >= geo.nodes {
+            return Err(MyriError::BadNode);
+        }
+        let nic = MyriNic {
+            region,
+            geo,
+            me,
+            cfg,
+            generation,
+            rr: 0,
+            beat: 0,
+            watch: [Watch {
+                beat: 0,
+                since: Instant::ZERO,
+                seen: false,
+            }; MAX_NODES],
+            stats: NicStats::default(),
+        };
+        let e = geo.node_entry(me);
+        nic.region
+            .u32_at(e + off::NODE_PID)?
+            .store(cfg.pid, Ordering::Relaxed);
+        nic.region
+            .u64_at(e + off::NODE_GENERATION)?
+            .store(generation, Ordering::Relaxed);
+        nic.region
+            .u64_at(e + off::NODE_HEARTBEAT)?
+            .store(0, Ordering::Relaxed);
+        nic.region
+            .u32_at(e + off::NODE_STATE)?
+            .store(NodeState::Alive as u32, Ordering::Release);
+        Ok(nic)
+    }
+
+    /// The region's geometry.
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+
+    /// This node's number.
+    pub fn node(&self) -> u32 {
+        self.me
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> NicStats {
+        self.stats
+    }
+
+    fn node_word(&self, node: u32, field: usize) -> Option<&AtomicU32> {
+        if node >= self.geo.nodes {
+            return None;
+        }
+        self.region.u32_at(self.geo.node_entry(node) + field).ok()
+    }
+
+    fn node_dword(&self, node: u32, field: usize) -> Option<&AtomicU64> {
+        if node >= self.geo.nodes {
+            return None;
+        }
+        self.region.u64_at(self.geo.node_entry(node) + field).ok()
+    }
+
+    /// A node's state word.
+    pub fn state(&self, node: u32) -> NodeState {
+        self.node_word(node, off::NODE_STATE)
+            .map_or(NodeState::Absent, |w| {
+                NodeState::from_u32(w.load(Ordering::Acquire))
+            })
+    }
+
+    /// The process id a node recorded when it joined.
+    pub fn pid(&self, node: u32) -> u32 {
+        self.node_word(node, off::NODE_PID)
+            .map_or(0, |w| w.load(Ordering::Relaxed))
+    }
+
+    /// True once every node has joined this generation: the start-up barrier.
+    pub fn all_alive(&self) -> bool {
+        (0..self.geo.nodes).all(|n| {
+            self.state(n) == NodeState::Alive
+                && self
+                    .node_dword(n, off::NODE_GENERATION)
+                    .map(|g| g.load(Ordering::Relaxed))
+                    == Some(self.generation)
+        })
+    }
+
+    /// Declares `node` dead (a launcher saw its process exit): peers stop waiting for it.
+    pub fn mark_dead(&self, node: u32) {
+        if let Some(w) = self.node_word(node, off::NODE_STATE) {
+            let _ = w.compare_exchange(
+                NodeState::Alive as u32,
+                NodeState::Dead as u32,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Leaves the region cleanly.
+    pub fn leave(&self) {
+        if let Some(w) = self.node_word(self.me, off::NODE_STATE) {
+            w.store(NodeState::Exited as u32, Ordering::Release);
+        }
+    }
+
+    /// Atomically adds `delta` to counter `counter` in `node`'s NIC memory and returns
+    /// the previous value. No CPU of `node` takes part (LFC's NIC-resident
+    /// `lfc_fetch_and_add`; counters start at 0).
+    pub fn fetch_and_add(&self, node: u32, counter: usize, delta: u64) -> Result<u64, MyriError> {
+        if node >= self.geo.nodes {
+            return Err(MyriError::BadNode);
+        }
+        if counter >= COUNTERS {
+            return Err(MyriError::OutOfBounds);
+        }
+        let c = self.region.u64_at(self.geo.nic(node) + 8 * counter)?;
+        Ok(c.fetch_add(delta, Ordering::AcqRel))
+    }
+
+    fn heartbeat(&mut self) {
+        self.beat = self.beat.wrapping_add(1);
+        if let Some(h) = self.node_dword(self.me, off::NODE_HEARTBEAT) {
+            h.store(self.beat, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The `tail` and `head` words of the ring from `src` to `dst`.
+fn ring_words<'r>(
+    region: &'r Region,
+    geo: &Geometry,
+    dst: u32,
+    src: u32,
+) -> Option<(&'r AtomicU64, &'r AtomicU64)> {
+    let r = geo.ring(dst, src);
+    let tail = region.u64_at(r + off::RING_TAIL).ok()?;
+    let head = region.u64_at(r + off::RING_HEAD).ok()?;
+    Some((tail, head))
+}
+
+impl Drop for MyriNic {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+/// A frame in one of our rings, lent in place.
+#[derive(Debug)]
+pub struct MyriRx<'a> {
+    frame: &'a [u8],
+    head: &'a AtomicU64,
+    next: u64,
+}
+
+/// A free slot in a peer's ring, lent in place.
+#[derive(Debug)]
+pub struct MyriTx<'a> {
+    slot: &'a mut [u8],
+    len: &'a AtomicU32,
+    tail: &'a AtomicU64,
+    next: u64,
+}
+
+impl RxToken for MyriRx<'_> {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        let r = f(self.frame);
+        // Hand the slot back to the producer: our reads happen-before its reuse.
+        self.head.store(self.next, Ordering::Release);
+        r
+    }
+}
+
+impl TxToken for MyriTx<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let len = len.min(self.slot.len());
+        let r = f(&mut self.slot[..len]);
+        self.len.store(len as u32, Ordering::Relaxed);
+        // Publish the slot: its bytes happen-before the consumer's acquire of `tail`.
+        self.tail.store(self.next, Ordering::Release);
+        r
+    }
+}
+
+impl Device for MyriNic {
+    type RxToken<'a> = MyriRx<'a>;
+    type TxToken<'a> = MyriTx<'a>;
+
+    fn receive(&mut self, _now: Instant) -> Option<MyriRx<'_>> {
+        self.heartbeat();
+        let MyriNic {
+            region,
+            geo,
+            me,
+            rr,
+            stats,
+            ..
+        } = self;
+        let n = geo.nodes;
+        for k in 0..n {
+            let src = (*rr + k) % n;
+            if src == *me {
+                continue;
+            }
+            let Some((tail_w, head_w)) = ring_words(region, geo, *me, src) else {
+                continue;
+            };
+            let tail = tail_w.load(Ordering::Acquire);
+            // At most one pass over the ring: corrupt slots are skipped, not retried.
+            for _ in 0..=geo.slots {
+                let head = head_w.load(Ordering::Relaxed);
+                if tail == head {
+                    break;
+                }
+                let slot = geo.slot(*me, src, head);
+                let bad_ring = tail.wrapping_sub(head) > geo.slots as u64;
+                let len = region
+                    .u32_at(slot)
+                    .map(|w| w.load(Ordering::Relaxed) as usize);
+                let frame = match len {
+                    Ok(len) if !bad_ring && len <= geo.mtu() => {
+                        region.bytes(slot + SLOT_HEADER, len).ok()
+                    }
+                    _ => None,
+                };
+                if let Some(frame) = frame {
+                    *rr = (src + 1) % n;
+                    stats.rx_frames += 1;
+                    return Some(MyriRx {
+                        frame,
+                        head: head_w,
+                        next: head.wrapping_add(1),
+                    });
+                }
+                // A corrupt slot is skipped; a corrupt ring is drained.
+                stats.corrupt += 1;
+                let next = if bad_ring { tail } else { head.wrapping_add(1) };
+                head_w.store(next, Ordering::Release);
+            }
+        }
+        None
+    }
+
+    fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<MyriTx<'_>> {
+        let MyriNic {
+            region,
+            geo,
+            me,
+            stats,
+            ..
+        } = self;
+        let dst = dst.0 as u32;
+        if dst >= geo.nodes || dst == *me {
+            return None;
+        }
+        let (tail_w, head_w) = ring_words(region, geo, dst, *me)?;
+        let tail = tail_w.load(Ordering::Relaxed);
+        let head = head_w.load(Ordering::Acquire);
+        if tail.wrapping_sub(head) >= geo.slots as u64 {
+            stats.no_credit += 1;
+            return None;
+        }
+        let slot = geo.slot(dst, *me, tail);
+        let len = region.u32_at(slot).ok()?;
+        // SAFETY: slot `tail` of the ring we alone produce into is free (tail - head
+        // < slots, checked above): its consumer has released it and will not read it
+        // before we publish `tail + 1`, and no other slice of it exists.
+        let bytes = unsafe { region.bytes_mut(slot + SLOT_HEADER, geo.mtu()) }.ok()?;
+        stats.tx_frames += 1;
+        Some(MyriTx {
+            slot: bytes,
+            len,
+            tail: tail_w,
+            next: tail.wrapping_add(1),
+        })
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            mtu: self.geo.mtu(),
+            reliable: true,
+            integrity: true,
+        }
+    }
+
+    fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
+        let p = peer.0 as u32;
+        if self.state(p) != NodeState::Alive {
+            return false;
+        }
+        let beat = self
+            .node_dword(p, off::NODE_HEARTBEAT)
+            .map_or(0, |h| h.load(Ordering::Relaxed));
+        let Some(w) = self.watch.get_mut(p as usize) else {
+            return true;
+        };
+        if !w.seen || w.beat != beat {
+            *w = Watch {
+                beat,
+                since: now,
+                seen: true,
+            };
+            return true;
+        }
+        now - w.since < self.cfg.dead_after
+    }
+}
+
+#[cfg(test)]
+mod tests;

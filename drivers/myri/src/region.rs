@@ -1,0 +1,110 @@
+//! Bounds-checked access to a shared memory region.
+//!
+//! Every offset used by the NIC model comes from arithmetic on values read from the
+//! region itself, which another process may have scribbled on. All access goes through
+//! here and is checked against the region's length and alignment first, so a corrupt
+//! region produces [`MyriError::OutOfBounds`], never an out-of-bounds access.
+
+use core::sync::atomic::{AtomicU32, AtomicU64};
+
+use crate::MyriError;
+
+/// A shared memory region: a `/dev/shm` mapping, an `ivshmem` BAR.
+#[derive(Debug)]
+pub struct Region {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the region is plain memory shared by design; every access below is either
+// atomic or to bytes owned, by the ring protocol, by the side touching them.
+unsafe impl Send for Region {}
+
+impl Region {
+    /// Wraps `len` bytes at `base`.
+    ///
+    /// # Safety
+    ///
+    /// `base..base + len` must be valid for reads and writes for as long as the
+    /// `Region` (and everything built on it) lives, and must not be used by this
+    /// process through any other Rust reference meanwhile. Other processes may map
+    /// the same memory: they are expected to follow the ring protocol, and if they do
+    /// not, the bytes read may be garbage but every access stays inside the region.
+    pub unsafe fn new(base: *mut u8, len: usize) -> Result<Region, MyriError> {
+        if base.is_null() || !(base as usize).is_multiple_of(64) {
+            return Err(MyriError::Misaligned);
+        }
+        Ok(Region { base, len })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn check(&self, off: usize, len: usize, align: usize) -> Result<(), MyriError> {
+        let end = off.checked_add(len).ok_or(MyriError::OutOfBounds)?;
+        if end > self.len {
+            return Err(MyriError::OutOfBounds);
+        }
+        if !off.is_multiple_of(align) {
+            return Err(MyriError::Misaligned);
+        }
+        Ok(())
+    }
+
+    /// The 64-bit atomic at `off`.
+    pub fn u64_at(&self, off: usize) -> Result<&AtomicU64, MyriError> {
+        self.check(off, 8, 8)?;
+        // SAFETY: in bounds and 8-aligned (checked above; base is 64-aligned); the
+        // region outlives `&self`; shared mutation goes through the atomic.
+        Ok(unsafe { &*(self.base.add(off) as *const AtomicU64) })
+    }
+
+    /// The 32-bit atomic at `off`.
+    pub fn u32_at(&self, off: usize) -> Result<&AtomicU32, MyriError> {
+        self.check(off, 4, 4)?;
+        // SAFETY: as in `u64_at`, with 4-byte size and alignment.
+        Ok(unsafe { &*(self.base.add(off) as *const AtomicU32) })
+    }
+
+    /// `len` bytes at `off`, read-only.
+    ///
+    /// The ring protocol gives the caller ownership of these bytes (a slot between
+    /// the producer's release of `tail` and the consumer's release of `head`).
+    pub(crate) fn bytes(&self, off: usize, len: usize) -> Result<&[u8], MyriError> {
+        self.check(off, len, 1)?;
+        // SAFETY: in bounds; the slot is not written by its producer while the
+        // consumer owns it (ring protocol); bytes have no invalid values.
+        Ok(unsafe { core::slice::from_raw_parts(self.base.add(off), len) })
+    }
+
+    /// `len` bytes at `off`, writable.
+    ///
+    /// # Safety
+    ///
+    /// The caller must own these bytes exclusively under the ring protocol (a free
+    /// slot of a ring it produces into) and must not create two overlapping slices.
+    // Shared memory is written through `&self` by design: exclusivity comes from the
+    // ring protocol, which the `# Safety` contract hands to the caller.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn bytes_mut(&self, off: usize, len: usize) -> Result<&mut [u8], MyriError> {
+        self.check(off, len, 1)?;
+        // SAFETY: in bounds; exclusivity is the caller's contract above.
+        Ok(unsafe { core::slice::from_raw_parts_mut(self.base.add(off), len) })
+    }
+
+    /// Fills `len` bytes at `off` with zero.
+    pub(crate) fn zero(&mut self, off: usize, len: usize) -> Result<(), MyriError> {
+        self.check(off, len, 1)?;
+        // SAFETY: in bounds; `&mut self` means no slice of ours is alive, and only
+        // the creating node zeroes, before any peer may use the region.
+        unsafe { core::ptr::write_bytes(self.base.add(off), 0, len) };
+        Ok(())
+    }
+}

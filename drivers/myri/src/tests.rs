@@ -1,0 +1,327 @@
+//! Two (or three) NICs on one region in one process stand for separate processes.
+
+extern crate std;
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::vec::Vec;
+
+use super::*;
+use volley_core::engine::{
+    Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, PortSetup, SendStatus,
+    Storage, Upcall,
+};
+
+/// 64-aligned zeroed memory standing for a shared mapping.
+struct Mem {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl Mem {
+    fn new(len: usize) -> Mem {
+        let layout = Layout::from_size_align(len, 4096).unwrap();
+        // SAFETY: non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        Mem { ptr, layout }
+    }
+    fn region(&self) -> Region {
+        // SAFETY: the allocation outlives every NIC in these tests (each test drops
+        // its NICs before `Mem`), and it is only touched through regions.
+        unsafe { Region::new(self.ptr, self.layout.size()) }.unwrap()
+    }
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: valid allocation; callers hold no NIC over it while scribbling.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
+    }
+}
+
+impl Drop for Mem {
+    fn drop(&mut self) {
+        // SAFETY: allocated with this layout.
+        unsafe { dealloc(self.ptr, self.layout) }
+    }
+}
+
+fn geo() -> Geometry {
+    Geometry::new(3, 4, 256).unwrap()
+}
+
+fn pair(mem: &Mem) -> (MyriNic, MyriNic) {
+    let a = MyriNic::create(mem.region(), geo(), 0, 7, NicConfig::default()).unwrap();
+    let b = MyriNic::attach(mem.region(), 1, 7, NicConfig::default()).unwrap();
+    (a, b)
+}
+
+fn send(nic: &mut MyriNic, dst: u16, bytes: &[u8]) -> bool {
+    match nic.transmit(Instant::ZERO, NodeAddr(dst)) {
+        Some(t) => {
+            t.consume(bytes.len(), |b| b.copy_from_slice(bytes));
+            true
+        }
+        None => false,
+    }
+}
+
+fn recv(nic: &mut MyriNic) -> Option<Vec<u8>> {
+    nic.receive(Instant::ZERO)
+        .map(|t| t.consume(|f| f.to_vec()))
+}
+
+#[test]
+fn layout_is_cache_line_aligned_and_fits() {
+    let g = geo();
+    assert_eq!(g.mtu(), 192);
+    assert_eq!(g.header_len(), 4096);
+    assert_eq!(g.ring(0, 0) % 64, 0);
+    assert_eq!(g.slot(2, 1, 3) % 64, 0);
+    assert_eq!(g.slot(1, 2, 4), g.slot(1, 2, 0), "slot index wraps");
+    let end = g.slot(2, 2, 3) + 256;
+    assert_eq!(end, g.region_len().unwrap());
+    assert!(Geometry::new(3, 6, 256).is_err());
+    assert!(Geometry::new(3, 4, 100).is_err());
+    assert!(Geometry::new(0, 4, 256).is_err());
+}
+
+#[test]
+fn frames_flow_in_order_and_credits_run_out() {
+    let mem = Mem::new(geo().region_len().unwrap());
+    let (mut a, mut b) = pair(&mem);
+    assert!(!a.all_alive(), "node 2 has not joined");
+    let c = MyriNic::attach(mem.region(), 2, 7, NicConfig::default()).unwrap();
+    assert!(a.all_alive() && b.all_alive());
+    let caps = a.capabilities();
+    assert!(caps.reliable && caps.integrity);
+    for i in 0..4u8 {
+        assert!(send(&mut a, 1, &[i; 100]));
+    }
+    assert!(!send(&mut a, 1, b"fifth"), "4 slots: no credit left");
+    assert_eq!(a.stats().no_credit, 1);
+    assert!(send(&mut a, 2, b"other ring"), "credits are per ring");
+    assert_eq!(recv(&mut b).unwrap(), [0u8; 100]);
+    assert!(send(&mut a, 1, b"fifth"), "a slot came back");
+    for i in 1..4u8 {
+        assert_eq!(recv(&mut b).unwrap(), [i; 100]);
+    }
+    assert_eq!(recv(&mut b).unwrap(), b"fifth");
+    assert!(recv(&mut b).is_none());
+    assert!(send(&mut b, 0, b"back"));
+    assert_eq!(recv(&mut a).unwrap(), b"back");
+    assert!(
+        a.transmit(Instant::ZERO, NodeAddr(0)).is_none(),
+        "not to itself"
+    );
+    assert!(a.transmit(Instant::ZERO, NodeAddr(9)).is_none());
+    drop(c);
+}
+
+#[test]
+fn a_stale_region_is_not_joined_until_recreated() {
+    let mem = Mem::new(geo().region_len().unwrap());
+    let old = MyriNic::create(mem.region(), geo(), 0, 1, NicConfig::default()).unwrap();
+    drop(old);
+    match MyriNic::attach(mem.region(), 1, 2, NicConfig::default()) {
+        Err(MyriError::NotReady { magic, generation }) => {
+            assert_eq!((magic, generation), (MAGIC, 1));
+        }
+        other => panic!("joined a stale region: {other:?}"),
+    }
+    let _new = MyriNic::create(mem.region(), geo(), 0, 2, NicConfig::default()).unwrap();
+    let b = MyriNic::attach(mem.region(), 1, 2, NicConfig::default()).unwrap();
+    assert_eq!(b.state(0), NodeState::Alive);
+}
+
+#[test]
+fn garbage_regions_are_rejected_with_a_reason() {
+    let mut mem = Mem::new(geo().region_len().unwrap());
+    let mut x = 0x1234_5678u32;
+    for b in mem.bytes().iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        *b = x as u8;
+    }
+    let e = MyriNic::attach(mem.region(), 1, 7, NicConfig::default()).unwrap_err();
+    assert!(matches!(e, MyriError::NotReady { .. }));
+    assert!(std::format!("{e}").contains("stale or garbage"));
+    // Valid magic and generation but an impossible geometry.
+    mem.bytes()[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+    mem.bytes()[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    mem.bytes()[24..32].copy_from_slice(&7u64.to_le_bytes());
+    mem.bytes()[12..16].copy_from_slice(&3u32.to_le_bytes());
+    mem.bytes()[16..20].copy_from_slice(&4u32.to_le_bytes());
+    mem.bytes()[20..24].copy_from_slice(&1_000_001u32.to_le_bytes());
+    let e = MyriNic::attach(mem.region(), 1, 7, NicConfig::default()).unwrap_err();
+    assert_eq!(e, MyriError::Corrupt("slot size"));
+    mem.bytes()[20..24].copy_from_slice(&(1u32 << 20).to_le_bytes());
+    let e = MyriNic::attach(mem.region(), 1, 7, NicConfig::default()).unwrap_err();
+    assert!(matches!(e, MyriError::TooSmall { .. }), "{e:?}");
+    mem.bytes()[20..24].copy_from_slice(&256u32.to_le_bytes());
+    assert!(
+        MyriNic::attach(mem.region(), 3, 7, NicConfig::default()).is_err(),
+        "node 3 of 3"
+    );
+}
+
+#[test]
+fn corrupt_slots_and_rings_are_skipped_without_panic() {
+    let mut mem = Mem::new(geo().region_len().unwrap());
+    let g = geo();
+    {
+        let (mut a, b) = pair(&mem);
+        assert!(send(&mut a, 1, b"ok-1"));
+        assert!(send(&mut a, 1, b"bad"));
+        assert!(send(&mut a, 1, b"ok-2"));
+        drop((a, b));
+    }
+    // A peer scribbles a length past the slot into the second frame.
+    let slot = g.slot(1, 0, 1);
+    mem.bytes()[slot..slot + 4].copy_from_slice(&100_000u32.to_le_bytes());
+    let mut b = MyriNic::attach(mem.region(), 1, 7, NicConfig::default()).unwrap();
+    assert_eq!(recv(&mut b).unwrap(), b"ok-1");
+    assert_eq!(recv(&mut b).unwrap(), b"ok-2");
+    assert_eq!(b.stats().corrupt, 1);
+    drop(b);
+    // A tail far beyond the head: the ring is drained, not walked.
+    let ring = g.ring(1, 2);
+    mem.bytes()[ring..ring + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+    let mut b = MyriNic::attach(mem.region(), 1, 7, NicConfig::default()).unwrap();
+    assert!(recv(&mut b).is_none());
+    assert_eq!(b.stats().corrupt, 1);
+}
+
+#[test]
+fn fetch_and_add_lives_in_the_owners_nic_memory() {
+    let mem = Mem::new(geo().region_len().unwrap());
+    let (a, b) = pair(&mem);
+    assert_eq!(a.fetch_and_add(1, 0, 1), Ok(0));
+    assert_eq!(b.fetch_and_add(1, 0, 1), Ok(1));
+    assert_eq!(a.fetch_and_add(1, 0, 5), Ok(2));
+    assert_eq!(a.fetch_and_add(1, 3, 1), Ok(0), "counters are separate");
+    assert_eq!(b.fetch_and_add(0, 0, 1), Ok(0), "and per node");
+    assert_eq!(a.fetch_and_add(1, COUNTERS, 1), Err(MyriError::OutOfBounds));
+    assert_eq!(a.fetch_and_add(5, 0, 1), Err(MyriError::BadNode));
+}
+
+#[test]
+fn dead_and_departed_peers_are_reported() {
+    let mem = Mem::new(geo().region_len().unwrap());
+    let cfg = NicConfig {
+        dead_after: Duration::from_millis(10),
+        pid: 1,
+    };
+    let mut a = MyriNic::create(mem.region(), geo(), 0, 7, cfg).unwrap();
+    let mut b = MyriNic::attach(mem.region(), 1, 7, cfg).unwrap();
+    let c = MyriNic::attach(mem.region(), 2, 7, cfg).unwrap();
+    let t = |ms| Instant::from_millis(ms);
+    assert!(a.peer_alive(t(0), NodeAddr(1)));
+    b.receive(t(5)); // a heartbeat
+    assert!(a.peer_alive(t(8), NodeAddr(1)));
+    assert!(
+        a.peer_alive(t(17), NodeAddr(1)),
+        "10 ms since the beat was seen at 8"
+    );
+    assert!(
+        !a.peer_alive(t(19), NodeAddr(1)),
+        "silent for more than 10 ms"
+    );
+    b.receive(t(20));
+    assert!(a.peer_alive(t(21), NodeAddr(1)), "beating again");
+    drop(c);
+    assert_eq!(a.state(2), NodeState::Exited);
+    assert!(!a.peer_alive(t(21), NodeAddr(2)));
+    a.mark_dead(1);
+    assert_eq!(a.state(1), NodeState::Dead);
+    assert!(!a.peer_alive(t(21), NodeAddr(1)));
+    assert_eq!(a.pid(1), 1);
+}
+
+fn on_msg(u: &mut Upcall<'_, '_, Vec<u8>>) {
+    let d = u.data().to_vec();
+    *u.state() = d;
+}
+
+#[test]
+fn the_engine_takes_its_credit_only_path_over_the_nic() {
+    let g = Geometry::new(2, 16, 2048).unwrap();
+    let mem = Mem::new(g.region_len().unwrap());
+    let mut na = MyriNic::create(mem.region(), g, 0, 9, NicConfig::default()).unwrap();
+    let mut nb = MyriNic::attach(mem.region(), 1, 9, NicConfig::default()).unwrap();
+    static GROUPS: &[Group<'static>] = &[Group {
+        id: 1,
+        members: Members::Range { first: 0, count: 2 },
+    }];
+    let cap = || Capacity {
+        ports: 4,
+        channels: 2,
+        fabric_nodes: 2,
+        ops: 4,
+        assemblies: 2,
+    };
+    let mut a = Engine::new(
+        Config::new(5, 1, 0),
+        GROUPS,
+        Storage::with_capacity(cap()),
+        Vec::<u8>::new(),
+    )
+    .unwrap();
+    let mut b = Engine::new(
+        Config::new(5, 1, 1),
+        GROUPS,
+        Storage::with_capacity(cap()),
+        Vec::<u8>::new(),
+    )
+    .unwrap();
+    let dest = Some(Dest {
+        group: 1,
+        node: 1,
+        port: 1,
+    });
+    a.bind_port(
+        0,
+        PortSetup {
+            dest,
+            input: false,
+            recv: None,
+            err: None,
+            sem: 0,
+            kind: BufferKind::GoBack,
+            buffer: None,
+        },
+    )
+    .unwrap();
+    let buf = Vec::leak(std::vec![0u8; 1 << 20]);
+    b.bind_port(
+        1,
+        PortSetup {
+            dest: None,
+            input: true,
+            recv: Some(on_msg),
+            err: None,
+            sem: 0,
+            kind: BufferKind::GoBack,
+            buffer: Some(buf),
+        },
+    )
+    .unwrap();
+    let msg: &'static [u8] = Vec::leak((0..1u32 << 20).map(|i| (i % 251) as u8).collect());
+    let h = a.start_send(0, b"", Body::Borrowed(msg), true).unwrap();
+    let mut now = Instant::ZERO;
+    for _ in 0..10_000 {
+        a.poll(now, &mut na, None);
+        b.poll(now, &mut nb, None);
+        if a.send_status(h) == Ok(SendStatus::Done) {
+            break;
+        }
+        now += Duration::from_micros(1);
+    }
+    assert_eq!(a.send_status(h), Ok(SendStatus::Done));
+    assert_eq!(b.state().as_slice(), msg);
+    assert_eq!(a.stats().retransmits, 0);
+    assert!(a.stats().tx_frames >= 530, "1 MiB in 1984-byte frames");
+    assert!(
+        b.stats().tx_acks < 100,
+        "credits come back in batches, not per frame"
+    );
+    assert_eq!(nb.stats().rx_frames, a.stats().tx_frames);
+}
