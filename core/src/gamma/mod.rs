@@ -85,7 +85,12 @@ pub struct Gamma<'a, D, C, S = ()> {
     engine: Engine<'a, S>,
     dev: D,
     clock: C,
+    idle: Option<fn()>,
+    idle_polls: u32,
 }
+
+/// Polls in a row with nothing to do before a blocking call runs the idle hook.
+const IDLE_SPINS: u32 = 64;
 
 impl<D, C, S> core::fmt::Debug for Gamma<'_, D, C, S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -128,6 +133,8 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             engine: Engine::new(cfg, groups, storage, state)?,
             dev,
             clock,
+            idle: None,
+            idle_polls: 0,
         })
     }
 
@@ -298,7 +305,8 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             .start_send(port, head, Body::External(body.len()), reliable)?;
         loop {
             let now = self.clock.now();
-            self.engine.poll(now, &mut self.dev, Some(body));
+            let busy = self.engine.poll(now, &mut self.dev, Some(body));
+            self.idle_step(busy);
             match self.engine.send_status(h)? {
                 SendStatus::Pending => continue,
                 SendStatus::Done => {
@@ -390,7 +398,8 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         loop {
             match self.engine.send_status(handle)? {
                 SendStatus::Pending => {
-                    self.poll();
+                    let busy = self.poll();
+                    self.idle_step(busy);
                 }
                 _ => {
                     return match self.engine.release(handle)? {
@@ -443,7 +452,8 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             if self.clock.now() >= deadline {
                 return Err(Error::Timeout);
             }
-            self.poll();
+            let busy = self.poll();
+            self.idle_step(busy);
         }
     }
 
@@ -479,8 +489,30 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
 
     /// Polls once and tells whether the barrier started by [`Gamma::sync_start`] is over.
     pub fn sync_test(&mut self) -> Result<bool, Error> {
-        self.poll();
+        let busy = self.poll();
+        self.idle_step(busy);
         self.engine.barrier_done()
+    }
+
+    /// Sets a hook that blocking calls run after many polls in a row found nothing to
+    /// do: `std::thread::yield_now` when ranks may share cores, a `pause` or `hlt` on
+    /// bare metal. Without one they spin, as GAMMA's did.
+    pub fn set_idle(&mut self, idle: Option<fn()>) {
+        self.idle = idle;
+    }
+
+    fn idle_step(&mut self, busy: bool) {
+        if busy {
+            self.idle_polls = 0;
+            return;
+        }
+        self.idle_polls += 1;
+        if self.idle_polls >= IDLE_SPINS {
+            self.idle_polls = 0;
+            if let Some(f) = self.idle {
+                f();
+            }
+        }
     }
 
     /// `gamma_my_par_pid`.

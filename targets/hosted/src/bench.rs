@@ -1,0 +1,476 @@
+//! `volley bench`: an OSU-style sweep. Each fabric's table starts with a reference
+//! row measured in the same run: the raw limit of the path, with no Volley on it.
+//! shm: a bare two-process cache-line flag ping-pong and a `memcpy` of the same size;
+//! udp: a bare UDP ping-pong of 8 bytes. Every row reports medians and percentiles
+//! and its ratio to the reference.
+
+use std::fs::OpenOptions;
+use std::net::UdpSocket;
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration as StdDuration, Instant as StdInstant};
+
+use memmap2::MmapMut;
+use volley_core::gamma::{Gamma, StdClock, GO_BACK};
+
+use crate::bootstrap::Boot;
+use crate::node::{self, HostGamma};
+use crate::programs::{pattern, percentiles, pin, State};
+use crate::{Fabric, HostDevice, HostError};
+
+/// One result row.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Fabric.
+    pub fabric: &'static str,
+    /// What was measured.
+    pub test: String,
+    /// Message size in bytes.
+    pub bytes: usize,
+    /// Unit of the figures.
+    pub unit: &'static str,
+    /// Median.
+    pub median: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Median divided by the reference's (latency: above 1 is slower; bandwidth: below
+    /// 1 is slower).
+    pub ratio: Option<f64>,
+}
+
+impl Row {
+    /// The row as CSV.
+    pub fn csv(&self) -> String {
+        format!(
+            "{},{},{},{},{:.3},{:.3},{:.3},{}",
+            self.fabric,
+            self.test,
+            self.bytes,
+            self.unit,
+            self.median,
+            self.p90,
+            self.p99,
+            self.ratio.map_or(String::new(), |r| format!("{r:.3}"))
+        )
+    }
+
+    /// The row as a table line.
+    pub fn line(&self) -> String {
+        format!(
+            "{:<4} {:<34} {:>9} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>7}",
+            self.fabric,
+            self.test,
+            self.bytes,
+            self.unit,
+            self.median,
+            self.p90,
+            self.p99,
+            self.ratio.map_or("-".into(), |r| format!("{r:.2}x"))
+        )
+    }
+}
+
+/// Header for [`Row::line`].
+pub fn header() -> String {
+    format!(
+        "{:<4} {:<34} {:>9} {:>6} {:>10} {:>10} {:>10} {:>7}",
+        "fab", "test", "bytes", "unit", "median", "p90", "p99", "vs ref"
+    )
+}
+
+/// CSV header.
+pub const CSV_HEADER: &str = "fabric,test,bytes,unit,median,p90,p99,ratio_to_reference";
+
+fn progress(step: &str) {
+    eprintln!("bench: {step}");
+}
+
+fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
+    percentiles(&mut v)
+}
+
+/// The bare reference: two processes bounce a counter through two cache lines.
+fn flag_pingpong(boot: &Boot, iters: usize) -> Result<Vec<f64>, HostError> {
+    let path = crate::shm::job_dir(boot.job).with_extension("flag");
+    let file = if boot.rank == 0 {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path);
+        let f = f.map_err(|e| HostError(format!("{}: {e}", path.display())))?;
+        f.set_len(4096).map_err(|e| HostError(e.to_string()))?;
+        f
+    } else {
+        let deadline = StdInstant::now() + StdDuration::from_secs(10);
+        loop {
+            match OpenOptions::new().read(true).write(true).open(&path) {
+                Ok(f) if f.metadata().map(|m| m.len()).unwrap_or(0) == 4096 => break f,
+                _ if StdInstant::now() > deadline => {
+                    return Err(HostError("flag file never appeared".into()))
+                }
+                _ => std::thread::sleep(StdDuration::from_millis(1)),
+            }
+        }
+    };
+    // SAFETY: a private file of this job, accessed below only through atomics.
+    let mut map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| HostError(e.to_string()))?;
+    let base = map.as_mut_ptr();
+    // SAFETY: the mapping is 4096 bytes, page-aligned, and outlives these references;
+    // both processes touch the two words only atomically.
+    let (ping, pong) = unsafe {
+        (
+            &*(base as *const AtomicU64),
+            &*(base.add(128) as *const AtomicU64),
+        )
+    };
+    let mut out = Vec::with_capacity(iters);
+    // Both sides start from 0: rank 1 raises `pong` to say it is ready.
+    if boot.rank == 1 {
+        pong.store(u64::MAX, Ordering::Release);
+    } else {
+        while pong.load(Ordering::Acquire) != u64::MAX {}
+        pong.store(0, Ordering::Release);
+        let _ = std::fs::remove_file(&path);
+    }
+    for i in 1..=iters as u64 {
+        if boot.rank == 0 {
+            let t0 = StdInstant::now();
+            ping.store(i, Ordering::Release);
+            while pong.load(Ordering::Acquire) != i {}
+            out.push(t0.elapsed().as_nanos() as f64 / 2_000.0);
+        } else {
+            while ping.load(Ordering::Acquire) != i {}
+            pong.store(i, Ordering::Release);
+        }
+    }
+    Ok(out)
+}
+
+/// The bare reference: a plain UDP ping-pong of `len` bytes on two spare ports.
+fn udp_pingpong(boot: &Boot, len: usize, iters: usize) -> Result<Vec<f64>, HostError> {
+    let base = crate::udp::base_port(boot.job) + 5_000;
+    let me = UdpSocket::bind(("127.0.0.1", base + boot.rank))
+        .map_err(|e| HostError(format!("udp reference: {e}")))?;
+    let peer = ("127.0.0.1", base + 1 - boot.rank);
+    me.set_nonblocking(true)
+        .map_err(|e| HostError(e.to_string()))?;
+    let buf = vec![1u8; len];
+    let mut rx = vec![0u8; 65_536];
+    let mut out = Vec::with_capacity(iters);
+    let recv = |rx: &mut [u8]| loop {
+        if me.recv_from(rx).is_ok() {
+            return;
+        }
+    };
+    // Handshake: rank 0 pings until rank 1 answers.
+    if boot.rank == 0 {
+        loop {
+            let _ = me.send_to(&buf, peer);
+            std::thread::sleep(StdDuration::from_millis(1));
+            if me.recv_from(&mut rx).is_ok() {
+                break;
+            }
+        }
+        // Drain the extra handshake pings' answers.
+        std::thread::sleep(StdDuration::from_millis(20));
+        while me.recv_from(&mut rx).is_ok() {}
+        let _ = me.send_to(b"go", peer);
+    } else {
+        loop {
+            recv(&mut rx);
+            let _ = me.send_to(&buf, peer);
+            std::thread::sleep(StdDuration::from_millis(5));
+            let mut go = false;
+            while let Ok((n, _)) = me.recv_from(&mut rx) {
+                go |= n == 2;
+            }
+            if go {
+                break;
+            }
+        }
+    }
+    for _ in 0..iters {
+        if boot.rank == 0 {
+            let t0 = StdInstant::now();
+            let _ = me.send_to(&buf, peer);
+            recv(&mut rx);
+            out.push(t0.elapsed().as_nanos() as f64 / 2_000.0);
+        } else {
+            recv(&mut rx);
+            let _ = me.send_to(&buf, peer);
+        }
+    }
+    Ok(out)
+}
+
+/// `memcpy` bandwidth of `len`-byte copies, MB/s samples (rank 0 alone).
+fn memcpy_bw(len: usize, samples: usize) -> Vec<f64> {
+    let src = pattern(0, 0, len);
+    let mut dst = vec![0u8; len];
+    let reps = (64 << 20) / len.max(1);
+    (0..samples)
+        .map(|_| {
+            let t0 = StdInstant::now();
+            for _ in 0..reps {
+                dst.copy_from_slice(std::hint::black_box(&src));
+                std::hint::black_box(&mut dst);
+            }
+            (len * reps) as f64 / t0.elapsed().as_secs_f64() / 1e6
+        })
+        .collect()
+}
+
+fn on_count(u: &mut volley_core::gamma::Upcall<'_, '_, State>) {
+    u.state().handled += 1;
+}
+
+/// The 2-rank part of the sweep. Rank 0 returns the rows.
+pub fn pair(boot: &Boot, fabric: Fabric, quick: bool) -> Result<Vec<Row>, HostError> {
+    pin(boot.rank);
+    let name = fabric.name();
+    let scale = if quick { 10 } else { 1 };
+    let mut rows = Vec::new();
+    // References first, before the engine is up, with nothing else running.
+    progress("reference");
+    let (ref_lat, ref_bw) = match fabric {
+        Fabric::Shm => {
+            let lat = flag_pingpong(boot, 200_000 / scale)?;
+            let bw = if boot.rank == 0 {
+                memcpy_bw(1 << 20, 15)
+            } else {
+                vec![0.0]
+            };
+            (lat, Some(bw))
+        }
+        Fabric::Udp => (udp_pingpong(boot, 8, 20_000 / scale)?, None),
+    };
+    let (lm, lp90, lp99) = stats(ref_lat);
+    let ref_name = if fabric == Fabric::Shm {
+        "reference: bare flag ping-pong"
+    } else {
+        "reference: bare UDP ping-pong"
+    };
+    rows.push(Row {
+        fabric: name,
+        test: ref_name.into(),
+        bytes: 8,
+        unit: "us",
+        median: lm,
+        p90: lp90,
+        p99: lp99,
+        ratio: Some(1.0),
+    });
+    let ref_mbs = ref_bw.map(|bw| {
+        let (m, p90, p99) = stats(bw);
+        rows.push(Row {
+            fabric: name,
+            test: "reference: memcpy".into(),
+            bytes: 1 << 20,
+            unit: "MB/s",
+            median: m,
+            p90,
+            p99,
+            ratio: Some(1.0),
+        });
+        m
+    });
+
+    let mut g: HostGamma<State> = node::gamma(boot, fabric, State::default())?;
+    let me = g.my_node();
+    let peer = 1 - me;
+    let pid = g.my_par_pid();
+    g.set_active_port(
+        1,
+        peer,
+        pid,
+        1,
+        Some(on_count),
+        None,
+        1,
+        GO_BACK,
+        Some(Vec::leak(vec![0u8; 1 << 20])),
+    )?;
+    g.set_active_port(
+        2,
+        peer,
+        pid,
+        2,
+        Some(on_count),
+        None,
+        2,
+        GO_BACK,
+        Some(Vec::leak(vec![0u8; 64])),
+    )?;
+    g.sync()?;
+    let sizes = [0usize, 8, 64, 512, 4096, 32_768, 262_144, 1 << 20];
+    for (reliable, label) in [(true, "send_flowctl"), (false, "send")] {
+        for &len in &sizes {
+            if !reliable && (fabric == Fabric::Udp || len > 8) {
+                // Best effort may lose on UDP; on shm it shows the unacked path (8 B).
+                continue;
+            }
+            progress(&format!("latency {label} {len} B"));
+            let data = pattern(me, 0, len);
+            let iters = (if len <= 4096 {
+                20_000
+            } else if len <= 65_536 {
+                2_000
+            } else {
+                200
+            }) / scale;
+            let mut samples = Vec::with_capacity(iters);
+            for i in 0..iters + iters / 10 {
+                let t0 = g.time();
+                if me == 0 {
+                    if reliable {
+                        g.send_flowctl(1, &data)?
+                    } else {
+                        g.send(1, &data)?
+                    };
+                    g.wait(1, 1)?;
+                    if i >= iters / 10 {
+                        samples.push(
+                            Gamma::<HostDevice, StdClock, State>::time_diff(g.time(), t0) / 2.0,
+                        );
+                    }
+                } else {
+                    g.wait(1, 1)?;
+                    if reliable {
+                        g.send_flowctl(1, &data)?
+                    } else {
+                        g.send(1, &data)?
+                    };
+                }
+            }
+            if me == 0 {
+                let (m, p90, p99) = stats(samples);
+                rows.push(Row {
+                    fabric: name,
+                    test: format!("latency, one-way, {label}"),
+                    bytes: len,
+                    unit: "us",
+                    median: m,
+                    p90,
+                    p99,
+                    ratio: Some(m / lm),
+                });
+            }
+        }
+    }
+    // Streaming bandwidth: a window of non-blocking sends, then a short ack (OSU).
+    let window = 32;
+    for &len in &[4096usize, 65_536, 1 << 20] {
+        progress(&format!("bandwidth {len} B"));
+        let msg: &'static [u8] = Vec::leak(pattern(me, 0, len));
+        let rounds = (if len >= 1 << 20 { 20 } else { 50 }) / scale.min(5);
+        let mut samples = Vec::new();
+        for r in 0..rounds + 2 {
+            let t0 = g.time();
+            if me == 0 {
+                let hs: Vec<_> = (0..window)
+                    .map(|_| g.isend_flowctl(1, msg))
+                    .collect::<Result<_, _>>()?;
+                for h in hs {
+                    g.wsend(h)?;
+                }
+                g.wait(2, 1)?;
+                if r >= 2 {
+                    let secs = Gamma::<HostDevice, StdClock, State>::time_diff(g.time(), t0) / 1e6;
+                    samples.push((len * window) as f64 / secs / 1e6);
+                }
+            } else {
+                g.wait(1, window as u32)?;
+                g.send_flowctl(2, b"ack")?;
+            }
+        }
+        if me == 0 {
+            let (m, p90, p99) = stats(samples);
+            rows.push(Row {
+                fabric: name,
+                test: "bandwidth, streaming, isend_flowctl".into(),
+                bytes: len,
+                unit: "MB/s",
+                median: m,
+                p90,
+                p99,
+                ratio: ref_mbs.map(|r| m / r),
+            });
+        }
+    }
+    rows.extend(barrier_rows(&mut g, name, 2, lm, quick)?);
+    g.sync()?;
+    g.exit();
+    Ok(if me == 0 { rows } else { Vec::new() })
+}
+
+fn barrier_rows(
+    g: &mut HostGamma<State>,
+    name: &'static str,
+    n: u16,
+    reference: f64,
+    quick: bool,
+) -> Result<Vec<Row>, HostError> {
+    progress(&format!("barrier {n} ranks"));
+    let iters = if quick { 500 } else { 5000 };
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..iters + iters / 10 {
+        let t0 = g.time();
+        g.sync()?;
+        if i >= iters / 10 {
+            samples.push(Gamma::<HostDevice, StdClock, State>::time_diff(
+                g.time(),
+                t0,
+            ));
+        }
+    }
+    let (m, p90, p99) = stats(samples);
+    Ok(vec![Row {
+        fabric: name,
+        test: format!("barrier, {n} ranks"),
+        bytes: 0,
+        unit: "us",
+        median: m,
+        p90,
+        p99,
+        ratio: Some(m / reference),
+    }])
+}
+
+/// The barrier part of the sweep with every rank of the job (4 in `volley bench`).
+pub fn barrier(boot: &Boot, fabric: Fabric, quick: bool) -> Result<Vec<Row>, HostError> {
+    pin(boot.rank);
+    let reference = match fabric {
+        Fabric::Shm if boot.rank < 2 => {
+            stats(flag_pingpong(
+                &Boot {
+                    size: 2,
+                    ..boot.clone()
+                },
+                20_000,
+            )?)
+            .0
+        }
+        Fabric::Udp if boot.rank < 2 => {
+            stats(udp_pingpong(
+                &Boot {
+                    size: 2,
+                    ..boot.clone()
+                },
+                8,
+                5_000,
+            )?)
+            .0
+        }
+        _ => 1.0,
+    };
+    let mut g: HostGamma<State> = node::gamma(boot, fabric, State::default())?;
+    let rows = barrier_rows(&mut g, fabric.name(), boot.size, reference, quick)?;
+    g.sync()?;
+    g.exit();
+    Ok(if boot.rank == 0 { rows } else { Vec::new() })
+}

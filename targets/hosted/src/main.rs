@@ -1,0 +1,262 @@
+//! `volley`: the command of the hosted deployment.
+//!
+//! With no arguments it runs the main job: `volley demo`, a 4-rank local cluster on
+//! the shared-memory fabric. See `volley --help`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use volley_hosted::bootstrap::{self, parse_hosts, Boot};
+use volley_hosted::launcher::{self, RunOptions};
+use volley_hosted::{bench, programs, Fabric, HostError};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "volley",
+    version,
+    about = "Volley cluster messaging: launcher, demo, benchmark and test programs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// The main job: a local cluster (4 ranks on shared memory by default) runs GAMMA
+    /// ping-pong, barriers and a broadcast, checks them and prints a latency table.
+    Demo {
+        /// Number of ranks.
+        #[arg(short = 'n', long, default_value_t = 4)]
+        ranks: u16,
+        /// Fabric: shm (Myrinet-like NIC model on /dev/shm) or udp (loopback sockets).
+        #[arg(long, value_enum, default_value_t = Fabric::Shm)]
+        fabric: Fabric,
+    },
+    /// Starts N ranks of PROGRAM on this machine, with VOLLEY_RANK, VOLLEY_SIZE,
+    /// VOLLEY_JOB and VOLLEY_FABRIC set; forwards their output with a [rank] prefix;
+    /// exits non-zero (stopping the rest) when a rank fails or the timeout passes.
+    Run {
+        /// Number of ranks.
+        #[arg(short = 'n', long)]
+        ranks: u16,
+        /// Fabric the ranks should use (sets VOLLEY_FABRIC).
+        #[arg(long, value_enum, default_value_t = Fabric::Shm)]
+        fabric: Fabric,
+        /// Seconds before the whole job is stopped as failed.
+        #[arg(long, default_value_t = 600.0)]
+        timeout: f64,
+        /// Seconds the other ranks get to notice a failed rank before they are stopped.
+        #[arg(long, default_value_t = 10.0)]
+        grace: f64,
+        /// Job id (decimal or 0x-hex); random by default.
+        #[arg(long, value_parser = parse_job)]
+        job: Option<u64>,
+        /// The program and its arguments, after `--`.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// OSU-style sweep: one-way latency 0 B to 1 MiB, streaming bandwidth, barrier
+    /// latency for 2 and 4 ranks; medians and percentiles, each fabric starting with a
+    /// reference row (the bare path) measured in the same run, and the ratio to it.
+    Bench {
+        /// Which fabrics.
+        #[arg(long, value_enum, default_value_t = BenchFabric::All)]
+        fabric: BenchFabric,
+        /// CSV instead of a table.
+        #[arg(long)]
+        csv: bool,
+        /// Ten times fewer iterations (a smoke run).
+        #[arg(long)]
+        quick: bool,
+    },
+    /// Runs one program inside a rank (under `volley run`, mpiexec or srun).
+    Worker {
+        /// What to run.
+        #[arg(value_enum)]
+        program: Program,
+        /// Fabric (default: VOLLEY_FABRIC, else shm).
+        #[arg(long, value_enum)]
+        fabric: Option<Fabric>,
+        /// Hosts list, comma-separated: the rank is this host's index (UDP peers live there).
+        #[arg(long)]
+        hosts: Option<String>,
+        /// Hosts file, one host per line.
+        #[arg(long)]
+        hostfile: Option<PathBuf>,
+        /// CSV output (bench programs).
+        #[arg(long)]
+        csv: bool,
+        /// Fewer iterations (bench programs).
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum BenchFabric {
+    All,
+    Shm,
+    Udp,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Program {
+    /// The main job's work (what `volley demo` runs in each rank).
+    Demo,
+    /// Ping-pong up to 16 MiB with contents checked, barriers, broadcast.
+    Suite,
+    /// Two groups (VOLLEY_GROUPS=2,2) sending to each other.
+    Intergroup,
+    /// The last rank kills itself; the others must see SENDFAILURE (exit code 4).
+    Victim,
+    /// Instance 0 sends VOLLEY_MESSAGES flowctl messages; instance 1 checks each once.
+    FlowctlExact,
+    /// Joins the fabric and leaves.
+    Attach,
+    /// The 2-rank part of `volley bench`.
+    BenchPair,
+    /// The barrier part of `volley bench`.
+    BenchBarrier,
+}
+
+fn parse_job(s: &str) -> Result<u64, String> {
+    bootstrap::parse_job(s).ok_or_else(|| format!("{s:?} is not a job id"))
+}
+
+fn self_exe() -> String {
+    std::env::current_exe().map_or_else(|_| "volley".into(), |p| p.display().to_string())
+}
+
+fn launch(ranks: u16, fabric: Fabric, args: &[&str], rank0_only: bool) -> i32 {
+    let mut command = vec![self_exe()];
+    command.extend(args.iter().map(|s| s.to_string()));
+    launcher::run(&RunOptions {
+        ranks,
+        fabric,
+        timeout: Duration::from_secs(900),
+        grace: Duration::from_secs(10),
+        job: None,
+        command,
+        env: Vec::new(),
+        rank0_only,
+    })
+}
+
+fn worker(
+    program: Program,
+    fabric: Option<Fabric>,
+    hosts: Option<Vec<String>>,
+    csv: bool,
+    quick: bool,
+) -> Result<i32, HostError> {
+    let boot: Boot = bootstrap::from_env(hosts).map_err(|e| HostError(e.to_string()))?;
+    let fabric = match fabric {
+        Some(f) => f,
+        None => Fabric::from_env()?,
+    };
+    let print = |rows: Vec<bench::Row>| {
+        for r in rows {
+            println!("{}", if csv { r.csv() } else { r.line() });
+        }
+    };
+    match program {
+        Program::Demo => programs::demo(&boot, fabric)?,
+        Program::Suite => programs::suite(&boot, fabric)?,
+        Program::Intergroup => programs::intergroup(&boot, fabric)?,
+        Program::Victim => return programs::victim(&boot, fabric),
+        Program::FlowctlExact => programs::flowctl_exact(&boot, fabric)?,
+        Program::Attach => programs::attach(&boot, fabric)?,
+        Program::BenchPair => print(bench::pair(&boot, fabric, quick)?),
+        Program::BenchBarrier => print(bench::barrier(&boot, fabric, quick)?),
+    }
+    Ok(0)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let code = match cli.command.unwrap_or(Cmd::Demo {
+        ranks: 4,
+        fabric: Fabric::Shm,
+    }) {
+        Cmd::Demo { ranks, fabric } => launch(ranks, fabric, &["worker", "demo"], true),
+        Cmd::Run {
+            ranks,
+            fabric,
+            timeout,
+            grace,
+            job,
+            command,
+        } => launcher::run(&RunOptions {
+            ranks,
+            fabric,
+            timeout: Duration::from_secs_f64(timeout),
+            grace: Duration::from_secs_f64(grace),
+            job,
+            command,
+            env: Vec::new(),
+            rank0_only: false,
+        }),
+        Cmd::Bench { fabric, csv, quick } => {
+            let fabrics: &[Fabric] = match fabric {
+                BenchFabric::All => &[Fabric::Shm, Fabric::Udp],
+                BenchFabric::Shm => &[Fabric::Shm],
+                BenchFabric::Udp => &[Fabric::Udp],
+            };
+            println!(
+                "{}",
+                if csv {
+                    bench::CSV_HEADER.to_string()
+                } else {
+                    bench::header()
+                }
+            );
+            let mut code = 0;
+            let mut args = vec!["worker"];
+            for &f in fabrics {
+                for (ranks, prog) in [(2u16, "bench-pair"), (4, "bench-barrier")] {
+                    args.truncate(1);
+                    args.push(prog);
+                    if csv {
+                        args.push("--csv");
+                    }
+                    if quick {
+                        args.push("--quick");
+                    }
+                    code = code.max(launch(ranks, f, &args, true));
+                }
+            }
+            code
+        }
+        Cmd::Worker {
+            program,
+            fabric,
+            hosts,
+            hostfile,
+            csv,
+            quick,
+        } => {
+            let hosts = match (hosts, hostfile) {
+                (Some(h), _) => Some(parse_hosts(&h)),
+                (None, Some(f)) => match std::fs::read_to_string(&f) {
+                    Ok(t) => Some(parse_hosts(&t)),
+                    Err(e) => {
+                        eprintln!("volley: cannot read hosts file {}: {e}", f.display());
+                        return ExitCode::from(2);
+                    }
+                },
+                (None, None) => None,
+            };
+            match worker(program, fabric, hosts, csv, quick) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("volley: {e}");
+                    1
+                }
+            }
+        }
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
+}

@@ -1,0 +1,178 @@
+//! A GAMMA process on a hosted fabric.
+
+use volley_core::engine::{Config, Group, Members};
+use volley_core::gamma::{Gamma, StdClock};
+use volley_core::phy::{Capabilities, Device, RxToken, TxToken};
+use volley_core::time::Instant;
+use volley_core::NodeAddr;
+
+use crate::bootstrap::Boot;
+use crate::shm::{ShmDevice, ShmOptions};
+use crate::udp::{UdpDevice, UdpRx, UdpTx};
+use crate::{Fabric, HostError};
+
+/// Either fabric, as one device type.
+#[derive(Debug)]
+pub enum HostDevice {
+    /// Shared memory.
+    Shm(Box<ShmDevice>),
+    /// UDP.
+    Udp(UdpDevice),
+}
+
+/// A received frame from either fabric.
+#[derive(Debug)]
+pub enum HostRx<'a> {
+    /// From shared memory.
+    Shm(volley_myri::MyriRx<'a>),
+    /// From UDP.
+    Udp(UdpRx<'a>),
+}
+
+/// Room for a frame on either fabric.
+#[derive(Debug)]
+pub enum HostTx<'a> {
+    /// In a shared-memory ring.
+    Shm(volley_myri::MyriTx<'a>),
+    /// In a datagram.
+    Udp(UdpTx<'a>),
+}
+
+impl RxToken for HostRx<'_> {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        match self {
+            HostRx::Shm(t) => t.consume(f),
+            HostRx::Udp(t) => t.consume(f),
+        }
+    }
+}
+
+impl TxToken for HostTx<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        match self {
+            HostTx::Shm(t) => t.consume(len, f),
+            HostTx::Udp(t) => t.consume(len, f),
+        }
+    }
+}
+
+impl Device for HostDevice {
+    type RxToken<'a> = HostRx<'a>;
+    type TxToken<'a> = HostTx<'a>;
+
+    fn receive(&mut self, now: Instant) -> Option<HostRx<'_>> {
+        match self {
+            HostDevice::Shm(d) => d.receive(now).map(HostRx::Shm),
+            HostDevice::Udp(d) => d.receive(now).map(HostRx::Udp),
+        }
+    }
+
+    fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<HostTx<'_>> {
+        match self {
+            HostDevice::Shm(d) => d.transmit(now, dst).map(HostTx::Shm),
+            HostDevice::Udp(d) => d.transmit(now, dst).map(HostTx::Udp),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        match self {
+            HostDevice::Shm(d) => d.capabilities(),
+            HostDevice::Udp(d) => d.capabilities(),
+        }
+    }
+
+    fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
+        match self {
+            HostDevice::Shm(d) => d.peer_alive(now, peer),
+            HostDevice::Udp(d) => d.peer_alive(now, peer),
+        }
+    }
+}
+
+/// A GAMMA process of a hosted job.
+pub type HostGamma<S> = Gamma<'static, HostDevice, StdClock, S>;
+
+/// Opens this rank's device on `fabric`.
+pub fn open_device(boot: &Boot, fabric: Fabric) -> Result<HostDevice, HostError> {
+    Ok(match fabric {
+        Fabric::Shm => HostDevice::Shm(Box::new(ShmDevice::open(boot, shm_options()?)?)),
+        Fabric::Udp => HostDevice::Udp(UdpDevice::open(boot)?),
+    })
+}
+
+fn shm_options() -> Result<ShmOptions, HostError> {
+    let mut o = ShmOptions::default();
+    if let Ok(v) = std::env::var("VOLLEY_STARTUP_TIMEOUT") {
+        let secs: f64 = v
+            .parse()
+            .map_err(|_| HostError(format!("VOLLEY_STARTUP_TIMEOUT={v:?} is not seconds")))?;
+        o.startup_timeout = std::time::Duration::from_secs_f64(secs);
+    }
+    Ok(o)
+}
+
+/// The process groups of a job: `VOLLEY_GROUPS` lists their sizes (`2,2`: ranks 0-1
+/// form group 1, ranks 2-3 group 2); by default one group, id 1, of every rank.
+pub fn groups(size: u16) -> Result<&'static [Group<'static>], HostError> {
+    let sizes: Vec<u16> = match std::env::var("VOLLEY_GROUPS") {
+        Ok(spec) => spec
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .parse::<u16>()
+                    .map_err(|_| HostError(format!("VOLLEY_GROUPS={spec:?}: sizes expected")))
+            })
+            .collect::<Result<_, _>>()?,
+        Err(_) => vec![size],
+    };
+    if sizes.iter().map(|&s| s as u32).sum::<u32>() != size as u32 || sizes.contains(&0) {
+        return Err(HostError(format!(
+            "VOLLEY_GROUPS {sizes:?} does not add up to {size} ranks"
+        )));
+    }
+    let mut first = 0u16;
+    let groups: Vec<Group<'static>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &count)| {
+            let g = Group {
+                id: i as u16 + 1,
+                members: Members::Range { first, count },
+            };
+            first += count;
+            g
+        })
+        .collect();
+    Ok(Vec::leak(groups))
+}
+
+/// The group holding fabric address `rank`, and the rank's instance number in it.
+pub fn my_group(groups: &[Group<'_>], rank: u16) -> (u16, u16) {
+    for g in groups {
+        if let Members::Range { first, count } = g.members {
+            if rank >= first && rank < first + count {
+                return (g.id, rank - first);
+            }
+        }
+    }
+    (1, rank)
+}
+
+/// `gamma_init` for this rank: bootstrap, fabric, groups.
+pub fn gamma<S>(boot: &Boot, fabric: Fabric, state: S) -> Result<HostGamma<S>, HostError> {
+    let groups = groups(boot.size)?;
+    let (group, node) = my_group(groups, boot.rank);
+    let dev = open_device(boot, fabric)?;
+    let cfg = Config::new((boot.job ^ (boot.job >> 32)) as u32, group, node);
+    let mut g = Gamma::init_alloc(
+        cfg,
+        groups,
+        boot.size as usize,
+        dev,
+        StdClock::default(),
+        state,
+    )?;
+    // Ranks may outnumber cores: a rank with nothing to do lets another run.
+    g.set_idle(Some(std::thread::yield_now));
+    Ok(g)
+}

@@ -1,0 +1,494 @@
+//! The programs `volley` runs inside each rank: the demo (the main job), the
+//! benchmark, and the multi-process test programs. All are ordinary SPMD GAMMA code.
+
+use std::time::{Duration as StdDuration, Instant as StdInstant};
+
+use volley_core::engine::Error as GammaError;
+use volley_core::gamma::{Gamma, StdClock, Upcall, BROADCAST, GO_BACK};
+use volley_core::time::{Duration, Instant};
+
+use crate::bootstrap::Boot;
+use crate::node::{self, HostGamma};
+use crate::{Fabric, HostError};
+
+/// State shared with the handlers of these programs.
+#[derive(Debug, Default)]
+pub struct State {
+    /// Messages handled.
+    pub handled: u64,
+    /// Errors reported to error handlers (`gamma_errno` values).
+    pub errnos: Vec<u8>,
+    /// Content checks that failed.
+    pub bad: Vec<String>,
+    /// When set, every message must be `pattern(src, k, len)` with `k` counted here.
+    pub check: bool,
+    /// Messages checked, per source instance.
+    pub seen: Vec<u64>,
+}
+
+/// Test pattern: byte `i` of message `k` from `src`.
+pub fn byte(src: u16, k: u64, i: usize) -> u8 {
+    ((i as u64)
+        .wrapping_mul(2_654_435_761)
+        .wrapping_add(k * 131 + src as u64 * 17)
+        >> 24) as u8
+}
+
+/// A message full of the test pattern.
+pub fn pattern(src: u16, k: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| byte(src, k, i)).collect()
+}
+
+fn on_recv(u: &mut Upcall<'_, '_, State>) {
+    let src = u.source().node as usize;
+    let len = u.len();
+    // Only the point-to-point port carries numbered test messages.
+    let check = u.state().check && u.active_port() == 1;
+    if check {
+        let k = u.state().seen.get(src).copied().unwrap_or(0);
+        let ok = u
+            .data()
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == byte(src as u16, k, i));
+        let st = u.state();
+        if st.seen.len() <= src {
+            st.seen.resize(src + 1, 0);
+        }
+        st.seen[src] += 1;
+        if !ok {
+            st.bad.push(format!(
+                "message {k} from {src} ({len} bytes) has wrong contents"
+            ));
+        }
+    }
+    u.state().handled += 1;
+}
+
+fn on_error(u: &mut Upcall<'_, '_, State>) {
+    let e = u.errno().map_or(0, |e| e as u8);
+    u.state().errnos.push(e);
+}
+
+fn leak(len: usize) -> &'static mut [u8] {
+    Vec::leak(vec![0u8; len])
+}
+
+fn deadline(g: &HostGamma<State>, secs: u64) -> Instant {
+    g.time() + Duration::from_secs(secs)
+}
+
+fn fail(what: impl Into<String>) -> HostError {
+    HostError(what.into())
+}
+
+fn wait1(g: &mut HostGamma<State>, sem: u16, secs: u64) -> Result<(), HostError> {
+    let d = deadline(g, secs);
+    match g.wait_deadline(sem, 1, d) {
+        Ok(0) => Ok(()),
+        Ok(n) => Err(fail(format!(
+            "{} errors on semaphore {sem}: {:?}",
+            -n,
+            g.state().errnos
+        ))),
+        Err(e) => Err(fail(format!("waiting on semaphore {sem}: {e}"))),
+    }
+}
+
+/// Median and percentiles of samples (sorted in place).
+pub fn percentiles(v: &mut [f64]) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let at = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+    (at(0.5), at(0.9), at(0.99))
+}
+
+/// Pins the calling process to one core, so ranks do not share one.
+pub fn pin(rank: u16) {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it and
+    // sched_setaffinity reads it; failure only leaves the process unpinned.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(rank as usize % cpus, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// One ping-pong round trip of `len` bytes between instances 0 and 1 on port 1;
+/// returns the round-trip time in microseconds (measured at instance 0).
+fn round_trip(g: &mut HostGamma<State>, data: &[u8], reliable: bool) -> Result<f64, HostError> {
+    let send = |g: &mut HostGamma<State>| {
+        if reliable {
+            g.send_flowctl(1, data)
+        } else {
+            g.send(1, data)
+        }
+    };
+    if g.my_node() == 0 {
+        let t0 = g.time();
+        send(g)?;
+        wait1(g, 1, 30)?;
+        Ok(Gamma::<crate::HostDevice, StdClock, State>::time_diff(
+            g.time(),
+            t0,
+        ))
+    } else {
+        wait1(g, 1, 30)?;
+        send(g)?;
+        Ok(0.0)
+    }
+}
+
+fn setup_pair(g: &mut HostGamma<State>, max: usize) -> Result<(), HostError> {
+    let me = g.my_node();
+    let peer = if me == 0 { 1 } else { 0 };
+    let pid = g.my_par_pid();
+    if me < 2 {
+        g.set_active_port(
+            1,
+            peer,
+            pid,
+            1,
+            Some(on_recv),
+            Some(on_error),
+            1,
+            GO_BACK,
+            Some(leak(max.max(1))),
+        )?;
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------ suite
+
+/// Ping-pong of sizes up to 16 MiB with every byte checked, barriers and a broadcast.
+pub fn suite(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
+    let mut g = node::gamma(
+        boot,
+        fabric,
+        State {
+            check: true,
+            ..State::default()
+        },
+    )?;
+    let n = g.how_many_nodes();
+    let me = g.my_node();
+    let sizes = [0usize, 1, 8, 1000, 4096, 65_536, 1 << 20, 16 << 20];
+    setup_pair(&mut g, 16 << 20)?;
+    let pid = g.my_par_pid();
+    let bdest = if me == 0 { BROADCAST } else { 0 };
+    g.set_active_port(
+        2,
+        bdest,
+        pid,
+        2,
+        Some(on_recv),
+        Some(on_error),
+        2,
+        GO_BACK,
+        Some(leak(100_000)),
+    )?;
+    g.sync()?;
+    if me < 2 {
+        for (k, &len) in sizes.iter().enumerate() {
+            // Instance 0 sends message k, instance 1 answers with its own message k.
+            let data = pattern(me, k as u64, len);
+            if me == 0 {
+                g.send_flowctl(1, &data)?;
+                wait1(&mut g, 1, 60)?;
+            } else {
+                wait1(&mut g, 1, 60)?;
+                g.send_flowctl(1, &data)?;
+            }
+        }
+    }
+    for _ in 0..20 {
+        g.sync()?;
+    }
+    let bcast = pattern(0, 99, 100_000);
+    if me == 0 {
+        g.send_flowctl(2, &bcast)?;
+    } else {
+        wait1(&mut g, 2, 60)?;
+        if g.buffer(2).map(|b| &b[..bcast.len()]) != Some(&bcast[..]) {
+            return Err(fail("broadcast arrived with wrong contents"));
+        }
+    }
+    g.sync()?;
+    let st = g.state();
+    if !st.bad.is_empty() {
+        return Err(fail(format!("content errors: {:?}", st.bad)));
+    }
+    let expect = if me < 2 { sizes.len() as u64 } else { 0 } + if me == 0 { 0 } else { 1 };
+    if st.handled != expect {
+        return Err(fail(format!(
+            "handled {} messages, expected {expect}",
+            st.handled
+        )));
+    }
+    if me == 0 {
+        println!(
+            "suite ok: {n} ranks on {}, ping-pong up to 16 MiB, 20 barriers, broadcast",
+            fabric.name()
+        );
+    }
+    g.exit();
+    Ok(())
+}
+
+// -------------------------------------------------------------- intergroup
+
+/// Two groups (`VOLLEY_GROUPS=2,2`) each run their own SPMD program; instance 0 of
+/// each sends to instance 0 of the other through the destination triple.
+pub fn intergroup(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
+    let mut g = node::gamma(boot, fabric, State::default())?;
+    let (me, pid) = (g.my_node(), g.my_par_pid());
+    let other = if pid == 1 { 2 } else { 1 };
+    g.set_active_port(
+        3,
+        0,
+        other,
+        3,
+        Some(on_recv),
+        Some(on_error),
+        3,
+        GO_BACK,
+        Some(leak(64)),
+    )?;
+    g.sync()?; // a barrier of this group only
+    if me == 0 {
+        let msg = format!("hello from group {pid}");
+        g.send_flowctl(3, msg.as_bytes())?;
+        wait1(&mut g, 3, 30)?;
+        let got = g
+            .buffer(3)
+            .map(|b| String::from_utf8_lossy(&b[..18]).into_owned())
+            .unwrap_or_default();
+        let want = format!("hello from group {other}");
+        if got != want {
+            return Err(fail(format!("group {pid} got {got:?}, expected {want:?}")));
+        }
+        println!("group {pid} instance 0: got {got:?}");
+    }
+    g.sync()?;
+    g.exit();
+    Ok(())
+}
+
+// ------------------------------------------------------------------ victim
+
+/// Rank `VOLLEY_VICTIM` (default: the last) kills itself mid-run; every other rank
+/// keeps sending to it and must get `SENDFAILURE` (exit code 4, GAMMA's number).
+pub fn victim(boot: &Boot, fabric: Fabric) -> Result<i32, HostError> {
+    let victim: u16 = std::env::var("VOLLEY_VICTIM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(boot.size - 1);
+    let mut g = node::gamma(boot, fabric, State::default())?;
+    let me = g.my_node();
+    let pid = g.my_par_pid();
+    if me == victim {
+        g.set_passive_port(4, 0, pid, 4, 4, GO_BACK, Some(leak(1 << 16)))?;
+    } else {
+        g.set_passive_port(4, victim, pid, 4, 4, GO_BACK, None)?;
+    }
+    g.sync()?;
+    if me == victim {
+        // Take a few messages, then die without a word.
+        while g.test(4)? < 3 {}
+        // SAFETY: raising SIGKILL on ourselves has no memory-safety preconditions.
+        unsafe { libc::raise(libc::SIGKILL) };
+        unreachable!("SIGKILL returned");
+    }
+    let data = vec![7u8; 10_000];
+    let start = StdInstant::now();
+    loop {
+        match g.send_flowctl(4, &data) {
+            Ok(_) => {}
+            Err(GammaError::SendFailure) => {
+                println!(
+                    "rank {me}: SENDFAILURE sending to rank {victim} after {:.2} s",
+                    start.elapsed().as_secs_f64()
+                );
+                return Ok(4);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        if start.elapsed() > StdDuration::from_secs(60) {
+            return Err(fail("the victim never died"));
+        }
+    }
+}
+
+// ----------------------------------------------------------- flowctl-exact
+
+/// Instance 0 sends `VOLLEY_MESSAGES` (default 300) flowctl messages to instance 1,
+/// which checks each one's contents and order: exactly once, in order, intact.
+pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
+    let count: u64 = std::env::var("VOLLEY_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let mut g = node::gamma(
+        boot,
+        fabric,
+        State {
+            check: true,
+            ..State::default()
+        },
+    )?;
+    let me = g.my_node();
+    setup_pair(&mut g, 100_000)?;
+    g.sync()?;
+    if me == 0 {
+        for k in 0..count {
+            let len = [1usize, 100, 1500, 9000, 100_000][k as usize % 5];
+            g.send_flowctl(1, &pattern(0, k, len))?;
+        }
+    } else if me == 1 {
+        let d = deadline(&g, 120);
+        g.wait_deadline(1, count as u32, d)
+            .map_err(|e| fail(format!("waiting for {count} messages: {e}")))?;
+    }
+    g.sync()?;
+    let st = g.state();
+    if !st.bad.is_empty() || (me == 1 && st.handled != count) {
+        return Err(fail(format!(
+            "handled {} of {count}; errors {:?}",
+            st.handled, st.bad
+        )));
+    }
+    if me == 1 {
+        let s = g.engine().stats();
+        println!("flowctl-exact ok: {count} messages exactly once, in order; {} duplicates and {} bad CRCs dropped", s.rx_duplicates, s.rx_bad_crc);
+    }
+    g.exit();
+    Ok(())
+}
+
+/// Joins the fabric and leaves: used to test start-up errors.
+pub fn attach(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
+    let g = node::gamma(boot, fabric, State::default())?;
+    g.exit();
+    Ok(())
+}
+
+// -------------------------------------------------------------------- demo
+
+/// The main job: ping-pong, barriers and a broadcast, checked, with a latency table.
+pub fn demo(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
+    pin(boot.rank);
+    let mut g = node::gamma(boot, fabric, State::default())?;
+    let (me, n, pid) = (g.my_node(), g.how_many_nodes(), g.my_par_pid());
+    if n < 2 {
+        return Err(fail("the demo needs at least 2 ranks"));
+    }
+    setup_pair(&mut g, 1 << 20)?;
+    let bdest = if me == 0 { BROADCAST } else { 0 };
+    g.set_active_port(
+        2,
+        bdest,
+        pid,
+        2,
+        Some(on_recv),
+        Some(on_error),
+        2,
+        GO_BACK,
+        Some(leak(16 << 10)),
+    )?;
+    g.sync()?;
+    let mut rows: Vec<(String, &str, f64, f64)> = Vec::new();
+    for (len, iters) in [(8usize, 2000), (4096, 1000), (65_536, 200), (1 << 20, 30)] {
+        let data = pattern(me, 0, len);
+        let mut samples = Vec::with_capacity(iters);
+        for i in 0..iters + iters / 10 {
+            if me < 2 {
+                let rtt = round_trip(&mut g, &data, true)?;
+                if me == 0 && i >= iters / 10 {
+                    samples.push(rtt / 2.0);
+                }
+            }
+        }
+        if me == 0 {
+            let ok = g
+                .buffer(1)
+                .is_some_and(|b| b[..len] == pattern(1, 0, len)[..]);
+            let (m, p90, _) = percentiles(&mut samples);
+            rows.push((
+                format!("ping-pong {} (one-way)", size_name(len)),
+                if ok { "ok" } else { "WRONG" },
+                m,
+                p90,
+            ));
+        }
+    }
+    let mut bar = Vec::new();
+    for i in 0..600 {
+        let t0 = g.time();
+        g.sync()?;
+        if i >= 100 {
+            bar.push(Gamma::<crate::HostDevice, StdClock, State>::time_diff(
+                g.time(),
+                t0,
+            ));
+        }
+    }
+    if me == 0 {
+        let (m, p90, _) = percentiles(&mut bar);
+        rows.push((format!("barrier, {n} ranks"), "ok", m, p90));
+    }
+    let data = pattern(0, 0, 16 << 10);
+    let t0 = g.time();
+    if me == 0 {
+        g.send_flowctl(2, &data)?;
+    } else {
+        wait1(&mut g, 2, 30)?;
+        if g.buffer(2).map(|b| &b[..data.len()]) != Some(&data[..]) {
+            return Err(fail("broadcast arrived with wrong contents"));
+        }
+    }
+    g.sync()?;
+    if me == 0 {
+        let t = Gamma::<crate::HostDevice, StdClock, State>::time_diff(g.time(), t0);
+        rows.push((format!("broadcast 16 KiB to {} ranks", n - 1), "ok", t, t));
+        println!(
+            "Volley demo: {n} ranks on the {} fabric (GAMMA API, _flowctl sends)",
+            fabric.name()
+        );
+        println!(
+            "{:<34} {:>6} {:>12} {:>12}",
+            "check", "result", "median us", "p90 us"
+        );
+        for (name, res, m, p) in &rows {
+            println!("{name:<34} {res:>6} {m:>12.2} {p:>12.2}");
+        }
+        if rows.iter().any(|r| r.1 != "ok") {
+            return Err(fail("a check failed"));
+        }
+    }
+    g.exit();
+    Ok(())
+}
+
+fn size_name(len: usize) -> String {
+    match len {
+        l if l >= 1 << 20 => format!("{} MiB", l >> 20),
+        l if l >= 1024 => format!("{} KiB", l >> 10),
+        l => format!("{l} B"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_pick_sorted_ranks() {
+        let mut v: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+        assert_eq!(percentiles(&mut v), (51.0, 90.0, 99.0));
+        assert_eq!(size_name(8), "8 B");
+        assert_eq!(size_name(4096), "4 KiB");
+        assert_eq!(size_name(1 << 20), "1 MiB");
+        assert_ne!(pattern(0, 1, 64), pattern(1, 1, 64));
+    }
+}
