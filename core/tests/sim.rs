@@ -72,10 +72,17 @@ fn gamma<S>(
 // ------------------------------------------------------------------ messages
 
 fn byte(src: u16, k: usize, i: usize) -> u8 {
-    ((i as u32)
-        .wrapping_mul(2_654_435_761)
-        .wrapping_add(k as u32 * 131 + src as u32 * 17)
-        >> 24) as u8
+    // Every input bit reaches the top byte through the multiply.
+    let x = (i as u64)
+        .wrapping_add((k as u64) << 32)
+        .wrapping_add((src as u64) << 52);
+    (x.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8
+}
+
+#[test]
+fn test_patterns_tell_messages_apart() {
+    assert_ne!(pattern(0, 1, 64), pattern(1, 1, 64));
+    assert_ne!(pattern(0, 1, 64), pattern(0, 2, 64));
 }
 
 fn pattern(src: u16, k: usize, len: usize) -> Vec<u8> {

@@ -133,29 +133,30 @@ pub fn detect(
             _ => {}
         }
     }
-    let (source, rank, size) = match (found, &hosts) {
-        (Some(f), _) => f,
-        (None, Some(list)) => {
-            let mine: Vec<usize> = (0..list.len()).filter(|&i| list[i] == hostname).collect();
-            match mine.as_slice() {
-                [i] => (Source::Hosts, *i as u64, list.len() as u64),
-                [] => {
-                    return err(format!(
-                        "this host ({hostname}) is not in the hosts list {list:?}"
-                    ))
-                }
-                _ => return err(format!(
+    let (source, rank, size) =
+        match (found, &hosts) {
+            (Some(f), _) => f,
+            (None, Some(list)) => {
+                let mine: Vec<usize> = (0..list.len()).filter(|&i| list[i] == hostname).collect();
+                match mine.as_slice() {
+                    [i] => (Source::Hosts, *i as u64, list.len() as u64),
+                    [] => {
+                        return err(format!(
+                            "this host ({hostname}) is not in the hosts list {list:?}"
+                        ))
+                    }
+                    _ => {
+                        return err(format!(
                     "this host ({hostname}) appears {} times in the hosts list: set VOLLEY_RANK",
                     mine.len()
-                )),
+                ))
+                    }
+                }
             }
-        }
-        (None, None) => {
-            return err(
+            (None, None) => return err(
                 "no rank: start under `volley run`, mpiexec, srun, or give --hosts / VOLLEY_HOSTS",
-            )
-        }
-    };
+            ),
+        };
     if size == 0 || size > u16::MAX as u64 {
         return err(format!("job size {size} out of range"));
     }

@@ -28,10 +28,11 @@ pub struct State {
 
 /// Test pattern: byte `i` of message `k` from `src`.
 pub fn byte(src: u16, k: u64, i: usize) -> u8 {
-    ((i as u64)
-        .wrapping_mul(2_654_435_761)
-        .wrapping_add(k * 131 + src as u64 * 17)
-        >> 24) as u8
+    // Every input bit reaches the top byte through the multiply.
+    let x = (i as u64)
+        .wrapping_add(k << 32)
+        .wrapping_add((src as u64) << 52);
+    (x.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8
 }
 
 /// A message full of the test pattern.
@@ -489,6 +490,7 @@ mod tests {
         assert_eq!(size_name(8), "8 B");
         assert_eq!(size_name(4096), "4 KiB");
         assert_eq!(size_name(1 << 20), "1 MiB");
-        assert_ne!(pattern(0, 1, 64), pattern(1, 1, 64));
+        assert_ne!(pattern(0, 1, 64), pattern(1, 1, 64), "sources differ");
+        assert_ne!(pattern(0, 1, 64), pattern(0, 2, 64), "messages differ");
     }
 }
