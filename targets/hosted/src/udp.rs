@@ -89,8 +89,23 @@ impl UdpDevice {
     /// Binds this rank's socket.
     pub fn open(boot: &Boot) -> Result<UdpDevice, HostError> {
         let peers = peer_addrs(boot)?;
+        // VOLLEY_UDP_BIND: this rank's own address, or a list indexed by rank (for a
+        // relay in between, whose addresses VOLLEY_UDP_PEERS then lists).
         let bind: SocketAddr = match std::env::var("VOLLEY_UDP_BIND") {
-            Ok(a) => a
+            Ok(list) => list
+                .split(',')
+                .nth(if list.contains(',') {
+                    boot.rank as usize
+                } else {
+                    0
+                })
+                .ok_or_else(|| {
+                    HostError(format!(
+                        "VOLLEY_UDP_BIND has no address for rank {}",
+                        boot.rank
+                    ))
+                })?
+                .trim()
                 .parse()
                 .map_err(|e| HostError(format!("VOLLEY_UDP_BIND: {e}")))?,
             Err(_) => {

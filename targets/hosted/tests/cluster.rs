@@ -1,0 +1,422 @@
+//! Multi-process tests: real ranks started by `volley run` and by MPICH's
+//! `mpiexec.mpich`, on both fabrics. Jobs run one at a time (the machine has 2 cores).
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const VOLLEY: &str = env!("CARGO_BIN_EXE_volley");
+static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn job_dir(job: u64) -> PathBuf {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc_getuid() };
+    PathBuf::from(format!("/dev/shm/volley-{uid}-{job:016x}"))
+}
+
+extern "C" {
+    #[link_name = "getuid"]
+    fn libc_getuid() -> u32;
+}
+
+fn job_id(salt: u64) -> u64 {
+    (std::process::id() as u64) << 20 ^ salt ^ 0xA5A5_0000_0000
+}
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> (Output, Duration) {
+    let t = Instant::now();
+    let out = Command::new(VOLLEY)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("volley runs");
+    (out, t.elapsed())
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn launch(
+    n: &str,
+    fabric: &str,
+    job: u64,
+    program: &[&str],
+    env: &[(&str, &str)],
+) -> (Output, Duration) {
+    let job = format!("{job:#x}");
+    let mut args = vec![
+        "run",
+        "-n",
+        n,
+        "--fabric",
+        fabric,
+        "--timeout",
+        "180",
+        "--job",
+        &job,
+        "--",
+        VOLLEY,
+        "worker",
+    ];
+    args.extend_from_slice(program);
+    run(&args, env)
+}
+
+fn suite_via_launcher(fabric: &str, salt: u64) {
+    let _g = serial();
+    let job = job_id(salt);
+    let (out, took) = launch("4", fabric, job, &["suite"], &[]);
+    let t = text(&out);
+    assert!(
+        out.status.success(),
+        "{fabric} suite failed after {took:?}:\n{t}"
+    );
+    assert!(t.contains("suite ok: 4 ranks"), "{t}");
+    assert!(!job_dir(job).exists(), "the shm directory is left behind");
+}
+
+#[test]
+fn launcher_shm_pingpong_barrier_broadcast() {
+    suite_via_launcher("shm", 1);
+}
+
+#[test]
+fn launcher_udp_pingpong_barrier_broadcast() {
+    suite_via_launcher("udp", 2);
+}
+
+fn mpiexec() -> &'static str {
+    let m = "mpiexec.mpich";
+    assert!(
+        Command::new(m)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "{m} is missing: install Debian's mpich (.ci/run does)"
+    );
+    m
+}
+
+fn suite_via_mpiexec(fabric: &str) {
+    let m = mpiexec();
+    let _g = serial();
+    let t0 = Instant::now();
+    let out = Command::new("timeout")
+        .args([
+            "180", m, "-n", "4", VOLLEY, "worker", "suite", "--fabric", fabric,
+        ])
+        .env_remove("VOLLEY_RANK")
+        .output()
+        .expect("mpiexec runs");
+    let t = text(&out);
+    assert!(
+        out.status.success(),
+        "mpiexec {fabric} suite failed after {:?}:\n{t}",
+        t0.elapsed()
+    );
+    assert!(t.contains("suite ok: 4 ranks"), "{t}");
+}
+
+#[test]
+fn mpiexec_shm_pingpong_barrier_broadcast() {
+    suite_via_mpiexec("shm");
+}
+
+#[test]
+fn mpiexec_udp_pingpong_barrier_broadcast() {
+    suite_via_mpiexec("udp");
+}
+
+#[test]
+fn two_groups_send_to_each_other() {
+    for (fabric, salt) in [("shm", 3), ("udp", 4)] {
+        let _g = serial();
+        let (out, _) = launch(
+            "4",
+            fabric,
+            job_id(salt),
+            &["intergroup"],
+            &[("VOLLEY_GROUPS", "2,2")],
+        );
+        let t = text(&out);
+        assert!(out.status.success(), "{fabric}:\n{t}");
+        assert!(
+            t.contains("group 1 instance 0: got \"hello from group 2\""),
+            "{t}"
+        );
+        assert!(
+            t.contains("group 2 instance 0: got \"hello from group 1\""),
+            "{t}"
+        );
+    }
+}
+
+#[test]
+fn a_killed_rank_becomes_sendfailure_everywhere_and_fails_the_job() {
+    for (fabric, salt) in [("shm", 5), ("udp", 6)] {
+        let _g = serial();
+        let job = job_id(salt);
+        let (out, took) = launch("4", fabric, job, &["victim"], &[]);
+        let t = text(&out);
+        assert!(
+            !out.status.success(),
+            "{fabric}: the launcher must fail:\n{t}"
+        );
+        assert!(
+            took < Duration::from_secs(20),
+            "{fabric}: took {took:?}:\n{t}"
+        );
+        assert!(t.contains("rank 3 failed (signal 9)"), "{t}");
+        for r in 0..3 {
+            assert!(
+                t.contains(&format!("rank {r}: SENDFAILURE sending to rank 3")),
+                "{fabric}: rank {r}:\n{t}"
+            );
+        }
+        assert!(
+            !job_dir(job).exists(),
+            "{fabric}: the shm directory is left behind"
+        );
+    }
+}
+
+/// A relay that drops, duplicates and reorders datagrams between two ranks.
+struct Relay {
+    stop: Arc<AtomicBool>,
+    dropped: Arc<AtomicU64>,
+    duplicated: Arc<AtomicU64>,
+    reordered: Arc<AtomicU64>,
+    threads: Vec<thread::JoinHandle<()>>,
+    relay_addrs: Vec<SocketAddr>,
+}
+
+impl Relay {
+    fn start(targets: Vec<SocketAddr>, seed: u64) -> Relay {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (dropped, duplicated, reordered) = (
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let mut threads = Vec::new();
+        let mut relay_addrs = Vec::new();
+        for (i, target) in targets.into_iter().enumerate() {
+            let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+            sock.set_read_timeout(Some(Duration::from_millis(20)))
+                .unwrap();
+            relay_addrs.push(sock.local_addr().unwrap());
+            let (stop, dropped, duplicated, reordered) = (
+                stop.clone(),
+                dropped.clone(),
+                duplicated.clone(),
+                reordered.clone(),
+            );
+            threads.push(thread::spawn(move || {
+                let mut x = seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                let mut rnd = move || {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x % 1000) as u32
+                };
+                let mut buf = vec![0u8; 65_536];
+                let mut held: Option<Vec<u8>> = None;
+                // Bounded: stops when told, or after two minutes whatever happens.
+                let end = Instant::now() + Duration::from_secs(120);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+                    let Ok((n, _)) = sock.recv_from(&mut buf) else {
+                        if let Some(h) = held.take() {
+                            let _ = sock.send_to(&h, target);
+                        }
+                        continue;
+                    };
+                    let frame = &buf[..n];
+                    match rnd() {
+                        0..=99 => {
+                            dropped.fetch_add(1, Ordering::Relaxed);
+                        }
+                        100..=149 => {
+                            duplicated.fetch_add(1, Ordering::Relaxed);
+                            let _ = sock.send_to(frame, target);
+                            let _ = sock.send_to(frame, target);
+                        }
+                        150..=199 if held.is_none() => {
+                            reordered.fetch_add(1, Ordering::Relaxed);
+                            held = Some(frame.to_vec());
+                        }
+                        _ => {
+                            let _ = sock.send_to(frame, target);
+                            if let Some(h) = held.take() {
+                                let _ = sock.send_to(&h, target);
+                            }
+                        }
+                    }
+                }
+            }));
+        }
+        Relay {
+            stop,
+            dropped,
+            duplicated,
+            reordered,
+            threads,
+            relay_addrs,
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn free_port() -> SocketAddr {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+#[test]
+fn flowctl_over_a_lossy_udp_relay_arrives_exactly_once() {
+    let _g = serial();
+    let real = vec![free_port(), free_port()];
+    let relay = Relay::start(real.clone(), 0xC0FFEE);
+    let peers = relay
+        .relay_addrs
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let binds = real
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let env = [
+        ("VOLLEY_UDP_PEERS", peers.as_str()),
+        ("VOLLEY_UDP_BIND", binds.as_str()),
+        ("VOLLEY_MESSAGES", "300"),
+    ];
+    let (out, took) = launch("2", "udp", job_id(7), &["flowctl-exact"], &env);
+    let t = text(&out);
+    assert!(out.status.success(), "after {took:?}:\n{t}");
+    assert!(
+        t.contains("flowctl-exact ok: 300 messages exactly once, in order"),
+        "{t}"
+    );
+    let (d, u, r) = (
+        relay.dropped.load(Ordering::Relaxed),
+        relay.duplicated.load(Ordering::Relaxed),
+        relay.reordered.load(Ordering::Relaxed),
+    );
+    assert!(
+        d > 50 && u > 20 && r > 20,
+        "the relay must have misbehaved: dropped {d}, duplicated {u}, reordered {r}"
+    );
+}
+
+fn write_region(job: u64, bytes: &[u8]) {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let dir = job_dir(job);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(dir.join("region"))
+        .unwrap();
+    std::io::Write::write_all(&mut f, bytes).unwrap();
+}
+
+#[test]
+fn garbage_and_stale_regions_are_rejected_then_replaced() {
+    let _g = serial();
+    let job = job_id(8);
+    let rank1 = |timeout: &str| {
+        let jobs = format!("{job:#x}");
+        run(
+            &["worker", "attach", "--fabric", "shm"],
+            &[
+                ("VOLLEY_RANK", "1"),
+                ("VOLLEY_SIZE", "2"),
+                ("VOLLEY_JOB", jobs.as_str()),
+                ("VOLLEY_STARTUP_TIMEOUT", timeout),
+            ],
+        )
+    };
+    // Initialised header, impossible geometry: rejected at once, with the reason.
+    let mut region = vec![0u8; 1 << 16];
+    region[0..8].copy_from_slice(b"VOLLEYMY");
+    region[8..12].copy_from_slice(&1u32.to_le_bytes());
+    region[12..16].copy_from_slice(&2u32.to_le_bytes());
+    region[16..20].copy_from_slice(&64u32.to_le_bytes());
+    region[20..24].copy_from_slice(&1000u32.to_le_bytes());
+    region[24..32].copy_from_slice(&job.to_le_bytes());
+    write_region(job, &region);
+    let (out, took) = rank1("10");
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("shared region corrupt: slot size"), "{t}");
+    assert!(
+        took < Duration::from_secs(5),
+        "rejected at once, not after the timeout"
+    );
+    assert_eq!(t.lines().count(), 1, "one clear line: {t}");
+    // Garbage without a header: never joined; a clear error when the wait ends.
+    let noise: Vec<u8> = (0..1u32 << 16)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    write_region(job, &noise);
+    let (out, _) = rank1("1");
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("stale or garbage"), "{t}");
+    // A whole job replaces the stale region and leaves nothing behind.
+    let (out, _) = launch("2", "shm", job, &["attach"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!job_dir(job).exists());
+}
+
+#[test]
+fn bootstrap_errors_are_one_line() {
+    let out = Command::new(VOLLEY)
+        .args(["worker", "attach"])
+        .env_remove("VOLLEY_RANK")
+        .env_remove("PMI_RANK")
+        .env_remove("OMPI_COMM_WORLD_RANK")
+        .env_remove("SLURM_PROCID")
+        .env_remove("VOLLEY_HOSTS")
+        .env("VOLLEY_SIZE", "2")
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(t.lines().count(), 1, "{t}");
+    assert!(
+        t.contains("VOLLEY_SIZE is set but VOLLEY_RANK is not"),
+        "{t}"
+    );
+}
