@@ -39,7 +39,7 @@
 //! the job's `generation`, then writes the magic (release). A joining node waits until
 //! magic, version and generation all match ([`MyriError::NotReady`] until then), so a
 //! region left over by an earlier job is never joined. Each node then marks itself
-//! alive; [`MyriNic::all_alive`] is the start-up barrier. A node bumps its heartbeat on
+//! alive; [`MyriNic::all_joined`] is the start-up barrier. A node bumps its heartbeat on
 //! every receive poll; a peer whose state is not *alive*, or whose heartbeat has not
 //! moved for [`NicConfig::dead_after`], is reported dead through the device trait's
 //! `peer_alive`, and the engine fails sends to it instead of waiting.
@@ -448,13 +448,15 @@ impl MyriNic {
             .map_or(0, |w| w.load(Ordering::Relaxed))
     }
 
-    /// True once every node has joined this generation: the start-up barrier.
-    pub fn all_alive(&self) -> bool {
+    /// True once every node has joined this generation: the start-up barrier. A node
+    /// that joined and already left (or died) counts as joined, so a fast rank that
+    /// passes the barrier and exits cannot hold a slow one at it forever.
+    pub fn all_joined(&self) -> bool {
         (0..self.geo.nodes).all(|n| {
-            self.state(n) == NodeState::Alive
+            self.state(n) != NodeState::Absent
                 && self
                     .node_dword(n, off::NODE_GENERATION)
-                    .map(|g| g.load(Ordering::Relaxed))
+                    .map(|g| g.load(Ordering::Acquire))
                     == Some(self.generation)
         })
     }

@@ -87,9 +87,9 @@ fn layout_is_cache_line_aligned_and_fits() {
 fn frames_flow_in_order_and_credits_run_out() {
     let mem = Mem::new(geo().region_len().unwrap());
     let (mut a, mut b) = pair(&mem);
-    assert!(!a.all_alive(), "node 2 has not joined");
+    assert!(!a.all_joined(), "node 2 has not joined");
     let c = MyriNic::attach(mem.region(), 2, 7, NicConfig::default()).unwrap();
-    assert!(a.all_alive() && b.all_alive());
+    assert!(a.all_joined() && b.all_joined());
     let caps = a.capabilities();
     assert!(caps.reliable && caps.integrity);
     for i in 0..4u8 {
@@ -229,6 +229,7 @@ fn dead_and_departed_peers_are_reported() {
     assert!(a.peer_alive(t(21), NodeAddr(1)), "beating again");
     drop(c);
     assert_eq!(a.state(2), NodeState::Exited);
+    assert!(a.all_joined(), "a node that left had joined");
     assert!(!a.peer_alive(t(21), NodeAddr(2)));
     a.mark_dead(1);
     assert_eq!(a.state(1), NodeState::Dead);

@@ -149,13 +149,13 @@ impl ShmDevice {
             }
         };
         // Start-up barrier: every rank attached to this generation.
-        while !dev.nic.all_alive() {
+        while !dev.nic.all_joined() {
             if StdInstant::now() > deadline {
                 if boot.rank == 0 {
                     remove_job_dir(boot.job);
                 }
                 let missing: Vec<u32> = (0..boot.size as u32)
-                    .filter(|&n| dev.nic.state(n) != volley_myri::NodeState::Alive)
+                    .filter(|&n| dev.nic.state(n) == volley_myri::NodeState::Absent)
                     .collect();
                 return Err(HostError(format!(
                     "ranks {missing:?} never joined the shm region"
