@@ -151,59 +151,60 @@ fn flag_pingpong(boot: &Boot, iters: usize) -> Result<Vec<f64>, HostError> {
     Ok(out)
 }
 
-/// The bare reference: a plain UDP ping-pong of `len` bytes on two spare ports.
+/// The bare reference: a plain UDP ping-pong of `len` bytes on two spare ports. Rank 1
+/// echoes whatever arrives; rank 0 numbers its pings, resends one that got no echo
+/// within 100 ms (start-up, a lost datagram), and ends with a stop datagram.
 fn udp_pingpong(boot: &Boot, len: usize, iters: usize) -> Result<Vec<f64>, HostError> {
+    const STOP: u64 = u64::MAX;
     let base = crate::udp::base_port(boot.job) + 5_000;
-    let me = UdpSocket::bind(("127.0.0.1", base + boot.rank))
-        .map_err(|e| HostError(format!("udp reference: {e}")))?;
+    let me = UdpSocket::bind(("127.0.0.1", base + boot.rank)).map_err(|e| HostError(format!("udp reference: {e}")))?;
     let peer = ("127.0.0.1", base + 1 - boot.rank);
-    me.set_nonblocking(true)
-        .map_err(|e| HostError(e.to_string()))?;
-    let buf = vec![1u8; len];
+    me.set_nonblocking(true).map_err(|e| HostError(e.to_string()))?;
+    let mut buf = vec![1u8; len.max(8)];
     let mut rx = vec![0u8; 65_536];
     let mut out = Vec::with_capacity(iters);
-    let recv = |rx: &mut [u8]| loop {
-        if me.recv_from(rx).is_ok() {
-            return;
-        }
-    };
-    // Handshake: rank 0 pings until rank 1 answers.
-    if boot.rank == 0 {
+    let deadline = StdInstant::now() + StdDuration::from_secs(60);
+    if boot.rank == 1 {
         loop {
-            let _ = me.send_to(&buf, peer);
-            std::thread::sleep(StdDuration::from_millis(1));
-            if me.recv_from(&mut rx).is_ok() {
-                break;
+            if StdInstant::now() > deadline {
+                return Err(HostError("udp reference: no stop from rank 0".into()));
             }
-        }
-        // Drain the extra handshake pings' answers.
-        std::thread::sleep(StdDuration::from_millis(20));
-        while me.recv_from(&mut rx).is_ok() {}
-        let _ = me.send_to(b"go", peer);
-    } else {
-        loop {
-            recv(&mut rx);
-            let _ = me.send_to(&buf, peer);
-            std::thread::sleep(StdDuration::from_millis(5));
-            let mut go = false;
-            while let Ok((n, _)) = me.recv_from(&mut rx) {
-                go |= n == 2;
-            }
-            if go {
-                break;
+            if let Ok((n, _)) = me.recv_from(&mut rx) {
+                if n >= 8 && rx[..8] == STOP.to_le_bytes() {
+                    return Ok(out);
+                }
+                let _ = me.send_to(&rx[..n], peer);
             }
         }
     }
-    for _ in 0..iters {
-        if boot.rank == 0 {
-            let t0 = StdInstant::now();
-            let _ = me.send_to(&buf, peer);
-            recv(&mut rx);
-            out.push(t0.elapsed().as_nanos() as f64 / 2_000.0);
-        } else {
-            recv(&mut rx);
-            let _ = me.send_to(&buf, peer);
+    let warm = iters / 10 + 1;
+    for i in 0..(warm + iters) as u64 {
+        buf[..8].copy_from_slice(&i.to_le_bytes());
+        let t0 = StdInstant::now();
+        let mut sent = t0;
+        let _ = me.send_to(&buf[..len.max(8)], peer);
+        loop {
+            if let Ok((n, _)) = me.recv_from(&mut rx) {
+                if n >= 8 && rx[..8] == i.to_le_bytes() {
+                    break;
+                }
+                continue;
+            }
+            if sent.elapsed() > StdDuration::from_millis(100) {
+                if StdInstant::now() > deadline {
+                    return Err(HostError("udp reference: rank 1 does not answer".into()));
+                }
+                sent = StdInstant::now();
+                let _ = me.send_to(&buf[..len.max(8)], peer);
+            }
         }
+        if i >= warm as u64 {
+            out.push(t0.elapsed().as_nanos() as f64 / 2_000.0);
+        }
+    }
+    buf[..8].copy_from_slice(&STOP.to_le_bytes());
+    for _ in 0..20 {
+        let _ = me.send_to(&buf[..8], peer);
     }
     Ok(out)
 }

@@ -98,6 +98,10 @@ fn wait1(g: &mut HostGamma<State>, sem: u16, secs: u64) -> Result<(), HostError>
 
 /// Median and percentiles of samples (sorted in place).
 pub fn percentiles(v: &mut [f64]) -> (f64, f64, f64) {
+    if v.is_empty() {
+        // Ranks that only answer collect no samples.
+        return (0.0, 0.0, 0.0);
+    }
     v.sort_by(|a, b| a.total_cmp(b));
     let at = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
     (at(0.5), at(0.9), at(0.99))
@@ -487,6 +491,7 @@ mod tests {
     fn percentiles_pick_sorted_ranks() {
         let mut v: Vec<f64> = (1..=100).rev().map(f64::from).collect();
         assert_eq!(percentiles(&mut v), (51.0, 90.0, 99.0));
+        assert_eq!(percentiles(&mut []), (0.0, 0.0, 0.0));
         assert_eq!(size_name(8), "8 B");
         assert_eq!(size_name(4096), "4 KiB");
         assert_eq!(size_name(1 << 20), "1 MiB");
