@@ -35,6 +35,7 @@ fn engine(node: u16) -> Engine<'static, u64> {
         fabric_nodes: 2,
         ops: 64,
         assemblies: 16,
+        eager: 4,
     };
     Engine::new(
         Config::new(1, 1, node),

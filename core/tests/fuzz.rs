@@ -29,6 +29,7 @@ fn target() -> Engine<'static, u64> {
         fabric_nodes: 4,
         ops: 8,
         assemblies: 3,
+        eager: 4,
     };
     let mut e = Engine::new(cfg, GROUPS, Storage::with_capacity(cap), 0).unwrap();
     for (port, kind, len) in [

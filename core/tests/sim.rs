@@ -54,6 +54,7 @@ fn storage<S>(fabric: usize, channels: usize) -> Storage<'static, S> {
         fabric_nodes: fabric,
         ops: 256,
         assemblies: 8,
+        eager: 4,
     })
 }
 
@@ -562,6 +563,7 @@ fn barrier_cost(n: u16, seed: u64, rounds: usize) -> Duration {
             fabric_nodes: n as usize,
             ops: 4,
             assemblies: 1,
+            eager: 0,
         });
         s.sems = vec![Default::default(); PORTS].into();
         SimGamma::init(cfg(1, i as u16), g, s, dev, clock, ()).unwrap()

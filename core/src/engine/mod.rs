@@ -51,6 +51,9 @@ pub use channel::{Channel, MAX_WINDOW};
 pub const BROADCAST: NodeId = u16::MAX;
 /// Longest first piece of a two-piece send (GAMMA `send_2p`), copied at call time.
 pub const HEAD_MAX: usize = 20;
+/// Largest message a blocking reliable send copies into an engine buffer and returns
+/// from at once (MPI's eager protocol); larger ones wait for the receiver's ack.
+pub const EAGER_MAX: usize = 16 * 1024;
 /// Port number that barrier tokens carry (GAMMA reserves 1024 for barriers).
 pub const BARRIER_PORT: PortId = 1024;
 
@@ -351,6 +354,29 @@ pub enum Body<'a> {
     External(usize),
 }
 
+/// Payload of a send as the engine takes it: a [`Body`], or bytes to copy.
+#[derive(Debug, Clone, Copy)]
+enum Src<'a, 'c> {
+    Body(Body<'a>),
+    Copy(&'c [u8]),
+}
+
+/// A buffer a reliable send's payload is copied into, so the caller may reuse its own
+/// at once while the engine keeps the bytes for retransmission.
+#[derive(Debug, Clone)]
+pub struct EagerBuf {
+    used: bool,
+    data: [u8; EAGER_MAX],
+}
+
+impl EagerBuf {
+    /// A free buffer.
+    pub const EMPTY: EagerBuf = EagerBuf {
+        used: false,
+        data: [0; EAGER_MAX],
+    };
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OpState {
     Free,
@@ -367,6 +393,10 @@ pub struct Op<'a> {
     reliable: bool,
     external: bool,
     started: bool,
+    /// Eager buffer holding the body, or `NONE`.
+    eager: u16,
+    /// The caller has let go of the handle: the slot frees itself when done.
+    detached: bool,
     head: [u8; HEAD_MAX],
     head_len: u8,
     body: &'a [u8],
@@ -392,6 +422,8 @@ impl Op<'_> {
         reliable: false,
         external: false,
         started: false,
+        eager: NONE,
+        detached: false,
         head: [0; HEAD_MAX],
         head_len: 0,
         body: &[],
@@ -412,6 +444,11 @@ impl Op<'_> {
             port: 0,
         },
     };
+
+    /// True if the op's channel has failed (it will not progress).
+    fn chan_failed(&self, chans: &[Channel]) -> bool {
+        chans.get(self.chan as usize).is_some_and(|c| c.failed)
+    }
 
     /// The payload bytes `[off, off + len)`, as up to two pieces (head, body).
     fn pieces<'s>(&'s self, body: &'s [u8], off: usize, len: usize) -> [&'s [u8]; 2] {
@@ -724,6 +761,8 @@ pub struct Storage<'a, S> {
     pub ops: ManagedSlice<'a, Op<'a>>,
     /// Messages being stored.
     pub assemblies: ManagedSlice<'a, Assembly>,
+    /// Eager buffers for blocking reliable sends (may be empty).
+    pub eager: ManagedSlice<'a, EagerBuf>,
 }
 
 /// Table sizes for [`Storage::with_capacity`].
@@ -739,6 +778,8 @@ pub struct Capacity {
     pub ops: usize,
     /// Messages stored concurrently.
     pub assemblies: usize,
+    /// Eager buffers ([`EAGER_MAX`] bytes each).
+    pub eager: usize,
 }
 
 #[cfg(feature = "alloc")]
@@ -757,6 +798,7 @@ impl<S> Storage<'_, S> {
             peer_map: alloc::vec![NONE; c.fabric_nodes].into(),
             ops: ops.into(),
             assemblies: alloc::vec![Assembly::EMPTY; c.assemblies].into(),
+            eager: alloc::vec![EagerBuf::EMPTY; c.eager].into(),
         }
     }
 }
@@ -784,6 +826,7 @@ pub struct Engine<'a, S = ()> {
     peer_map: ManagedSlice<'a, u16>,
     ops: ManagedSlice<'a, Op<'a>>,
     asms: ManagedSlice<'a, Assembly>,
+    eager: ManagedSlice<'a, EagerBuf>,
     state: S,
     stats: Stats,
     caps: Capabilities,
@@ -851,24 +894,35 @@ fn notify<'a, S>(ports: &mut [Port<'a, S>], sems: &mut [Semaphore], state: &mut 
     }
 }
 
-/// Marks a finished operation, folding children into their parent; returns the slot
-/// whose failure should be reported, if any.
-fn finish_op(ops: &mut [Op<'_>], i: usize, ok: bool) {
+/// Marks a finished operation, folding children into their parent. A finished
+/// top-level operation gives its eager buffer back, and frees its slot if detached.
+fn finish_op(ops: &mut [Op<'_>], eager: &mut [EagerBuf], i: usize, ok: bool) {
     let parent = ops[i].parent;
-    if parent == NONE {
+    let top = if parent == NONE {
         ops[i].state = if ok { OpState::Done } else { OpState::Failed };
-        return;
-    }
-    ops[i].state = OpState::Free;
-    let p = &mut ops[parent as usize];
-    p.children = p.children.saturating_sub(1);
-    p.child_failed |= !ok;
-    if p.children == 0 {
+        i
+    } else {
+        ops[i].state = OpState::Free;
+        let p = &mut ops[parent as usize];
+        p.children = p.children.saturating_sub(1);
+        p.child_failed |= !ok;
+        if p.children > 0 {
+            return;
+        }
         p.state = if p.child_failed {
             OpState::Failed
         } else {
             OpState::Done
         };
+        parent as usize
+    };
+    let op = &mut ops[top];
+    if let Some(b) = eager.get_mut(op.eager as usize) {
+        b.used = false;
+    }
+    op.eager = NONE;
+    if op.detached {
+        op.state = OpState::Free;
     }
 }
 
@@ -900,6 +954,7 @@ impl<'a, S> Engine<'a, S> {
             peer_map: storage.peer_map,
             ops: storage.ops,
             asms: storage.assemblies,
+            eager: storage.eager,
             state,
             stats: Stats::default(),
             caps: Capabilities {
@@ -1084,14 +1139,54 @@ impl<'a, S> Engine<'a, S> {
         body: Body<'a>,
         reliable: bool,
     ) -> Result<SendHandle, Error> {
+        self.start(port, head, Src::Body(body), reliable)
+    }
+
+    /// Starts a reliable unicast send whose payload (at most [`EAGER_MAX`] bytes) is
+    /// copied into one of the engine's eager buffers now, so the caller may reuse its
+    /// own at once; `NoResources` when no buffer is free, the message is too long, or
+    /// the port broadcasts. Once [`Engine::handed_off`], the caller may
+    /// [`Engine::detach`]: delivery is then the engine's job, and a failure is reported
+    /// through the port's error handler or error semaphore.
+    pub fn start_send_eager(
+        &mut self,
+        port: PortId,
+        head: &[u8],
+        body: &[u8],
+    ) -> Result<SendHandle, Error> {
+        self.start(port, head, Src::Copy(body), true)
+    }
+
+    fn start(
+        &mut self,
+        port: PortId,
+        head: &[u8],
+        body: Src<'a, '_>,
+        reliable: bool,
+    ) -> Result<SendHandle, Error> {
         let p = self.ports.get(port as usize).ok_or(Error::InvalidPort)?;
         let dest = p.dest.ok_or(Error::NotBound)?;
         if head.len() > HEAD_MAX {
             return Err(Error::FirstPieceTooLong);
         }
+        let mut eager = NONE;
         let (body_ref, body_len, external) = match body {
-            Body::Borrowed(b) => (b, b.len(), false),
-            Body::External(n) => (&[][..], n, true),
+            Src::Body(Body::Borrowed(b)) => (b, b.len(), false),
+            Src::Body(Body::External(n)) => (&[][..], n, true),
+            Src::Copy(b) => {
+                if b.len() > EAGER_MAX || dest.node == BROADCAST || !reliable {
+                    return Err(Error::NoResources);
+                }
+                let i = self
+                    .eager
+                    .iter()
+                    .position(|e| !e.used)
+                    .ok_or(Error::NoResources)?;
+                self.eager[i].used = true;
+                self.eager[i].data[..b.len()].copy_from_slice(b);
+                eager = i as u16;
+                (&[][..], b.len(), false)
+            }
         };
         let total = u32::try_from(head.len() + body_len).map_err(|_| Error::MessageTooLong)?;
         let mut op = Op::EMPTY;
@@ -1101,13 +1196,24 @@ impl<'a, S> Engine<'a, S> {
         op.head[..head.len()].copy_from_slice(head);
         op.head_len = head.len() as u8;
         op.body = body_ref;
+        op.eager = eager;
         op.total = total;
         op.src_port = port;
         op.dest = dest;
         if dest.node != BROADCAST {
-            let addr = self.addr_of(dest.group, dest.node)?;
-            let ci = self.channel_for(addr, dest.group, dest.node)?;
-            let oi = self.alloc_op()?;
+            let slots = self
+                .addr_of(dest.group, dest.node)
+                .and_then(|addr| self.channel_for(addr, dest.group, dest.node))
+                .and_then(|ci| Ok((ci, self.alloc_op()?)));
+            let (ci, oi) = match slots {
+                Ok(x) => x,
+                Err(e) => {
+                    if let Some(b) = self.eager.get_mut(eager as usize) {
+                        b.used = false;
+                    }
+                    return Err(e);
+                }
+            };
             self.enqueue(ci, oi, &op);
             return Ok(SendHandle::new(oi, self.ops[oi].gen));
         }
@@ -1190,7 +1296,7 @@ impl<'a, S> Engine<'a, S> {
         op.next = NONE;
         if ch.failed {
             let (port, dest) = (op.src_port, op.dest);
-            finish_op(&mut self.ops, oi, false);
+            finish_op(&mut self.ops, &mut self.eager, oi, false);
             self.notify_send_failure(port, dest);
             return;
         }
@@ -1242,6 +1348,27 @@ impl<'a, S> Engine<'a, S> {
             OpState::Failed => SendStatus::Failed,
             _ => SendStatus::Pending,
         })
+    }
+
+    /// True once every byte of the send has been handed to the device (for an eager
+    /// send, the caller's part is then over), or the send has finished.
+    pub fn handed_off(&self, h: SendHandle) -> Result<bool, Error> {
+        let st = self.send_status(h)?;
+        let op = &self.ops[h.idx()];
+        Ok(st != SendStatus::Pending || (op.started && op.framed == op.total))
+    }
+
+    /// Lets go of a send: its slot frees itself when it finishes. A failure is still
+    /// reported through the port's error handler or error semaphore.
+    pub fn detach(&mut self, h: SendHandle) -> Result<(), Error> {
+        let st = self.send_status(h)?;
+        let op = &mut self.ops[h.idx()];
+        if st == SendStatus::Pending {
+            op.detached = true;
+        } else {
+            op.state = OpState::Free;
+        }
+        Ok(())
     }
 
     /// Frees a finished send's slot and returns how it ended. A pending send is left alone.
@@ -1422,6 +1549,7 @@ impl<'a, S> Engine<'a, S> {
     fn on_ack(&mut self, now: Instant, ci: usize, a: AckInfo, flags: Flags) {
         let refused = flags.contains(Flags::REFUSED);
         let ops = &mut self.ops;
+        let eager = &mut self.eager;
         let ch = &mut self.chans[ci];
         let progress = ch.on_ack(a, |slot| {
             if let Slot::Data { op, .. } = slot {
@@ -1429,7 +1557,7 @@ impl<'a, S> Engine<'a, S> {
                 o.unacked = o.unacked.saturating_sub(1);
                 if o.state == OpState::Active && o.framed == o.total && o.started && o.unacked == 0
                 {
-                    finish_op(ops, op as usize, true);
+                    finish_op(ops, eager, op as usize, true);
                 }
             }
         });
@@ -1497,7 +1625,8 @@ impl<'a, S> Engine<'a, S> {
         ch.since_ack = ch.since_ack.saturating_add(1);
         if repr.flags.contains(Flags::ACK_REQ) || ch.since_ack >= (self.cfg.window / 2).max(1) {
             ch.ack_now = true;
-        } else if !self.caps.reliable && ch.ack_at.is_none() {
+        } else if ch.ack_at.is_none() {
+            // Credits come back within the delay even if nothing is sent meanwhile.
             ch.ack_at = Some(now + self.cfg.ack_delay);
         }
         if repr.kind != Kind::Barrier {
@@ -1840,7 +1969,7 @@ impl<'a, S> Engine<'a, S> {
         for oi in 0..self.ops.len() {
             let o = self.ops[oi];
             if o.state == OpState::Active && o.chan == ci as u16 && o.children == 0 {
-                finish_op(&mut self.ops, oi, false);
+                finish_op(&mut self.ops, &mut self.eager, oi, false);
                 self.notify_send_failure(o.src_port, o.dest);
             }
         }
@@ -1853,6 +1982,33 @@ impl<'a, S> Engine<'a, S> {
                 self.fail_barrier(Error::SendFailure);
             }
         }
+    }
+
+    /// Sends every ack held back (delayed to ride on data) at the next transmit.
+    pub fn flush_acks(&mut self) {
+        for ch in self.chans[..self.chan_hwm]
+            .iter_mut()
+            .filter(|c| c.in_use && !c.failed)
+        {
+            if ch.ack_at.take().is_some() || ch.since_ack > 0 {
+                ch.ack_now = true;
+            }
+        }
+    }
+
+    /// True when nothing is in flight: no send running, no frame unacknowledged, no
+    /// ack owed, no barrier running (failed peers excepted: nothing more will happen there).
+    pub fn is_quiescent(&self) -> bool {
+        let ops_idle = self
+            .ops
+            .iter()
+            .all(|o| o.state != OpState::Active || o.chan_failed(&self.chans));
+        let chans_idle = self.chans[..self.chan_hwm].iter().all(|c| {
+            !c.in_use
+                || c.failed
+                || (c.outstanding() == 0 && !c.ack_now && c.ack_at.is_none() && c.ctrl_len == 0)
+        });
+        ops_idle && chans_idle && !self.bar.active
     }
 
     /// Asks the device about every peer still owed an ack; a peer the device knows
@@ -1871,7 +2027,7 @@ impl<'a, S> Engine<'a, S> {
     pub fn poll_at(&self, now: Instant) -> Option<Instant> {
         let mut at: Option<Instant> = None;
         let mut min = |t: Instant| at = Some(at.map_or(t, |a| a.min(t)));
-        for ch in self.chans.iter().filter(|c| c.in_use) {
+        for ch in self.chans.iter().filter(|c| c.in_use && !c.failed) {
             if ch.ack_now || ch.resend_any || (ch.ctrl_len > 0 && ch.can_send_new()) {
                 min(now);
             }
@@ -1936,6 +2092,7 @@ impl<'a, S> Engine<'a, S> {
         let Engine {
             chans,
             ops,
+            eager,
             cfg,
             caps,
             stats,
@@ -1963,7 +2120,7 @@ impl<'a, S> Engine<'a, S> {
                 let ok = match e.slot {
                     Slot::Data { op, offset, len } => {
                         let o = &ops[op as usize];
-                        let body = if o.external { ext } else { Some(o.body) };
+                        let body = op_body(o, eager, ext);
                         match body {
                             Some(body) => {
                                 let pieces = o.pieces(body, offset as usize, len as usize);
@@ -2005,13 +2162,8 @@ impl<'a, S> Engine<'a, S> {
             if o.reliable && !ch.can_send_new() {
                 break;
             }
-            let body = if o.external {
-                match ext {
-                    Some(b) if b.len() + o.head_len as usize == o.total as usize => b,
-                    _ => break,
-                }
-            } else {
-                o.body
+            let Some(body) = op_body(o, eager, ext) else {
+                break;
             };
             let off = o.framed;
             let len = ((o.total - off) as usize).min(max_payload);
@@ -2039,7 +2191,7 @@ impl<'a, S> Engine<'a, S> {
                     ch.q_tail = NONE;
                 }
                 if !reliable {
-                    finish_op(ops, oi, true);
+                    finish_op(ops, eager, oi, true);
                 }
             }
         }
@@ -2078,6 +2230,19 @@ impl<'a, S> Engine<'a, S> {
         }
         busy
     }
+}
+
+/// The payload of an operation: borrowed, in an eager buffer, or the `ext` of `poll`
+/// (`None` if that is missing or of the wrong length).
+fn op_body<'b>(o: &'b Op<'_>, eager: &'b [EagerBuf], ext: Option<&'b [u8]>) -> Option<&'b [u8]> {
+    let len = (o.total as usize).saturating_sub(o.head_len as usize);
+    if let Some(b) = eager.get(o.eager as usize) {
+        return b.data.get(..len);
+    }
+    if o.external {
+        return ext.filter(|b| b.len() == len);
+    }
+    Some(o.body)
 }
 
 /// Frame emission for one channel.
@@ -2142,7 +2307,8 @@ impl<D: Device> Tx<'_, D> {
             // Ask for an ack at message ends (so sends complete), on resends, and
             // before the window runs dry.
             let filling = ch.outstanding() + 1 >= (ch.peer_window as u32 * 3 / 4).max(1);
-            if last || resend || filling {
+            // Nobody waits for an eager message's ack: let it ride on the reply.
+            if (last && o.eager == NONE) || resend || filling {
                 flags |= Flags::ACK_REQ;
             }
         }

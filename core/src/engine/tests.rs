@@ -37,6 +37,7 @@ fn cap() -> Capacity {
         fabric_nodes: 8,
         ops: 16,
         assemblies: 4,
+        eager: 4,
     }
 }
 
@@ -520,4 +521,90 @@ fn a_device_that_knows_a_peer_died_fails_sends_at_the_first_timeout() {
     }
     assert_eq!(a.send_status(h), Ok(SendStatus::Failed));
     assert_eq!(a.stats().timeouts, 1);
+}
+
+#[test]
+fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
+    let mut rings = rings();
+    let (mut a, mut b) = (engine(7, 0), engine(7, 1));
+    a.bind_port(
+        1,
+        PortSetup {
+            input: true,
+            recv: Some(record),
+            ..out(1, 2)
+        },
+    )
+    .unwrap();
+    a.post_recv(1, leak(16)).unwrap();
+    b.bind_port(2, input(leak(16), BufferKind::GoBack, 0))
+        .unwrap();
+    b.bind_port(3, out(0, 1)).unwrap();
+    let mut payload = *b"ping";
+    let h = a.start_send_eager(1, b"", &payload).unwrap();
+    payload.copy_from_slice(b"XXXX"); // the caller's buffer is free at once
+    a.poll(
+        Instant::ZERO,
+        &mut Loopback::new(&mut rings, NodeAddr(0)),
+        None,
+    );
+    assert!(a.handed_off(h).unwrap());
+    a.detach(h).unwrap();
+    b.poll(
+        Instant::ZERO,
+        &mut Loopback::new(&mut rings, NodeAddr(1)),
+        None,
+    );
+    assert_eq!(b.state().len(), 1, "{:?} {:?}", b.stats(), a.stats());
+    assert_eq!(b.state()[0].1, b"ping");
+    assert_eq!(
+        b.stats().tx_acks,
+        0,
+        "no ack of its own: it waits for a reply"
+    );
+    let r = b.start_send_eager(3, b"", b"pong").unwrap();
+    b.poll(
+        Instant::from_micros(1),
+        &mut Loopback::new(&mut rings, NodeAddr(1)),
+        None,
+    );
+    b.detach(r).unwrap();
+    a.poll(
+        Instant::from_micros(1),
+        &mut Loopback::new(&mut rings, NodeAddr(0)),
+        None,
+    );
+    assert_eq!(a.state()[0].1, b"pong");
+    assert_eq!(b.stats().tx_acks, 0, "the ack rode on the pong");
+    assert_eq!(
+        a.send_status(h),
+        Err(Error::InvalidHandle),
+        "detached and finished: slot freed"
+    );
+    // Every eager buffer is back: four more sends fit.
+    for _ in 0..4 {
+        let h = a.start_send_eager(1, b"", b"more").unwrap();
+        a.detach(h).unwrap();
+    }
+    assert_eq!(
+        a.start_send_eager(1, b"", b"one too many"),
+        Err(Error::NoResources)
+    );
+    assert_eq!(
+        a.start_send_eager(1, b"", &[0; EAGER_MAX + 1]),
+        Err(Error::NoResources)
+    );
+    // A lone message gets its ack when the delay runs out.
+    let mut now = Instant::from_micros(2);
+    for _ in 0..10 {
+        a.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
+        b.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+        now += Duration::from_micros(10);
+    }
+    assert!(b.stats().tx_acks >= 1);
+    assert!(a.is_quiescent());
+    assert!(
+        a.start_send_eager(1, b"", b"again").is_ok(),
+        "buffers freed by the acks"
+    );
 }

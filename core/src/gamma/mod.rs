@@ -19,9 +19,12 @@
 //!   and a receiver that misses one sees `FRAMELOST` on the port (error handler, or the
 //!   error count that [`Gamma::wait`] returns), never silently wrong data. Non-blocking
 //!   sends complete once handed to the device. The `_flowctl` sends are *reliable and
-//!   flow-controlled*: credits, acks, retransmission; they complete when the receiver
-//!   has taken the whole message, or fail with `SENDFAILURE` (and the port's error
-//!   handler runs) when the peer stops answering. A `_flowctl` message to a port that
+//!   flow-controlled*: credits, acks, retransmission. A blocking `_flowctl` send of at
+//!   most `EAGER_MAX` (16 KiB) bytes copies the message into the engine and returns
+//!   once it is on the wire (MPI's eager protocol): delivery is then the engine's job,
+//!   and a peer that stops answering is reported through the port's error handler or
+//!   error semaphore. Larger ones, and the non-blocking ones, complete when the
+//!   receiver has taken the whole message, or fail with `SENDFAILURE`. A `_flowctl` message to a port that
 //!   is not set up yet, or busy, is retried until it is taken.
 //! - Blocking calls spin on [`Gamma::poll`] as GAMMA's did; `wait_deadline` is an
 //!   addition that gives up at a deadline.
@@ -30,7 +33,7 @@ use crate::engine::{
     Body, Config, Dest, Engine, Error, Group, PortSetup, SendHandle, SendStatus, Storage,
 };
 use crate::phy::Device;
-use crate::time::Instant;
+use crate::time::{Duration, Instant};
 use crate::{GroupId, NodeId, PortId};
 
 pub use crate::engine::{BufferKind, Errno, Handler, Upcall, BROADCAST};
@@ -155,20 +158,30 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             fabric_nodes,
             ops: (4 * fabric_nodes).clamp(64, 4096),
             assemblies: fabric_nodes.clamp(16, 1024),
+            eager: 32,
         };
         Self::init(cfg, groups, Storage::with_capacity(cap), dev, clock, state)
     }
 
     /// `gamma_exit`: finishes every send still in flight (or sees it fail), then hands
     /// back the device and the application state.
-    pub fn exit(mut self) -> (D, S) {
-        let mut idle_polls = 0u32;
-        // Drain until the engine has nothing left to send or wait for.
-        while idle_polls < 1000 {
+    pub fn exit(self) -> (D, S) {
+        let deadline = self.clock.now() + Duration::from_secs(10);
+        self.exit_deadline(deadline)
+    }
+
+    /// `gamma_exit` that stops draining at `deadline` whatever is still in flight (a
+    /// peer that keeps refusing, a dead one not yet declared).
+    pub fn exit_deadline(mut self, deadline: Instant) -> (D, S) {
+        // Acks held back to ride on replies go out now: there will be no replies.
+        self.engine.flush_acks();
+        loop {
             let now = self.clock.now();
-            let busy = self.engine.poll(now, &mut self.dev, None);
-            let pending = self.engine.poll_at(now).is_some_and(|t| t <= now);
-            idle_polls = if busy || pending { 0 } else { idle_polls + 1 };
+            self.engine.poll(now, &mut self.dev, None);
+            if self.engine.is_quiescent() || now >= deadline {
+                break;
+            }
+            self.idle_step(false);
         }
         let Gamma { engine, dev, .. } = self;
         (dev, engine.into_state())
@@ -300,14 +313,30 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         reliable: bool,
     ) -> Result<usize, Error> {
         user_port(port)?;
-        let h = self
-            .engine
-            .start_send(port, head, Body::External(body.len()), reliable)?;
+        // A small reliable message is copied into the engine (eager): the call returns
+        // once it is on the wire, and the ack rides on whatever the receiver sends back.
+        let eager = if reliable {
+            self.engine.start_send_eager(port, head, body).ok()
+        } else {
+            None
+        };
+        let h = match eager {
+            Some(h) => h,
+            None => self
+                .engine
+                .start_send(port, head, Body::External(body.len()), reliable)?,
+        };
         loop {
             let now = self.clock.now();
-            let busy = self.engine.poll(now, &mut self.dev, Some(body));
+            let busy = self
+                .engine
+                .poll(now, &mut self.dev, eager.is_none().then_some(body));
             self.idle_step(busy);
             match self.engine.send_status(h)? {
+                SendStatus::Pending if eager.is_some() && self.engine.handed_off(h)? => {
+                    self.engine.detach(h)?;
+                    return Ok(head.len() + body.len());
+                }
                 SendStatus::Pending => continue,
                 SendStatus::Done => {
                     self.engine.release(h)?;
@@ -326,7 +355,8 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         self.blocking_send(port, &[], data, false)
     }
 
-    /// `gamma_send_flowctl`: reliable, returns once the receiver has taken the message.
+    /// `gamma_send_flowctl`: reliable; returns once the message is on the wire (up to
+    /// 16 KiB, eager) or the receiver has taken it (larger).
     pub fn send_flowctl(&mut self, port: PortId, data: &[u8]) -> Result<usize, Error> {
         self.blocking_send(port, &[], data, true)
     }

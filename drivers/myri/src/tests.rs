@@ -258,6 +258,7 @@ fn the_engine_takes_its_credit_only_path_over_the_nic() {
         fabric_nodes: 2,
         ops: 4,
         assemblies: 2,
+        eager: 4,
     };
     let mut a = Engine::new(
         Config::new(5, 1, 0),

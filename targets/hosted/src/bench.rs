@@ -157,9 +157,11 @@ fn flag_pingpong(boot: &Boot, iters: usize) -> Result<Vec<f64>, HostError> {
 fn udp_pingpong(boot: &Boot, len: usize, iters: usize) -> Result<Vec<f64>, HostError> {
     const STOP: u64 = u64::MAX;
     let base = crate::udp::base_port(boot.job) + 5_000;
-    let me = UdpSocket::bind(("127.0.0.1", base + boot.rank)).map_err(|e| HostError(format!("udp reference: {e}")))?;
+    let me = UdpSocket::bind(("127.0.0.1", base + boot.rank))
+        .map_err(|e| HostError(format!("udp reference: {e}")))?;
     let peer = ("127.0.0.1", base + 1 - boot.rank);
-    me.set_nonblocking(true).map_err(|e| HostError(e.to_string()))?;
+    me.set_nonblocking(true)
+        .map_err(|e| HostError(e.to_string()))?;
     let mut buf = vec![1u8; len.max(8)];
     let mut rx = vec![0u8; 65_536];
     let mut out = Vec::with_capacity(iters);
