@@ -656,21 +656,11 @@ impl<'a, S> Upcall<'_, 'a, S> {
     }
     /// Increments semaphore `sem` (GAMMA `gamma_signal`).
     pub fn signal(&mut self, sem: u16) -> Result<(), Error> {
-        let s = self
-            .sems
-            .get_mut(sem as usize)
-            .ok_or(Error::InvalidSemaphore)?;
-        s.count = s.count.saturating_add(1);
-        Ok(())
+        signal(self.sems, sem)
     }
     /// Increments error semaphore `sem` (GAMMA `gamma_sigerr`).
     pub fn sigerr(&mut self, sem: u16) -> Result<(), Error> {
-        let s = self
-            .sems
-            .get_mut(sem as usize)
-            .ok_or(Error::InvalidSemaphore)?;
-        s.errors = s.errors.saturating_add(1);
-        Ok(())
+        sigerr(self.sems, sem)
     }
     /// Binds a fresh buffer to `port`, returning the previous one (GAMMA `gamma_post_recv`).
     pub fn post_recv(
@@ -692,6 +682,18 @@ impl<'a, S> Upcall<'_, 'a, S> {
     pub fn take_buffer(&mut self, port: PortId) -> Result<Option<&'a mut [u8]>, Error> {
         take_buffer(self.ports, port)
     }
+}
+
+fn signal(sems: &mut [Semaphore], sem: u16) -> Result<(), Error> {
+    let s = sems.get_mut(sem as usize).ok_or(Error::InvalidSemaphore)?;
+    s.count = s.count.saturating_add(1);
+    Ok(())
+}
+
+fn sigerr(sems: &mut [Semaphore], sem: u16) -> Result<(), Error> {
+    let s = sems.get_mut(sem as usize).ok_or(Error::InvalidSemaphore)?;
+    s.errors = s.errors.saturating_add(1);
+    Ok(())
 }
 
 fn port_mut<'p, 'a, S>(
@@ -1090,21 +1092,11 @@ impl<'a, S> Engine<'a, S> {
 
     /// Increments semaphore `sem`.
     pub fn signal(&mut self, sem: u16) -> Result<(), Error> {
-        let s = self
-            .sems
-            .get_mut(sem as usize)
-            .ok_or(Error::InvalidSemaphore)?;
-        s.count = s.count.saturating_add(1);
-        Ok(())
+        signal(&mut self.sems, sem)
     }
     /// Increments error semaphore `sem`.
     pub fn sigerr(&mut self, sem: u16) -> Result<(), Error> {
-        let s = self
-            .sems
-            .get_mut(sem as usize)
-            .ok_or(Error::InvalidSemaphore)?;
-        s.errors = s.errors.saturating_add(1);
-        Ok(())
+        sigerr(&mut self.sems, sem)
     }
     /// The semaphore's state.
     pub fn semaphore(&self, sem: u16) -> Result<Semaphore, Error> {

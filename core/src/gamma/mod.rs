@@ -187,42 +187,6 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         (dev, engine.into_state())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn set_port(
-        &mut self,
-        port: PortId,
-        dest_node: NodeId,
-        dest_par_pid: GroupId,
-        dest_port: PortId,
-        recv: Option<Handler<'a, S>>,
-        err: Option<Handler<'a, S>>,
-        sem: u16,
-        kind: BufferKind,
-        buffer: Option<&'a mut [u8]>,
-    ) -> Result<(), Error> {
-        user_port(port)?;
-        user_sem(sem)?;
-        if dest_port as usize >= PORTS {
-            return Err(Error::InvalidPort);
-        }
-        self.engine.bind_port(
-            port,
-            PortSetup {
-                dest: Some(Dest {
-                    group: dest_par_pid,
-                    node: dest_node,
-                    port: dest_port,
-                }),
-                input: true,
-                recv,
-                err,
-                sem,
-                kind,
-                buffer,
-            },
-        )
-    }
-
     /// `gamma_set_active_port`: binds `port` for output to `(dest_node, dest_par_pid,
     /// dest_port)` (`dest_node` may be [`BROADCAST`]) and for input to `buffer`,
     /// semaphore `sem` and the two handlers.
@@ -239,17 +203,26 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         buffer_kind: BufferKind,
         buffer: Option<&'a mut [u8]>,
     ) -> Result<(), Error> {
-        self.set_port(
-            port,
-            dest_node,
-            dest_par_pid,
-            dest_port,
-            receiver_handler,
-            error_handler,
-            semaphore,
-            buffer_kind,
+        user_port(port)?;
+        user_sem(semaphore)?;
+        if dest_port as usize >= PORTS {
+            return Err(Error::InvalidPort);
+        }
+        let dest = Dest {
+            group: dest_par_pid,
+            node: dest_node,
+            port: dest_port,
+        };
+        let setup = PortSetup {
+            dest: Some(dest),
+            input: true,
+            recv: receiver_handler,
+            err: error_handler,
+            sem: semaphore,
+            kind: buffer_kind,
             buffer,
-        )
+        };
+        self.engine.bind_port(port, setup)
     }
 
     /// `gamma_set_passive_port`: as [`Gamma::set_active_port`] without handlers; errors
@@ -265,7 +238,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         buffer_kind: BufferKind,
         buffer: Option<&'a mut [u8]>,
     ) -> Result<(), Error> {
-        self.set_port(
+        self.set_active_port(
             port,
             dest_node,
             dest_par_pid,

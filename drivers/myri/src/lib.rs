@@ -212,6 +212,21 @@ impl Geometry {
             .checked_add(64)
     }
 
+    /// Checks the geometry is possible and fits `region`; returns the bytes it needs.
+    fn check_fits(&self, region: &Region) -> Result<usize, MyriError> {
+        self.validate()?;
+        let needed = self
+            .region_len()
+            .ok_or(MyriError::Corrupt("geometry overflows"))?;
+        if needed > region.len() {
+            return Err(MyriError::TooSmall {
+                needed,
+                have: region.len(),
+            });
+        }
+        Ok(needed)
+    }
+
     /// Bytes of shared memory this geometry needs.
     pub fn region_len(&self) -> Option<usize> {
         self.nic_len()?
@@ -304,16 +319,7 @@ impl MyriNic {
         generation: u64,
         cfg: NicConfig,
     ) -> Result<MyriNic, MyriError> {
-        geo.validate()?;
-        let needed = geo
-            .region_len()
-            .ok_or(MyriError::Corrupt("geometry overflows"))?;
-        if needed > region.len() {
-            return Err(MyriError::TooSmall {
-                needed,
-                have: region.len(),
-            });
-        }
+        let needed = geo.check_fits(&region)?;
         // Invalidate first, so nobody joins a half-written region.
         region.u64_at(off::MAGIC)?.store(0, Ordering::Release);
         region.zero(8, needed - 8)?;
@@ -361,16 +367,7 @@ impl MyriNic {
             slots: region.u32_at(off::SLOTS)?.load(Ordering::Relaxed),
             slot_size: region.u32_at(off::SLOT_SIZE)?.load(Ordering::Relaxed),
         };
-        geo.validate()?;
-        let needed = geo
-            .region_len()
-            .ok_or(MyriError::Corrupt("geometry overflows"))?;
-        if needed > region.len() {
-            return Err(MyriError::TooSmall {
-                needed,
-                have: region.len(),
-            });
-        }
+        geo.check_fits(&region)?;
         if me >= geo.nodes {
             return Err(MyriError::BadNode);
         }
