@@ -102,6 +102,21 @@ pub fn open_device(boot: &Boot, fabric: Fabric) -> Result<HostDevice, HostError>
 
 fn shm_options() -> Result<ShmOptions, HostError> {
     let mut o = ShmOptions::default();
+    let num = |name: &str| -> Result<Option<u32>, HostError> {
+        match std::env::var(name) {
+            Ok(v) => v
+                .parse()
+                .map(Some)
+                .map_err(|_| HostError(format!("{name}={v:?} is not a number"))),
+            Err(_) => Ok(None),
+        }
+    };
+    if let Some(n) = num("VOLLEY_SHM_SLOTS")? {
+        o.slots = n;
+    }
+    if let Some(n) = num("VOLLEY_SHM_SLOT_SIZE")? {
+        o.slot_size = n;
+    }
     if let Ok(v) = std::env::var("VOLLEY_STARTUP_TIMEOUT") {
         let secs: f64 = v
             .parse()

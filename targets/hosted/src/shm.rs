@@ -24,9 +24,9 @@ use crate::HostError;
 /// Shape and timing of the shared region.
 #[derive(Debug, Clone, Copy)]
 pub struct ShmOptions {
-    /// Slots per ring.
+    /// Slots per ring (0: chosen from the job size).
     pub slots: u32,
-    /// Bytes per slot (frames up to 64 less).
+    /// Bytes per slot, frames up to 64 less (0: chosen from the job size).
     pub slot_size: u32,
     /// How long to wait for the region and for every rank to join.
     pub startup_timeout: StdDuration,
@@ -35,8 +35,8 @@ pub struct ShmOptions {
 impl Default for ShmOptions {
     fn default() -> Self {
         ShmOptions {
-            slots: 64,
-            slot_size: 16 * 1024,
+            slots: 0,
+            slot_size: 0,
             startup_timeout: StdDuration::from_secs(30),
         }
     }
@@ -87,7 +87,20 @@ impl ShmDevice {
         };
         let me = boot.rank as u32;
         let dev = if boot.rank == 0 {
-            let geo = Geometry::new(boot.size as u32, opts.slots, opts.slot_size)
+            // One ring per ordered pair: 2 MiB rings of 64 KiB frames (per-frame costs
+            // dominate bandwidth) while there are few ranks, smaller as n^2 grows.
+            let (slots, slot_size) = if boot.size <= 8 {
+                (32, 64 * 1024)
+            } else {
+                (16, 16 * 1024)
+            };
+            let slots = if opts.slots == 0 { slots } else { opts.slots };
+            let slot_size = if opts.slot_size == 0 {
+                slot_size
+            } else {
+                opts.slot_size
+            };
+            let geo = Geometry::new(boot.size as u32, slots, slot_size)
                 .map_err(|e| HostError(format!("shm geometry: {e}")))?;
             let len = geo
                 .region_len()
