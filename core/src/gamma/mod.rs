@@ -163,8 +163,8 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         Self::init(cfg, groups, Storage::with_capacity(cap), dev, clock, state)
     }
 
-    /// `gamma_exit`: finishes every send still in flight (or sees it fail), then hands
-    /// back the device and the application state.
+    /// `gamma_exit`: finishes every send still in flight (or sees it fail), waiting at
+    /// most 10 s, then hands back the device and the application state.
     pub fn exit(self) -> (D, S) {
         let deadline = self.clock.now() + Duration::from_secs(10);
         self.exit_deadline(deadline)
