@@ -27,11 +27,14 @@
 //!
 //! A ring (`ring_size = 128 + slots * slot_size`) is single-producer (node *s*),
 //! single-consumer (node *d*): `tail` (u64, producer's cache line) at 0, `head` (u64,
-//! consumer's cache line) at 64, then the slots. A slot holds the frame length (u32)
-//! at 0 and the frame at 64, so the frame starts cache-line aligned and at most
-//! `slot_size - 64` bytes long. The producer writes the slot, then stores `tail` with
-//! release ordering; the consumer loads `tail` with acquire, reads the slot, then
-//! stores `head` with release. Credits are the free slots: `slots - (tail - head)`.
+//! consumer's cache line) at 64, then the cache-line aligned slots. A slot holds a
+//! sequence word (u64) at 0, the frame length (u32) at 8 and the frame at 16, at most
+//! `slot_size - 16` bytes. The producer writes frame and length, then stores the
+//! frame's number + 1 into the sequence word with release ordering (and advances
+//! `tail`); the consumer polls the sequence word of slot `head` with acquire, so a
+//! small frame costs it one cache line, reads the frame, then stores `head` with
+//! release. Credits are the free slots, `slots - (tail - head)`; the producer reloads
+//! `head` only when its cached copy says the ring is full.
 //!
 //! # Start-up and liveness
 //!
@@ -65,7 +68,7 @@ pub const VERSION: u32 = 1;
 pub const MAX_NODES: usize = 256;
 /// Fetch-and-add counters per node.
 pub const COUNTERS: usize = 8;
-const SLOT_HEADER: usize = 64;
+const SLOT_HEADER: usize = 16;
 const PAGE: usize = 4096;
 
 mod off {
@@ -306,6 +309,8 @@ pub struct MyriNic {
     rr: u32,
     beat: u64,
     watch: [Watch; MAX_NODES],
+    /// Consumer `head` of each peer's ring as last read: credits without a cache miss.
+    tx_head: [u64; MAX_NODES],
     stats: NicStats,
 }
 
@@ -384,6 +389,7 @@ impl MyriNic {
                 since: Instant::ZERO,
                 seen: false,
             }; MAX_NODES],
+            tx_head: [0; MAX_NODES],
             stats: NicStats::default(),
         };
         let e = geo.node_entry(me);
@@ -530,6 +536,7 @@ pub struct MyriRx<'a> {
 #[derive(Debug)]
 pub struct MyriTx<'a> {
     slot: &'a mut [u8],
+    seq: &'a AtomicU64,
     len: &'a AtomicU32,
     tail: &'a AtomicU64,
     next: u64,
@@ -549,8 +556,9 @@ impl TxToken for MyriTx<'_> {
         let len = len.min(self.slot.len());
         let r = f(&mut self.slot[..len]);
         self.len.store(len as u32, Ordering::Relaxed);
-        // Publish the slot: its bytes happen-before the consumer's acquire of `tail`.
-        self.tail.store(self.next, Ordering::Release);
+        // Publish the slot: its bytes happen-before the consumer's acquire of `seq`.
+        self.seq.store(self.next, Ordering::Release);
+        self.tail.store(self.next, Ordering::Relaxed);
         r
     }
 }
@@ -575,25 +583,22 @@ impl Device for MyriNic {
             if src == *me {
                 continue;
             }
-            let Some((tail_w, head_w)) = ring_words(region, geo, *me, src) else {
+            let Some((_, head_w)) = ring_words(region, geo, *me, src) else {
                 continue;
             };
-            let tail = tail_w.load(Ordering::Acquire);
             // At most one pass over the ring: corrupt slots are skipped, not retried.
             for _ in 0..=geo.slots {
                 let head = head_w.load(Ordering::Relaxed);
-                if tail == head {
-                    break;
-                }
                 let slot = geo.slot(*me, src, head);
-                let bad_ring = tail.wrapping_sub(head) > geo.slots as u64;
+                let Ok(seq) = region.u64_at(slot) else { break };
+                if seq.load(Ordering::Acquire) != head.wrapping_add(1) {
+                    break; // nothing new from this peer
+                }
                 let len = region
-                    .u32_at(slot)
+                    .u32_at(slot + 8)
                     .map(|w| w.load(Ordering::Relaxed) as usize);
                 let frame = match len {
-                    Ok(len) if !bad_ring && len <= geo.mtu() => {
-                        region.bytes(slot + SLOT_HEADER, len).ok()
-                    }
+                    Ok(len) if len <= geo.mtu() => region.bytes(slot + SLOT_HEADER, len).ok(),
                     _ => None,
                 };
                 if let Some(frame) = frame {
@@ -605,10 +610,9 @@ impl Device for MyriNic {
                         next: head.wrapping_add(1),
                     });
                 }
-                // A corrupt slot is skipped; a corrupt ring is drained.
+                // A slot with an impossible length is skipped.
                 stats.corrupt += 1;
-                let next = if bad_ring { tail } else { head.wrapping_add(1) };
-                head_w.store(next, Ordering::Release);
+                head_w.store(head.wrapping_add(1), Ordering::Release);
             }
         }
         None
@@ -620,28 +624,35 @@ impl Device for MyriNic {
             geo,
             me,
             stats,
+            tx_head,
             ..
         } = self;
         let dst = dst.0 as u32;
         if dst >= geo.nodes || dst == *me {
             return None;
         }
+        let cached = tx_head.get_mut(dst as usize)?;
         let (tail_w, head_w) = ring_words(region, geo, dst, *me)?;
         let tail = tail_w.load(Ordering::Relaxed);
-        let head = head_w.load(Ordering::Acquire);
-        if tail.wrapping_sub(head) >= geo.slots as u64 {
-            stats.no_credit += 1;
-            return None;
+        if tail.wrapping_sub(*cached) >= geo.slots as u64 {
+            // Looks full: see how far the consumer has got.
+            *cached = head_w.load(Ordering::Acquire);
+            if tail.wrapping_sub(*cached) >= geo.slots as u64 {
+                stats.no_credit += 1;
+                return None;
+            }
         }
         let slot = geo.slot(dst, *me, tail);
-        let len = region.u32_at(slot).ok()?;
+        let seq = region.u64_at(slot).ok()?;
+        let len = region.u32_at(slot + 8).ok()?;
         // SAFETY: slot `tail` of the ring we alone produce into is free (tail - head
         // < slots, checked above): its consumer has released it and will not read it
-        // before we publish `tail + 1`, and no other slice of it exists.
+        // before we publish its sequence word, and no other slice of it exists.
         let bytes = unsafe { region.bytes_mut(slot + SLOT_HEADER, geo.mtu()) }.ok()?;
         stats.tx_frames += 1;
         Some(MyriTx {
             slot: bytes,
+            seq,
             len,
             tail: tail_w,
             next: tail.wrapping_add(1),
