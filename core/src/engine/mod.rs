@@ -844,6 +844,8 @@ pub struct Engine<'a, S = ()> {
     op_hint: usize,
     /// A retransmission timer fired since the last liveness check.
     timer_fired: bool,
+    /// A message was handed to a port during the current poll.
+    delivered: bool,
 }
 
 impl<S> core::fmt::Debug for Engine<'_, S> {
@@ -971,6 +973,7 @@ impl<'a, S> Engine<'a, S> {
             owed_retries: 0,
             op_hint: 0,
             timer_fired: false,
+            delivered: false,
         })
     }
 
@@ -1752,6 +1755,7 @@ impl<'a, S> Engine<'a, S> {
             self.be_asms -= 1;
         }
         let a = *a;
+        self.delivered = true;
         let truncated = (a.total as usize) > a.cap;
         let errno = lost.or(truncated.then_some(Errno::MsgTooLong));
         match errno {
@@ -2203,11 +2207,17 @@ impl<'a, S> Engine<'a, S> {
     pub fn poll<D: Device>(&mut self, now: Instant, dev: &mut D, ext: Option<&[u8]>) -> bool {
         self.caps = dev.capabilities();
         let mut busy = false;
-        // A bounded batch keeps transmission (and acks) flowing under a receive flood.
+        // A bounded batch keeps transmission (and acks) flowing under a receive flood;
+        // once a message has been delivered the caller gets control back at once (it
+        // is probably waiting for it), without another look at the device.
+        self.delivered = false;
         for _ in 0..256 {
             let Some(tok) = dev.receive(now) else { break };
             tok.consume(|f| self.handle_frame(now, f));
             busy = true;
+            if self.delivered {
+                break;
+            }
         }
         self.handle_timeout(now);
         if core::mem::take(&mut self.timer_fired) {

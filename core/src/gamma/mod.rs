@@ -299,6 +299,11 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
                 .engine
                 .start_send(port, head, Body::External(body.len()), reliable)?,
         };
+        // Frames leave before anything is received: a receive poll first would delay
+        // them by a (possibly empty, system-call) look at the device.
+        let ext = eager.is_none().then_some(body);
+        let now = self.clock.now();
+        self.engine.poll_transmit(now, &mut self.dev, ext);
         loop {
             let now = self.clock.now();
             let busy = self
@@ -362,7 +367,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             .start_send(port, head, Body::Borrowed(body), reliable)?;
         // Start the first frames now, as GAMMA's trap into the driver did.
         let now = self.clock.now();
-        self.engine.poll(now, &mut self.dev, None);
+        self.engine.poll_transmit(now, &mut self.dev, None);
         Ok(h)
     }
 
