@@ -164,6 +164,24 @@ fn setup_pair(g: &mut HostGamma<State>, max: usize) -> Result<(), HostError> {
     Ok(())
 }
 
+/// Port 2 broadcasts from instance 0 to every other member, semaphore 2.
+fn setup_bcast(g: &mut HostGamma<State>, max: usize) -> Result<(), HostError> {
+    let dest = if g.my_node() == 0 { BROADCAST } else { 0 };
+    let pid = g.my_par_pid();
+    g.set_active_port(
+        2,
+        dest,
+        pid,
+        2,
+        Some(on_recv),
+        Some(on_error),
+        2,
+        GO_BACK,
+        Some(leak(max)),
+    )?;
+    Ok(())
+}
+
 // ------------------------------------------------------------------ suite
 
 /// Ping-pong of sizes up to 16 MiB with every byte checked, barriers and a broadcast.
@@ -180,19 +198,7 @@ pub fn suite(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     let me = g.my_node();
     let sizes = [0usize, 1, 8, 1000, 4096, 65_536, 1 << 20, 16 << 20];
     setup_pair(&mut g, 16 << 20)?;
-    let pid = g.my_par_pid();
-    let bdest = if me == 0 { BROADCAST } else { 0 };
-    g.set_active_port(
-        2,
-        bdest,
-        pid,
-        2,
-        Some(on_recv),
-        Some(on_error),
-        2,
-        GO_BACK,
-        Some(leak(100_000)),
-    )?;
+    setup_bcast(&mut g, 100_000)?;
     g.sync()?;
     if me < 2 {
         for (k, &len) in sizes.iter().enumerate() {
@@ -384,23 +390,12 @@ pub fn attach(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
 pub fn demo(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     pin(boot.rank);
     let mut g = node::gamma(boot, fabric, State::default())?;
-    let (me, n, pid) = (g.my_node(), g.how_many_nodes(), g.my_par_pid());
+    let (me, n) = (g.my_node(), g.how_many_nodes());
     if n < 2 {
         return Err(fail("the demo needs at least 2 ranks"));
     }
     setup_pair(&mut g, 1 << 20)?;
-    let bdest = if me == 0 { BROADCAST } else { 0 };
-    g.set_active_port(
-        2,
-        bdest,
-        pid,
-        2,
-        Some(on_recv),
-        Some(on_error),
-        2,
-        GO_BACK,
-        Some(leak(16 << 10)),
-    )?;
+    setup_bcast(&mut g, 16 << 10)?;
     g.sync()?;
     let mut rows: Vec<(String, &str, f64, f64)> = Vec::new();
     for (len, iters) in [(8usize, 2000), (4096, 1000), (65_536, 200), (1 << 20, 30)] {
