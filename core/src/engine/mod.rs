@@ -54,6 +54,10 @@ pub const HEAD_MAX: usize = 20;
 /// Largest message a blocking reliable send copies into an engine buffer and returns
 /// from at once (MPI's eager protocol); larger ones wait for the receiver's ack.
 pub const EAGER_MAX: usize = 16 * 1024;
+/// Barrier round value meaning "are you alive?": acked, otherwise ignored.
+const BARRIER_PROBE: u32 = u32::MAX;
+/// Barrier round bit meaning "this barrier failed": the receiver's fails too.
+const BARRIER_ABORT: u32 = 1 << 31;
 /// Port number that barrier tokens carry (GAMMA reserves 1024 for barriers).
 pub const BARRIER_PORT: PortId = 1024;
 
@@ -78,6 +82,9 @@ pub struct Config {
     pub ack_delay: Duration,
     /// A best-effort message not completed within this time is reported lost.
     pub reassembly_timeout: Duration,
+    /// A barrier waiting this long for a round's token probes the member it waits
+    /// for (and again every such period): a dead one fails the barrier.
+    pub barrier_probe: Duration,
 }
 
 impl Config {
@@ -93,6 +100,7 @@ impl Config {
             max_retries: 16,
             ack_delay: Duration::from_micros(20),
             reassembly_timeout: Duration::from_millis(100),
+            barrier_probe: Duration::from_millis(50),
         }
     }
 }
@@ -815,6 +823,10 @@ struct BarrierState {
     failed: Option<Error>,
     /// Round tokens seen for `epoch` and `epoch + 1`.
     arrivals: [u64; 2],
+    /// An abort seen for `epoch` and `epoch + 1`.
+    aborted: [bool; 2],
+    /// When the current wait (or the last probe) began.
+    since: Instant,
 }
 
 /// The protocol engine of one endpoint.
@@ -1431,9 +1443,35 @@ impl<'a, S> Engine<'a, S> {
         Ok(!self.bar.active)
     }
 
+    /// Ends the running barrier with `e` and tells every member it would still have
+    /// sent a token to, so that nobody waits for a barrier that can no longer complete
+    /// (each of them passes the abort on in turn: the dissemination pattern reaches all).
     fn fail_barrier(&mut self, e: Error) {
         self.bar.failed = Some(e);
         self.bar.active = false;
+        let (n, me) = (self.size as u32, self.cfg.node as u32);
+        for r in self.bar.round..self.rounds() {
+            let peer = ((me + (1u32 << r)) % n) as NodeId;
+            // Best effort: a member not reached this way finds out by its own probe.
+            let _ = self.queue_barrier_frame(peer, r | BARRIER_ABORT);
+        }
+    }
+
+    /// Queues a barrier frame (token, probe or abort) for `peer`; false if it cannot
+    /// go (no channel, peer failed) or must wait (queue full).
+    fn queue_barrier_frame(&mut self, peer: NodeId, round: u32) -> Result<bool, Error> {
+        let addr = self.addr_of(self.cfg.group, peer)?;
+        let ci = self.channel_for(addr, self.cfg.group, peer)?;
+        let ch = &mut self.chans[ci];
+        if ch.failed {
+            return Err(Error::SendFailure);
+        }
+        if ch.ctrl_len == CTRL_QUEUE {
+            return Ok(false);
+        }
+        ch.ctrl[ch.ctrl_len] = (self.bar.epoch, round);
+        ch.ctrl_len += 1;
+        Ok(true)
     }
 
     fn rounds(&self) -> u32 {
@@ -1445,13 +1483,17 @@ impl<'a, S> Engine<'a, S> {
         }
     }
 
-    fn advance_barrier(&mut self) {
+    fn advance_barrier(&mut self, now: Instant) {
         let rounds = self.rounds();
         while self.bar.active {
+            if self.bar.aborted[0] {
+                return self.fail_barrier(Error::SendFailure);
+            }
             if self.bar.round >= rounds {
                 self.bar.active = false;
                 self.bar.epoch = self.bar.epoch.wrapping_add(1);
                 self.bar.arrivals = [self.bar.arrivals[1], 0];
+                self.bar.aborted = [self.bar.aborted[1], false];
                 self.stats.barriers += 1;
                 return;
             }
@@ -1459,25 +1501,23 @@ impl<'a, S> Engine<'a, S> {
             let me = self.cfg.node as u32;
             if !self.bar.sent {
                 let peer = ((me + (1u32 << self.bar.round)) % n) as NodeId;
-                let ci = match self.addr_of(self.cfg.group, peer) {
-                    Ok(addr) => match self.channel_for(addr, self.cfg.group, peer) {
-                        Ok(ci) => ci,
-                        Err(e) => return self.fail_barrier(e),
-                    },
+                match self.queue_barrier_frame(peer, self.bar.round) {
+                    Ok(true) => {}
+                    Ok(false) => return,
                     Err(e) => return self.fail_barrier(e),
-                };
-                let ch = &mut self.chans[ci];
-                if ch.failed {
-                    return self.fail_barrier(Error::SendFailure);
                 }
-                if ch.ctrl_len == CTRL_QUEUE {
-                    return;
-                }
-                ch.ctrl[ch.ctrl_len] = (self.bar.epoch, self.bar.round);
-                ch.ctrl_len += 1;
                 self.bar.sent = true;
+                self.bar.since = now;
             }
             if self.bar.arrivals[0] & (1u64 << self.bar.round) == 0 {
+                // Still waiting: make sure the member we wait for is alive.
+                if now.saturating_since(self.bar.since) >= self.cfg.barrier_probe {
+                    self.bar.since = now;
+                    let source = ((me + n - (1u32 << self.bar.round) % n) % n) as NodeId;
+                    if let Err(e) = self.queue_barrier_frame(source, BARRIER_PROBE) {
+                        return self.fail_barrier(e);
+                    }
+                }
                 return;
             }
             self.bar.round += 1;
@@ -1631,16 +1671,23 @@ impl<'a, S> Engine<'a, S> {
 
     fn rx_barrier(&mut self, repr: &Repr) {
         let (epoch, round) = (repr.msg_id, repr.offset);
-        if round >= 64 {
-            self.stats.rx_malformed += 1;
-            return;
+        if round == BARRIER_PROBE {
+            return; // its ack is the answer
         }
-        if epoch == self.bar.epoch {
-            self.bar.arrivals[0] |= 1u64 << round;
+        let slot = if epoch == self.bar.epoch {
+            0
         } else if epoch == self.bar.epoch.wrapping_add(1) {
-            self.bar.arrivals[1] |= 1u64 << round;
+            1
         } else {
             self.stats.rx_dropped += 1;
+            return;
+        };
+        if round & BARRIER_ABORT != 0 {
+            self.bar.aborted[slot] = true;
+        } else if round < 64 {
+            self.bar.arrivals[slot] |= 1u64 << round;
+        } else {
+            self.stats.rx_malformed += 1;
         }
     }
 
@@ -1969,12 +2016,13 @@ impl<'a, S> Engine<'a, S> {
                 self.notify_send_failure(o.src_port, o.dest);
             }
         }
-        if self.bar.active {
-            let peer = self.chans[ci].peer_node;
+        if self.bar.active && self.chans[ci].peer_group == self.cfg.group {
+            // The member we send to or wait for in this round is gone.
+            let peer = self.chans[ci].peer_node as u32;
             let n = self.size as u32;
             let me = self.cfg.node as u32;
-            let target = ((me + (1u32 << self.bar.round.min(31))) % n.max(1)) as NodeId;
-            if self.chans[ci].peer_group == self.cfg.group && peer == target {
+            let step = (1u32 << self.bar.round.min(31)) % n.max(1);
+            if peer == (me + step) % n || peer == (me + n - step) % n {
                 self.fail_barrier(Error::SendFailure);
             }
         }
@@ -2224,11 +2272,11 @@ impl<'a, S> Engine<'a, S> {
             self.check_liveness(now, dev);
         }
         if self.bar.active {
-            self.advance_barrier();
+            self.advance_barrier(now);
         }
         busy |= self.poll_transmit(now, dev, ext) > 0;
         if self.bar.active {
-            self.advance_barrier();
+            self.advance_barrier(now);
         }
         busy
     }

@@ -478,7 +478,10 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         f(self.engine.state_mut())
     }
 
-    /// `gamma_sync`: barrier among all processes of the group.
+    /// `gamma_sync`: barrier among all processes of the group. If a member has died,
+    /// every survivor gets `Err(SendFailure)` (the failure is passed along the
+    /// barrier's own pattern) instead of waiting forever; the group cannot synchronise
+    /// again after that.
     pub fn sync(&mut self) -> Result<(), Error> {
         self.sync_start()?;
         loop {
