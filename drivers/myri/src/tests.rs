@@ -329,3 +329,48 @@ fn the_engine_takes_its_credit_only_path_over_the_nic() {
     );
     assert_eq!(nb.stats().rx_frames, a.stats().tx_frames);
 }
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, .. ProptestConfig::default() })]
+
+        /// A valid header over scribbled rings and node table: attaching, receiving,
+        /// transmitting and liveness checks never panic or leave the region.
+        #[test]
+        fn scribbled_regions_never_panic(
+            scribbles in proptest::collection::vec((0usize..1 << 20, any::<u64>()), 0..300),
+            header in proptest::collection::vec((8usize..64, any::<u8>()), 0..4),
+        ) {
+            let g = geo();
+            let mut mem = Mem::new(g.region_len().unwrap());
+            {
+                let (mut a, _b) = pair(&mem);
+                for i in 0..3u8 {
+                    send(&mut a, 1, &[i; 50]);
+                }
+            }
+            let len = mem.layout.size();
+            for (at, v) in scribbles {
+                let at = (at % (len - 8)) & !7;
+                mem.bytes()[at..at + 8].copy_from_slice(&v.to_le_bytes());
+            }
+            for (at, v) in header {
+                mem.bytes()[at] = v;
+            }
+            if let Ok(mut b) = MyriNic::attach(mem.region(), 1, 7, NicConfig::default()) {
+                for _ in 0..10 {
+                    if let Some(t) = b.receive(Instant::ZERO) {
+                        let n = t.consume(|f| f.len());
+                        prop_assert!(n <= b.geometry().mtu());
+                    }
+                    let _ = send(&mut b, 0, b"reply");
+                    let _ = b.peer_alive(Instant::from_millis(1), NodeAddr(0));
+                    let _ = b.fetch_and_add(2, 1, 1);
+                }
+            }
+        }
+    }
+}

@@ -289,7 +289,8 @@ pub fn intergroup(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
 // ------------------------------------------------------------------ victim
 
 /// Rank `VOLLEY_VICTIM` (default: the last) kills itself mid-run; every other rank
-/// keeps sending to it and must get `SENDFAILURE` (exit code 4, GAMMA's number).
+/// keeps sending to it (or, with `VOLLEY_VICTIM_MODE=sync`, keeps entering barriers)
+/// and must get `SENDFAILURE` (exit code 4, GAMMA's number).
 pub fn victim(boot: &Boot, fabric: Fabric) -> Result<i32, HostError> {
     let victim: u16 = std::env::var("VOLLEY_VICTIM")
         .ok()
@@ -304,15 +305,41 @@ pub fn victim(boot: &Boot, fabric: Fabric) -> Result<i32, HostError> {
         g.set_passive_port(4, victim, pid, 4, 4, GO_BACK, None)?;
     }
     g.sync()?;
+    // VOLLEY_VICTIM_MODE=sync: the survivors sit in barriers instead of sending.
+    let in_sync = std::env::var("VOLLEY_VICTIM_MODE").as_deref() == Ok("sync");
     if me == victim {
-        // Take a few messages, then die without a word.
-        while g.test(4)? < 3 {}
+        // Take a few messages (or barriers), then die without a word.
+        if in_sync {
+            for _ in 0..3 {
+                g.sync()?;
+            }
+        } else {
+            while g.test(4)? < 3 {}
+        }
         // SAFETY: raising SIGKILL on ourselves has no memory-safety preconditions.
         unsafe { libc::raise(libc::SIGKILL) };
         unreachable!("SIGKILL returned");
     }
-    let data = vec![7u8; 10_000];
     let start = StdInstant::now();
+    if in_sync {
+        loop {
+            match g.sync() {
+                Ok(()) => {}
+                Err(GammaError::SendFailure) => {
+                    println!(
+                        "rank {me}: SENDFAILURE in sync after {:.2} s",
+                        start.elapsed().as_secs_f64()
+                    );
+                    return Ok(4);
+                }
+                Err(e) => return Err(e.into()),
+            }
+            if start.elapsed() > StdDuration::from_secs(60) {
+                return Err(fail("the victim never died"));
+            }
+        }
+    }
+    let data = vec![7u8; 10_000];
     loop {
         match g.send_flowctl(4, &data) {
             Ok(_) => {}

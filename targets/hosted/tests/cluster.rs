@@ -193,6 +193,40 @@ fn a_killed_rank_becomes_sendfailure_everywhere_and_fails_the_job() {
     }
 }
 
+#[test]
+fn a_killed_rank_fails_the_barrier_at_every_survivor() {
+    for (fabric, salt) in [("shm", 9), ("udp", 10)] {
+        let _g = serial();
+        let job = job_id(salt);
+        let (out, took) = launch(
+            "4",
+            fabric,
+            job,
+            &["victim"],
+            &[("VOLLEY_VICTIM", "1"), ("VOLLEY_VICTIM_MODE", "sync")],
+        );
+        let t = text(&out);
+        assert!(
+            !out.status.success(),
+            "{fabric}: the launcher must fail:\n{t}"
+        );
+        assert!(
+            took < Duration::from_secs(20),
+            "{fabric}: took {took:?}:\n{t}"
+        );
+        for r in [0, 2, 3] {
+            assert!(
+                t.contains(&format!("rank {r}: SENDFAILURE in sync")),
+                "{fabric}: rank {r}:\n{t}"
+            );
+        }
+        assert!(
+            !job_dir(job).exists(),
+            "{fabric}: the shm directory is left behind"
+        );
+    }
+}
+
 /// A relay that drops, duplicates and reorders datagrams between two ranks.
 struct Relay {
     stop: Arc<AtomicBool>,
