@@ -1,0 +1,219 @@
+//! The QEMU harness of Volley's integration tests.
+//!
+//! [`image`] builds the unikernel (once per process); [`Boot`] describes one node;
+//! [`run`] boots it under QEMU with its serial console captured, enforces a timeout,
+//! kills QEMU whatever happens, and turns the `isa-debug-exit` status into a
+//! [`Verdict`]. The accelerator is TCG unless hardware virtualisation is really there
+//! (`vmx`/`svm` in `/proc/cpuinfo` and no `kvm_pvm` module: PLATFORM.md); the
+//! variable `VOLLEY_QEMU_ACCEL` overrides the choice.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How a node's run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The kernel reported success (QEMU status 33).
+    Success,
+    /// The kernel reported failure (QEMU status 35).
+    Failure,
+    /// The timeout passed first; QEMU was killed.
+    Timeout,
+    /// QEMU ended some other way (its own error, a signal): the status, if any.
+    Other(Option<i32>),
+}
+
+/// What a node did.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Everything the node wrote on its serial console (and QEMU on stderr).
+    pub console: String,
+    /// Wall time from start to end.
+    pub took: Duration,
+}
+
+/// One node to boot.
+#[derive(Debug, Clone)]
+pub struct Boot {
+    /// Kernel command line (`-append`).
+    pub cmdline: String,
+    /// Give up after this long.
+    pub timeout: Duration,
+    /// Extra QEMU arguments (devices, netdevs).
+    pub extra: Vec<String>,
+    /// Attach `isa-debug-exit` at 0xf4 (the kernel's way to report); off only to
+    /// test the harness's own timeout.
+    pub exit_device: bool,
+}
+
+impl Boot {
+    /// A node with `cmdline` and a 60 s timeout.
+    pub fn new(cmdline: &str) -> Boot {
+        Boot {
+            cmdline: cmdline.to_owned(),
+            timeout: Duration::from_secs(60),
+            extra: Vec::new(),
+            exit_device: true,
+        }
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// Builds the unikernel image (release) once and returns its path.
+pub fn image() -> &'static Path {
+    static IMAGE: OnceLock<PathBuf> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let dir = repo_root().join("unikernel");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        // Run inside unikernel/ so its .cargo/config.toml (target, static relocation) applies.
+        let out = Command::new(cargo)
+            .current_dir(&dir)
+            .args(["build", "--release"])
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("CARGO_BUILD_TARGET")
+            .output()
+            .expect("cargo runs");
+        assert!(
+            out.status.success(),
+            "building the unikernel failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir.join("target/x86_64-unknown-none/release/volley-unikernel")
+    })
+}
+
+/// The accelerator to use: `VOLLEY_QEMU_ACCEL`, else KVM on real hardware
+/// virtualisation, else TCG.
+pub fn accel() -> String {
+    if let Ok(a) = std::env::var("VOLLEY_QEMU_ACCEL") {
+        return a;
+    }
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let hw = cpuinfo.split_whitespace().any(|w| w == "vmx" || w == "svm");
+    let pvm = Path::new("/sys/module/kvm_pvm").exists();
+    let kvm = Path::new("/dev/kvm").exists();
+    if hw && kvm && !pvm {
+        "kvm".into()
+    } else {
+        "tcg".into()
+    }
+}
+
+/// The QEMU command line for a node (without starting it).
+pub fn command(boot: &Boot) -> Command {
+    let mut c = Command::new("qemu-system-x86_64");
+    c.args([
+        "-machine",
+        "pc",
+        "-bios",
+        "/usr/share/qemu/qboot.rom",
+        "-accel",
+        &accel(),
+    ])
+    .args([
+        "-m",
+        "128M",
+        "-nodefaults",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-serial",
+        "stdio",
+    ]);
+    if boot.exit_device {
+        c.args(["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"]);
+    }
+    c.arg("-kernel")
+        .arg(image())
+        .args(["-append", &boot.cmdline])
+        .args(&boot.extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Kills the child QEMU when dropped, whatever happened.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Boots one node and waits for its verdict.
+pub fn run(boot: &Boot) -> Outcome {
+    let start = Instant::now();
+    let mut child = Guard(
+        command(boot)
+            .spawn()
+            .expect("qemu-system-x86_64 is installed (.ci/run installs it)"),
+    );
+    let mut out = child.0.stdout.take().expect("piped");
+    let mut err = child.0.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = out.read_to_end(&mut s);
+        let mut e = Vec::new();
+        let _ = err.read_to_end(&mut e);
+        s.extend_from_slice(&e);
+        String::from_utf8_lossy(&s).into_owned()
+    });
+    let verdict = loop {
+        match child.0.try_wait() {
+            Ok(Some(status)) => {
+                break match status.code() {
+                    Some(33) => Verdict::Success,
+                    Some(35) => Verdict::Failure,
+                    c => Verdict::Other(c),
+                }
+            }
+            Ok(None) if start.elapsed() > boot.timeout => {
+                let _ = child.0.kill();
+                break Verdict::Timeout;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(_) => break Verdict::Other(None),
+        }
+    };
+    drop(child);
+    let console = reader.join().unwrap_or_default();
+    Outcome {
+        verdict,
+        console,
+        took: start.elapsed(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_accelerator_can_be_forced() {
+        // Only this test touches the variable in this process.
+        std::env::set_var("VOLLEY_QEMU_ACCEL", "tcg,thread=single");
+        assert_eq!(accel(), "tcg,thread=single");
+        std::env::remove_var("VOLLEY_QEMU_ACCEL");
+        let a = accel();
+        assert!(a == "tcg" || a == "kvm", "{a}");
+        if Path::new("/sys/module/kvm_pvm").exists() {
+            assert_eq!(a, "tcg", "kvm_pvm is not hardware virtualisation");
+        }
+    }
+}
