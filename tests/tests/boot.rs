@@ -70,3 +70,55 @@ fn a_kernel_that_never_reports_times_out_and_qemu_is_killed() {
     assert!(o.took < Duration::from_secs(10));
     assert!(o.console.contains("test ok"), "{}", o.console);
 }
+
+#[test]
+fn the_tsc_is_calibrated_against_the_pit() {
+    let o = boot("test=tsc");
+    assert_eq!(o.verdict, Verdict::Success, "{}", o.console);
+    let mhz: u64 = o
+        .console
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("volley unikernel: tsc ")?
+                .strip_suffix(" MHz")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no TSC line: {}", o.console));
+    assert!((100..20_000).contains(&mhz), "{mhz} MHz");
+}
+
+#[test]
+fn pci_enumeration_maps_the_e1000_and_reads_its_mac_from_the_nic() {
+    // A MAC nobody could have hard-coded: it changes with every run.
+    let salt = std::process::id() as u8;
+    let mac = format!("52:54:00:{:02x}:{:02x}:{:02x}", salt, salt ^ 0x5a, 0x11);
+    let mut b = Boot::new("test=pci");
+    b.extra = [
+        "-netdev",
+        "hubport,id=n0,hubid=0",
+        "-device",
+        &format!("e1000,netdev=n0,mac={mac}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let o = run(&b);
+    assert_eq!(o.verdict, Verdict::Success, "{}", o.console);
+    assert!(
+        o.console.contains("pci 00:02.0 8086:100e class 02"),
+        "{}",
+        o.console
+    );
+    // qboot assigns no BARs: the kernel did, at the bottom of the PCI hole.
+    assert!(
+        o.console
+            .contains(&format!("e1000 bar0 0xc0000000 (128 KiB) mac {mac}")),
+        "{}",
+        o.console
+    );
+    // Without a NIC the scan finds none and says so with a failure.
+    let o = boot("test=pci");
+    assert_eq!(o.verdict, Verdict::Failure, "{}", o.console);
+    assert!(!o.console.contains("e1000 bar0"), "{}", o.console);
+}

@@ -59,6 +59,11 @@ _start32:
     mov eax, ecx
     shl eax, 21
     or eax, 0x83
+    /* 3..4 GiB is the PCI hole: device registers, uncached (PCD | PWT). */
+    cmp ecx, 1536
+    jb 6f
+    or eax, 0x18
+6:
     mov [{pd} + ecx * 8], eax
     inc ecx
     cmp ecx, 2048

@@ -3,7 +3,9 @@
 //!
 //! This first part boots to long mode, talks on COM1, catches CPU exceptions and ends
 //! QEMU through `isa-debug-exit` with a verdict. The kernel command line (`-append`)
-//! chooses what to run: `test=ok` (default), `test=panic`, `test=fault`.
+//! chooses what to run: `test=ok` (default), `test=panic`, `test=fault`, `test=tsc`
+//! (calibrate the TSC against the PIT), `test=pci` (enumerate PCI, map an e1000's BAR0
+//! and read its MAC address from RAL0/RAH0).
 #![no_std]
 #![no_main]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
@@ -11,8 +13,11 @@
 mod boot;
 mod exit;
 mod idt;
+mod pci;
+mod port;
 mod pvh;
 mod serial;
+mod tsc;
 
 use exit::{exit, Verdict};
 
@@ -29,6 +34,59 @@ extern "C" fn rust_main(start_info: u32) -> ! {
             exit(Verdict::Success)
         }
         "panic" => panic!("deliberate panic requested on the command line"),
+        "tsc" => match tsc::calibrate() {
+            Some(hz) => {
+                println!("volley unikernel: tsc {} MHz", hz / 1_000_000);
+                // Anything from 100 MHz to 20 GHz is a clock; outside, calibration broke.
+                exit(if (100_000_000..20_000_000_000).contains(&hz) {
+                    Verdict::Success
+                } else {
+                    Verdict::Failure
+                })
+            }
+            None => {
+                println!("volley unikernel: PIT never reached terminal count");
+                exit(Verdict::Failure)
+            }
+        },
+        "pci" => {
+            let mut nics = 0;
+            pci::scan(|f| {
+                println!(
+                    "volley unikernel: pci {:02x}:{:02x}.{} {:04x}:{:04x} class {:02x}",
+                    f.bus, f.dev, f.func, f.vendor, f.device, f.class
+                );
+                // Intel 82540EM (QEMU's `e1000`): map BAR0 and read the MAC from RAL0/RAH0.
+                if (f.vendor, f.device) == (0x8086, 0x100E) {
+                    if let Some((base, size)) = pci::memory_bar(&f, 0) {
+                        pci::enable(&f);
+                        let reg = |off: u64| {
+                            // SAFETY: BAR0 is mapped (identity, uncached PCI hole) and
+                            // RAL0/RAH0 are 32-bit registers inside it (8254x manual 13.4.62).
+                            unsafe { core::ptr::read_volatile((base + off) as *const u32) }
+                        };
+                        let (ral, rah) = (reg(0x5400), reg(0x5404));
+                        println!(
+                            "volley unikernel: e1000 bar0 {:#x} ({} KiB) mac {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                            base,
+                            size >> 10,
+                            ral as u8,
+                            (ral >> 8) as u8,
+                            (ral >> 16) as u8,
+                            (ral >> 24) as u8,
+                            rah as u8,
+                            (rah >> 8) as u8
+                        );
+                        nics += 1;
+                    }
+                }
+            });
+            exit(if nics > 0 {
+                Verdict::Success
+            } else {
+                Verdict::Failure
+            })
+        }
         "fault" => {
             // SAFETY: ud2 raises #UD on purpose; the exception handler ends the run.
             unsafe { core::arch::asm!("ud2") };

@@ -1,0 +1,113 @@
+//! PCI configuration space through ports 0xCF8/0xCFC (mechanism #1), bus 0..=255.
+//! Memory BARs left at zero by the firmware (qboot assigns none: PLATFORM.md) are
+//! given addresses from a bump allocator in the identity-mapped, uncached PCI hole.
+
+use crate::port::{inl, outl};
+
+/// A PCI function.
+#[derive(Debug, Clone, Copy)]
+pub struct Function {
+    /// Bus number.
+    pub bus: u8,
+    /// Device number.
+    pub dev: u8,
+    /// Function number.
+    pub func: u8,
+    /// Vendor id.
+    pub vendor: u16,
+    /// Device id.
+    pub device: u16,
+    /// Class code.
+    pub class: u8,
+}
+
+fn addr(f: &Function, reg: u8) -> u32 {
+    0x8000_0000
+        | (f.bus as u32) << 16
+        | (f.dev as u32) << 11
+        | (f.func as u32) << 8
+        | (reg as u32 & 0xFC)
+}
+
+/// Reads a config-space double word.
+pub fn read(f: &Function, reg: u8) -> u32 {
+    outl(0xCF8, addr(f, reg));
+    inl(0xCFC)
+}
+
+/// Writes a config-space double word.
+pub fn write(f: &Function, reg: u8, v: u32) {
+    outl(0xCF8, addr(f, reg));
+    outl(0xCFC, v);
+}
+
+/// Calls `visit` for every function present.
+pub fn scan(mut visit: impl FnMut(Function)) {
+    for bus in 0..=255u8 {
+        for dev in 0..32u8 {
+            for func in 0..8u8 {
+                let mut f = Function {
+                    bus,
+                    dev,
+                    func,
+                    vendor: 0,
+                    device: 0,
+                    class: 0,
+                };
+                let id = read(&f, 0);
+                if id & 0xFFFF == 0xFFFF {
+                    if func == 0 {
+                        break;
+                    }
+                    continue;
+                }
+                f.vendor = id as u16;
+                f.device = (id >> 16) as u16;
+                f.class = (read(&f, 8) >> 24) as u8;
+                visit(f);
+                // Single-function device: skip functions 1..7.
+                if func == 0 && (read(&f, 0x0C) >> 16) & 0x80 == 0 {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Next free address in the PCI hole for BARs the firmware left unassigned.
+static mut NEXT_MMIO: u64 = 0xC000_0000;
+
+/// The physical address and size of memory BAR `n`, assigned here if the firmware
+/// left it at zero. `None` for an I/O BAR or an absent one.
+pub fn memory_bar(f: &Function, n: u8) -> Option<(u64, u64)> {
+    let reg = 0x10 + 4 * n;
+    let orig = read(f, reg);
+    if orig & 1 != 0 {
+        return None;
+    }
+    // Size: write all ones, read the mask back, restore.
+    write(f, reg, 0xFFFF_FFFF);
+    let mask = read(f, reg) & !0xF;
+    write(f, reg, orig);
+    if mask == 0 {
+        return None;
+    }
+    let size = (!mask as u64 + 1) & 0xFFFF_FFFF;
+    let mut base = (orig & !0xF) as u64;
+    if base == 0 {
+        // SAFETY: single-threaded boot code is the only user of the allocator.
+        unsafe {
+            let next = (NEXT_MMIO + size - 1) & !(size - 1);
+            NEXT_MMIO = next + size;
+            base = next;
+        }
+        write(f, reg, base as u32);
+    }
+    Some((base, size))
+}
+
+/// Enables memory decoding and bus mastering (QEMU's e1000 delivers nothing without).
+pub fn enable(f: &Function) {
+    let cmd = read(f, 0x04);
+    write(f, 0x04, cmd | 0x2 | 0x4);
+}
