@@ -1,0 +1,374 @@
+//! The driver against a fake NIC: registers in memory (with the reset bit clearing
+//! itself) and DMA memory from the heap, whose "physical" addresses are its virtual
+//! ones. A small model of the hardware's ring walking moves frames between two fakes.
+
+extern crate std;
+
+use std::alloc::{alloc_zeroed, Layout};
+use std::cell::RefCell;
+use std::ptr::NonNull;
+use std::rc::Rc;
+use std::vec::Vec;
+
+use super::*;
+use volley_core::engine::{
+    Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, PortSetup, SendStatus,
+    Storage, Upcall,
+};
+use volley_core::time::Duration;
+
+#[derive(Default)]
+struct Regs {
+    r: Vec<u32>,
+    writes: Vec<(usize, u32)>,
+}
+
+#[derive(Clone)]
+struct FakeMmio(Rc<RefCell<Regs>>);
+
+impl FakeMmio {
+    fn new(mac: [u8; 6]) -> Self {
+        let mut r = std::vec![0u32; 0x6000 / 4];
+        r[reg::RAL0 / 4] = u32::from_le_bytes([mac[0], mac[1], mac[2], mac[3]]);
+        r[reg::RAH0 / 4] = u16::from_le_bytes([mac[4], mac[5]]) as u32 | 1 << 31;
+        r[reg::STATUS / 4] = 2;
+        FakeMmio(Rc::new(RefCell::new(Regs {
+            r,
+            writes: Vec::new(),
+        })))
+    }
+    fn get(&self, off: usize) -> u32 {
+        self.0.borrow().r[off / 4]
+    }
+    fn set(&self, off: usize, v: u32) {
+        self.0.borrow_mut().r[off / 4] = v;
+    }
+    fn writes_to(&self, off: usize) -> usize {
+        self.0.borrow().writes.iter().filter(|w| w.0 == off).count()
+    }
+}
+
+impl Mmio for FakeMmio {
+    fn read32(&self, off: usize) -> u32 {
+        let v = self.get(off);
+        // Reset completes at once; statistics clear on read.
+        match off {
+            reg::CTRL => v & !CTRL_RST,
+            reg::GPRC | reg::GPTC | reg::MPC | reg::CRCERRS => {
+                self.set(off, 0);
+                v
+            }
+            _ => v,
+        }
+    }
+    fn write32(&mut self, off: usize, v: u32) {
+        let mut r = self.0.borrow_mut();
+        r.r[off / 4] = v;
+        r.writes.push((off, v));
+    }
+}
+
+struct HeapDma;
+
+// SAFETY: zeroed, 4 KiB aligned, leaked (valid forever), used by nothing else; the
+// fake NIC reaches it at its virtual address, which is what `phys` says.
+unsafe impl DmaAlloc for HeapDma {
+    fn alloc(&mut self, len: usize) -> Option<Dma> {
+        let layout = Layout::from_size_align(len, 4096).ok()?;
+        // SAFETY: non-zero size.
+        let p = NonNull::new(unsafe { alloc_zeroed(layout) })?;
+        Some(Dma {
+            phys: PhysAddr(p.as_ptr() as u64),
+            virt: p,
+            len,
+        })
+    }
+}
+
+const MAC_A: [u8; 6] = [0x52, 0x54, 0, 0, 0, 0xA];
+const MAC_B: [u8; 6] = [0x52, 0x54, 0, 0, 0, 0xB];
+
+fn nic(mac: [u8; 6]) -> (E1000<FakeMmio>, FakeMmio) {
+    let regs = FakeMmio::new(mac);
+    let nic = E1000::new(regs.clone(), &mut HeapDma, &[MAC_A, MAC_B]).unwrap();
+    (nic, regs)
+}
+
+/// Hardware side of the fake: the NIC's own head pointers.
+#[derive(Default)]
+struct Hw {
+    tdh: usize,
+    rdh: usize,
+}
+
+fn phys_slice<'a>(addr: u64, len: usize) -> &'a mut [u8] {
+    // SAFETY: fake DMA: the "physical" address is a live heap address of >= len bytes.
+    unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) }
+}
+
+/// What the NIC does with a frame it sends: walk TDH..TDT, mark each done.
+fn hw_transmit(n: &E1000<FakeMmio>, regs: &FakeMmio, hw: &mut Hw) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let tdt = regs.get(reg::TDT) as usize;
+    while hw.tdh != tdt {
+        let i = hw.tdh;
+        let addr = u64::from_le_bytes(std::array::from_fn(|k| desc_u8(&n.tx_descs, i, k)));
+        let len = desc_u16(&n.tx_descs, i, 8) as usize;
+        assert_eq!(
+            desc_u8(&n.tx_descs, i, 11),
+            TX_CMD_EOP | TX_CMD_IFCS | TX_CMD_RS
+        );
+        out.push(phys_slice(addr, len).to_vec());
+        desc_set_u8(&n.tx_descs, i, 12, TX_DD);
+        hw.tdh = (i + 1) % TX_DESCS;
+    }
+    out
+}
+
+/// What the NIC does with an arriving frame: fill RDH if RDT allows, else miss it.
+fn hw_receive(n: &E1000<FakeMmio>, regs: &FakeMmio, hw: &mut Hw, frame: &[u8]) -> bool {
+    let rdt = regs.get(reg::RDT) as usize;
+    if hw.rdh == rdt {
+        regs.set(reg::MPC, regs.get(reg::MPC) + 1);
+        return false;
+    }
+    let i = hw.rdh;
+    let addr = u64::from_le_bytes(std::array::from_fn(|k| desc_u8(&n.rx_descs, i, k)));
+    phys_slice(addr, frame.len()).copy_from_slice(frame);
+    let mut d = [0u8; 16];
+    d[..8].copy_from_slice(&addr.to_le_bytes());
+    d[8..10].copy_from_slice(&(frame.len() as u16).to_le_bytes());
+    d[12] = RX_DD | RX_EOP;
+    desc_write(&n.rx_descs, i, d);
+    hw.rdh = (i + 1) % RX_DESCS;
+    true
+}
+
+fn eth(dst: [u8; 6], ty: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&MAC_B);
+    f.extend_from_slice(&ty.to_be_bytes());
+    f.extend_from_slice(payload);
+    f.resize(f.len().max(60), 0);
+    f
+}
+
+#[test]
+fn start_up_follows_the_manual() {
+    let (n, regs) = nic(MAC_A);
+    assert_eq!(n.mac(), MAC_A, "read from RAL0/RAH0");
+    assert!(n.link_up());
+    assert_eq!(regs.writes_to(reg::RCTL), 1, "RCTL is written exactly once");
+    assert_eq!(regs.get(reg::RCTL), RCTL_EN | RCTL_BAM | RCTL_SECRC);
+    assert_eq!(regs.get(reg::RDT) as usize, RX_DESCS - 1);
+    assert_eq!(regs.get(reg::RDLEN) as usize, RX_DESCS * 16);
+    assert_eq!(
+        regs.get(reg::RDBAL) as u64 | (regs.get(reg::RDBAH) as u64) << 32,
+        n.rx_descs.phys.0
+    );
+    assert_eq!(regs.get(reg::TCTL) & TCTL_EN, TCTL_EN);
+    assert_eq!(regs.get(reg::IMC), u32::MAX, "polled: interrupts masked");
+    assert!(regs.get(reg::CTRL) & CTRL_SLU != 0);
+    // No valid address: refused, not invented.
+    let bad = FakeMmio::new(MAC_A);
+    bad.set(reg::RAH0, 0);
+    assert_eq!(
+        E1000::new(bad, &mut HeapDma, &[]).err(),
+        Some(Error::NoMacAddress)
+    );
+}
+
+#[test]
+fn frames_are_received_in_place_filtered_and_posted_back_in_batches() {
+    let (mut n, regs) = nic(MAC_A);
+    let mut hw = Hw::default();
+    assert!(hw_receive(
+        &n,
+        &regs,
+        &mut hw,
+        &eth(MAC_A, ETHERTYPE, b"volley frame")
+    ));
+    assert!(hw_receive(
+        &n,
+        &regs,
+        &mut hw,
+        &eth(MAC_A, 0x0800, b"an IP packet")
+    ));
+    assert!(hw_receive(
+        &n,
+        &regs,
+        &mut hw,
+        &eth([0xFF; 6], ETHERTYPE, b"broadcast")
+    ));
+    assert!(hw_receive(
+        &n,
+        &regs,
+        &mut hw,
+        &eth(MAC_B, ETHERTYPE, b"not for us")
+    ));
+    let got = n.receive(Instant::ZERO).unwrap().consume(|f| f.to_vec());
+    assert_eq!(&got[..12], b"volley frame");
+    assert_eq!(got.len(), 46, "minimum Ethernet payload, padding included");
+    let got = n.receive(Instant::ZERO).unwrap().consume(|f| f.to_vec());
+    assert_eq!(&got[..9], b"broadcast");
+    assert!(n.receive(Instant::ZERO).is_none());
+    let s = n.stats();
+    assert_eq!((s.rx_frames, s.rx_filtered), (2, 2));
+    let rdt_writes = regs.writes_to(reg::RDT);
+    assert_eq!(
+        rdt_writes, 2,
+        "the initial one, then one for the whole batch"
+    );
+    assert_eq!(regs.get(reg::RDT), 3, "descriptors 0..3 handed back");
+    // A flood: 40 frames; the tail is written every 16, not 40 times.
+    for k in 0..40u8 {
+        assert!(hw_receive(
+            &n,
+            &regs,
+            &mut hw,
+            &eth(MAC_A, ETHERTYPE, &[k; 30])
+        ));
+    }
+    for k in 0..40u8 {
+        assert_eq!(n.receive(Instant::ZERO).unwrap().consume(|f| f[0]), k);
+    }
+    assert!(n.receive(Instant::ZERO).is_none());
+    assert_eq!(regs.writes_to(reg::RDT) - rdt_writes, 3);
+    // A full ring makes the NIC miss frames, counted by the NIC.
+    let mut taken = 0;
+    while hw_receive(&n, &regs, &mut hw, &eth(MAC_A, ETHERTYPE, b"x")) {
+        taken += 1;
+    }
+    assert_eq!(taken, RX_DESCS - 1);
+    assert_eq!(n.stats().hw_rx_missed, 1);
+}
+
+#[test]
+fn frames_are_sent_with_an_ethernet_header_and_the_ring_fills_up() {
+    let (mut n, regs) = nic(MAC_A);
+    let mut hw = Hw::default();
+    n.transmit(Instant::ZERO, NodeAddr(1))
+        .unwrap()
+        .consume(5, |b| b.copy_from_slice(b"hello"));
+    assert_eq!(regs.get(reg::TDT), 1);
+    let sent = hw_transmit(&n, &regs, &mut hw);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].len(), 60, "padded to the Ethernet minimum");
+    assert_eq!(&sent[0][0..6], &MAC_B);
+    assert_eq!(&sent[0][6..12], &MAC_A);
+    assert_eq!(&sent[0][12..14], &ETHERTYPE.to_be_bytes());
+    assert_eq!(&sent[0][14..19], b"hello");
+    assert!(
+        n.transmit(Instant::ZERO, NodeAddr(7)).is_none(),
+        "no MAC for address 7"
+    );
+    // Without the NIC consuming, the ring fills after TX_DESCS - 1 frames.
+    let mut queued = 0;
+    while let Some(t) = n.transmit(Instant::ZERO, NodeAddr(1)) {
+        t.consume(MTU + 100, |b| {
+            assert_eq!(b.len(), MTU, "longer than the MTU is cut to it");
+            b[0] = 1;
+        });
+        queued += 1;
+    }
+    assert_eq!(queued, TX_DESCS - 1);
+    assert_eq!(n.stats().tx_ring_full, 1);
+    assert_eq!(hw_transmit(&n, &regs, &mut hw).len(), TX_DESCS - 1);
+    assert!(
+        n.transmit(Instant::ZERO, NodeAddr(0)).is_some(),
+        "done descriptors are reclaimed"
+    );
+}
+
+fn on_msg(u: &mut Upcall<'_, '_, Vec<u8>>) {
+    let d = u.data().to_vec();
+    *u.state() = d;
+}
+
+#[test]
+fn the_engine_moves_a_message_over_two_fake_nics() {
+    let (mut na, ra) = nic(MAC_A);
+    let (mut nb, rb) = nic(MAC_B);
+    let (mut ha, mut hb) = (Hw::default(), Hw::default());
+    static GROUPS: &[Group<'static>] = &[Group {
+        id: 1,
+        members: Members::Range { first: 0, count: 2 },
+    }];
+    let cap = || Capacity {
+        ports: 4,
+        channels: 2,
+        fabric_nodes: 2,
+        ops: 4,
+        assemblies: 2,
+        eager: 0,
+    };
+    let mut a = Engine::new(
+        Config::new(9, 1, 0),
+        GROUPS,
+        Storage::with_capacity(cap()),
+        Vec::<u8>::new(),
+    )
+    .unwrap();
+    let mut b = Engine::new(
+        Config::new(9, 1, 1),
+        GROUPS,
+        Storage::with_capacity(cap()),
+        Vec::<u8>::new(),
+    )
+    .unwrap();
+    let dest = Some(Dest {
+        group: 1,
+        node: 1,
+        port: 1,
+    });
+    a.bind_port(
+        0,
+        PortSetup {
+            dest,
+            input: false,
+            recv: None,
+            err: None,
+            sem: 0,
+            kind: BufferKind::GoBack,
+            buffer: None,
+        },
+    )
+    .unwrap();
+    let buf = Vec::leak(std::vec![0u8; 100_000]);
+    b.bind_port(
+        1,
+        PortSetup {
+            dest: None,
+            input: true,
+            recv: Some(on_msg),
+            err: None,
+            sem: 0,
+            kind: BufferKind::GoBack,
+            buffer: Some(buf),
+        },
+    )
+    .unwrap();
+    let msg: &'static [u8] = Vec::leak((0..100_000u32).map(|i| (i % 251) as u8).collect());
+    let h = a.start_send(0, b"", Body::Borrowed(msg), true).unwrap();
+    let mut now = Instant::ZERO;
+    for _ in 0..20_000 {
+        a.poll(now, &mut na, None);
+        b.poll(now, &mut nb, None);
+        // The wire: what each NIC sent arrives at the other (the NIC's own filter is
+        // not modelled: the driver's is).
+        for f in hw_transmit(&na, &ra, &mut ha) {
+            hw_receive(&nb, &rb, &mut hb, &f);
+        }
+        for f in hw_transmit(&nb, &rb, &mut hb) {
+            hw_receive(&na, &ra, &mut ha, &f);
+        }
+        if a.send_status(h) == Ok(SendStatus::Done) {
+            break;
+        }
+        now += Duration::from_micros(5);
+    }
+    assert_eq!(a.send_status(h), Ok(SendStatus::Done));
+    assert_eq!(b.state().as_slice(), msg);
+    assert!(nb.stats().rx_frames >= 69, "100 kB in 1444-byte payloads");
+}
