@@ -200,6 +200,66 @@ pub fn run(boot: &Boot) -> Outcome {
     }
 }
 
+/// Boots every node at once and waits for all their verdicts.
+pub fn run_all(boots: &[Boot]) -> Vec<Outcome> {
+    let handles: Vec<_> = boots
+        .iter()
+        .cloned()
+        .map(|b| std::thread::spawn(move || run(&b)))
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("a node's runner panicked"))
+        .collect()
+}
+
+/// The MAC address of node `i` in these tests.
+pub fn mac(i: usize) -> String {
+    format!("52:54:00:56:00:{:02x}", i + 1)
+}
+
+/// `macs=` for `n` nodes.
+pub fn macs(n: usize) -> String {
+    (0..n).map(mac).collect::<Vec<_>>().join(",")
+}
+
+/// A base UDP port for this process's test networks (loopback only), distinct per call.
+pub fn ports() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    41_000 + (std::process::id() % 300) as u16 * 16 + (n % 16)
+}
+
+/// QEMU arguments for node `i`'s e1000 on a point-to-point UDP link (`-netdev dgram`)
+/// between ports `base` and `base + 1000` on 127.0.0.1: two nodes.
+pub fn dgram_nic(i: usize, base: u16) -> Vec<String> {
+    let (me, peer) = if i == 0 {
+        (base, base + 1000)
+    } else {
+        (base + 1000, base)
+    };
+    vec![
+        "-netdev".into(),
+        format!(
+            "dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port={me},remote.type=inet,remote.host=127.0.0.1,remote.port={peer}"
+        ),
+        "-device".into(),
+        format!("e1000,netdev=n0,mac={},romfile=", mac(i)),
+    ]
+}
+
+/// QEMU arguments for node `i`'s e1000 on a loopback multicast hub shared by all nodes
+/// using the same `port` (every node sees every frame; the NIC filters by MAC).
+pub fn hub_nic(i: usize, port: u16) -> Vec<String> {
+    vec![
+        "-netdev".into(),
+        format!("socket,id=n0,mcast=230.0.0.1:{port},localaddr=127.0.0.1"),
+        "-device".into(),
+        format!("e1000,netdev=n0,mac={},romfile=", mac(i)),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

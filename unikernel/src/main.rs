@@ -10,8 +10,14 @@
 #![no_main]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+extern crate alloc;
+
+mod app;
 mod boot;
+mod clock;
 mod exit;
+mod hal;
+mod heap;
 mod idt;
 mod pci;
 mod port;
@@ -26,8 +32,16 @@ use exit::{exit, Verdict};
 extern "C" fn rust_main(start_info: u32) -> ! {
     serial::init();
     idt::init();
+    heap::init();
     let cmdline = pvh::cmdline(start_info).unwrap_or("");
     println!("volley unikernel: booted, cmdline {:?}", cmdline);
+    if let Some(app) = pvh::arg(cmdline, "app") {
+        exit(if net_app(app, cmdline) {
+            Verdict::Success
+        } else {
+            Verdict::Failure
+        });
+    }
     match pvh::arg(cmdline, "test").unwrap_or("ok") {
         "ok" => {
             println!("volley unikernel: test ok");
@@ -97,6 +111,72 @@ extern "C" fn rust_main(start_info: u32) -> ! {
             exit(Verdict::Failure)
         }
     }
+}
+
+/// Parses a MAC address `aa:bb:cc:dd:ee:ff`.
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in mac.iter_mut() {
+        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// `app=NAME rank=R macs=M0,M1,...`: brings the e1000 up and runs the application.
+fn net_app(app: &str, cmdline: &str) -> bool {
+    let rank: u16 = match pvh::arg(cmdline, "rank").and_then(|r| r.parse().ok()) {
+        Some(r) => r,
+        None => {
+            println!("volley unikernel: app needs rank=N");
+            return false;
+        }
+    };
+    let mut macs = alloc::vec::Vec::new();
+    for m in pvh::arg(cmdline, "macs").unwrap_or("").split(',') {
+        match parse_mac(m) {
+            Some(mac) => macs.push(mac),
+            None => {
+                println!("volley unikernel: bad MAC {:?} in macs=", m);
+                return false;
+            }
+        }
+    }
+    let Some(hz) = tsc::calibrate() else {
+        println!("volley unikernel: TSC calibration failed");
+        return false;
+    };
+    let mut bar = None;
+    pci::scan(|f| {
+        if (f.vendor, f.device) == (0x8086, 0x100E) && bar.is_none() {
+            if let Some(b) = pci::memory_bar(&f, 0) {
+                pci::enable(&f);
+                bar = Some(b);
+            }
+        }
+    });
+    let Some((base, size)) = bar else {
+        println!("volley unikernel: no e1000 found");
+        return false;
+    };
+    // SAFETY: BAR0 of the e1000 just enabled, inside the mapped PCI hole, used only here.
+    let mmio = unsafe { hal::Bar0::new(base, size) };
+    let nic = match volley_e1000::E1000::new(mmio, &mut hal::BumpDma::default(), &macs) {
+        Ok(n) => n,
+        Err(e) => {
+            println!("volley unikernel: e1000: {}", e);
+            return false;
+        }
+    };
+    let m = nic.mac();
+    if macs.get(rank as usize) != Some(&m) {
+        println!(
+            "volley unikernel: my MAC {:02x?} is not entry {} of macs=",
+            m, rank
+        );
+        return false;
+    }
+    app::run(app, nic, clock::TscClock::new(hz), rank, macs.len() as u16)
 }
 
 #[panic_handler]

@@ -1,0 +1,189 @@
+//! The application linked into the image: ordinary GAMMA code, SPMD style, running
+//! over the e1000. `app=pingpong` bounces messages of 8 B to 1 MiB between instances
+//! 0 and 1 with every byte checked; `app=barrier` runs barriers.
+
+extern crate alloc;
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use volley_core::engine::{Config, Group, Members};
+use volley_core::gamma::{Gamma, Upcall, GO_BACK};
+use volley_core::time::Duration;
+use volley_e1000::E1000;
+
+use crate::clock::TscClock;
+use crate::hal::Bar0;
+use crate::println;
+
+type Node = Gamma<'static, E1000<Bar0>, TscClock, u64>;
+
+fn on_msg(u: &mut Upcall<'_, '_, u64>) {
+    *u.state() += 1;
+}
+
+fn pattern(src: u16, k: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            ((i as u64)
+                .wrapping_add((k as u64) << 32)
+                .wrapping_add((src as u64) << 52)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                >> 56) as u8
+        })
+        .collect()
+}
+
+/// Runs `app` as instance `rank` of `nodes`; returns whether every check passed.
+pub fn run(app: &str, nic: E1000<Bar0>, clock: TscClock, rank: u16, nodes: u16) -> bool {
+    let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
+        id: 1,
+        members: Members::Range {
+            first: 0,
+            count: nodes,
+        },
+    }]);
+    let mut cfg = Config::new(0x5EED, 1, rank);
+    // QEMU holds reception off for about a second after RCTL is written: the first
+    // frames are retransmitted, so allow a few seconds before declaring a peer dead.
+    cfg.max_retries = 24;
+    let mut g: Node = match Gamma::init_alloc(cfg, groups, nodes as usize, nic, clock, 0) {
+        Ok(g) => g,
+        Err(e) => {
+            println!("volley unikernel: gamma init: {}", e);
+            return false;
+        }
+    };
+    let peer = if rank == 0 { 1 } else { 0 };
+    let buf: &'static mut [u8] = Vec::leak(vec![0u8; 1 << 20]);
+    if let Err(e) = g.set_active_port(1, peer, 1, 1, Some(on_msg), None, 1, GO_BACK, Some(buf)) {
+        println!("volley unikernel: port: {}", e);
+        return false;
+    }
+    let t0 = g.time();
+    if let Err(e) = g.sync() {
+        report("first sync", e);
+        return false;
+    }
+    println!(
+        "volley unikernel: node {} of {}: first sync after {} ms",
+        rank,
+        nodes,
+        (g.time() - t0).total_micros() / 1000
+    );
+    let ok = match app {
+        "pingpong" => pingpong(&mut g, rank),
+        "barrier" => barriers(&mut g, rank),
+        other => {
+            println!("volley unikernel: unknown app {:?}", other);
+            false
+        }
+    };
+    let ok = ok && g.sync().is_ok();
+    let (mut nic, _) = g.exit();
+    let s = nic.stats();
+    println!(
+        "volley unikernel: e1000 rx {} tx {} filtered {} missed {}",
+        s.rx_frames, s.tx_frames, s.rx_filtered, s.hw_rx_missed
+    );
+    ok
+}
+
+fn pingpong(g: &mut Node, rank: u16) -> bool {
+    if rank > 1 {
+        return true;
+    }
+    for (k, &len) in [8usize, 1000, 65_536, 1 << 20].iter().enumerate() {
+        let mine = pattern(rank, k, len);
+        let theirs = pattern(1 - rank, k, len);
+        let t0 = g.time();
+        let step = |g: &mut Node| -> Result<(), volley_core::engine::Error> {
+            let deadline = g.time() + Duration::from_secs(30);
+            if rank == 0 {
+                g.send_flowctl(1, &mine)?;
+                g.wait_deadline(1, 1, deadline)?;
+            } else {
+                g.wait_deadline(1, 1, deadline)?;
+                g.send_flowctl(1, &mine)?;
+            }
+            Ok(())
+        };
+        if let Err(e) = step(g) {
+            report("pingpong", e);
+            return false;
+        }
+        let rtt = g.time() - t0;
+        if g.buffer(1).map(|b| &b[..len]) != Some(&theirs[..]) {
+            println!("volley unikernel: pingpong {} B: wrong contents", len);
+            return false;
+        }
+        if rank == 0 {
+            println!(
+                "volley unikernel: pingpong {} B ok, round trip {} us",
+                len,
+                rtt.total_micros()
+            );
+        }
+    }
+    true
+}
+
+fn barriers(g: &mut Node, rank: u16) -> bool {
+    let t0 = g.time();
+    for _ in 0..20 {
+        if let Err(e) = g.sync() {
+            report("barrier", e);
+            return false;
+        }
+    }
+    if rank == 0 {
+        println!(
+            "volley unikernel: 20 barriers ok, {} us each",
+            (g.time() - t0).total_micros() / 20
+        );
+    }
+    // A broadcast from instance 0 on port 2, every byte checked by the others.
+    let data = pattern(0, 7, 4096);
+    let dest = if rank == 0 {
+        volley_core::gamma::BROADCAST
+    } else {
+        0
+    };
+    let buf: &'static mut [u8] = Vec::leak(vec![0u8; 4096]);
+    if let Err(e) = g.set_active_port(2, dest, 1, 2, Some(on_msg), None, 2, GO_BACK, Some(buf)) {
+        report("broadcast port", e);
+        return false;
+    }
+    if let Err(e) = g.sync() {
+        report("barrier", e);
+        return false;
+    }
+    if rank == 0 {
+        if let Err(e) = g.send_flowctl(2, &data) {
+            report("broadcast", e);
+            return false;
+        }
+        println!("volley unikernel: broadcast sent");
+    } else {
+        let deadline = g.time() + Duration::from_secs(30);
+        if let Err(e) = g.wait_deadline(2, 1, deadline) {
+            report("broadcast", e);
+            return false;
+        }
+        if g.buffer(2) != Some(&data[..]) {
+            println!("volley unikernel: broadcast arrived with wrong contents");
+            return false;
+        }
+        println!("volley unikernel: node {} got the broadcast", rank);
+    }
+    true
+}
+
+/// Prints an error; a dead peer is spelled as GAMMA does.
+fn report(what: &str, e: volley_core::engine::Error) {
+    if e == volley_core::engine::Error::SendFailure {
+        println!("volley unikernel: {}: SENDFAILURE", what);
+    } else {
+        println!("volley unikernel: {}: {}", what, e);
+    }
+}
