@@ -158,6 +158,8 @@ impl Drop for Guard {
 
 /// Boots one node and waits for its verdict.
 pub fn run(boot: &Boot) -> Outcome {
+    // Build first: the node's timeout is for the node, not for compiling its image.
+    image();
     let start = Instant::now();
     let mut child = Guard(
         command(boot)

@@ -176,7 +176,12 @@ fn net_app(app: &str, cmdline: &str) -> bool {
         );
         return false;
     }
-    app::run(app, nic, clock::TscClock::new(hz), rank, macs.len() as u16)
+    let clock = clock::TscClock::new(hz);
+    if app == "rawpong" {
+        let mut nic = nic;
+        return app::rawpong(&mut nic, &clock, rank);
+    }
+    app::run(app, nic, clock, rank, macs.len() as u16)
 }
 
 #[panic_handler]
