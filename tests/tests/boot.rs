@@ -21,6 +21,24 @@ fn a_node_boots_and_exits_with_success() {
         o.console
     );
     assert!(o.console.contains("test ok"), "{}", o.console);
+    // The heap comes from the PVH memory map: most of the 128 MiB the harness gives.
+    let heap: u64 = o
+        .console
+        .lines()
+        .find_map(|l| l.split("heap ").nth(1)?.split(" MiB").next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no heap line: {}", o.console));
+    assert!((64..128).contains(&heap), "heap of {heap} MiB");
+}
+
+#[test]
+fn an_unknown_fabric_is_refused() {
+    let o = boot("app=pingpong rank=0 macs=52:54:00:00:00:01 fabric=myri");
+    assert_eq!(o.verdict, Verdict::Failure, "{}", o.console);
+    assert!(
+        o.console.contains("fabric \"myri\" is not available"),
+        "{}",
+        o.console
+    );
 }
 
 #[test]

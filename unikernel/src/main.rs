@@ -32,9 +32,23 @@ use exit::{exit, Verdict};
 extern "C" fn rust_main(start_info: u32) -> ! {
     serial::init();
     idt::init();
-    heap::init();
     let cmdline = pvh::cmdline(start_info).unwrap_or("");
     println!("volley unikernel: booted, cmdline {:?}", cmdline);
+    let mut ram = 0;
+    pvh::memmap(start_info, |r| {
+        if r.kind == 1 {
+            ram += r.size;
+        }
+    });
+    match heap::init(start_info) {
+        Some((start, size)) => println!(
+            "volley unikernel: {} MiB of RAM, heap {} MiB at {:#x}",
+            ram >> 20,
+            size >> 20,
+            start
+        ),
+        None => println!("volley unikernel: no usable RAM in the memory map: no heap"),
+    }
     if let Some(app) = pvh::arg(cmdline, "app") {
         exit(if net_app(app, cmdline) {
             Verdict::Success
@@ -123,8 +137,19 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
     parts.next().is_none().then_some(mac)
 }
 
-/// `app=NAME rank=R macs=M0,M1,...`: brings the e1000 up and runs the application.
+/// `app=NAME rank=R macs=M0,M1,... [fabric=e1000]`: brings the e1000 up and runs the
+/// application.
 fn net_app(app: &str, cmdline: &str) -> bool {
+    match pvh::arg(cmdline, "fabric").unwrap_or("e1000") {
+        "e1000" => {}
+        other => {
+            println!(
+                "volley unikernel: fabric {:?} is not available (e1000 is)",
+                other
+            );
+            return false;
+        }
+    }
     let rank: u16 = match pvh::arg(cmdline, "rank").and_then(|r| r.parse().ok()) {
         Some(r) => r,
         None => {

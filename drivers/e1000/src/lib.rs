@@ -39,6 +39,8 @@ pub const BUF_SIZE: usize = 2048;
 pub const MTU: usize = 1500;
 /// Most peers in the MAC table.
 pub const MAX_PEERS: usize = 64;
+/// Most multicast groups joined at once.
+pub const MAX_GROUPS: usize = 8;
 const ETH_HEADER: usize = 14;
 const ETH_MIN: usize = 60;
 /// Receive descriptors handed back before the tail register is written.
@@ -102,6 +104,8 @@ pub enum Error {
     NoMacAddress,
     /// More peers than [`MAX_PEERS`].
     TooManyPeers,
+    /// More multicast groups than [`MAX_GROUPS`], or not a multicast address.
+    BadGroup,
 }
 
 impl core::fmt::Display for Error {
@@ -111,6 +115,7 @@ impl core::fmt::Display for Error {
             Error::NoDmaMemory => "no DMA memory for the e1000 rings",
             Error::NoMacAddress => "e1000 has no valid MAC address in RAL0/RAH0",
             Error::TooManyPeers => "too many peers for the MAC table",
+            Error::BadGroup => "not a multicast address, or too many groups",
         })
     }
 }
@@ -155,6 +160,8 @@ pub struct E1000<M: Mmio> {
     mac: [u8; 6],
     peers: [[u8; 6]; MAX_PEERS],
     npeers: usize,
+    groups: [[u8; 6]; MAX_GROUPS],
+    ngroups: usize,
     stats: Stats,
 }
 
@@ -265,6 +272,8 @@ impl<M: Mmio> E1000<M> {
             mac,
             peers: table,
             npeers: peers.len(),
+            groups: [[0; 6]; MAX_GROUPS],
+            ngroups: 0,
             stats: Stats::default(),
         };
         nic.start_rx();
@@ -315,6 +324,25 @@ impl<M: Mmio> E1000<M> {
     /// This NIC's MAC address.
     pub fn mac(&self) -> [u8; 6] {
         self.mac
+    }
+
+    /// Accepts frames sent to multicast address `group`: sets its bit in the multicast
+    /// table array (SDM 13.4.22 / 13.5.1: with RCTL.MO = 00b the index is bits 47:36
+    /// of the address) and in the driver's own filter.
+    pub fn join_multicast(&mut self, group: [u8; 6]) -> Result<(), Error> {
+        if group[0] & 1 == 0 || self.ngroups == MAX_GROUPS {
+            return Err(Error::BadGroup);
+        }
+        if self.groups[..self.ngroups].contains(&group) {
+            return Ok(());
+        }
+        let index = ((group[5] as usize) << 4) | (group[4] as usize >> 4);
+        let off = reg::MTA + 4 * (index >> 5);
+        let v = self.mmio.read32(off);
+        self.mmio.write32(off, v | 1 << (index & 31));
+        self.groups[self.ngroups] = group;
+        self.ngroups += 1;
+        Ok(())
     }
 
     /// Whether the link is up (STATUS.LU).
@@ -438,7 +466,9 @@ impl<M: Mmio> Device for E1000<M> {
                 status & RX_EOP != 0 && errors == 0 && (ETH_HEADER..=BUF_SIZE).contains(&len);
             let ours = ok_shape
                 && b[12..14] == ETHERTYPE.to_be_bytes()
-                && (b[0..6] == self.mac || b[0..6] == [0xFF; 6]);
+                && (b[0..6] == self.mac
+                    || b[0..6] == [0xFF; 6]
+                    || self.groups[..self.ngroups].iter().any(|g| b[0..6] == *g));
             if ours {
                 return Some(E1000Rx {
                     nic: self,

@@ -245,6 +245,46 @@ fn frames_are_received_in_place_filtered_and_posted_back_in_batches() {
 }
 
 #[test]
+fn multicast_groups_set_their_hash_bit_and_pass_the_filter() {
+    let (mut n, regs) = nic(MAC_A);
+    let mut hw = Hw::default();
+    let group = [0x01, 0x00, 0x5E, 0x00, 0x12, 0x34];
+    assert!(hw_receive(
+        &n,
+        &regs,
+        &mut hw,
+        &eth(group, ETHERTYPE, b"early")
+    ));
+    assert!(n.receive(Instant::ZERO).is_none(), "not joined yet");
+    n.join_multicast(group).unwrap();
+    // Bits 47:36 of 01:00:5e:00:12:34 are 0x341: MTA[26], bit 1.
+    assert_eq!(regs.get(reg::MTA + 4 * 26), 1 << 1);
+    assert!(hw_receive(
+        &n,
+        &regs,
+        &mut hw,
+        &eth(group, ETHERTYPE, b"group")
+    ));
+    assert_eq!(
+        &n.receive(Instant::ZERO).unwrap().consume(|f| f.to_vec())[..5],
+        b"group"
+    );
+    assert_eq!(
+        n.join_multicast(MAC_B),
+        Err(Error::BadGroup),
+        "a unicast address"
+    );
+    for k in 1..MAX_GROUPS as u8 {
+        n.join_multicast([0x01, 0, 0x5E, 0, 0, k]).unwrap();
+    }
+    assert_eq!(
+        n.join_multicast([0x01, 0, 0x5E, 0, 1, 0]),
+        Err(Error::BadGroup),
+        "table full"
+    );
+}
+
+#[test]
 fn frames_are_sent_with_an_ethernet_header_and_the_ring_fills_up() {
     let (mut n, regs) = nic(MAC_A);
     let mut hw = Hw::default();
