@@ -411,3 +411,105 @@ impl Device for ThreadPort {
         }
     }
 }
+
+fn keep_message(u: &mut crate::engine::Upcall<'_, '_, Vec<u8>>) {
+    let d = u.data().to_vec();
+    *u.state() = d;
+}
+
+/// Two engines, instances 0 and 1 of group 1, set up to move one reliable message
+/// from instance 0's port 0 to instance 1's port 1 (which keeps it in its state) over
+/// any pair of devices: the drivers' common test harness.
+#[derive(Debug)]
+pub struct Pair {
+    /// Instance 0, the sender.
+    pub a: crate::engine::Engine<'static, Vec<u8>>,
+    /// Instance 1, the receiver; its state is the last message received.
+    pub b: crate::engine::Engine<'static, Vec<u8>>,
+}
+
+impl Pair {
+    /// The two engines, with `eager` eager buffers each and a receive buffer of `max_len`.
+    pub fn new(job_key: u32, eager: usize, max_len: usize) -> Pair {
+        use crate::engine::{
+            BufferKind, Capacity, Config, Dest, Engine, Group, Members, PortSetup, Storage,
+        };
+        static GROUPS: &[Group<'static>] = &[Group {
+            id: 1,
+            members: Members::Range { first: 0, count: 2 },
+        }];
+        let cap = Capacity {
+            ports: 4,
+            channels: 2,
+            fabric_nodes: 2,
+            ops: 4,
+            assemblies: 2,
+            eager,
+        };
+        let engine = |node| {
+            Engine::new(
+                Config::new(job_key, 1, node),
+                GROUPS,
+                Storage::with_capacity(cap),
+                Vec::new(),
+            )
+            .expect("a valid two-node configuration")
+        };
+        let (mut a, mut b) = (engine(0), engine(1));
+        let out = PortSetup {
+            dest: Some(Dest {
+                group: 1,
+                node: 1,
+                port: 1,
+            }),
+            input: false,
+            recv: None,
+            err: None,
+            sem: 0,
+            kind: BufferKind::GoBack,
+            buffer: None,
+        };
+        a.bind_port(0, out).expect("port 0 binds");
+        let input = PortSetup {
+            dest: None,
+            input: true,
+            recv: Some(keep_message),
+            err: None,
+            sem: 0,
+            kind: BufferKind::GoBack,
+            buffer: Some(Vec::leak(std::vec![0u8; max_len])),
+        };
+        b.bind_port(1, input).expect("port 1 binds");
+        Pair { a, b }
+    }
+
+    /// Sends `msg` reliably and polls: `a` over `da`, `b` over `db`, then `between`
+    /// (a model of the wire or of the NICs), `step` of virtual time per round, for at
+    /// most `rounds` rounds. True once the send has completed.
+    pub fn transfer<DA: Device, DB: Device>(
+        &mut self,
+        msg: &'static [u8],
+        da: &mut DA,
+        db: &mut DB,
+        mut between: impl FnMut(&mut DA, &mut DB),
+        rounds: usize,
+        step: Duration,
+    ) -> bool {
+        use crate::engine::{Body, SendStatus};
+        let h = self
+            .a
+            .start_send(0, b"", Body::Borrowed(msg), true)
+            .expect("the send starts");
+        let mut now = Instant::ZERO;
+        for _ in 0..rounds {
+            self.a.poll(now, da, None);
+            self.b.poll(now, db, None);
+            between(da, db);
+            if self.a.send_status(h) == Ok(SendStatus::Done) {
+                return true;
+            }
+            now += step;
+        }
+        false
+    }
+}

@@ -214,6 +214,22 @@ unsafe fn buf_mut(bufs: &Dma, i: usize) -> &mut [u8] {
     unsafe { core::slice::from_raw_parts_mut(bufs.virt.as_ptr().add(i * BUF_SIZE), BUF_SIZE) }
 }
 
+/// A descriptor pointing at buffer `i`, with `status` (the rest zero).
+fn desc_for(bufs: &Dma, i: usize, status: u8) -> [u8; 16] {
+    let mut d = [0u8; 16];
+    d[..8].copy_from_slice(&(bufs.phys.0 + (i * BUF_SIZE) as u64).to_le_bytes());
+    d[12] = status;
+    d
+}
+
+/// Points every descriptor of a ring at its buffer; returns the ring's bus address.
+fn init_ring(descs: &Dma, bufs: &Dma, n: usize, status: u8) -> u64 {
+    for i in 0..n {
+        desc_write(descs, i, desc_for(bufs, i, status));
+    }
+    descs.phys.0
+}
+
 impl<M: Mmio> E1000<M> {
     /// Resets and starts the NIC behind `mmio`, with rings from `dma`. `peers[n]` is
     /// the MAC address of fabric address `n`.
@@ -283,16 +299,12 @@ impl<M: Mmio> E1000<M> {
 
     /// Receive ring and buffers (SDM 14.4).
     fn start_rx(&mut self) {
-        for i in 0..RX_DESCS {
-            let mut d = [0u8; 16];
-            d[..8].copy_from_slice(&(self.rx_bufs.phys.0 + (i * BUF_SIZE) as u64).to_le_bytes());
-            desc_write(&self.rx_descs, i, d);
-        }
-        let base = self.rx_descs.phys.0;
-        self.mmio.write32(reg::RDBAL, base as u32);
-        self.mmio.write32(reg::RDBAH, (base >> 32) as u32);
-        self.mmio.write32(reg::RDLEN, (RX_DESCS * 16) as u32);
-        self.mmio.write32(reg::RDH, 0);
+        let base = init_ring(&self.rx_descs, &self.rx_bufs, RX_DESCS, 0);
+        self.set_ring(
+            [reg::RDBAL, reg::RDBAH, reg::RDLEN, reg::RDH],
+            base,
+            RX_DESCS,
+        );
         // All descriptors but one belong to the NIC.
         self.mmio.write32(reg::RDT, (RX_DESCS - 1) as u32);
         fence(Ordering::SeqCst);
@@ -301,24 +313,26 @@ impl<M: Mmio> E1000<M> {
             .write32(reg::RCTL, RCTL_EN | RCTL_BAM | RCTL_SECRC);
     }
 
-    /// Transmit ring (SDM 14.5).
+    /// Transmit ring (SDM 14.5); every descriptor starts done, that is free.
     fn start_tx(&mut self) {
-        for i in 0..TX_DESCS {
-            let mut d = [0u8; 16];
-            d[..8].copy_from_slice(&(self.tx_bufs.phys.0 + (i * BUF_SIZE) as u64).to_le_bytes());
-            // Marked done, so every descriptor starts free.
-            d[12] = TX_DD;
-            desc_write(&self.tx_descs, i, d);
-        }
-        let base = self.tx_descs.phys.0;
-        self.mmio.write32(reg::TDBAL, base as u32);
-        self.mmio.write32(reg::TDBAH, (base >> 32) as u32);
-        self.mmio.write32(reg::TDLEN, (TX_DESCS * 16) as u32);
-        self.mmio.write32(reg::TDH, 0);
+        let base = init_ring(&self.tx_descs, &self.tx_bufs, TX_DESCS, TX_DD);
+        self.set_ring(
+            [reg::TDBAL, reg::TDBAH, reg::TDLEN, reg::TDH],
+            base,
+            TX_DESCS,
+        );
         self.mmio.write32(reg::TDT, 0);
         self.mmio.write32(reg::TIPG, TIPG_VALUE);
         self.mmio
             .write32(reg::TCTL, TCTL_EN | TCTL_PSP | TCTL_CT_COLD);
+    }
+
+    /// Base address (low, high), length and head registers of a ring.
+    fn set_ring(&mut self, [bal, bah, len, head]: [usize; 4], base: u64, descs: usize) {
+        self.mmio.write32(bal, base as u32);
+        self.mmio.write32(bah, (base >> 32) as u32);
+        self.mmio.write32(len, (descs * 16) as u32);
+        self.mmio.write32(head, 0);
     }
 
     /// This NIC's MAC address.
@@ -425,8 +439,7 @@ impl<M: Mmio> TxToken for E1000Tx<'_, M> {
         b[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
         let total = (ETH_HEADER + len).max(ETH_MIN);
         b[ETH_HEADER + len..total].fill(0);
-        let mut d = [0u8; 16];
-        d[..8].copy_from_slice(&(nic.tx_bufs.phys.0 + (i * BUF_SIZE) as u64).to_le_bytes());
+        let mut d = desc_for(&nic.tx_bufs, i, 0);
         d[8..10].copy_from_slice(&(total as u16).to_le_bytes());
         d[11] = TX_CMD_EOP | TX_CMD_IFCS | TX_CMD_RS;
         desc_write(&nic.tx_descs, i, d);

@@ -11,10 +11,7 @@ use std::rc::Rc;
 use std::vec::Vec;
 
 use super::*;
-use volley_core::engine::{
-    Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, PortSetup, SendStatus,
-    Storage, Upcall,
-};
+use volley_core::sim::Pair;
 use volley_core::time::Duration;
 
 #[derive(Default)]
@@ -321,94 +318,32 @@ fn frames_are_sent_with_an_ethernet_header_and_the_ring_fills_up() {
     );
 }
 
-fn on_msg(u: &mut Upcall<'_, '_, Vec<u8>>) {
-    let d = u.data().to_vec();
-    *u.state() = d;
-}
-
 #[test]
 fn the_engine_moves_a_message_over_two_fake_nics() {
     let (mut na, ra) = nic(MAC_A);
     let (mut nb, rb) = nic(MAC_B);
     let (mut ha, mut hb) = (Hw::default(), Hw::default());
-    static GROUPS: &[Group<'static>] = &[Group {
-        id: 1,
-        members: Members::Range { first: 0, count: 2 },
-    }];
-    let cap = || Capacity {
-        ports: 4,
-        channels: 2,
-        fabric_nodes: 2,
-        ops: 4,
-        assemblies: 2,
-        eager: 0,
-    };
-    let mut a = Engine::new(
-        Config::new(9, 1, 0),
-        GROUPS,
-        Storage::with_capacity(cap()),
-        Vec::<u8>::new(),
-    )
-    .unwrap();
-    let mut b = Engine::new(
-        Config::new(9, 1, 1),
-        GROUPS,
-        Storage::with_capacity(cap()),
-        Vec::<u8>::new(),
-    )
-    .unwrap();
-    let dest = Some(Dest {
-        group: 1,
-        node: 1,
-        port: 1,
-    });
-    a.bind_port(
-        0,
-        PortSetup {
-            dest,
-            input: false,
-            recv: None,
-            err: None,
-            sem: 0,
-            kind: BufferKind::GoBack,
-            buffer: None,
-        },
-    )
-    .unwrap();
-    let buf = Vec::leak(std::vec![0u8; 100_000]);
-    b.bind_port(
-        1,
-        PortSetup {
-            dest: None,
-            input: true,
-            recv: Some(on_msg),
-            err: None,
-            sem: 0,
-            kind: BufferKind::GoBack,
-            buffer: Some(buf),
-        },
-    )
-    .unwrap();
+    let mut p = Pair::new(9, 0, 100_000);
     let msg: &'static [u8] = Vec::leak((0..100_000u32).map(|i| (i % 251) as u8).collect());
-    let h = a.start_send(0, b"", Body::Borrowed(msg), true).unwrap();
-    let mut now = Instant::ZERO;
-    for _ in 0..20_000 {
-        a.poll(now, &mut na, None);
-        b.poll(now, &mut nb, None);
-        // The wire: what each NIC sent arrives at the other (the NIC's own filter is
-        // not modelled: the driver's is).
-        for f in hw_transmit(&na, &ra, &mut ha) {
-            hw_receive(&nb, &rb, &mut hb, &f);
+    // The wire: what each NIC sent arrives at the other (the NIC's own filter is not
+    // modelled: the driver's is).
+    let wire = |na: &mut E1000<FakeMmio>, nb: &mut E1000<FakeMmio>| {
+        for f in hw_transmit(na, &ra, &mut ha) {
+            hw_receive(nb, &rb, &mut hb, &f);
         }
-        for f in hw_transmit(&nb, &rb, &mut hb) {
-            hw_receive(&na, &ra, &mut ha, &f);
+        for f in hw_transmit(nb, &rb, &mut hb) {
+            hw_receive(na, &ra, &mut ha, &f);
         }
-        if a.send_status(h) == Ok(SendStatus::Done) {
-            break;
-        }
-        now += Duration::from_micros(5);
-    }
-    assert_eq!(a.send_status(h), Ok(SendStatus::Done));
-    assert_eq!(b.state().as_slice(), msg);
+    };
+    let done = p.transfer(
+        msg,
+        &mut na,
+        &mut nb,
+        wire,
+        20_000,
+        Duration::from_micros(5),
+    );
+    assert!(done, "the send did not complete");
+    assert_eq!(p.b.state().as_slice(), msg);
     assert!(nb.stats().rx_frames >= 69, "100 kB in 1444-byte payloads");
 }

@@ -6,10 +6,7 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::vec::Vec;
 
 use super::*;
-use volley_core::engine::{
-    Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, PortSetup, SendStatus,
-    Storage, Upcall,
-};
+use volley_core::sim::Pair;
 
 /// 64-aligned zeroed memory standing for a shared mapping.
 struct Mem {
@@ -239,87 +236,24 @@ fn dead_and_departed_peers_are_reported() {
     assert_eq!(a.pid(1), 1);
 }
 
-fn on_msg(u: &mut Upcall<'_, '_, Vec<u8>>) {
-    let d = u.data().to_vec();
-    *u.state() = d;
-}
-
 #[test]
 fn the_engine_takes_its_credit_only_path_over_the_nic() {
     let g = Geometry::new(2, 16, 2048).unwrap();
     let mem = Mem::new(g.region_len().unwrap());
     let mut na = MyriNic::create(mem.region(), g, 0, 9, NicConfig::default()).unwrap();
     let mut nb = MyriNic::attach(mem.region(), 1, 9, NicConfig::default()).unwrap();
-    static GROUPS: &[Group<'static>] = &[Group {
-        id: 1,
-        members: Members::Range { first: 0, count: 2 },
-    }];
-    let cap = || Capacity {
-        ports: 4,
-        channels: 2,
-        fabric_nodes: 2,
-        ops: 4,
-        assemblies: 2,
-        eager: 4,
-    };
-    let mut a = Engine::new(
-        Config::new(5, 1, 0),
-        GROUPS,
-        Storage::with_capacity(cap()),
-        Vec::<u8>::new(),
-    )
-    .unwrap();
-    let mut b = Engine::new(
-        Config::new(5, 1, 1),
-        GROUPS,
-        Storage::with_capacity(cap()),
-        Vec::<u8>::new(),
-    )
-    .unwrap();
-    let dest = Some(Dest {
-        group: 1,
-        node: 1,
-        port: 1,
-    });
-    a.bind_port(
-        0,
-        PortSetup {
-            dest,
-            input: false,
-            recv: None,
-            err: None,
-            sem: 0,
-            kind: BufferKind::GoBack,
-            buffer: None,
-        },
-    )
-    .unwrap();
-    let buf = Vec::leak(std::vec![0u8; 1 << 20]);
-    b.bind_port(
-        1,
-        PortSetup {
-            dest: None,
-            input: true,
-            recv: Some(on_msg),
-            err: None,
-            sem: 0,
-            kind: BufferKind::GoBack,
-            buffer: Some(buf),
-        },
-    )
-    .unwrap();
+    let mut p = Pair::new(5, 4, 1 << 20);
     let msg: &'static [u8] = Vec::leak((0..1u32 << 20).map(|i| (i % 251) as u8).collect());
-    let h = a.start_send(0, b"", Body::Borrowed(msg), true).unwrap();
-    let mut now = Instant::ZERO;
-    for _ in 0..10_000 {
-        a.poll(now, &mut na, None);
-        b.poll(now, &mut nb, None);
-        if a.send_status(h) == Ok(SendStatus::Done) {
-            break;
-        }
-        now += Duration::from_micros(1);
-    }
-    assert_eq!(a.send_status(h), Ok(SendStatus::Done));
+    let done = p.transfer(
+        msg,
+        &mut na,
+        &mut nb,
+        |_, _| {},
+        10_000,
+        Duration::from_micros(1),
+    );
+    let (a, b) = (&p.a, &p.b);
+    assert!(done, "the send did not complete");
     assert_eq!(b.state().as_slice(), msg);
     assert_eq!(a.stats().retransmits, 0);
     assert!(a.stats().tx_frames >= 530, "1 MiB in 1984-byte frames");

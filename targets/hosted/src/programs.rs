@@ -320,14 +320,15 @@ pub fn victim(boot: &Boot, fabric: Fabric) -> Result<i32, HostError> {
         unsafe { libc::raise(libc::SIGKILL) };
         unreachable!("SIGKILL returned");
     }
+    // Repeat `step` until it reports SENDFAILURE (exit code 4), or give up after 60 s.
     let start = StdInstant::now();
-    if in_sync {
-        loop {
-            match g.sync() {
+    let mut until_failure =
+        |what: &str, step: &mut dyn FnMut(&mut HostGamma<State>) -> Result<(), GammaError>| loop {
+            match step(&mut g) {
                 Ok(()) => {}
                 Err(GammaError::SendFailure) => {
                     println!(
-                        "rank {me}: SENDFAILURE in sync after {:.2} s",
+                        "rank {me}: SENDFAILURE {what} after {:.2} s",
                         start.elapsed().as_secs_f64()
                     );
                     return Ok(4);
@@ -337,25 +338,14 @@ pub fn victim(boot: &Boot, fabric: Fabric) -> Result<i32, HostError> {
             if start.elapsed() > StdDuration::from_secs(60) {
                 return Err(fail("the victim never died"));
             }
-        }
+        };
+    if in_sync {
+        return until_failure("in sync", &mut |g| g.sync());
     }
     let data = vec![7u8; 10_000];
-    loop {
-        match g.send_flowctl(4, &data) {
-            Ok(_) => {}
-            Err(GammaError::SendFailure) => {
-                println!(
-                    "rank {me}: SENDFAILURE sending to rank {victim} after {:.2} s",
-                    start.elapsed().as_secs_f64()
-                );
-                return Ok(4);
-            }
-            Err(e) => return Err(e.into()),
-        }
-        if start.elapsed() > StdDuration::from_secs(60) {
-            return Err(fail("the victim never died"));
-        }
-    }
+    until_failure(&format!("sending to rank {victim}"), &mut |g| {
+        g.send_flowctl(4, &data).map(|_| ())
+    })
 }
 
 // ----------------------------------------------------------- flowctl-exact
