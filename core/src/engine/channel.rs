@@ -11,8 +11,8 @@ use crate::{GroupId, NodeAddr, NodeId};
 
 /// Largest number of unacknowledged frames per channel (the width of the SACK bitmap).
 pub const MAX_WINDOW: usize = 64;
-/// Control frames (barrier tokens) that may wait to be sent on one channel.
-pub(crate) const CTRL_QUEUE: usize = 4;
+/// Control frames (barrier tokens, rejections) that may wait to be sent on one channel.
+pub(crate) const CTRL_QUEUE: usize = 8;
 pub(crate) const NONE: u16 = u16::MAX;
 
 /// `a < b` in wrapping sequence space.
@@ -34,6 +34,12 @@ pub(crate) enum Slot {
     Barrier {
         epoch: u32,
         round: u32,
+    },
+    /// "Your reliable message `msg` from port `port` was discarded": the destination
+    /// port is not bound for input (or is not a port at all).
+    Reject {
+        msg: u32,
+        port: u16,
     },
 }
 
@@ -83,7 +89,7 @@ pub struct Channel {
     pub(crate) inflight: [Inflight; MAX_WINDOW],
     pub(crate) q_head: u16,
     pub(crate) q_tail: u16,
-    pub(crate) ctrl: [(u32, u32); CTRL_QUEUE],
+    pub(crate) ctrl: [Slot; CTRL_QUEUE],
     pub(crate) ctrl_len: usize,
     pub(crate) next_msg: u32,
     pub(crate) next_be_msg: u32,
@@ -108,6 +114,8 @@ pub struct Channel {
     pub(crate) next_deliver: u32,
     pub(crate) be_expect: u32,
     pub(crate) be_asm: u16,
+    /// Reliable message refused because its port is not bound for input, and since when.
+    pub(crate) unbound_msg: Option<(u32, Instant)>,
 }
 
 impl Channel {
@@ -124,7 +132,7 @@ impl Channel {
         inflight: [Inflight::EMPTY; MAX_WINDOW],
         q_head: NONE,
         q_tail: NONE,
-        ctrl: [(0, 0); CTRL_QUEUE],
+        ctrl: [Slot::Free; CTRL_QUEUE],
         ctrl_len: 0,
         next_msg: 0,
         next_be_msg: 0,
@@ -145,6 +153,7 @@ impl Channel {
         next_deliver: 0,
         be_expect: 0,
         be_asm: NONE,
+        unbound_msg: None,
     };
 
     pub(crate) fn open(

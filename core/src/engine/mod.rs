@@ -60,6 +60,10 @@ const BARRIER_PROBE: u32 = u32::MAX;
 const BARRIER_ABORT: u32 = 1 << 31;
 /// Port number that barrier tokens carry (GAMMA reserves 1024 for barriers).
 pub const BARRIER_PORT: PortId = 1024;
+/// Port reserved for collective broadcast (GAMMA: 1023); never a message's destination.
+pub const BROADCAST_PORT: PortId = 1023;
+/// `offset` of a CONTROL frame that rejects a message (WIRE.md).
+const CONTROL_REJECT: u32 = 1;
 
 /// Tunables of one engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +89,11 @@ pub struct Config {
     /// A barrier waiting this long for a round's token probes the member it waits
     /// for (and again every such period): a dead one fails the barrier.
     pub barrier_probe: Duration,
+    /// A reliable message to a port that is not bound for input is refused (the sender
+    /// retries) for this long, then discarded; its sender's send fails with
+    /// [`Error::PortClosed`]. Ports bound late (no barrier after setting up) still get
+    /// their messages within it.
+    pub unbound_grace: Duration,
 }
 
 impl Config {
@@ -101,6 +110,7 @@ impl Config {
             ack_delay: Duration::from_micros(20),
             reassembly_timeout: Duration::from_millis(100),
             barrier_probe: Duration::from_millis(50),
+            unbound_grace: Duration::from_secs(10),
         }
     }
 }
@@ -219,6 +229,12 @@ pub enum Error {
     BadConfig,
     /// A deadline passed first.
     Timeout,
+    /// The receiver discarded the message: its destination port was not bound for
+    /// input within [`Config::unbound_grace`], or is reserved.
+    PortClosed,
+    /// The call may not be made from inside a handler (it would wait for the poll
+    /// that is running the handler).
+    InHandler,
 }
 
 impl Error {
@@ -252,6 +268,8 @@ impl core::fmt::Display for Error {
             Error::BarrierInProgress => "a barrier is already running",
             Error::BadConfig => "inconsistent configuration",
             Error::Timeout => "deadline passed",
+            Error::PortClosed => "destination port not bound for input at the receiver",
+            Error::InHandler => "not allowed inside a handler",
         })
     }
 }
@@ -261,6 +279,78 @@ impl core::error::Error for Error {}
 /// A receiver or error handler.
 pub type Handler<'a, S> = fn(&mut Upcall<'_, 'a, S>);
 
+/// A port's destination buffer: lent for the engine's lifetime, or (with `alloc`)
+/// owned, moving into the port and back out by value when a fresh one is posted.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RecvBuf<'a> {
+    /// Memory the caller lends.
+    Lent(&'a mut [u8]),
+    /// Memory handed over; [`Engine::post_recv`] gives it back.
+    #[cfg(feature = "alloc")]
+    Owned(alloc::boxed::Box<[u8]>),
+}
+
+impl<'a> RecvBuf<'a> {
+    /// The lent slice back, if this buffer was lent.
+    pub fn into_lent(self) -> Option<&'a mut [u8]> {
+        match self {
+            RecvBuf::Lent(b) => Some(b),
+            #[cfg(feature = "alloc")]
+            RecvBuf::Owned(_) => None,
+        }
+    }
+
+    /// The owned buffer back, if this buffer was owned.
+    #[cfg(feature = "alloc")]
+    pub fn into_owned(self) -> Option<alloc::boxed::Box<[u8]>> {
+        match self {
+            RecvBuf::Owned(b) => Some(b),
+            RecvBuf::Lent(_) => None,
+        }
+    }
+}
+
+impl core::ops::Deref for RecvBuf<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            RecvBuf::Lent(b) => b,
+            #[cfg(feature = "alloc")]
+            RecvBuf::Owned(b) => b,
+        }
+    }
+}
+
+impl core::ops::DerefMut for RecvBuf<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            RecvBuf::Lent(b) => b,
+            #[cfg(feature = "alloc")]
+            RecvBuf::Owned(b) => b,
+        }
+    }
+}
+
+impl<'a> From<&'a mut [u8]> for RecvBuf<'a> {
+    fn from(b: &'a mut [u8]) -> Self {
+        RecvBuf::Lent(b)
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl From<alloc::boxed::Box<[u8]>> for RecvBuf<'_> {
+    fn from(b: alloc::boxed::Box<[u8]>) -> Self {
+        RecvBuf::Owned(b)
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl From<alloc::vec::Vec<u8>> for RecvBuf<'_> {
+    fn from(b: alloc::vec::Vec<u8>) -> Self {
+        RecvBuf::Owned(b.into_boxed_slice())
+    }
+}
+
 /// One port: output binding, input buffer, handlers and semaphore.
 pub struct Port<'a, S> {
     dest: Option<Dest>,
@@ -269,7 +359,7 @@ pub struct Port<'a, S> {
     err: Option<Handler<'a, S>>,
     sem: u16,
     kind: BufferKind,
-    buf: Option<&'a mut [u8]>,
+    buf: Option<RecvBuf<'a>>,
     buf_len: usize,
     cursor: usize,
     full: bool,
@@ -367,6 +457,11 @@ pub enum Body<'a> {
 enum Src<'a, 'c> {
     Body(Body<'a>),
     Copy(&'c [u8]),
+    /// Already copied into eager buffer `idx` (`len` bytes) by a handler.
+    Queued {
+        idx: u16,
+        len: usize,
+    },
 }
 
 /// A buffer a reliable send's payload is copied into, so the caller may reuse its own
@@ -391,6 +486,7 @@ enum OpState {
     Active,
     Done,
     Failed,
+    Rejected,
 }
 
 /// One send operation (a slot in the operation table).
@@ -405,6 +501,8 @@ pub struct Op<'a> {
     eager: u16,
     /// The caller has let go of the handle: the slot frees itself when done.
     detached: bool,
+    /// The receiver discarded the message (port not bound): fails once acked.
+    rejected: bool,
     head: [u8; HEAD_MAX],
     head_len: u8,
     body: &'a [u8],
@@ -432,6 +530,7 @@ impl Op<'_> {
         started: false,
         eager: NONE,
         detached: false,
+        rejected: false,
         head: [0; HEAD_MAX],
         head_len: 0,
         body: &[],
@@ -478,6 +577,8 @@ impl Op<'_> {
 #[derive(Debug, Clone, Copy)]
 pub struct Assembly {
     used: bool,
+    /// Fragments are taken and dropped (the port is closed); see `reserve_discard`.
+    discard: bool,
     chan: u16,
     msg_id: u32,
     reliable: bool,
@@ -494,6 +595,7 @@ impl Assembly {
     /// A free slot.
     pub const EMPTY: Assembly = Assembly {
         used: false,
+        discard: false,
         chan: NONE,
         msg_id: 0,
         reliable: false,
@@ -547,6 +649,8 @@ pub enum SendStatus {
     Done,
     /// The peer stopped answering.
     Failed,
+    /// The receiver discarded the message: its port was not bound for input.
+    Rejected,
 }
 
 /// Counters, in the spirit of LFC's statistics.
@@ -580,6 +684,11 @@ pub struct Stats {
     pub rx_refused: u64,
     /// Frames of kinds this engine does not serve yet.
     pub rx_unsupported: u64,
+    /// Reliable messages discarded because their port was not bound for input
+    /// (their senders were told).
+    pub rx_rejected: u64,
+    /// Of our reliable messages, those the receiver discarded.
+    pub tx_rejected: u64,
     /// Best-effort frames dropped (unbound port, stale, after a gap).
     pub rx_dropped: u64,
     /// Messages handed to ports.
@@ -607,6 +716,27 @@ pub struct Upcall<'u, 'a, S> {
     ports: &'u mut [Port<'a, S>],
     sems: &'u mut [Semaphore],
     state: &'u mut S,
+    eager: &'u mut [EagerBuf],
+    outbox: &'u mut Outbox,
+}
+
+/// Sends a handler queued, at most this many per poll.
+pub const OUTBOX: usize = 32;
+
+/// A send queued by a handler: its bytes wait in an eager buffer.
+#[derive(Debug, Clone, Copy, Default)]
+struct Queued {
+    port: PortId,
+    eager: u16,
+    len: u16,
+    reliable: bool,
+}
+
+/// Sends queued by handlers, started once the handler has returned.
+#[derive(Debug, Clone, Default)]
+pub struct Outbox {
+    items: [Queued; OUTBOX],
+    len: usize,
 }
 
 impl<S> core::fmt::Debug for Upcall<'_, '_, S> {
@@ -670,25 +800,85 @@ impl<'a, S> Upcall<'_, 'a, S> {
     pub fn sigerr(&mut self, sem: u16) -> Result<(), Error> {
         sigerr(self.sems, sem)
     }
-    /// Binds a fresh buffer to `port`, returning the previous one (GAMMA `gamma_post_recv`).
+    /// Binds a fresh buffer to `port`, returning the previous one (GAMMA
+    /// `gamma_post_recv`). Allowed on the port whose handler is running: its message
+    /// has landed, and the next one goes into `buf`.
     pub fn post_recv(
         &mut self,
         port: PortId,
-        buf: &'a mut [u8],
-    ) -> Result<Option<&'a mut [u8]>, Error> {
-        post_recv(self.ports, port, buf)
+        buf: impl Into<RecvBuf<'a>>,
+    ) -> Result<Option<RecvBuf<'a>>, Error> {
+        post_recv(self.ports, port, buf.into())
     }
     /// Binds a fresh buffer keeping the port's buffer size (GAMMA `gamma_attach_buffer`).
     pub fn attach_buffer(
         &mut self,
         port: PortId,
-        buf: &'a mut [u8],
-    ) -> Result<Option<&'a mut [u8]>, Error> {
-        attach_buffer(self.ports, port, buf)
+        buf: impl Into<RecvBuf<'a>>,
+    ) -> Result<Option<RecvBuf<'a>>, Error> {
+        attach_buffer(self.ports, port, buf.into())
     }
     /// Takes the buffer back from `port`.
-    pub fn take_buffer(&mut self, port: PortId) -> Result<Option<&'a mut [u8]>, Error> {
+    pub fn take_buffer(&mut self, port: PortId) -> Result<Option<RecvBuf<'a>>, Error> {
         take_buffer(self.ports, port)
+    }
+    /// A semaphore's state (GAMMA `gamma_test` from a handler).
+    pub fn semaphore(&self, sem: u16) -> Result<Semaphore, Error> {
+        self.sems
+            .get(sem as usize)
+            .copied()
+            .ok_or(Error::InvalidSemaphore)
+    }
+    /// Queues a best-effort send through `port` (GAMMA `gamma_send` from a handler).
+    /// `head` (at most [`HEAD_MAX`] bytes) and `body` are copied into one of the
+    /// engine's eager buffers, so together at most [`EAGER_MAX`] bytes; the message
+    /// leaves when the handler has returned, in the order queued. A failure later is
+    /// reported through the port's error handler or error semaphore. Returns the length.
+    pub fn send(&mut self, port: PortId, head: &[u8], body: &[u8]) -> Result<usize, Error> {
+        self.queue(port, head, body, false)
+    }
+    /// Queues a reliable send (GAMMA `gamma_send_flowctl` from a handler); see [`Upcall::send`].
+    pub fn send_flowctl(&mut self, port: PortId, head: &[u8], body: &[u8]) -> Result<usize, Error> {
+        self.queue(port, head, body, true)
+    }
+    fn queue(
+        &mut self,
+        port: PortId,
+        head: &[u8],
+        body: &[u8],
+        reliable: bool,
+    ) -> Result<usize, Error> {
+        let p = self.ports.get(port as usize).ok_or(Error::InvalidPort)?;
+        if p.dest.is_none() {
+            return Err(Error::NotBound);
+        }
+        if head.len() > HEAD_MAX {
+            return Err(Error::FirstPieceTooLong);
+        }
+        let len = head.len() + body.len();
+        if len > EAGER_MAX {
+            return Err(Error::MessageTooLong);
+        }
+        if self.outbox.len >= OUTBOX {
+            return Err(Error::NoResources);
+        }
+        let i = self
+            .eager
+            .iter()
+            .position(|e| !e.used)
+            .ok_or(Error::NoResources)?;
+        let e = &mut self.eager[i];
+        e.used = true;
+        e.data[..head.len()].copy_from_slice(head);
+        e.data[head.len()..len].copy_from_slice(body);
+        self.outbox.items[self.outbox.len] = Queued {
+            port,
+            eager: i as u16,
+            len: len as u16,
+            reliable,
+        };
+        self.outbox.len += 1;
+        Ok(len)
     }
 }
 
@@ -714,8 +904,8 @@ fn port_mut<'p, 'a, S>(
 fn post_recv<'a, S>(
     ports: &mut [Port<'a, S>],
     port: PortId,
-    buf: &'a mut [u8],
-) -> Result<Option<&'a mut [u8]>, Error> {
+    buf: RecvBuf<'a>,
+) -> Result<Option<RecvBuf<'a>>, Error> {
     let p = port_mut(ports, port)?;
     if p.busy {
         return Err(Error::PortBusy);
@@ -729,8 +919,8 @@ fn post_recv<'a, S>(
 fn attach_buffer<'a, S>(
     ports: &mut [Port<'a, S>],
     port: PortId,
-    buf: &'a mut [u8],
-) -> Result<Option<&'a mut [u8]>, Error> {
+    buf: RecvBuf<'a>,
+) -> Result<Option<RecvBuf<'a>>, Error> {
     let p = port_mut(ports, port)?;
     if p.busy {
         return Err(Error::PortBusy);
@@ -746,7 +936,7 @@ fn attach_buffer<'a, S>(
 fn take_buffer<'a, S>(
     ports: &mut [Port<'a, S>],
     port: PortId,
-) -> Result<Option<&'a mut [u8]>, Error> {
+) -> Result<Option<RecvBuf<'a>>, Error> {
     let p = port_mut(ports, port)?;
     if p.busy {
         return Err(Error::PortBusy);
@@ -858,6 +1048,8 @@ pub struct Engine<'a, S = ()> {
     timer_fired: bool,
     /// A message was handed to a port during the current poll.
     delivered: bool,
+    /// Sends handlers queued.
+    outbox: Outbox,
 }
 
 impl<S> core::fmt::Debug for Engine<'_, S> {
@@ -880,10 +1072,31 @@ struct Note {
     src: Endpoints,
 }
 
-fn notify<'a, S>(ports: &mut [Port<'a, S>], sems: &mut [Semaphore], state: &mut S, n: Note) {
+/// Borrowed parts of the engine a handler may touch.
+struct HandlerCx<'e, 'a, S> {
+    ports: &'e mut [Port<'a, S>],
+    sems: &'e mut [Semaphore],
+    state: &'e mut S,
+    eager: &'e mut [EagerBuf],
+    outbox: &'e mut Outbox,
+}
+
+fn notify<S>(cx: HandlerCx<'_, '_, S>, n: Note) {
+    let HandlerCx {
+        ports,
+        sems,
+        state,
+        eager,
+        outbox,
+    } = cx;
     let Some(p) = ports.get(n.port as usize) else {
         return;
     };
+    // A port not set up for input has no handler or semaphore to tell (seed: both are
+    // part of setting a port up for input); the engine's counters still see it.
+    if !p.input && n.errno != Some(Errno::SendFailure) {
+        return;
+    }
     let sem = p.sem as usize;
     let handler = if n.errno.is_some() { p.err } else { p.recv };
     if let Some(s) = sems.get_mut(sem) {
@@ -905,6 +1118,8 @@ fn notify<'a, S>(ports: &mut [Port<'a, S>], sems: &mut [Semaphore], state: &mut 
             ports,
             sems,
             state,
+            eager,
+            outbox,
         };
         h(&mut up);
     }
@@ -915,9 +1130,14 @@ fn notify<'a, S>(ports: &mut [Port<'a, S>], sems: &mut [Semaphore], state: &mut 
 fn finish_op(ops: &mut [Op<'_>], eager: &mut [EagerBuf], i: usize, ok: bool) {
     let parent = ops[i].parent;
     let top = if parent == NONE {
-        ops[i].state = if ok { OpState::Done } else { OpState::Failed };
+        ops[i].state = match (ok, ops[i].rejected) {
+            (true, false) => OpState::Done,
+            (true, true) => OpState::Rejected,
+            (false, _) => OpState::Failed,
+        };
         i
     } else {
+        let ok = ok && !ops[i].rejected;
         ops[i].state = OpState::Free;
         let p = &mut ops[parent as usize];
         p.children = p.children.saturating_sub(1);
@@ -986,7 +1206,15 @@ impl<'a, S> Engine<'a, S> {
             op_hint: 0,
             timer_fired: false,
             delivered: false,
+            outbox: Outbox::default(),
         })
+    }
+
+    /// Learns the device's limits (MTU, reliability, integrity) before the first
+    /// [`Engine::poll`], which otherwise learns them; sends started earlier are framed
+    /// to the device's MTU, not a default.
+    pub fn set_capabilities(&mut self, caps: Capabilities) {
+        self.caps = caps;
     }
 
     /// The configuration.
@@ -1020,6 +1248,16 @@ impl<'a, S> Engine<'a, S> {
     /// Number of semaphores.
     pub fn sem_count(&self) -> usize {
         self.sems.len()
+    }
+
+    fn handler_cx(&mut self) -> HandlerCx<'_, 'a, S> {
+        HandlerCx {
+            ports: &mut self.ports,
+            sems: &mut self.sems,
+            state: &mut self.state,
+            eager: &mut self.eager,
+            outbox: &mut self.outbox,
+        }
     }
 
     fn group(&self, id: GroupId) -> Option<&Group<'a>> {
@@ -1062,7 +1300,7 @@ impl<'a, S> Engine<'a, S> {
         p.sem = setup.sem;
         p.kind = setup.kind;
         p.buf_len = setup.buffer.as_ref().map_or(0, |b| b.len());
-        p.buf = setup.buffer;
+        p.buf = setup.buffer.map(RecvBuf::Lent);
         p.cursor = 0;
         p.full = false;
         Ok(())
@@ -1072,22 +1310,22 @@ impl<'a, S> Engine<'a, S> {
     pub fn post_recv(
         &mut self,
         port: PortId,
-        buf: &'a mut [u8],
-    ) -> Result<Option<&'a mut [u8]>, Error> {
-        post_recv(&mut self.ports, port, buf)
+        buf: impl Into<RecvBuf<'a>>,
+    ) -> Result<Option<RecvBuf<'a>>, Error> {
+        post_recv(&mut self.ports, port, buf.into())
     }
 
     /// Binds a fresh buffer keeping the port's buffer size, returning the previous one.
     pub fn attach_buffer(
         &mut self,
         port: PortId,
-        buf: &'a mut [u8],
-    ) -> Result<Option<&'a mut [u8]>, Error> {
-        attach_buffer(&mut self.ports, port, buf)
+        buf: impl Into<RecvBuf<'a>>,
+    ) -> Result<Option<RecvBuf<'a>>, Error> {
+        attach_buffer(&mut self.ports, port, buf.into())
     }
 
     /// Takes the buffer back from `port`.
-    pub fn take_buffer(&mut self, port: PortId) -> Result<Option<&'a mut [u8]>, Error> {
+    pub fn take_buffer(&mut self, port: PortId) -> Result<Option<RecvBuf<'a>>, Error> {
         take_buffer(&mut self.ports, port)
     }
 
@@ -1180,6 +1418,10 @@ impl<'a, S> Engine<'a, S> {
         let (body_ref, body_len, external) = match body {
             Src::Body(Body::Borrowed(b)) => (b, b.len(), false),
             Src::Body(Body::External(n)) => (&[][..], n, true),
+            Src::Queued { idx, len } => {
+                eager = idx;
+                (&[][..], len, false)
+            }
             Src::Copy(b) => {
                 if b.len() > EAGER_MAX || dest.node == BROADCAST || !reliable {
                     return Err(Error::NoResources);
@@ -1324,9 +1566,7 @@ impl<'a, S> Engine<'a, S> {
 
     fn notify_send_failure(&mut self, port: PortId, dest: Dest) {
         notify(
-            &mut self.ports,
-            &mut self.sems,
-            &mut self.state,
+            self.handler_cx(),
             Note {
                 port,
                 errno: Some(Errno::SendFailure),
@@ -1353,6 +1593,7 @@ impl<'a, S> Engine<'a, S> {
         Ok(match op.state {
             OpState::Done => SendStatus::Done,
             OpState::Failed => SendStatus::Failed,
+            OpState::Rejected => SendStatus::Rejected,
             _ => SendStatus::Pending,
         })
     }
@@ -1469,7 +1710,10 @@ impl<'a, S> Engine<'a, S> {
         if ch.ctrl_len == CTRL_QUEUE {
             return Ok(false);
         }
-        ch.ctrl[ch.ctrl_len] = (self.bar.epoch, round);
+        ch.ctrl[ch.ctrl_len] = Slot::Barrier {
+            epoch: self.bar.epoch,
+            round,
+        };
         ch.ctrl_len += 1;
         Ok(true)
     }
@@ -1571,7 +1815,7 @@ impl<'a, S> Engine<'a, S> {
         let payload = packet.payload();
         match repr.kind {
             Kind::Ack => {}
-            Kind::Data | Kind::Multicast | Kind::Barrier
+            Kind::Data | Kind::Multicast | Kind::Barrier | Kind::Control
                 if repr.flags.contains(Flags::RELIABLE) =>
             {
                 self.rx_reliable(now, ci, &repr, payload)
@@ -1639,11 +1883,16 @@ impl<'a, S> Engine<'a, S> {
             }
             SeqCheck::New => {}
         }
-        let accepted = if repr.kind == Kind::Barrier {
-            self.rx_barrier(repr);
-            true
-        } else {
-            self.rx_reliable_data(now, ci, repr, payload)
+        let accepted = match repr.kind {
+            Kind::Barrier => {
+                self.rx_barrier(repr);
+                true
+            }
+            Kind::Control => {
+                self.rx_control(ci, repr);
+                true
+            }
+            _ => self.rx_reliable_data(now, ci, repr, payload),
         };
         let ch = &mut self.chans[ci];
         if !accepted {
@@ -1664,9 +1913,37 @@ impl<'a, S> Engine<'a, S> {
             // Credits come back within the delay even if nothing is sent meanwhile.
             ch.ack_at = Some(now + self.cfg.ack_delay);
         }
-        if repr.kind != Kind::Barrier {
+        if matches!(repr.kind, Kind::Data | Kind::Multicast) {
             self.deliver_in_order(ci);
         }
+    }
+
+    /// A control frame: REJECT fails our message `msg_id` sent from `dst_port`.
+    fn rx_control(&mut self, ci: usize, repr: &Repr) {
+        if repr.offset != CONTROL_REJECT {
+            self.stats.rx_unsupported += 1;
+            return;
+        }
+        self.stats.tx_rejected += 1;
+        let found = self.ops.iter().position(|o| {
+            o.state != OpState::Free && o.reliable && o.chan == ci as u16 && o.msg_id == repr.msg_id
+        });
+        let ch = &self.chans[ci];
+        let mut dest = Dest {
+            group: ch.peer_group,
+            node: ch.peer_node,
+            port: 0,
+        };
+        if let Some(i) = found {
+            let o = &mut self.ops[i];
+            dest = o.dest;
+            match o.state {
+                OpState::Active => o.rejected = true,
+                OpState::Done if o.parent == NONE => o.state = OpState::Rejected,
+                _ => {}
+            }
+        }
+        self.notify_send_failure(repr.ends.dst_port, dest);
     }
 
     fn rx_barrier(&mut self, repr: &Repr) {
@@ -1721,10 +1998,62 @@ impl<'a, S> Engine<'a, S> {
             used: true,
             chan: ci as u16,
             msg_id: repr.msg_id,
+            discard: false,
             reliable,
             port,
             base,
             cap,
+            total: repr.total_len,
+            received: 0,
+            deadline: now + self.cfg.reassembly_timeout,
+            src: repr.ends,
+        };
+        Some(ai)
+    }
+
+    /// Whether a reliable message that `reserve` refused should be discarded: its port
+    /// is reserved or out of range, or has not been bound for input within the grace.
+    fn closed_port(&mut self, ci: usize, repr: &Repr, now: Instant) -> bool {
+        let dp = repr.ends.dst_port;
+        let unbound = match self.ports.get(dp as usize) {
+            _ if dp == BARRIER_PORT || dp == BROADCAST_PORT => return true,
+            None => return true,
+            Some(p) => !p.input,
+        };
+        let ch = &mut self.chans[ci];
+        if !unbound {
+            // Busy: ordinary flow control, the port frees up when its message lands.
+            ch.unbound_msg = None;
+            return false;
+        }
+        match ch.unbound_msg {
+            Some((m, since)) if m == repr.msg_id => {
+                now.saturating_since(since) >= self.cfg.unbound_grace
+            }
+            _ => {
+                ch.unbound_msg = Some((repr.msg_id, now));
+                false
+            }
+        }
+    }
+
+    /// An assembly that takes a message's fragments and stores nothing, so that the
+    /// channel's order holds; the sender is told when it completes. `None` (refuse
+    /// for now) if no assembly or control slot is free.
+    fn reserve_discard(&mut self, ci: usize, repr: &Repr, now: Instant) -> Option<usize> {
+        if self.chans[ci].ctrl_len >= CTRL_QUEUE {
+            return None;
+        }
+        let ai = self.asms.iter().position(|a| !a.used)?;
+        self.asms[ai] = Assembly {
+            used: true,
+            discard: true,
+            chan: ci as u16,
+            msg_id: repr.msg_id,
+            reliable: true,
+            port: repr.ends.dst_port,
+            base: 0,
+            cap: 0,
             total: repr.total_len,
             received: 0,
             deadline: now + self.cfg.reassembly_timeout,
@@ -1764,13 +2093,21 @@ impl<'a, S> Engine<'a, S> {
                     self.stats.rx_dropped += 1;
                     return true;
                 }
-                if repr.msg_id != next || repr.ends.dst_port as usize >= self.ports.len() {
+                if repr.msg_id != next {
                     // Placed in message order, so a later message waits for an earlier one.
-                    return repr.ends.dst_port as usize >= self.ports.len();
-                }
-                let Some(ai) = self.reserve(ci, repr, true, now) else {
                     return false;
+                }
+                let ai = match self.reserve(ci, repr, true, now) {
+                    Some(ai) => ai,
+                    None if self.closed_port(ci, repr, now) => {
+                        let Some(ai) = self.reserve_discard(ci, repr, now) else {
+                            return false;
+                        };
+                        ai
+                    }
+                    None => return false,
                 };
+                self.chans[ci].unbound_msg = None;
                 self.chans[ci].next_reserve = next.wrapping_add(1);
                 ai
             }
@@ -1802,6 +2139,19 @@ impl<'a, S> Engine<'a, S> {
             self.be_asms -= 1;
         }
         let a = *a;
+        if a.discard {
+            self.stats.rx_rejected += 1;
+            if let Some(ch) = self.chans.get_mut(a.chan as usize) {
+                if ch.ctrl_len < CTRL_QUEUE {
+                    ch.ctrl[ch.ctrl_len] = Slot::Reject {
+                        msg: a.msg_id,
+                        port: a.src.src_port,
+                    };
+                    ch.ctrl_len += 1;
+                }
+            }
+            return;
+        }
         self.delivered = true;
         let truncated = (a.total as usize) > a.cap;
         let errno = lost.or(truncated.then_some(Errno::MsgTooLong));
@@ -1836,9 +2186,7 @@ impl<'a, S> Engine<'a, S> {
             }
         }
         notify(
-            &mut self.ports,
-            &mut self.sems,
-            &mut self.state,
+            self.handler_cx(),
             Note {
                 port: a.port,
                 errno,
@@ -1856,9 +2204,7 @@ impl<'a, S> Engine<'a, S> {
         self.stats.lost += 1;
         if (repr.ends.dst_port as usize) < self.ports.len() {
             notify(
-                &mut self.ports,
-                &mut self.sems,
-                &mut self.state,
+                self.handler_cx(),
                 Note {
                     port: repr.ends.dst_port,
                     errno: Some(Errno::FrameLost),
@@ -1875,12 +2221,15 @@ impl<'a, S> Engine<'a, S> {
     fn rx_best_effort(&mut self, now: Instant, ci: usize, repr: &Repr, payload: &[u8]) {
         let msg = repr.msg_id;
         let expect = self.chans[ci].be_expect;
-        if seq_lt(msg, expect) {
+        let cur = self.chans[ci].be_asm;
+        // `be_expect` is already past the message being assembled: its later fragments
+        // belong to `cur`, everything else older is stale.
+        let continues = cur != NONE && self.asms[cur as usize].msg_id == msg;
+        if !continues && seq_lt(msg, expect) {
             self.stats.rx_dropped += 1;
             return;
         }
-        let cur = self.chans[ci].be_asm;
-        if cur != NONE && self.asms[cur as usize].msg_id != msg {
+        if cur != NONE && !continues {
             // A later message started: the unfinished one lost frames.
             self.chans[ci].be_asm = NONE;
             self.deliver(cur as usize, Some(Errno::FrameLost));
@@ -1888,8 +2237,11 @@ impl<'a, S> Engine<'a, S> {
         let ai = if self.chans[ci].be_asm != NONE {
             self.chans[ci].be_asm as usize
         } else {
-            if msg != expect {
-                // Whole messages vanished between `expect` and `msg`.
+            // Whole messages vanished between `expect` and `msg`: one report each, so
+            // that every message is either delivered or reported (bounded by a window,
+            // whatever a frame claims).
+            let vanished = msg.wrapping_sub(expect).min(MAX_WINDOW as u32);
+            for _ in 0..vanished {
                 self.report_lost(repr);
             }
             self.chans[ci].be_expect = msg.wrapping_add(1);
@@ -2052,7 +2404,7 @@ impl<'a, S> Engine<'a, S> {
                 || c.failed
                 || (c.outstanding() == 0 && !c.ack_now && c.ack_at.is_none() && c.ctrl_len == 0)
         });
-        ops_idle && chans_idle && !self.bar.active
+        ops_idle && chans_idle && !self.bar.active && self.outbox.len == 0
     }
 
     /// Asks the device about every peer still owed an ack; a peer the device knows
@@ -2071,6 +2423,9 @@ impl<'a, S> Engine<'a, S> {
     pub fn poll_at(&self, now: Instant) -> Option<Instant> {
         let mut at: Option<Instant> = None;
         let mut min = |t: Instant| at = Some(at.map_or(t, |a| a.min(t)));
+        if self.outbox.len > 0 {
+            min(now);
+        }
         for ch in self.chans.iter().filter(|c| c.in_use && !c.failed) {
             if ch.ack_now || ch.resend_any || (ch.ctrl_len > 0 && ch.can_send_new()) {
                 min(now);
@@ -2096,6 +2451,32 @@ impl<'a, S> Engine<'a, S> {
 
     // --------------------------------------------------------------- sending
 
+    /// Starts the sends handlers queued. Only those queued before this call: a
+    /// handler run from here (an error handler) queues for the next one.
+    fn start_queued(&mut self) {
+        let queued = core::mem::take(&mut self.outbox);
+        for q in &queued.items[..queued.len] {
+            let src = Src::Queued {
+                idx: q.eager,
+                len: q.len as usize,
+            };
+            match self.start(q.port, &[], src, q.reliable) {
+                Ok(h) => {
+                    // Nobody holds the handle: a failure goes to the port's error handler.
+                    let _ = self.detach(h);
+                }
+                Err(_) => {
+                    if let Some(b) = self.eager.get_mut(q.eager as usize) {
+                        b.used = false;
+                    }
+                    if let Some(dest) = self.port_dest(q.port) {
+                        self.notify_send_failure(q.port, dest);
+                    }
+                }
+            }
+        }
+    }
+
     /// Sends what the windows and credits allow. `ext` is the payload of the
     /// [`Body::External`] send in progress, if any. Returns frames sent.
     pub fn poll_transmit<D: Device>(
@@ -2104,6 +2485,9 @@ impl<'a, S> Engine<'a, S> {
         dev: &mut D,
         ext: Option<&[u8]>,
     ) -> usize {
+        if self.outbox.len > 0 {
+            self.start_queued();
+        }
         let n = self.chan_hwm;
         if n == 0 {
             return 0;
@@ -2175,6 +2559,7 @@ impl<'a, S> Engine<'a, S> {
                         }
                     }
                     Slot::Barrier { epoch, round } => tx.barrier(ch, s, epoch, round),
+                    Slot::Reject { msg, port } => tx.reject(ch, s, msg, port),
                     Slot::Free => true,
                 };
                 if !ok {
@@ -2187,14 +2572,19 @@ impl<'a, S> Engine<'a, S> {
         }
         ch.resend_any = false;
 
-        // 2. Barrier tokens.
+        // 2. Control frames: barrier tokens, rejections.
         while ch.ctrl_len > 0 && ch.can_send_new() {
-            let (epoch, round) = ch.ctrl[0];
+            let slot = ch.ctrl[0];
             let seq = ch.snd_nxt;
-            if !tx.barrier(ch, seq, epoch, round) {
+            let ok = match slot {
+                Slot::Barrier { epoch, round } => tx.barrier(ch, seq, epoch, round),
+                Slot::Reject { msg, port } => tx.reject(ch, seq, msg, port),
+                _ => true,
+            };
+            if !ok {
                 return tx.sent;
             }
-            ch.push(Slot::Barrier { epoch, round });
+            ch.push(slot);
             ch.ctrl.copy_within(1.., 0);
             ch.ctrl_len -= 1;
         }
@@ -2399,6 +2789,26 @@ impl<D: Device> Tx<'_, D> {
             ack: None,
             msg_id: epoch,
             offset: round,
+            total_len: 0,
+            payload_len: 0,
+        };
+        self.emit(ch, repr, [&[], &[]])
+    }
+
+    fn reject(&mut self, ch: &mut Channel, seq: u32, msg: u32, port: PortId) -> bool {
+        let repr = Repr {
+            kind: Kind::Control,
+            flags: Flags::RELIABLE | Flags::ACK_REQ,
+            job_key: 0,
+            ends: Endpoints {
+                src_port: 0,
+                dst_port: port,
+                ..Endpoints::default()
+            },
+            seq,
+            ack: None,
+            msg_id: msg,
+            offset: CONTROL_REJECT,
             total_len: 0,
             payload_len: 0,
         };

@@ -4,17 +4,31 @@
 //! GAMMA programmer finds everything. Differences that Rust imposes, and choices the
 //! seed left open:
 //!
-//! - Buffers are lent, not pinned: [`Gamma::set_active_port`] and [`Gamma::post_recv`]
-//!   take `&'a mut [u8]` and give the previous buffer back; [`Gamma::buffer`] reads what
-//!   landed. `gamma_mlock` has no counterpart: a lent buffer cannot move or be paged out
-//!   under the engine (the hosted target locks its memory as a whole).
+//! - Buffers are lent or handed over, not pinned: [`Gamma::set_active_port`] takes a
+//!   lent `&'a mut [u8]`; [`Gamma::post_recv`] takes a lent slice or an owned
+//!   `Vec<u8>`/`Box<[u8]>` ([`RecvBuf`]) and gives the previous buffer back by value,
+//!   so a program can keep its buffers in its state and swap them from a handler
+//!   without leaking them. [`Gamma::buffer`] reads what landed. The Rust API does not
+//!   lock memory: a lent buffer cannot move under the engine, and a hosted process is
+//!   paged like any other (the C library's `gamma_mlock` calls `mlock(2)`).
 //! - Handlers are `fn(&mut Upcall)`: `gamma_active_port`, the message length and
 //!   `gamma_errno` are read from the [`Upcall`], and shared state lives in the `S` value
 //!   that [`Upcall::state`] and [`Gamma::state`] reach (GAMMA used globals).
 //!   Handlers run inside [`Gamma::poll`] and the blocking calls, straight off the
 //!   device, when a whole message has landed and before the port stores another one.
-//!   A handler may signal semaphores and re-post buffers; it cannot send (sends need
-//!   the device the engine is polling at that moment) and should stay short.
+//!   As the seed allows, a handler may make any GAMMA call that does not wait: signal
+//!   semaphores, re-post buffers ([`Upcall::post_recv`]) and send
+//!   ([`Upcall::send`], [`Upcall::send_flowctl`]: copied, at most `EAGER_MAX` bytes,
+//!   queued and transmitted as soon as the handler returns; a failure later goes to
+//!   the port's error handler). Waiting calls (`wait`, `sync`, `wsend`) cannot be
+//!   reached from a handler.
+//! - A reliable message to a port the receiver has not bound for input is refused
+//!   and retried for [`Config::unbound_grace`] (10 s by default: ports set up late
+//!   still get it), then discarded by the receiver, which tells the sender: the send
+//!   fails with [`Error::PortClosed`] and the port's error handler sees `SENDFAILURE`.
+//!   Best-effort messages to such a port are dropped and counted
+//!   ([`crate::engine::Stats::rx_dropped`]): no handler and no semaphore belongs to it.
+//!   Reserved ports (1023, 1024) are refused as destinations by `set_active_port`.
 //! - Service levels: plain `send` is *best-effort*: fragments are never retransmitted,
 //!   and a receiver that misses one sees `FRAMELOST` on the port (error handler, or the
 //!   error count that [`Gamma::wait`] returns), never silently wrong data. Non-blocking
@@ -36,14 +50,14 @@ use crate::phy::Device;
 use crate::time::{Duration, Instant};
 use crate::{GroupId, NodeId, PortId};
 
-pub use crate::engine::{BufferKind, Errno, Handler, Upcall, BROADCAST};
+pub use crate::engine::{BufferKind, Errno, Handler, RecvBuf, Upcall, BROADCAST};
 
 /// Ports per process, numbered `0..=1024`.
 pub const PORTS: usize = 1025;
 /// Semaphores per process, numbered `0..=1024`.
 pub const SEMAPHORES: usize = 1025;
 /// Port and semaphore reserved for broadcast.
-pub const BROADCAST_PORT: PortId = 1023;
+pub const BROADCAST_PORT: PortId = crate::engine::BROADCAST_PORT;
 /// Port and semaphore reserved for barrier synchronisation.
 pub const BARRIER_PORT: PortId = crate::engine::BARRIER_PORT;
 /// Store each message after the previous one.
@@ -111,6 +125,15 @@ fn user_port(port: PortId) -> Result<(), Error> {
     }
 }
 
+/// How a finished send ended, as a result.
+fn status_result(st: SendStatus) -> Result<(), Error> {
+    match st {
+        SendStatus::Failed => Err(Error::SendFailure),
+        SendStatus::Rejected => Err(Error::PortClosed),
+        _ => Ok(()),
+    }
+}
+
 fn user_sem(sem: u16) -> Result<(), Error> {
     if sem as usize >= SEMAPHORES - 2 {
         return Err(Error::InvalidSemaphore);
@@ -132,8 +155,11 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         if storage.ports.len() < PORTS || storage.sems.len() < SEMAPHORES {
             return Err(Error::BadConfig);
         }
+        let mut engine = Engine::new(cfg, groups, storage, state)?;
+        // Sends before the first poll are framed to this device's MTU.
+        engine.set_capabilities(dev.capabilities());
         Ok(Gamma {
-            engine: Engine::new(cfg, groups, storage, state)?,
+            engine,
             dev,
             clock,
             idle: None,
@@ -205,9 +231,8 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     ) -> Result<(), Error> {
         user_port(port)?;
         user_sem(semaphore)?;
-        if dest_port as usize >= PORTS {
-            return Err(Error::InvalidPort);
-        }
+        // The reserved ports belong to the collectives: never a message's destination.
+        user_port(dest_port)?;
         let dest = Dest {
             group: dest_par_pid,
             node: dest_node,
@@ -256,8 +281,8 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     pub fn post_recv(
         &mut self,
         port: PortId,
-        buffer: &'a mut [u8],
-    ) -> Result<Option<&'a mut [u8]>, Error> {
+        buffer: impl Into<RecvBuf<'a>>,
+    ) -> Result<Option<RecvBuf<'a>>, Error> {
         user_port(port)?;
         self.engine.post_recv(port, buffer)
     }
@@ -267,8 +292,8 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     pub fn attach_buffer(
         &mut self,
         port: PortId,
-        buffer: &'a mut [u8],
-    ) -> Result<Option<&'a mut [u8]>, Error> {
+        buffer: impl Into<RecvBuf<'a>>,
+    ) -> Result<Option<RecvBuf<'a>>, Error> {
         user_port(port)?;
         self.engine.attach_buffer(port, buffer)
     }
@@ -323,6 +348,10 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
                 SendStatus::Failed => {
                     self.engine.release(h)?;
                     return Err(Error::SendFailure);
+                }
+                SendStatus::Rejected => {
+                    self.engine.release(h)?;
+                    return Err(Error::PortClosed);
                 }
             }
         }
@@ -410,10 +439,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
                     self.idle_step(busy);
                 }
                 _ => {
-                    return match self.engine.release(handle)? {
-                        SendStatus::Failed => Err(Error::SendFailure),
-                        _ => Ok(()),
-                    }
+                    return status_result(self.engine.release(handle)?);
                 }
             }
         }
@@ -425,10 +451,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         self.poll();
         match self.engine.send_status(handle)? {
             SendStatus::Pending => Ok(false),
-            _ => match self.engine.release(handle)? {
-                SendStatus::Failed => Err(Error::SendFailure),
-                _ => Ok(true),
-            },
+            _ => status_result(self.engine.release(handle)?).map(|()| true),
         }
     }
 

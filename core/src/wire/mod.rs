@@ -86,7 +86,9 @@ pub enum Kind {
     Barrier = 3,
     /// A fragment of a broadcast or multicast message.
     Multicast = 4,
-    /// Membership and control (join, leave, liveness).
+    /// Control, reliable: `offset` 1 = REJECT, the message `msg_id` the receiver of this
+    /// frame sent from port `dst_port` was discarded (its destination port is not bound
+    /// for input, or is reserved).
     Control = 5,
     /// Remote fetch-and-add request (reserved for the LFC personality).
     FetchAdd = 6,
