@@ -37,7 +37,7 @@ impl From<volley_core::engine::Error> for HostError {
 }
 
 /// Which fabric a job runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fabric {
     /// The Myrinet-like NIC model on shared memory (one machine).
     Shm,
@@ -54,16 +54,51 @@ impl Fabric {
         }
     }
 
+    /// From its name.
+    pub fn parse(name: &str) -> Option<Fabric> {
+        match name {
+            "shm" => Some(Fabric::Shm),
+            "udp" => Some(Fabric::Udp),
+            _ => None,
+        }
+    }
+
     /// From `VOLLEY_FABRIC`, defaulting to `shm`.
     pub fn from_env() -> Result<Fabric, HostError> {
-        match std::env::var("VOLLEY_FABRIC").as_deref() {
-            Err(_) | Ok("shm") => Ok(Fabric::Shm),
-            Ok("udp") => Ok(Fabric::Udp),
-            Ok(other) => Err(HostError(format!(
-                "VOLLEY_FABRIC={other:?}: expected shm or udp"
-            ))),
+        match std::env::var("VOLLEY_FABRIC") {
+            Err(_) => Ok(Fabric::Shm),
+            Ok(v) => Fabric::parse(&v)
+                .ok_or_else(|| HostError(format!("VOLLEY_FABRIC={v:?}: expected shm or udp"))),
         }
     }
 }
 
 pub use node::{HostDevice, HostGamma};
+
+/// The context a handler of a hosted GAMMA process runs in: write handlers as
+/// `fn on_message(up: &mut Upcall<MyState>)`.
+pub type Upcall<'u, S> = volley_core::gamma::Upcall<'u, 'static, S>;
+
+/// Boots this rank from the environment and returns its GAMMA instance: the one call
+/// an embedding program makes (`gamma_init`).
+///
+/// The rank, size and job come from our launcher (`volley run`), `mpiexec`
+/// (`PMI_*`), Open MPI (`OMPI_*`), Slurm (`SLURM_*`) or a hosts list
+/// (`VOLLEY_HOSTS`), in that order; the fabric from `VOLLEY_FABRIC` (`shm` by
+/// default, or `udp`). `state` is the value handlers share ([`Upcall::state`]).
+///
+/// ```
+/// // A one-rank job, as `volley run -n 1` would start it.
+/// std::env::set_var("VOLLEY_RANK", "0");
+/// std::env::set_var("VOLLEY_SIZE", "1");
+/// std::env::set_var("VOLLEY_JOB", format!("{:#x}", std::process::id() as u64 | 0xD0C << 32));
+/// let mut g = volley_hosted::init(()).expect("rank starts");
+/// assert_eq!((g.my_node(), g.how_many_nodes()), (0, 1));
+/// g.sync().expect("a barrier of one");
+/// g.exit();
+/// ```
+pub fn init<S>(state: S) -> Result<HostGamma<S>, HostError> {
+    let boot = bootstrap::from_env(None).map_err(|e| HostError(e.to_string()))?;
+    let fabric = Fabric::from_env()?;
+    node::gamma(&boot, fabric, state)
+}

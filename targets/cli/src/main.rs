@@ -32,8 +32,8 @@ enum Cmd {
         #[arg(short = 'n', long, default_value_t = 4)]
         ranks: u16,
         /// Fabric: shm (Myrinet-like NIC model on /dev/shm) or udp (loopback sockets).
-        #[arg(long, value_enum, default_value_t = Fabric::Shm)]
-        fabric: Fabric,
+        #[arg(long, value_enum, default_value_t = FabricArg::Shm)]
+        fabric: FabricArg,
     },
     /// Starts N ranks of PROGRAM on this machine, with VOLLEY_RANK, VOLLEY_SIZE,
     /// VOLLEY_JOB and VOLLEY_FABRIC set; forwards their output with a [rank] prefix;
@@ -43,8 +43,8 @@ enum Cmd {
         #[arg(short = 'n', long)]
         ranks: u16,
         /// Fabric the ranks should use (sets VOLLEY_FABRIC).
-        #[arg(long, value_enum, default_value_t = Fabric::Shm)]
-        fabric: Fabric,
+        #[arg(long, value_enum, default_value_t = FabricArg::Shm)]
+        fabric: FabricArg,
         /// Seconds before the whole job is stopped as failed.
         #[arg(long, default_value_t = 600.0)]
         timeout: f64,
@@ -79,7 +79,7 @@ enum Cmd {
         program: Program,
         /// Fabric (default: VOLLEY_FABRIC, else shm).
         #[arg(long, value_enum)]
-        fabric: Option<Fabric>,
+        fabric: Option<FabricArg>,
         /// Hosts list, comma-separated: the rank is this host's index (UDP peers live there).
         #[arg(long)]
         hosts: Option<String>,
@@ -93,6 +93,24 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
+}
+
+/// A fabric on the command line.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum FabricArg {
+    /// The Myrinet-like NIC model on shared memory (one machine).
+    Shm,
+    /// UDP sockets (loopback or across machines).
+    Udp,
+}
+
+impl From<FabricArg> for Fabric {
+    fn from(f: FabricArg) -> Fabric {
+        match f {
+            FabricArg::Shm => Fabric::Shm,
+            FabricArg::Udp => Fabric::Udp,
+        }
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,9 +197,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let code = match cli.command.unwrap_or(Cmd::Demo {
         ranks: 4,
-        fabric: Fabric::Shm,
+        fabric: FabricArg::Shm,
     }) {
-        Cmd::Demo { ranks, fabric } => launch(ranks, fabric, &["worker", "demo"], true),
+        Cmd::Demo { ranks, fabric } => launch(ranks, fabric.into(), &["worker", "demo"], true),
         Cmd::Run {
             ranks,
             fabric,
@@ -191,7 +209,7 @@ fn main() -> ExitCode {
             command,
         } => launcher::run(&RunOptions {
             ranks,
-            fabric,
+            fabric: fabric.into(),
             timeout: Duration::from_secs_f64(timeout),
             grace: Duration::from_secs_f64(grace),
             job,
@@ -249,7 +267,7 @@ fn main() -> ExitCode {
                 },
                 (None, None) => None,
             };
-            match worker(program, fabric, hosts, csv, quick) {
+            match worker(program, fabric.map(Fabric::from), hosts, csv, quick) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("volley: {e}");
