@@ -181,7 +181,8 @@ fn c_gammanp_starts_the_job_itself() {
 fn c_startup_errors_are_one_line_without_a_panic() {
     let prog = program("pingpong");
     let _g = serial();
-    let cases: [(&[&str], &[(&str, &str)], &str); 3] = [
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 3] = [
         (&["-GAMMANP", "lots"], &[], "-GAMMANP \"lots\""),
         (&[], &[("VOLLEY_FABRIC", "carrier-pigeon")], "VOLLEY_FABRIC"),
         (

@@ -1,0 +1,44 @@
+//! The Rust examples run as a user would start them: `volley run -n 4 -- example`
+//! (here through the launcher library that `volley run` is).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use volley_hosted::launcher::{self, RunOptions};
+use volley_hosted::Fabric;
+
+fn example(name: &str) -> PathBuf {
+    // Tests live in target/<profile>/deps; `cargo test` builds the examples beside.
+    let exe = std::env::current_exe().unwrap();
+    let p = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name);
+    assert!(
+        p.exists(),
+        "{} not built: run `cargo test -p volley-hosted` (a filtered run builds no examples)",
+        p.display()
+    );
+    p
+}
+
+#[test]
+fn pstream_example_runs_on_both_fabrics() {
+    let prog = example("pstream");
+    for fabric in [Fabric::Shm, Fabric::Udp] {
+        let code = launcher::run(&RunOptions {
+            ranks: 4,
+            fabric,
+            timeout: Duration::from_secs(120),
+            grace: Duration::from_secs(5),
+            job: None,
+            command: vec![prog.display().to_string()],
+            env: Vec::new(),
+            rank0_only: false,
+        });
+        assert_eq!(code, 0, "pstream on {}", fabric.name());
+    }
+}
