@@ -206,3 +206,36 @@ fn c_startup_errors_are_one_line_without_a_panic() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+#[test]
+fn c_ranks_started_as_srun_starts_them() {
+    // No Slurm here: start the ranks with the environment srun gives each task.
+    let prog = program("ring");
+    let _g = serial();
+    let job = std::process::id().to_string();
+    for fabric in ["shm", "udp"] {
+        let children: Vec<_> = (0..3)
+            .map(|rank| {
+                Command::new("timeout")
+                    .arg("120")
+                    .arg(&prog)
+                    .env("SLURM_PROCID", rank.to_string())
+                    .env("SLURM_NTASKS", "3")
+                    .env("SLURM_JOB_ID", &job)
+                    .env("SLURM_STEP_ID", if fabric == "shm" { "0" } else { "1" })
+                    .env("VOLLEY_FABRIC", fabric)
+                    .env_remove("VOLLEY_RANK")
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("rank starts")
+            })
+            .collect();
+        for (rank, c) in children.into_iter().enumerate() {
+            let o = c.wait_with_output().expect("rank ends");
+            let t = text(&o);
+            assert!(o.status.success(), "{fabric} rank {rank}:\n{t}");
+            assert!(t.contains(&format!("ring ok: instance {rank} of 3")), "{t}");
+        }
+    }
+}
