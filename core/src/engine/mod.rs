@@ -37,7 +37,7 @@ use managed::ManagedSlice;
 
 use crate::phy::{Capabilities, Device, RxToken, TxToken};
 use crate::time::{Duration, Instant};
-use crate::wire::{self, AckInfo, Endpoints, Flags, Kind, Packet, Repr, WireError, HEADER_LEN};
+use crate::wire::{self, AckInfo, Endpoints, Flags, Kind, Repr, WireError, HEADER_LEN};
 use crate::{GroupId, NodeAddr, NodeId, PortId};
 
 mod channel;
@@ -1775,14 +1775,9 @@ impl<'a, S> Engine<'a, S> {
     /// skipped only if the device last given to [`Engine::poll`] guarantees integrity.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
         self.stats.rx_frames += 1;
-        let packet = match Packet::new_checked(frame) {
-            Ok(p) => p,
-            Err(_) => {
-                self.stats.rx_malformed += 1;
-                return;
-            }
-        };
-        let repr = match Repr::parse(&packet, self.caps.integrity) {
+        // The header is read once, into private memory: the frame may sit in a ring
+        // slot that another process can still write.
+        let (repr, payload) = match Repr::parse_frame(frame, self.caps.integrity) {
             Ok(r) => r,
             Err(WireError::BadChecksum) => {
                 self.stats.rx_bad_crc += 1;
@@ -1812,7 +1807,6 @@ impl<'a, S> Engine<'a, S> {
         if let Some(a) = repr.ack {
             self.on_ack(now, ci, a, repr.flags);
         }
-        let payload = packet.payload();
         match repr.kind {
             Kind::Ack => {}
             Kind::Data | Kind::Multicast | Kind::Barrier | Kind::Control

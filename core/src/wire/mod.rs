@@ -253,14 +253,18 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// The payload, as long as `payload_len` says.
     pub fn payload(&self) -> &[u8] {
         let n = self.payload_len() as usize;
-        &self.buffer.as_ref()[HEADER_LEN..HEADER_LEN + n]
+        // Empty rather than a panic if the buffer is shorter than announced.
+        self.buffer
+            .as_ref()
+            .get(HEADER_LEN..HEADER_LEN + n)
+            .unwrap_or(&[])
     }
 
     /// Computes the CRC-32C of header (checksum field as zero) and payload.
     pub fn compute_checksum(&self) -> u32 {
         let b = self.buffer.as_ref();
         let mut d = CRC32C.digest();
-        d.update(&b[..field::CRC.start]);
+        d.update(b.get(..field::CRC.start).unwrap_or(&[]));
         d.update(&[0; 4]);
         d.update(self.payload());
         d.finalize()
@@ -295,6 +299,15 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         let c = self.compute_checksum();
         self.set_checksum(c);
     }
+}
+
+/// CRC-32C of a header (checksum field taken as zero) and its payload.
+fn checksum(h: &[u8; HEADER_LEN], payload: &[u8]) -> u32 {
+    let mut d = CRC32C.digest();
+    d.update(&h[..field::CRC.start]);
+    d.update(&[0; 4]);
+    d.update(payload);
+    d.finalize()
 }
 
 /// Sender and destination of a frame: `(group, instance, port)` each side.
@@ -354,11 +367,32 @@ impl Repr {
     /// Parses and validates a frame. With `trust_integrity` (a device that never
     /// corrupts, like shared memory) a frame flagged `NO_CRC` skips the checksum.
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>, trust_integrity: bool) -> Result<Repr, WireError> {
-        p.check_len()?;
-        // One fixed-size view: every field read below is at a constant offset.
-        let h: &[u8; HEADER_LEN] = p.buffer.as_ref()[..HEADER_LEN]
-            .try_into()
-            .map_err(|_| WireError::Truncated)?;
+        Repr::parse_frame(p.buffer.as_ref(), trust_integrity).map(|(r, _)| r)
+    }
+
+    /// Parses and validates `frame`, returning the payload that goes with it.
+    ///
+    /// The header is copied once into private memory and everything, the payload's
+    /// extent and the checksum included, comes from that copy: a frame in memory that
+    /// another process may still be writing (a shared ring slot) can give wrong
+    /// contents, never an out-of-range read or a header that changes between checks.
+    pub fn parse_frame(frame: &[u8], trust_integrity: bool) -> Result<(Repr, &[u8]), WireError> {
+        let mut h = [0u8; HEADER_LEN];
+        h.copy_from_slice(frame.get(..HEADER_LEN).ok_or(WireError::Truncated)?);
+        let plen =
+            u16::from_be_bytes([h[field::PAYLOAD_LEN.start], h[field::PAYLOAD_LEN.start + 1]]);
+        let payload = frame
+            .get(HEADER_LEN..HEADER_LEN + plen as usize)
+            .ok_or(WireError::Truncated)?;
+        let repr = Repr::parse_header(&h, payload, trust_integrity)?;
+        Ok((repr, payload))
+    }
+
+    fn parse_header(
+        h: &[u8; HEADER_LEN],
+        payload: &[u8],
+        trust_integrity: bool,
+    ) -> Result<Repr, WireError> {
         let b16 = |r: core::ops::Range<usize>| u16::from_be_bytes([h[r.start], h[r.start + 1]]);
         let b32 = |r: core::ops::Range<usize>| {
             u32::from_be_bytes([h[r.start], h[r.start + 1], h[r.start + 2], h[r.start + 3]])
@@ -368,7 +402,7 @@ impl Repr {
         }
         let flags = Flags::from_bits_truncate(b16(field::FLAGS));
         let skip_crc = trust_integrity && flags.contains(Flags::NO_CRC);
-        if !skip_crc && !p.verify_checksum() {
+        if !skip_crc && b32(field::CRC) != checksum(h, payload) {
             return Err(WireError::BadChecksum);
         }
         let kind = Kind::from_u8(h[field::KIND]).ok_or(WireError::UnknownKind)?;
