@@ -138,6 +138,8 @@ pub enum MyriError {
     },
     /// This node's number is not below the region's node count.
     BadNode,
+    /// A geometry asked for is impossible: what is wrong, and the valid range.
+    BadGeometry(&'static str),
 }
 
 impl fmt::Display for MyriError {
@@ -154,6 +156,7 @@ impl fmt::Display for MyriError {
                 write!(f, "shared region too small: {needed} bytes needed, {have} mapped")
             }
             MyriError::BadNode => f.write_str("node number not below the region's node count"),
+            MyriError::BadGeometry(what) => write!(f, "shm geometry: {what}"),
         }
     }
 }
@@ -179,23 +182,28 @@ impl Geometry {
             slots,
             slot_size,
         };
-        g.validate()?;
+        g.check().map_err(MyriError::BadGeometry)?;
         Ok(g)
     }
 
+    /// A geometry read from a region: anything impossible means corruption.
     fn validate(&self) -> Result<(), MyriError> {
+        self.check().map_err(MyriError::Corrupt)
+    }
+
+    fn check(&self) -> Result<(), &'static str> {
         if self.nodes == 0 || self.nodes as usize > MAX_NODES {
-            return Err(MyriError::Corrupt("node count"));
+            return Err("the node count must be 1 to 256");
         }
         if !self.slots.is_power_of_two() || self.slots < 2 || self.slots > 1 << 16 {
-            return Err(MyriError::Corrupt("slots per ring"));
+            return Err("slots per ring must be a power of two from 2 to 65536");
         }
         if !self.slot_size.is_multiple_of(64) || self.slot_size < 128 || self.slot_size > 1 << 20 {
-            return Err(MyriError::Corrupt("slot size"));
+            return Err("the slot size must be a multiple of 64 from 128 to 1048576 bytes");
         }
         self.region_len()
             .map(|_| ())
-            .ok_or(MyriError::Corrupt("geometry overflows"))
+            .ok_or("the region would be larger than the address space")
     }
 
     fn header_len(&self) -> usize {

@@ -149,7 +149,10 @@ fn garbage_regions_are_rejected_with_a_reason() {
     mem.bytes()[16..20].copy_from_slice(&4u32.to_le_bytes());
     mem.bytes()[20..24].copy_from_slice(&1_000_001u32.to_le_bytes());
     let e = MyriNic::attach(mem.region(), 1, 7, NicConfig::default()).unwrap_err();
-    assert_eq!(e, MyriError::Corrupt("slot size"));
+    assert!(
+        matches!(e, MyriError::Corrupt(w) if w.contains("slot size")),
+        "{e:?}"
+    );
     mem.bytes()[20..24].copy_from_slice(&(1u32 << 20).to_le_bytes());
     let e = MyriNic::attach(mem.region(), 1, 7, NicConfig::default()).unwrap_err();
     assert!(matches!(e, MyriError::TooSmall { .. }), "{e:?}");

@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use volley_hosted::bootstrap::{self, parse_hosts, Boot};
 use volley_hosted::launcher::{self, RunOptions};
-use volley_hosted::{bench, programs, Fabric, HostError};
+use volley_hosted::{bench, programs, settings, Fabric, HostError};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -28,8 +28,8 @@ enum Cmd {
     /// The main job: a local cluster (4 ranks on shared memory by default) runs GAMMA
     /// ping-pong, barriers and a broadcast, checks them and prints a latency table.
     Demo {
-        /// Number of ranks.
-        #[arg(short = 'n', long, default_value_t = 4)]
+        /// Number of ranks (1 to 65535).
+        #[arg(short = 'n', long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
         ranks: u16,
         /// Fabric: shm (Myrinet-like NIC model on /dev/shm) or udp (loopback sockets).
         #[arg(long, value_enum, default_value_t = FabricArg::Shm)]
@@ -39,18 +39,19 @@ enum Cmd {
     /// VOLLEY_JOB and VOLLEY_FABRIC set; forwards their output with a [rank] prefix;
     /// exits non-zero (stopping the rest) when a rank fails or the timeout passes.
     Run {
-        /// Number of ranks.
-        #[arg(short = 'n', long)]
+        /// Number of ranks (1 to 65535).
+        #[arg(short = 'n', long, value_parser = clap::value_parser!(u16).range(1..))]
         ranks: u16,
         /// Fabric the ranks should use (sets VOLLEY_FABRIC).
         #[arg(long, value_enum, default_value_t = FabricArg::Shm)]
         fabric: FabricArg,
-        /// Seconds before the whole job is stopped as failed.
-        #[arg(long, default_value_t = 600.0)]
-        timeout: f64,
-        /// Seconds the other ranks get to notice a failed rank before they are stopped.
-        #[arg(long, default_value_t = 10.0)]
-        grace: f64,
+        /// Seconds before the whole job is stopped as failed (0.001 to 1000000).
+        #[arg(long, default_value = "600", value_parser = timeout_secs)]
+        timeout: Duration,
+        /// Seconds the other ranks get to notice a failed rank before they are stopped
+        /// (0 to 3600).
+        #[arg(long, default_value = "10", value_parser = grace_secs)]
+        grace: Duration,
         /// Job id (decimal or 0x-hex); random by default.
         #[arg(long, value_parser = parse_job)]
         job: Option<u64>,
@@ -140,6 +141,14 @@ enum Program {
     BenchBarrier,
 }
 
+fn timeout_secs(s: &str) -> Result<Duration, String> {
+    settings::seconds("--timeout", s, 0.001, 1e6)
+}
+
+fn grace_secs(s: &str) -> Result<Duration, String> {
+    settings::seconds("--grace", s, 0.0, 3600.0)
+}
+
 fn parse_job(s: &str) -> Result<u64, String> {
     bootstrap::parse_job(s).ok_or_else(|| format!("{s:?} is not a job id"))
 }
@@ -210,8 +219,8 @@ fn main() -> ExitCode {
         } => launcher::run(&RunOptions {
             ranks,
             fabric: fabric.into(),
-            timeout: Duration::from_secs_f64(timeout),
-            grace: Duration::from_secs_f64(grace),
+            timeout,
+            grace,
             job,
             command,
             env: Vec::new(),

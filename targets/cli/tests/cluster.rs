@@ -454,3 +454,116 @@ fn bootstrap_errors_are_one_line() {
         "{t}"
     );
 }
+
+/// Every bad setting is one line naming it and its valid range, with a non-zero exit;
+/// never a panic, a misleading message or a silent replacement.
+#[test]
+fn bad_settings_are_one_line_naming_the_setting() {
+    let cases: &[(&[&str], &[(&str, &str)], &str)] = &[
+        (
+            &["run", "--timeout", "-1", "-n", "1", "--", "true"],
+            &[],
+            "--timeout",
+        ),
+        (
+            &["run", "--timeout", "NaN", "-n", "1", "--", "true"],
+            &[],
+            "--timeout",
+        ),
+        (
+            &["run", "--timeout", "1e300", "-n", "1", "--", "true"],
+            &[],
+            "--timeout",
+        ),
+        (
+            &["run", "--grace", "-5", "-n", "1", "--", "true"],
+            &[],
+            "--grace",
+        ),
+        (
+            &["run", "--grace", "NaN", "-n", "1", "--", "true"],
+            &[],
+            "--grace",
+        ),
+        (&["run", "-n", "0", "--", "true"], &[], "1..=65535"),
+        (
+            &["worker", "attach"],
+            &[("VOLLEY_STARTUP_TIMEOUT", "-3")],
+            "VOLLEY_STARTUP_TIMEOUT",
+        ),
+        (
+            &["worker", "attach"],
+            &[("VOLLEY_STARTUP_TIMEOUT", "NaN")],
+            "VOLLEY_STARTUP_TIMEOUT",
+        ),
+        (
+            &["worker", "attach"],
+            &[("VOLLEY_STARTUP_TIMEOUT", "1e300")],
+            "VOLLEY_STARTUP_TIMEOUT",
+        ),
+        (
+            &["worker", "attach"],
+            &[("VOLLEY_SHM_SLOT_SIZE", "1099511627776")],
+            "VOLLEY_SHM_SLOT_SIZE",
+        ),
+        (
+            &["worker", "attach"],
+            &[("VOLLEY_SHM_SLOTS", "1")],
+            "VOLLEY_SHM_SLOTS",
+        ),
+        (
+            &["worker", "attach"],
+            &[("VOLLEY_SHM_SLOTS", "3")],
+            "power of two",
+        ),
+        (
+            &["worker", "attach", "--fabric", "udp"],
+            &[("VOLLEY_PORT", "0")],
+            "VOLLEY_PORT",
+        ),
+        (
+            &["worker", "attach", "--fabric", "udp"],
+            &[("VOLLEY_PORT", "abc")],
+            "VOLLEY_PORT",
+        ),
+        (
+            &["worker", "attach", "--fabric", "udp"],
+            &[("VOLLEY_UDP_MTU", "10")],
+            "VOLLEY_UDP_MTU",
+        ),
+        (
+            &["worker", "attach", "--fabric", "udp"],
+            &[("VOLLEY_UDP_MTU", "70000")],
+            "VOLLEY_UDP_MTU",
+        ),
+        (
+            &["worker", "attach", "--fabric", "udp"],
+            &[("VOLLEY_UDP_MTU", "abc")],
+            "VOLLEY_UDP_MTU",
+        ),
+        (
+            &["worker", "attach"],
+            &[("VOLLEY_SIZE", "300"), ("VOLLEY_RANK", "0")],
+            "at most 256 ranks",
+        ),
+    ];
+    for (args, env, want) in cases {
+        let out = Command::new(VOLLEY)
+            .args(*args)
+            .env("VOLLEY_RANK", "0")
+            .env("VOLLEY_SIZE", "1")
+            .env("VOLLEY_JOB", format!("{:#x}", job_id(0xBAD)))
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let t = text(&out);
+        assert!(!out.status.success(), "{args:?} {env:?} succeeded:\n{t}");
+        assert!(t.contains(want), "{args:?} {env:?}: {t}");
+        assert!(!t.contains("panicked"), "{t}");
+        let lines: Vec<&str> = t
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{args:?} {env:?}: one line:\n{t}");
+    }
+}

@@ -156,7 +156,13 @@ fn flag_pingpong(boot: &Boot, iters: usize) -> Result<Vec<f64>, HostError> {
 /// within 100 ms (start-up, a lost datagram), and ends with a stop datagram.
 fn udp_pingpong(boot: &Boot, len: usize, iters: usize) -> Result<Vec<f64>, HostError> {
     const STOP: u64 = u64::MAX;
-    let base = crate::udp::base_port(boot.job) + 5_000;
+    // Spare ports beside the job's (wrapping below 65536 if the job's are high).
+    let base = crate::udp::base_port(boot.job, boot.size)?;
+    let base = if base < 60_000 {
+        base + 5_000
+    } else {
+        base - 5_000
+    };
     let me = UdpSocket::bind(("127.0.0.1", base + boot.rank))
         .map_err(|e| HostError(format!("udp reference: {e}")))?;
     let peer = ("127.0.0.1", base + 1 - boot.rank);

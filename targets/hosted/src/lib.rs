@@ -15,6 +15,7 @@ pub mod bootstrap;
 pub mod launcher;
 pub mod node;
 pub mod programs;
+pub mod settings;
 pub mod shm;
 pub mod udp;
 

@@ -101,27 +101,26 @@ pub fn open_device(boot: &Boot, fabric: Fabric) -> Result<HostDevice, HostError>
 }
 
 fn shm_options() -> Result<ShmOptions, HostError> {
+    use crate::settings::{env_integer, env_seconds};
     let mut o = ShmOptions::default();
-    let num = |name: &str| -> Result<Option<u32>, HostError> {
-        match std::env::var(name) {
-            Ok(v) => v
-                .parse()
-                .map(Some)
-                .map_err(|_| HostError(format!("{name}={v:?} is not a number"))),
-            Err(_) => Ok(None),
+    if let Some(n) = env_integer("VOLLEY_SHM_SLOTS", 2, 1 << 16)? {
+        if !n.is_power_of_two() {
+            return Err(HostError(format!(
+                "VOLLEY_SHM_SLOTS={n}: expected a power of two from 2 to 65536"
+            )));
         }
-    };
-    if let Some(n) = num("VOLLEY_SHM_SLOTS")? {
-        o.slots = n;
+        o.slots = n as u32;
     }
-    if let Some(n) = num("VOLLEY_SHM_SLOT_SIZE")? {
-        o.slot_size = n;
+    if let Some(n) = env_integer("VOLLEY_SHM_SLOT_SIZE", 128, 1 << 20)? {
+        if n % 64 != 0 {
+            return Err(HostError(format!(
+                "VOLLEY_SHM_SLOT_SIZE={n}: expected a multiple of 64 from 128 to 1048576"
+            )));
+        }
+        o.slot_size = n as u32;
     }
-    if let Ok(v) = std::env::var("VOLLEY_STARTUP_TIMEOUT") {
-        let secs: f64 = v
-            .parse()
-            .map_err(|_| HostError(format!("VOLLEY_STARTUP_TIMEOUT={v:?} is not seconds")))?;
-        o.startup_timeout = std::time::Duration::from_secs_f64(secs);
+    if let Some(t) = env_seconds("VOLLEY_STARTUP_TIMEOUT", 0.001, 86_400.0)? {
+        o.startup_timeout = t;
     }
     Ok(o)
 }

@@ -100,8 +100,15 @@ impl ShmDevice {
             } else {
                 opts.slot_size
             };
+            if boot.size as usize > volley_myri::MAX_NODES {
+                return Err(HostError(format!(
+                    "the shm fabric holds at most {} ranks, this job has {}: use the udp fabric",
+                    volley_myri::MAX_NODES,
+                    boot.size
+                )));
+            }
             let geo = Geometry::new(boot.size as u32, slots, slot_size)
-                .map_err(|e| HostError(format!("shm geometry: {e}")))?;
+                .map_err(|e| HostError(e.to_string()))?;
             let len = geo
                 .region_len()
                 .ok_or_else(|| HostError("shm region too large".into()))?;

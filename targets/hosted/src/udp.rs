@@ -19,15 +19,14 @@ use crate::HostError;
 /// fragmentation across real networks. `VOLLEY_UDP_MTU` raises it (e.g. on loopback).
 pub const DEFAULT_MTU: usize = 1472;
 
-/// The base port of a job.
-pub fn base_port(job: u64) -> u16 {
-    if let Some(p) = std::env::var("VOLLEY_PORT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        return p;
+/// The base port of a job: `VOLLEY_PORT`, or one derived from the job id; ranks use
+/// `base..base + size`.
+pub fn base_port(job: u64, size: u16) -> Result<u16, HostError> {
+    let max = 65_536 - size as u64;
+    match crate::settings::env_integer("VOLLEY_PORT", 1024, max)? {
+        Some(p) => Ok(p as u16),
+        None => Ok(20_000 + (job % 10_000) as u16),
     }
-    20_000 + (job % 10_000) as u16
 }
 
 /// Every rank's address, in rank order.
@@ -44,7 +43,7 @@ pub fn peer_addrs(boot: &Boot) -> Result<Vec<SocketAddr>, HostError> {
         }
         return Ok(addrs);
     }
-    let base = base_port(boot.job);
+    let base = base_port(boot.job, boot.size)?;
     (0..boot.size)
         .map(|i| {
             let host = boot
@@ -118,11 +117,8 @@ impl UdpDevice {
                 a
             }
         };
-        let mtu = std::env::var("VOLLEY_UDP_MTU")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(DEFAULT_MTU)
-            .clamp(256, 65_000);
+        let mtu = crate::settings::env_integer("VOLLEY_UDP_MTU", 256, 65_000)?
+            .map_or(DEFAULT_MTU, |m| m as usize);
         let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
             .map_err(|e| HostError(format!("udp socket: {e}")))?;
         // Deep buffers absorb a window of frames from every peer at once.
