@@ -459,7 +459,8 @@ fn bootstrap_errors_are_one_line() {
 /// never a panic, a misleading message or a silent replacement.
 #[test]
 fn bad_settings_are_one_line_naming_the_setting() {
-    let cases: &[(&[&str], &[(&str, &str)], &str)] = &[
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case] = &[
         (
             &["run", "--timeout", "-1", "-n", "1", "--", "true"],
             &[],
