@@ -92,6 +92,12 @@ impl SimNet {
         n.inbound[i].clear();
     }
 
+    /// Ends an outage of node `i` begun by [`SimNet::kill`] (a paused process, a cable
+    /// pulled and plugged back): frames flow again; those sent meanwhile are gone.
+    pub fn revive(&self, i: usize) {
+        self.0.borrow_mut().dead[i] = false;
+    }
+
     /// When the next frame reaches node `i`.
     pub fn next_arrival(&self, i: usize) -> Option<Instant> {
         self.0.borrow().inbound[i]

@@ -31,7 +31,7 @@ fn cfg(group: u16, node: u16) -> Config {
     let mut c = Config::new(0x1234, group, node);
     c.rto_initial = Duration::from_micros(200);
     c.rto_max = Duration::from_millis(20);
-    c.max_retries = 12;
+    c.peer_timeout = Duration::from_millis(100);
     c.ack_delay = Duration::from_micros(10);
     c
 }
@@ -1052,4 +1052,166 @@ fn handlers_send_and_repost_owned_buffers() {
         sim.nodes[1].state_mut().spare.push(buf);
     }
     assert_eq!(sim.nodes[1].state().errors, 0, "seed {seed}");
+}
+
+// ------------------------------------------- failure judged by time (issue 8)
+
+#[derive(Default)]
+struct Quiet {
+    errors: Vec<(u16, u8)>,
+    got: u32,
+}
+
+fn on_quiet_err(u: &mut Upcall<'_, '_, Quiet>) {
+    let e = (u.active_port(), u.errno().map_or(0, |e| e as u8));
+    u.state().errors.push(e);
+}
+
+fn on_quiet_msg(u: &mut Upcall<'_, '_, Quiet>) {
+    u.state().got += 1;
+}
+
+fn quiet_pair(seed: u64, lossy_link: bool) -> Sim<SimGamma<'static, Quiet>> {
+    let g = groups(2);
+    let mut sc = SimConfig::lan(seed);
+    if lossy_link {
+        sc.faults = FaultConfig {
+            loss: 0.2,
+            ..FaultConfig::default()
+        };
+    }
+    let mut sim = Sim::new(2, sc, |i, dev, clock| {
+        // The default failure budget (30 s), not the tests' short one.
+        let c = Config::new(0x1234, 1, i as u16);
+        SimGamma::init(c, g, storage(2, 2), dev, clock, Quiet::default()).unwrap()
+    });
+    for (me, peer) in [(0u16, 1u16), (1, 0)] {
+        sim.nodes[me as usize]
+            .set_active_port(
+                1,
+                peer,
+                1,
+                1,
+                Some(on_quiet_msg),
+                Some(on_quiet_err),
+                1,
+                GO_BACK,
+                Some(leak(vec![0; 1 << 16])),
+            )
+            .unwrap();
+    }
+    sim
+}
+
+#[test]
+fn a_peer_silent_for_five_seconds_is_not_declared_dead() {
+    let seed = seed();
+    let mut sim = quiet_pair(seed, true);
+    // Node 1 stops (a debugger, swapping) with a 64 KiB message in flight to it.
+    sim.net.kill(1);
+    let h = sim.nodes[0]
+        .isend_flowctl(1, leak(vec![3u8; 1 << 16]))
+        .unwrap();
+    let resume = Instant::from_millis(5_000);
+    let _ = sim.run_until(resume, |_, _| false);
+    assert_eq!(
+        sim.nodes[0].engine().send_status(h),
+        Ok(volley_core::engine::SendStatus::Pending),
+        "seed {seed}: still trying after 5 s of silence"
+    );
+    sim.net.revive(1);
+    sim.run_until(resume + Duration::from_secs(5), |n, _| {
+        n[1].state().got == 1
+    })
+    .unwrap_or_else(|e| panic!("seed {seed}: not delivered after the pause: {e:?}"));
+    let _ = sim.run_until(sim.now() + Duration::from_millis(500), |_, _| false);
+    assert_eq!(sim.nodes[0].wsend(h), Ok(()), "seed {seed}");
+    assert!(sim.nodes[0].state().errors.is_empty(), "seed {seed}");
+    assert_eq!(sim.nodes[0].engine().stats().peers_failed, 0);
+}
+
+#[test]
+fn a_dead_peer_fails_by_the_time_budget() {
+    let seed = seed();
+    let mut sim = quiet_pair(seed, false);
+    sim.net.kill(1);
+    let h = sim.nodes[0]
+        .isend_flowctl(1, leak(vec![3u8; 1 << 16]))
+        .unwrap();
+    let at = sim
+        .run_until(Instant::from_millis(60_000), |n, _| {
+            n[0].engine().send_status(h) != Ok(volley_core::engine::SendStatus::Pending)
+        })
+        .unwrap_or_else(|e| panic!("seed {seed}: never failed: {e:?}"));
+    // 30 s of silence, give or take one capped back-off (200 ms).
+    assert!(
+        at >= Instant::from_millis(30_000) && at <= Instant::from_millis(30_500),
+        "seed {seed}: failed at {at}"
+    );
+    assert_eq!(
+        sim.nodes[0].wsend(h),
+        Err(volley_core::engine::Error::SendFailure)
+    );
+}
+
+#[test]
+fn a_rank_waiting_for_a_dead_sender_gets_an_error_not_a_hang() {
+    let seed = seed();
+    let g = groups(2);
+    let mut sim = Sim::new(2, SimConfig::lan(seed), |i, dev, clock| {
+        let mut c = cfg(1, i as u16);
+        c.keepalive = Duration::from_millis(20);
+        SimGamma::init(c, g, storage(2, 2), dev, clock, Quiet::default()).unwrap()
+    });
+    sim.nodes[1]
+        .set_active_port(
+            1,
+            0,
+            1,
+            1,
+            None,
+            Some(on_quiet_err),
+            1,
+            GO_BACK,
+            Some(leak(vec![0; 64])),
+        )
+        .unwrap();
+    sim.nodes[0]
+        .set_passive_port(1, 1, 1, 1, 1, GO_BACK, None)
+        .unwrap();
+    sim.nodes[0].send_flowctl(1, b"one").unwrap();
+    let _ = sim.run_until(Instant::from_millis(10), |_, _| false);
+    assert_eq!(sim.nodes[1].wait(1, 1), Ok(0), "seed {seed}");
+    sim.net.kill(0);
+    // Node 1 waits for a second message that will never come: what `wait` does each
+    // time round its loop (probe the silent peers of the semaphore), on virtual time.
+    let start = sim.now();
+    let mut dead_at = None;
+    while sim.now() < start + Duration::from_secs(5) {
+        let step = sim.now() + Duration::from_millis(5);
+        let _ = sim.run_until(step, |_, _| false);
+        let now = sim.now();
+        sim.nodes[1].engine_mut().keepalive(now, 1);
+        if sim.nodes[1].engine().semaphore(1).unwrap().peer_dead {
+            dead_at = Some(now);
+            break;
+        }
+    }
+    let took = dead_at.unwrap_or_else(|| panic!("seed {seed}: the waiter never learns")) - start;
+    // Probed within the keepalive, declared dead after the failure budget (100 ms here).
+    assert!(
+        took <= Duration::from_millis(200),
+        "seed {seed}: took {took}"
+    );
+    let r = sim.nodes[1].wait(1, 1);
+    assert_eq!(
+        r,
+        Err(volley_core::engine::Error::SendFailure),
+        "seed {seed}"
+    );
+    assert_eq!(
+        sim.nodes[1].state().errors,
+        [(1, ERR_SENDFAILURE)],
+        "seed {seed}: the error handler is told"
+    );
 }

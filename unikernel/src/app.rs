@@ -46,7 +46,7 @@ pub fn run(app: &str, nic: E1000<Bar0>, clock: TscClock, rank: u16, nodes: u16) 
     let mut cfg = Config::new(0x5EED, 1, rank);
     // QEMU holds reception off for about a second after RCTL is written: the first
     // frames are retransmitted, so allow a few seconds before declaring a peer dead.
-    cfg.max_retries = 24;
+    cfg.peer_timeout = volley_core::time::Duration::from_secs(4);
     let mut g: Node = match Gamma::init_alloc(cfg, groups, nodes as usize, nic, clock, 0) {
         Ok(g) => g,
         Err(e) => {

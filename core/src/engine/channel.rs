@@ -116,6 +116,10 @@ pub struct Channel {
     pub(crate) be_asm: u16,
     /// Reliable message refused because its port is not bound for input, and since when.
     pub(crate) unbound_msg: Option<(u32, Instant)>,
+    /// When the peer was last heard from (any valid frame).
+    pub(crate) heard_at: Instant,
+    /// Since when we have been waiting for the peer without hearing from it.
+    pub(crate) silent_since: Option<Instant>,
 }
 
 impl Channel {
@@ -154,6 +158,8 @@ impl Channel {
         be_expect: 0,
         be_asm: NONE,
         unbound_msg: None,
+        heard_at: Instant::ZERO,
+        silent_since: None,
     };
 
     pub(crate) fn open(

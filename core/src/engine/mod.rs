@@ -20,7 +20,8 @@
 //! *Reliable* sends (GAMMA's `_flowctl`) travel in the channel's sequence space: sliding
 //! window, cumulative plus selective acks, retransmission with exponential back-off,
 //! credits (the receiver's advertised window), exactly-once in-order delivery per
-//! channel, and after `max_retries` silent timeouts a send failure at the sender. On a
+//! channel, and a send failure at the sender once the peer has been silent for
+//! `peer_timeout` (time, not a count of rounds: a paused peer survives). On a
 //! device that declares itself reliable there is no delayed-ack timer and no blind
 //! retransmission: acks are credit returns, batched per half window and at message
 //! ends, and only frames the receiver refused (port busy or not bound yet) are sent again.
@@ -80,8 +81,15 @@ pub struct Config {
     pub rto_initial: Duration,
     /// Ceiling of the exponential back-off.
     pub rto_max: Duration,
-    /// Timeouts in a row without a word from the peer before sends to it fail.
-    pub max_retries: u8,
+    /// How long a peer may stay silent (no frame of any kind) while we wait for it
+    /// before it is declared dead and sends to it fail. Retransmissions and probes go
+    /// out meanwhile; a debugger stop, swapping or a busy node shorter than this is
+    /// survived. A device that knows a peer died (a dead process on shared memory)
+    /// fails it at once.
+    pub peer_timeout: Duration,
+    /// A rank waiting on a semaphore probes, this often, the silent peers its ports
+    /// are bound to, so that a dead sender becomes an error instead of a hang.
+    pub keepalive: Duration,
     /// Longest an ack may be held back hoping to ride on a data frame (lossy links).
     pub ack_delay: Duration,
     /// A best-effort message not completed within this time is reported lost.
@@ -106,7 +114,8 @@ impl Config {
             window: 32,
             rto_initial: Duration::from_micros(500),
             rto_max: Duration::from_millis(200),
-            max_retries: 16,
+            peer_timeout: Duration::from_secs(30),
+            keepalive: Duration::from_millis(500),
             ack_delay: Duration::from_micros(20),
             reassembly_timeout: Duration::from_millis(100),
             barrier_probe: Duration::from_millis(50),
@@ -440,6 +449,9 @@ pub struct Semaphore {
     pub count: u32,
     /// Errors signalled since the last wait.
     pub errors: u32,
+    /// A peer that a port counting on this semaphore is bound to has died: a wait
+    /// for more than `count` may never end.
+    pub peer_dead: bool,
 }
 
 /// Where a send's payload comes from.
@@ -676,6 +688,8 @@ pub struct Stats {
     pub rx_foreign_group: u64,
     /// Frames whose sender is not in the group table.
     pub rx_unknown_source: u64,
+    /// Frames whose header names another sender than the one the device saw.
+    pub rx_spoofed: u64,
     /// Reliable frames received twice.
     pub rx_duplicates: u64,
     /// Frames beyond the advertised window.
@@ -1774,6 +1788,12 @@ impl<'a, S> Engine<'a, S> {
     /// Processes one received frame. Never panics, whatever the bytes. The CRC is
     /// skipped only if the device last given to [`Engine::poll`] guarantees integrity.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
+        self.handle_frame_from(now, frame, None)
+    }
+
+    /// [`Engine::handle_frame`] for a frame the device saw come from fabric address
+    /// `source`: a header claiming another sender is dropped (`rx_spoofed`).
+    pub fn handle_frame_from(&mut self, now: Instant, frame: &[u8], source: Option<NodeAddr>) {
         self.stats.rx_frames += 1;
         // The header is read once, into private memory: the frame may sit in a ring
         // slot that another process can still write.
@@ -1800,10 +1820,18 @@ impl<'a, S> Engine<'a, S> {
             self.stats.rx_unknown_source += 1;
             return;
         };
+        if source.is_some_and(|s| s != addr) {
+            self.stats.rx_spoofed += 1;
+            return;
+        }
         let Ok(ci) = self.channel_for(addr, repr.ends.src_group, repr.ends.src_node) else {
             self.stats.rx_dropped += 1;
             return;
         };
+        // Any valid frame shows the peer is alive.
+        let ch = &mut self.chans[ci];
+        ch.heard_at = now;
+        ch.silent_since = None;
         if let Some(a) = repr.ack {
             self.on_ack(now, ci, a, repr.flags);
         }
@@ -1840,7 +1868,6 @@ impl<'a, S> Engine<'a, S> {
             ch.mark_holes_for_resend(a);
         }
         if progress || refused {
-            // The peer is alive.
             ch.retries = 0;
         }
         if progress {
@@ -2308,7 +2335,9 @@ impl<'a, S> Engine<'a, S> {
                 ch.retries,
                 ch.rto
             );
-            if ch.retries > self.cfg.max_retries {
+            // Failure is judged by time without a word from the peer, not by rounds.
+            let since = *ch.silent_since.get_or_insert(now);
+            if now.saturating_since(since) >= self.cfg.peer_timeout {
                 self.fail_channel(ci);
                 continue;
             }
@@ -2360,8 +2389,18 @@ impl<'a, S> Engine<'a, S> {
             if o.state == OpState::Active && o.chan == ci as u16 && o.children == 0 {
                 finish_op(&mut self.ops, &mut self.eager, oi, false);
                 self.notify_send_failure(o.src_port, o.dest);
+                // That port has been told: the scan below does not tell it again.
+                let sem = self
+                    .ports
+                    .get(o.src_port as usize)
+                    .filter(|p| p.input)
+                    .map(|p| p.sem);
+                if let Some(s) = sem.and_then(|s| self.sems.get_mut(s as usize)) {
+                    s.peer_dead = true;
+                }
             }
         }
+        self.fail_ports_bound_to(ci);
         if self.bar.active && self.chans[ci].peer_group == self.cfg.group {
             // The member we send to or wait for in this round is gone.
             let peer = self.chans[ci].peer_node as u32;
@@ -2370,6 +2409,74 @@ impl<'a, S> Engine<'a, S> {
             let step = (1u32 << self.bar.round.min(31)) % n.max(1);
             if peer == (me + step) % n || peer == (me + n - step) % n {
                 self.fail_barrier(Error::SendFailure);
+            }
+        }
+    }
+
+    /// Tells every input port bound to channel `ci`'s (dead) peer, directly or through a
+    /// broadcast binding to its group: `SENDFAILURE` on the port, and its semaphore
+    /// marked so that a wait for messages that cannot come ends.
+    fn fail_ports_bound_to(&mut self, ci: usize) {
+        let (group, node) = (self.chans[ci].peer_group, self.chans[ci].peer_node);
+        for port in 0..self.ports.len() {
+            let p = &self.ports[port];
+            let bound = p.input
+                && p.dest
+                    .is_some_and(|d| d.group == group && (d.node == node || d.node == BROADCAST));
+            if !bound {
+                continue;
+            }
+            let (sem, dest) = (p.sem as usize, p.dest);
+            if let Some(s) = self.sems.get_mut(sem) {
+                if s.peer_dead {
+                    continue; // told already (another port on this semaphore)
+                }
+                s.peer_dead = true;
+            }
+            if let Some(d) = dest {
+                self.notify_send_failure(port as PortId, d);
+            }
+        }
+    }
+
+    /// Probes, at most once per `keepalive`, every silent peer that an input port
+    /// counting on semaphore `sem` is bound to: a rank waiting for a message from a
+    /// peer that died then sees `SENDFAILURE` after `peer_timeout` (at once on a
+    /// device that knows) instead of waiting forever.
+    pub fn keepalive(&mut self, now: Instant, sem: u16) {
+        let me = (self.cfg.group, self.cfg.node);
+        for port in 0..self.ports.len() {
+            let p = &self.ports[port];
+            let Some(d) = p.dest.filter(|_| p.input && p.sem == sem) else {
+                continue;
+            };
+            let Some(g) = self.group(d.group).copied() else {
+                continue;
+            };
+            let nodes = if d.node == BROADCAST {
+                0..g.members.len()
+            } else {
+                d.node..d.node.saturating_add(1)
+            };
+            for node in nodes.filter(|&n| (d.group, n) != me) {
+                let Ok(addr) = self.addr_of(d.group, node) else {
+                    continue;
+                };
+                let Ok(ci) = self.channel_for(addr, d.group, node) else {
+                    continue;
+                };
+                let ch = &mut self.chans[ci];
+                let idle = ch.outstanding() == 0 && ch.ctrl_len == 0 && ch.q_head == NONE;
+                if ch.failed || !idle || now.saturating_since(ch.heard_at) < self.cfg.keepalive {
+                    continue;
+                }
+                // A probe is a reliable barrier frame the peer only acknowledges.
+                ch.ctrl[0] = Slot::Barrier {
+                    epoch: self.bar.epoch,
+                    round: BARRIER_PROBE,
+                };
+                ch.ctrl_len = 1;
+                ch.heard_at = now;
             }
         }
     }
@@ -2645,7 +2752,8 @@ impl<'a, S> Engine<'a, S> {
         self.delivered = false;
         for _ in 0..256 {
             let Some(tok) = dev.receive(now) else { break };
-            tok.consume(|f| self.handle_frame(now, f));
+            let src = tok.source();
+            tok.consume(|f| self.handle_frame_from(now, f, src));
             busy = true;
             if self.delivered {
                 break;

@@ -45,7 +45,7 @@ fn engine(group: GroupId, node: NodeId) -> Engine<'static, Log> {
     let mut cfg = Config::new(0xAB, group, node);
     cfg.rto_initial = Duration::from_micros(50);
     cfg.rto_max = Duration::from_micros(400);
-    cfg.max_retries = 5;
+    cfg.peer_timeout = Duration::from_millis(2);
     Engine::new(cfg, G, Storage::with_capacity(cap()), Vec::new()).unwrap()
 }
 

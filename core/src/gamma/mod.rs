@@ -474,14 +474,28 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     }
 
     /// `gamma_wait` that gives up with [`Error::Timeout`] at `deadline`.
+    ///
+    /// While it waits, the silent peers that this semaphore's ports are bound to are
+    /// probed: if one has died, the wait ends with [`Error::SendFailure`] (and the
+    /// port's error handler, or its error count, sees `SENDFAILURE`) instead of
+    /// waiting for a message that cannot come.
     pub fn wait_deadline(&mut self, sem: u16, n: u32, deadline: Instant) -> Result<i32, Error> {
         user_sem(sem)?;
+        let mut probe_at = Instant::ZERO;
         loop {
             if let Some(errors) = self.engine.try_take(sem, n)? {
                 return Ok(-(errors.min(i32::MAX as u32) as i32));
             }
-            if self.clock.now() >= deadline {
+            if self.engine.semaphore(sem)?.peer_dead {
+                return Err(Error::SendFailure);
+            }
+            let now = self.clock.now();
+            if now >= deadline {
                 return Err(Error::Timeout);
+            }
+            if now >= probe_at {
+                self.engine.keepalive(now, sem);
+                probe_at = now + self.engine.config().keepalive;
             }
             let busy = self.poll();
             self.idle_step(busy);

@@ -136,6 +136,13 @@ impl<T: RxToken> RxToken for FaultRx<'_, T> {
             FaultRx::Copy(b) => f(b),
         }
     }
+    fn source(&self) -> Option<crate::NodeAddr> {
+        match self {
+            FaultRx::Pass(t) => t.source(),
+            // A held copy (reordered, duplicated) has lost its origin.
+            FaultRx::Copy(_) => None,
+        }
+    }
 }
 
 impl<D: Device, const BUF: usize> Device for FaultInjector<D, BUF> {

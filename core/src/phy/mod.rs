@@ -38,6 +38,13 @@ pub struct Capabilities {
 pub trait RxToken {
     /// Hands the frame bytes to `f`, then releases the slot.
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R;
+
+    /// The fabric address the device saw the frame come from, if it knows (a UDP
+    /// source address it maps to a rank): the engine drops a frame whose header
+    /// claims another sender.
+    fn source(&self) -> Option<NodeAddr> {
+        None
+    }
 }
 
 /// Room for one frame to a known destination, lent until consumed.

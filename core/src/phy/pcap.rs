@@ -85,6 +85,9 @@ impl<T: RxToken, W: Write> RxToken for PcapRx<'_, T, W> {
             f(b)
         })
     }
+    fn source(&self) -> Option<crate::NodeAddr> {
+        self.tok.source()
+    }
 }
 
 impl<T: TxToken, W: Write> TxToken for PcapTx<'_, T, W> {

@@ -55,6 +55,11 @@ enum Cmd {
         /// Job id (decimal or 0x-hex); random by default.
         #[arg(long, value_parser = parse_job)]
         job: Option<u64>,
+        /// Seconds a rank may stay silent before its peers declare it dead (sets
+        /// VOLLEY_PEER_TIMEOUT; 0.1 to 86400, default 30). A dead process on this
+        /// machine is noticed at once whatever this says.
+        #[arg(long, value_parser = peer_secs)]
+        peer_timeout: Option<Duration>,
         /// The program and its arguments, after `--`.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
@@ -149,6 +154,10 @@ fn grace_secs(s: &str) -> Result<Duration, String> {
     settings::seconds("--grace", s, 0.0, 3600.0)
 }
 
+fn peer_secs(s: &str) -> Result<Duration, String> {
+    settings::seconds("--peer-timeout", s, 0.1, 86_400.0)
+}
+
 fn parse_job(s: &str) -> Result<u64, String> {
     bootstrap::parse_job(s).ok_or_else(|| format!("{s:?} is not a job id"))
 }
@@ -215,6 +224,7 @@ fn main() -> ExitCode {
             timeout,
             grace,
             job,
+            peer_timeout,
             command,
         } => launcher::run(&RunOptions {
             ranks,
@@ -223,7 +233,15 @@ fn main() -> ExitCode {
             grace,
             job,
             command,
-            env: Vec::new(),
+            env: peer_timeout
+                .map(|d| {
+                    (
+                        "VOLLEY_PEER_TIMEOUT".to_owned(),
+                        d.as_secs_f64().to_string(),
+                    )
+                })
+                .into_iter()
+                .collect(),
             rank0_only: false,
         }),
         Cmd::Bench { fabric, csv, quick } => {

@@ -413,7 +413,7 @@ fn garbage_and_stale_regions_are_rejected_then_replaced() {
     let (out, took) = rank1("10");
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");
-    assert!(t.contains("shared region corrupt: slot size"), "{t}");
+    assert!(t.contains("shared region corrupt: the slot size"), "{t}");
     assert!(
         took < Duration::from_secs(5),
         "rejected at once, not after the timeout"

@@ -17,7 +17,7 @@ pub enum HostDevice {
     /// Shared memory.
     Shm(Box<ShmDevice>),
     /// UDP.
-    Udp(UdpDevice),
+    Udp(Box<UdpDevice>),
 }
 
 /// A received frame from either fabric.
@@ -43,6 +43,12 @@ impl RxToken for HostRx<'_> {
         match self {
             HostRx::Shm(t) => t.consume(f),
             HostRx::Udp(t) => t.consume(f),
+        }
+    }
+    fn source(&self) -> Option<NodeAddr> {
+        match self {
+            HostRx::Shm(t) => t.source(),
+            HostRx::Udp(t) => t.source(),
         }
     }
 }
@@ -96,13 +102,28 @@ pub type HostGamma<S> = Gamma<'static, HostDevice, StdClock, S>;
 pub fn open_device(boot: &Boot, fabric: Fabric) -> Result<HostDevice, HostError> {
     Ok(match fabric {
         Fabric::Shm => HostDevice::Shm(Box::new(ShmDevice::open(boot, shm_options()?)?)),
-        Fabric::Udp => HostDevice::Udp(UdpDevice::open(boot)?),
+        Fabric::Udp => HostDevice::Udp(Box::new(UdpDevice::open(boot)?)),
     })
+}
+
+/// Default for `VOLLEY_PEER_TIMEOUT`: long enough for a debugger stop, swapping or
+/// a busy node; a dead process on this machine is noticed at once anyway.
+pub const PEER_TIMEOUT_SECS: f64 = 30.0;
+
+/// How long a peer may stay silent before it is declared dead: `VOLLEY_PEER_TIMEOUT`
+/// seconds (0.1 to 86400), 30 by default.
+pub fn peer_timeout() -> Result<volley_core::time::Duration, HostError> {
+    let d = crate::settings::env_seconds("VOLLEY_PEER_TIMEOUT", 0.1, 86_400.0)?
+        .unwrap_or(std::time::Duration::from_secs_f64(PEER_TIMEOUT_SECS));
+    Ok(volley_core::time::Duration::from_nanos(d.as_nanos() as u64))
 }
 
 fn shm_options() -> Result<ShmOptions, HostError> {
     use crate::settings::{env_integer, env_seconds};
-    let mut o = ShmOptions::default();
+    let mut o = ShmOptions {
+        peer_timeout: peer_timeout()?,
+        ..ShmOptions::default()
+    };
     if let Some(n) = env_integer("VOLLEY_SHM_SLOTS", 2, 1 << 16)? {
         if !n.is_power_of_two() {
             return Err(HostError(format!(
@@ -177,7 +198,8 @@ pub fn gamma<S>(boot: &Boot, fabric: Fabric, state: S) -> Result<HostGamma<S>, H
     let groups = groups(boot.size)?;
     let (group, node) = my_group(groups, boot.rank);
     let dev = open_device(boot, fabric)?;
-    let cfg = Config::new((boot.job ^ (boot.job >> 32)) as u32, group, node);
+    let mut cfg = Config::new((boot.job ^ (boot.job >> 32)) as u32, group, node);
+    cfg.peer_timeout = peer_timeout()?;
     let mut g = Gamma::init_alloc(
         cfg,
         groups,

@@ -30,6 +30,9 @@ pub struct ShmOptions {
     pub slot_size: u32,
     /// How long to wait for the region and for every rank to join.
     pub startup_timeout: StdDuration,
+    /// A peer whose heartbeat stands still this long is dead (a process that is
+    /// gone is noticed at once through `/proc`; a stopped one is alive).
+    pub peer_timeout: volley_core::time::Duration,
 }
 
 impl Default for ShmOptions {
@@ -38,6 +41,7 @@ impl Default for ShmOptions {
             slots: 0,
             slot_size: 0,
             startup_timeout: StdDuration::from_secs(30),
+            peer_timeout: volley_core::time::Duration::from_secs(30),
         }
     }
 }
@@ -83,6 +87,7 @@ impl ShmDevice {
         let deadline = StdInstant::now() + opts.startup_timeout;
         let cfg = NicConfig {
             pid: std::process::id(),
+            dead_after: opts.peer_timeout,
             ..NicConfig::default()
         };
         let me = boot.rank as u32;

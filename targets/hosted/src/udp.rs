@@ -4,8 +4,10 @@
 //! list with port `base + rank`, else `127.0.0.1:base + rank`. The base port is
 //! `VOLLEY_PORT`, or derived from the job id so concurrent jobs do not collide.
 
+use std::collections::HashMap;
 use std::io::ErrorKind;
-use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{SocketAddr, SocketAddrV4, ToSocketAddrs, UdpSocket};
+use std::os::fd::AsRawFd;
 
 use socket2::{Domain, Protocol, Socket, Type};
 use volley_core::phy::{Capabilities, Device, RxToken, TxToken};
@@ -71,6 +73,10 @@ pub struct UdpStats {
     pub rx: u64,
     /// Sends that failed (buffer full, unreachable): the engine's retransmission covers them.
     pub tx_errors: u64,
+    /// Datagrams from addresses that are no rank of this job: dropped unread.
+    pub rx_foreign: u64,
+    /// ICMP "port unreachable" reports about peers we had heard from (they died).
+    pub unreachable: u64,
 }
 
 /// A rank's UDP socket.
@@ -78,6 +84,10 @@ pub struct UdpStats {
 pub struct UdpDevice {
     sock: UdpSocket,
     peers: Vec<SocketAddr>,
+    /// Tell the engine which rank a datagram came from (off behind relays, where
+    /// every datagram to a rank comes from one relay address).
+    strict_sources: bool,
+    life: Liveness,
     rx: Vec<u8>,
     tx: Vec<u8>,
     mtu: usize,
@@ -128,9 +138,36 @@ impl UdpDevice {
             .map_err(|e| HostError(format!("cannot bind udp {bind}: {e}")))?;
         s.set_nonblocking(true)
             .map_err(|e| HostError(format!("udp nonblocking: {e}")))?;
+        let sock: UdpSocket = s.into();
+        // ICMP errors (a peer's port closed: the process died) reach us in the
+        // socket's error queue.
+        let one: libc::c_int = 1;
+        // SAFETY: a valid socket and an int option of the right size.
+        unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_RECVERR,
+                &one as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        let ranks = peers
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (*a, i as u16))
+            .collect();
+        let n = peers.len();
         Ok(UdpDevice {
-            sock: s.into(),
+            sock,
             peers,
+            strict_sources: std::env::var_os("VOLLEY_UDP_PEERS").is_none(),
+            life: Liveness {
+                ranks,
+                heard: vec![false; n],
+                strikes: vec![0; n],
+                gone: vec![false; n],
+            },
             rx: vec![0; 65_536],
             tx: vec![0; 65_536],
             mtu,
@@ -144,9 +181,9 @@ impl UdpDevice {
     }
 }
 
-/// A received datagram.
+/// A received datagram and the rank it came from.
 #[derive(Debug)]
-pub struct UdpRx<'a>(&'a [u8]);
+pub struct UdpRx<'a>(&'a [u8], Option<u16>);
 
 /// Room for a datagram to one peer.
 #[derive(Debug)]
@@ -154,12 +191,94 @@ pub struct UdpTx<'a> {
     sock: &'a UdpSocket,
     buf: &'a mut [u8],
     to: SocketAddr,
+    life: &'a mut Liveness,
     stats: &'a mut UdpStats,
 }
 
 impl RxToken for UdpRx<'_> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
         f(self.0)
+    }
+
+    fn source(&self) -> Option<NodeAddr> {
+        self.1.map(NodeAddr)
+    }
+}
+
+/// What the socket's ICMP errors tell about the peers.
+#[derive(Debug)]
+struct Liveness {
+    /// Source address -> rank, for the datagrams we accept.
+    ranks: HashMap<SocketAddr, u16>,
+    /// Per rank: heard from at least once; "port unreachable" reports since we last
+    /// heard from it; declared gone.
+    heard: Vec<bool>,
+    strikes: Vec<u8>,
+    gone: Vec<bool>,
+}
+
+impl Liveness {
+    /// Reads the socket's error queue: a "port unreachable" for a peer we have heard
+    /// from means its process is gone.
+    fn read_errors(&mut self, sock: &UdpSocket, stats: &mut UdpStats) {
+        let fd = sock.as_raw_fd();
+        for _ in 0..64 {
+            // SAFETY: zeroed plain C structs; every pointer below points into them
+            // and they outlive the call.
+            let mut name: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+            let mut control = [0u64; 64];
+            let mut data = [0u8; 64];
+            let mut iov = libc::iovec {
+                iov_base: data.as_mut_ptr() as *mut libc::c_void,
+                iov_len: data.len(),
+            };
+            // SAFETY: as above.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_name = &mut name as *mut libc::sockaddr_in as *mut libc::c_void;
+            msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+            msg.msg_controllen = std::mem::size_of_val(&control) as _;
+            // SAFETY: a valid socket and a message header whose buffers are live.
+            let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+            if n < 0 {
+                return;
+            }
+            let mut refused = false;
+            // SAFETY: walking the control buffer the kernel filled, with its macros.
+            let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+            while !c.is_null() {
+                // SAFETY: `c` points at a control message inside `control`.
+                let h = unsafe { &*c };
+                if h.cmsg_level == libc::IPPROTO_IP && h.cmsg_type == libc::IP_RECVERR {
+                    // SAFETY: an IP_RECVERR message carries a sock_extended_err.
+                    let e = unsafe {
+                        (libc::CMSG_DATA(c) as *const libc::sock_extended_err).read_unaligned()
+                    };
+                    refused |= e.ee_errno == libc::ECONNREFUSED as u32;
+                }
+                // SAFETY: as above.
+                c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
+            }
+            let to = SocketAddr::V4(SocketAddrV4::new(
+                u32::from_be(name.sin_addr.s_addr).into(),
+                u16::from_be(name.sin_port),
+            ));
+            if let Some(&r) = self.ranks.get(&to) {
+                let r = r as usize;
+                // Unheard peers may simply not have bound their socket yet, and one
+                // report may be about a datagram older than the peer's last word: a
+                // second one with nothing heard in between means the port is closed.
+                if refused && self.heard[r] && !self.gone[r] {
+                    self.strikes[r] += 1;
+                    if self.strikes[r] >= 2 {
+                        self.gone[r] = true;
+                        stats.unreachable += 1;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -169,7 +288,14 @@ impl TxToken for UdpTx<'_> {
         let r = f(&mut self.buf[..len]);
         match self.sock.send_to(&self.buf[..len], self.to) {
             Ok(_) => self.stats.tx += 1,
-            Err(_) => self.stats.tx_errors += 1,
+            Err(e) => {
+                self.stats.tx_errors += 1;
+                // A pending ICMP error is reported by whichever call comes first: read
+                // it now, before any later datagram makes its peer "heard".
+                if e.kind() == ErrorKind::ConnectionRefused {
+                    self.life.read_errors(self.sock, self.stats);
+                }
+            }
         }
         r
     }
@@ -182,16 +308,39 @@ impl Device for UdpDevice {
     fn receive(&mut self, _now: Instant) -> Option<UdpRx<'_>> {
         loop {
             match self.sock.recv_from(&mut self.rx) {
-                Ok((n, _)) => {
+                Ok((n, from)) => {
+                    let Some(&rank) = self.life.ranks.get(&from) else {
+                        // Not a rank of this job: not even parsed.
+                        self.stats.rx_foreign += 1;
+                        continue;
+                    };
                     self.stats.rx += 1;
-                    return Some(UdpRx(&self.rx[..n]));
+                    if let Some(h) = self.life.heard.get_mut(rank as usize) {
+                        *h = true;
+                        self.life.strikes[rank as usize] = 0;
+                    }
+                    let src = self.strict_sources.then_some(rank);
+                    return Some(UdpRx(&self.rx[..n], src));
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                // WouldBlock: nothing there; ConnectionRefused: an ICMP from a peer
-                // that is gone, which the engine's retries will notice.
-                Err(_) => return None,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
+                // An ICMP error (IP_RECVERR): see which peer it was about.
+                Err(_) => {
+                    self.life.read_errors(&self.sock, &mut self.stats);
+                    return None;
+                }
             }
         }
+    }
+
+    fn peer_alive(&mut self, _now: Instant, peer: NodeAddr) -> bool {
+        self.life.read_errors(&self.sock, &mut self.stats);
+        !self
+            .life
+            .gone
+            .get(peer.0 as usize)
+            .copied()
+            .unwrap_or(false)
     }
 
     fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<UdpTx<'_>> {
@@ -200,6 +349,7 @@ impl Device for UdpDevice {
             sock: &self.sock,
             buf: &mut self.tx[..self.mtu],
             to,
+            life: &mut self.life,
             stats: &mut self.stats,
         })
     }
