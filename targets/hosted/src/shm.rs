@@ -88,7 +88,6 @@ impl ShmDevice {
         let cfg = NicConfig {
             pid: std::process::id(),
             dead_after: opts.peer_timeout,
-            ..NicConfig::default()
         };
         let me = boot.rank as u32;
         let dev = if boot.rank == 0 {
