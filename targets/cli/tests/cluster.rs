@@ -237,8 +237,22 @@ struct Relay {
     relay_addrs: Vec<SocketAddr>,
 }
 
+/// How the relay misbehaves: random faults, or bursts of consecutive drops towards
+/// one rank.
+#[derive(Clone, Copy)]
+enum Faults {
+    /// 10% dropped, 5% duplicated, 5% reordered.
+    Random,
+    /// Towards rank `to`: every `every` datagrams, the next `burst` are all dropped.
+    Bursts { to: usize, every: u32, burst: u32 },
+}
+
 impl Relay {
     fn start(targets: Vec<SocketAddr>, seed: u64) -> Relay {
+        Relay::with(targets, seed, Faults::Random)
+    }
+
+    fn with(targets: Vec<SocketAddr>, seed: u64, faults: Faults) -> Relay {
         let stop = Arc::new(AtomicBool::new(false));
         let (dropped, duplicated, reordered) = (
             Arc::new(AtomicU64::new(0)),
@@ -268,6 +282,7 @@ impl Relay {
                 };
                 let mut buf = vec![0u8; 65_536];
                 let mut held: Option<Vec<u8>> = None;
+                let mut count = 0u32;
                 // Bounded: stops when told, or after two minutes whatever happens.
                 let end = Instant::now() + Duration::from_secs(120);
                 while !stop.load(Ordering::Relaxed) && Instant::now() < end {
@@ -278,6 +293,15 @@ impl Relay {
                         continue;
                     };
                     let frame = &buf[..n];
+                    if let Faults::Bursts { to, every, burst } = faults {
+                        count += 1;
+                        if to == i && count % every < burst {
+                            dropped.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            let _ = sock.send_to(frame, target);
+                        }
+                        continue;
+                    }
                     match rnd() {
                         0..=99 => {
                             dropped.fetch_add(1, Ordering::Relaxed);
@@ -365,6 +389,161 @@ fn flowctl_over_a_lossy_udp_relay_arrives_exactly_once() {
         d > 50 && u > 20 && r > 20,
         "the relay must have misbehaved: dropped {d}, duplicated {u}, reordered {r}"
     );
+}
+
+/// 50 datagrams in a row lost in the ack direction (towards the sender), again and
+/// again: a live job must not fail (failure is judged by time, not by rounds).
+#[test]
+fn bursts_of_50_lost_acks_do_not_fail_a_live_job() {
+    let _g = serial();
+    let real = vec![free_port(), free_port()];
+    let relay = Relay::with(
+        real.clone(),
+        0xB0057,
+        Faults::Bursts {
+            to: 0,
+            every: 200,
+            burst: 50,
+        },
+    );
+    let list = |v: &[SocketAddr]| {
+        v.iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let (peers, binds) = (list(&relay.relay_addrs), list(&real));
+    let env = [
+        ("VOLLEY_UDP_PEERS", peers.as_str()),
+        ("VOLLEY_UDP_BIND", binds.as_str()),
+        ("VOLLEY_MESSAGES", "400"),
+    ];
+    let (out, took) = launch("2", "udp", job_id(8), &["flowctl-exact"], &env);
+    let t = text(&out);
+    assert!(out.status.success(), "after {took:?}:\n{t}");
+    assert!(
+        t.contains("flowctl-exact ok: 400 messages exactly once"),
+        "{t}"
+    );
+    let d = relay.dropped.load(Ordering::Relaxed);
+    assert!(d >= 100, "at least two bursts of 50 were dropped, not {d}");
+}
+
+/// A rank blocked waiting for a message from a rank that dies gets SENDFAILURE (the
+/// seed's error for a failed peer) within seconds, not a hang until the launcher's
+/// timeout.
+#[test]
+fn a_rank_waiting_for_a_killed_sender_gets_sendfailure() {
+    for (fabric, salt) in [("shm", 21), ("udp", 22)] {
+        let _g = serial();
+        let (out, took) = launch(
+            "3",
+            fabric,
+            job_id(salt),
+            &["victim"],
+            &[("VOLLEY_VICTIM", "2"), ("VOLLEY_VICTIM_MODE", "wait")],
+        );
+        let t = text(&out);
+        assert!(
+            !out.status.success(),
+            "{fabric}: the launcher must fail:\n{t}"
+        );
+        assert!(
+            took < Duration::from_secs(20),
+            "{fabric}: took {took:?}:\n{t}"
+        );
+        for r in [0, 1] {
+            assert!(
+                t.contains(&format!("rank {r}: SENDFAILURE waiting for rank 2")),
+                "{fabric}: rank {r}:\n{t}"
+            );
+        }
+    }
+}
+
+/// Finds the pid of rank `rank` of job `job` (a child of the launcher).
+fn rank_pid(job: u64, rank: u16) -> Option<u32> {
+    let want_job = format!("VOLLEY_JOB=0x{job:016x}");
+    let want_rank = format!("VOLLEY_RANK={rank}");
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let vars: Vec<&[u8]> = env.split(|&b| b == 0).collect();
+        let has = |w: &str| vars.iter().any(|v| *v == w.as_bytes());
+        if has(&want_job) && has(&want_rank) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// A rank stopped for 5 s (a debugger, swapping) in the middle of a transfer: the job
+/// goes on when it resumes, on both fabrics.
+#[test]
+fn a_rank_stopped_for_five_seconds_is_survived() {
+    let _g = serial();
+    for (fabric, salt) in [("shm", 19u64), ("udp", 20)] {
+        let job = job_id(salt);
+        let t0 = Instant::now();
+        let args = [
+            "run",
+            "-n",
+            "2",
+            "--fabric",
+            fabric,
+            "--timeout",
+            "120",
+            "--job",
+            &format!("{job:#x}"),
+            "--",
+            VOLLEY,
+            "worker",
+            "flowctl-exact",
+        ];
+        let child = Command::new(VOLLEY)
+            .args(args)
+            .env("VOLLEY_MESSAGES", "3000")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait until rank 1 exists and has been working a little.
+        let pid = loop {
+            if let Some(p) = rank_pid(job, 1) {
+                break p;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{fabric}: rank 1 never started"
+            );
+            thread::sleep(Duration::from_millis(10));
+        };
+        thread::sleep(Duration::from_millis(300));
+        let sig = |s: &str| {
+            Command::new("kill")
+                .args([s, &pid.to_string()])
+                .status()
+                .unwrap()
+        };
+        assert!(sig("-STOP").success());
+        thread::sleep(Duration::from_secs(5));
+        assert!(sig("-CONT").success());
+        let out = child.wait_with_output().unwrap();
+        let t = text(&out);
+        assert!(
+            out.status.success(),
+            "{fabric}: after {:?}:\n{t}",
+            t0.elapsed()
+        );
+        assert!(
+            t.contains("flowctl-exact ok: 3000 messages"),
+            "{fabric}: {t}"
+        );
+    }
 }
 
 fn write_region(job: u64, bytes: &[u8]) {

@@ -305,11 +305,15 @@ pub fn victim(boot: &Boot, fabric: Fabric) -> Result<i32, HostError> {
         g.set_passive_port(4, victim, pid, 4, 4, GO_BACK, None)?;
     }
     g.sync()?;
-    // VOLLEY_VICTIM_MODE=sync: the survivors sit in barriers instead of sending.
-    let in_sync = std::env::var("VOLLEY_VICTIM_MODE").as_deref() == Ok("sync");
+    // VOLLEY_VICTIM_MODE=sync: the survivors sit in barriers instead of sending;
+    // =wait: they wait for a message from the victim that never comes.
+    let mode = std::env::var("VOLLEY_VICTIM_MODE").unwrap_or_default();
+    let in_sync = mode == "sync";
     if me == victim {
         // Take a few messages (or barriers), then die without a word.
-        if in_sync {
+        if mode == "wait" {
+            std::thread::sleep(StdDuration::from_millis(200));
+        } else if in_sync {
             for _ in 0..3 {
                 g.sync()?;
             }
@@ -341,6 +345,11 @@ pub fn victim(boot: &Boot, fabric: Fabric) -> Result<i32, HostError> {
         };
     if in_sync {
         return until_failure("in sync", &mut |g| g.sync());
+    }
+    if mode == "wait" {
+        return until_failure(&format!("waiting for rank {victim}"), &mut |g| {
+            g.wait(4, 1).map(|_| ())
+        });
     }
     let data = vec![7u8; 10_000];
     until_failure(&format!("sending to rank {victim}"), &mut |g| {
