@@ -473,7 +473,7 @@ fn rank_pid(job: u64, rank: u16) -> Option<u32> {
             continue;
         };
         let vars: Vec<&[u8]> = env.split(|&b| b == 0).collect();
-        let has = |w: &str| vars.iter().any(|v| *v == w.as_bytes());
+        let has = |w: &str| vars.contains(&w.as_bytes());
         if has(&want_job) && has(&want_rank) {
             return Some(pid);
         }
