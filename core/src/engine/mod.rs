@@ -97,6 +97,11 @@ pub struct Config {
     /// A barrier waiting this long for a round's token probes the member it waits
     /// for (and again every such period): a dead one fails the barrier.
     pub barrier_probe: Duration,
+    /// The job's authentication key: every frame sent carries a SipHash-2-4 tag under
+    /// it, and a frame without a valid one is dropped before anything else looks at
+    /// it (`rx_unauthenticated`). `None` on fabrics no other party can write to
+    /// (shared memory private to the job's user).
+    pub auth_key: Option<wire::AuthKey>,
     /// A reliable message to a port that is not bound for input is refused (the sender
     /// retries) for this long, then discarded; its sender's send fails with
     /// [`Error::PortClosed`]. Ports bound late (no barrier after setting up) still get
@@ -120,6 +125,7 @@ impl Config {
             reassembly_timeout: Duration::from_millis(100),
             barrier_probe: Duration::from_millis(50),
             unbound_grace: Duration::from_secs(10),
+            auth_key: None,
         }
     }
 }
@@ -680,6 +686,8 @@ pub struct Stats {
     pub rx_frames: u64,
     /// Frames dropped for a bad CRC.
     pub rx_bad_crc: u64,
+    /// Frames dropped for a missing or wrong authentication tag (with a job key).
+    pub rx_unauthenticated: u64,
     /// Frames dropped as malformed (length, version, kind, fields).
     pub rx_malformed: u64,
     /// Frames of another job key.
@@ -1797,8 +1805,13 @@ impl<'a, S> Engine<'a, S> {
         self.stats.rx_frames += 1;
         // The header is read once, into private memory: the frame may sit in a ring
         // slot that another process can still write.
-        let (repr, payload) = match Repr::parse_frame(frame, self.caps.integrity) {
+        let key = self.cfg.auth_key.as_ref();
+        let (repr, payload) = match Repr::parse_frame(frame, self.caps.integrity, key) {
             Ok(r) => r,
+            Err(WireError::BadTag) => {
+                self.stats.rx_unauthenticated += 1;
+                return;
+            }
             Err(WireError::BadChecksum) => {
                 self.stats.rx_bad_crc += 1;
                 return;
@@ -2628,7 +2641,15 @@ impl<'a, S> Engine<'a, S> {
             ..
         } = self;
         let ch = &mut chans[ci];
-        let max_payload = caps.mtu.saturating_sub(HEADER_LEN).min(u16::MAX as usize);
+        let tag = if cfg.auth_key.is_some() {
+            wire::TAG_LEN
+        } else {
+            0
+        };
+        let max_payload = caps
+            .mtu
+            .saturating_sub(HEADER_LEN + tag)
+            .min(u16::MAX as usize);
         if max_payload == 0 {
             return 0;
         }
@@ -2812,11 +2833,13 @@ impl<D: Device> Tx<'_, D> {
             repr.flags |= Flags::RETRY;
         }
         let skip_crc = self.caps.integrity;
+        let key = self.cfg.auth_key.as_ref();
+        let len = repr.buffer_len() + if key.is_some() { wire::TAG_LEN } else { 0 };
         let Some(tok) = self.dev.transmit(self.now, ch.peer) else {
             return false;
         };
-        let ok = tok.consume(repr.buffer_len(), |buf| {
-            repr.emit_with_payload(buf, &pieces, skip_crc).is_ok()
+        let ok = tok.consume(len, |buf| {
+            repr.emit_frame(buf, &pieces, skip_crc, key).is_ok()
         });
         if !ok {
             return false;

@@ -58,6 +58,9 @@ pub enum WireError {
     Malformed,
     /// The CRC-32C does not match: corrupted on the way.
     BadChecksum,
+    /// The receiver holds the job's key and the frame carries no valid tag under it:
+    /// forged, from another job, or altered on the way.
+    BadTag,
 }
 
 impl fmt::Display for WireError {
@@ -68,6 +71,7 @@ impl fmt::Display for WireError {
             WireError::UnknownKind => "unknown frame kind",
             WireError::Malformed => "inconsistent header fields",
             WireError::BadChecksum => "CRC-32C mismatch",
+            WireError::BadTag => "missing or wrong authentication tag",
         })
     }
 }
@@ -143,6 +147,9 @@ bitflags! {
         const REFUSED = 1 << 5;
         /// A port that refused frames of this channel is free now: send them again.
         const RETRY = 1 << 6;
+        /// A [`TAG_LEN`]-byte SipHash-2-4 tag under the job's key follows the payload
+        /// (it covers header and payload; the CRC is then skipped).
+        const AUTH = 1 << 7;
     }
 }
 
@@ -301,6 +308,27 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
+/// Length of the authentication tag that follows the payload of an `AUTH` frame.
+pub const TAG_LEN: usize = 16;
+
+/// A job's 128-bit authentication key.
+pub type AuthKey = [u8; 16];
+
+/// The SipHash-2-4 (128-bit output) tag of a header and its payload under `key`.
+pub fn tag(key: &AuthKey, h: &[u8; HEADER_LEN], payload: &[u8]) -> [u8; TAG_LEN] {
+    use core::hash::Hasher;
+    use siphasher::sip128::{Hasher128, SipHasher24};
+    let mut m = SipHasher24::new_with_key(key);
+    m.write(h);
+    m.write(payload);
+    m.finish128().as_bytes()
+}
+
+/// Compares two tags without stopping at the first difference.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// CRC-32C of a header (checksum field taken as zero) and its payload.
 fn checksum(h: &[u8; HEADER_LEN], payload: &[u8]) -> u32 {
     let mut d = CRC32C.digest();
@@ -367,7 +395,7 @@ impl Repr {
     /// Parses and validates a frame. With `trust_integrity` (a device that never
     /// corrupts, like shared memory) a frame flagged `NO_CRC` skips the checksum.
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>, trust_integrity: bool) -> Result<Repr, WireError> {
-        Repr::parse_frame(p.buffer.as_ref(), trust_integrity).map(|(r, _)| r)
+        Repr::parse_frame(p.buffer.as_ref(), trust_integrity, None).map(|(r, _)| r)
     }
 
     /// Parses and validates `frame`, returning the payload that goes with it.
@@ -376,15 +404,31 @@ impl Repr {
     /// extent and the checksum included, comes from that copy: a frame in memory that
     /// another process may still be writing (a shared ring slot) can give wrong
     /// contents, never an out-of-range read or a header that changes between checks.
-    pub fn parse_frame(frame: &[u8], trust_integrity: bool) -> Result<(Repr, &[u8]), WireError> {
+    pub fn parse_frame<'f>(
+        frame: &'f [u8],
+        trust_integrity: bool,
+        key: Option<&AuthKey>,
+    ) -> Result<(Repr, &'f [u8]), WireError> {
         let mut h = [0u8; HEADER_LEN];
         h.copy_from_slice(frame.get(..HEADER_LEN).ok_or(WireError::Truncated)?);
         let plen =
             u16::from_be_bytes([h[field::PAYLOAD_LEN.start], h[field::PAYLOAD_LEN.start + 1]]);
-        let payload = frame
-            .get(HEADER_LEN..HEADER_LEN + plen as usize)
-            .ok_or(WireError::Truncated)?;
-        let repr = Repr::parse_header(&h, payload, trust_integrity)?;
+        let end = HEADER_LEN + plen as usize;
+        let payload = frame.get(HEADER_LEN..end).ok_or(WireError::Truncated)?;
+        let mut trusted = trust_integrity;
+        if let Some(key) = key {
+            // With the job's key, nothing about a frame is looked at before its tag.
+            let flags = u16::from_be_bytes([h[field::FLAGS.start], h[field::FLAGS.start + 1]]);
+            let got = frame.get(end..end + TAG_LEN);
+            let ok = Flags::from_bits_truncate(flags).contains(Flags::AUTH)
+                && got.is_some_and(|t| same(t, &tag(key, &h, payload)));
+            if !ok {
+                return Err(WireError::BadTag);
+            }
+            // The tag covers every byte: a CRC adds nothing.
+            trusted = true;
+        }
+        let repr = Repr::parse_header(&h, payload, trusted)?;
         Ok((repr, payload))
     }
 
@@ -427,7 +471,7 @@ impl Repr {
         });
         Ok(Repr {
             kind,
-            flags: flags - Flags::HAS_ACK - Flags::NO_CRC,
+            flags: flags - Flags::HAS_ACK - Flags::NO_CRC - Flags::AUTH,
             job_key: b32(field::JOB),
             ends: Endpoints {
                 src_group: b16(field::SRC_GROUP),
@@ -496,12 +540,30 @@ impl Repr {
         pieces: &[&[u8]],
         skip_crc: bool,
     ) -> Result<usize, WireError> {
+        self.emit_frame(buf, pieces, skip_crc, None)
+    }
+
+    /// [`Repr::emit_with_payload`], then (with `key`) the authentication tag after the
+    /// payload: `buf` must then hold [`Repr::buffer_len`] + [`TAG_LEN`] bytes.
+    pub fn emit_frame(
+        &self,
+        buf: &mut [u8],
+        pieces: &[&[u8]],
+        skip_crc: bool,
+        key: Option<&AuthKey>,
+    ) -> Result<usize, WireError> {
         let total: usize = pieces.iter().map(|p| p.len()).sum();
         let len = self.buffer_len();
-        if buf.len() < len || total != self.payload_len as usize {
+        let full = len + if key.is_some() { TAG_LEN } else { 0 };
+        if buf.len() < full || total != self.payload_len as usize {
             return Err(WireError::Malformed);
         }
-        let h = self.header_bytes(skip_crc);
+        let mut me = *self;
+        if key.is_some() {
+            me.flags |= Flags::AUTH;
+        }
+        let skip_crc = skip_crc || key.is_some();
+        let h = me.header_bytes(skip_crc);
         let (head, rest) = buf.split_at_mut(HEADER_LEN);
         head.copy_from_slice(&h);
         let mut at = 0;
@@ -516,7 +578,11 @@ impl Repr {
             d.update(&rest[..total]);
             head[field::CRC].copy_from_slice(&d.finalize().to_be_bytes());
         }
-        Ok(len)
+        if let Some(key) = key {
+            let t = tag(key, &h, &buf[HEADER_LEN..len]);
+            buf[len..full].copy_from_slice(&t);
+        }
+        Ok(full)
     }
 }
 
@@ -652,5 +718,58 @@ mod tests {
             assert_eq!(Repr::parse(&p, false).unwrap(), r);
             assert_eq!(p.payload(), pl);
         }
+    }
+
+    #[test]
+    fn authenticated_frames_round_trip_and_anything_else_is_refused() {
+        let key: AuthKey = *b"0123456789abcdef";
+        let r = sample();
+        let mut buf = [0u8; HEADER_LEN + 4 + TAG_LEN];
+        let n = r
+            .emit_frame(&mut buf, &[b"ab", b"cd"], false, Some(&key))
+            .unwrap();
+        assert_eq!(n, buf.len());
+        let (got, payload) = Repr::parse_frame(&buf, false, Some(&key)).unwrap();
+        assert_eq!((got, payload), (r, &b"abcd"[..]));
+        // Any byte changed, header, payload or tag: refused before anything else.
+        for i in 0..n {
+            let mut bad = buf;
+            bad[i] ^= 0x01;
+            let got = Repr::parse_frame(&bad, true, Some(&key)).map(|_| ());
+            // A changed length points the tag elsewhere or past the end.
+            let want = if field::PAYLOAD_LEN.contains(&i) {
+                got.is_err()
+            } else {
+                got == Err(WireError::BadTag)
+            };
+            assert!(want, "byte {i}: {got:?}");
+        }
+        // Another job's key, a missing tag, an unauthenticated frame.
+        let other: AuthKey = *b"fedcba9876543210";
+        assert_eq!(
+            Repr::parse_frame(&buf, false, Some(&other)).map(|_| ()),
+            Err(WireError::BadTag)
+        );
+        assert_eq!(
+            Repr::parse_frame(&buf[..n - 1], false, Some(&key)).map(|_| ()),
+            Err(WireError::BadTag)
+        );
+        let mut plain = [0u8; HEADER_LEN + 4];
+        r.emit_with_payload(&mut plain, &[b"abcd"], false).unwrap();
+        assert_eq!(
+            Repr::parse_frame(&plain, false, Some(&key)).map(|_| ()),
+            Err(WireError::BadTag)
+        );
+        // A receiver without the key cannot vouch for it: no CRC was computed.
+        assert_eq!(
+            Repr::parse_frame(&buf, false, None).map(|_| ()),
+            Err(WireError::BadChecksum)
+        );
+        assert!(emit_too_short_fails(&r, &key));
+    }
+
+    fn emit_too_short_fails(r: &Repr, key: &AuthKey) -> bool {
+        let mut short = [0u8; HEADER_LEN + 4 + TAG_LEN - 1];
+        r.emit_frame(&mut short, &[b"abcd"], false, Some(key)) == Err(WireError::Malformed)
     }
 }
