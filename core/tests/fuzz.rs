@@ -82,7 +82,7 @@ prop_compose! {
     ) -> Vec<u8> {
         let repr = Repr {
             kind,
-            flags: Flags::from_bits_truncate(flags) - Flags::HAS_ACK - Flags::NO_CRC,
+            flags: Flags::from_bits_truncate(flags) - Flags::HAS_ACK - Flags::NO_CRC - Flags::AUTH,
             job_key: job,
             ends: Endpoints { src_group: 3, src_node, src_port, dst_group, dst_node, dst_port },
             seq,
