@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use volley_core::engine::{Error, SendHandle, BROADCAST as ANY_NODE};
 use volley_core::gamma::{BufferKind, Upcall, BARRIER_PORT, BROADCAST_PORT, PORTS};
 use volley_hosted::bootstrap::{self, Boot, Source};
+use volley_hosted::secret::Secret;
 use volley_hosted::{launcher, node, Fabric, HostGamma};
 
 /// A C handler: `void handler(void)`.
@@ -257,7 +258,7 @@ fn launched() -> bool {
 }
 
 /// Starts `n - 1` more copies of this program (ranks 1..n) for a job of `n`.
-fn spawn_copies(n: u16, job: u64, fabric: Fabric, args: &[String]) -> Vec<Child> {
+fn spawn_copies(n: u16, job: u64, fabric: Fabric, secret: &Secret, args: &[String]) -> Vec<Child> {
     use std::os::unix::process::CommandExt;
     let mut children = Vec::new();
     for rank in 1..n {
@@ -269,7 +270,9 @@ fn spawn_copies(n: u16, job: u64, fabric: Fabric, args: &[String]) -> Vec<Child>
             .env("VOLLEY_RANK", rank.to_string())
             .env("VOLLEY_SIZE", n.to_string())
             .env("VOLLEY_JOB", format!("{job:#x}"))
-            .env("VOLLEY_FABRIC", fabric.name());
+            .env("VOLLEY_FABRIC", fabric.name())
+            // In the environment, which only this user can read; never in argv.
+            .env(volley_hosted::secret::ENV, secret.to_hex());
         // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
         unsafe {
             cmd.pre_exec(|| {
@@ -331,14 +334,16 @@ fn init(num_nodes: c_int, args: Vec<String>) -> c_int {
         let n = wanted.unwrap_or(1);
         let n = u16::try_from(n).unwrap_or_else(|_| die("gamma_init: at most 65535 processes"));
         let job = launcher::new_job_id();
+        let secret = Secret::generate().unwrap_or_else(|e| die(&format!("gamma_init: {e}")));
         let boot = Boot {
             rank: 0,
             size: n,
             job,
             source: Source::Launcher,
             hosts: Vec::new(),
+            secret: Some(secret),
         };
-        (boot, spawn_copies(n, job, fabric, &args))
+        (boot, spawn_copies(n, job, fabric, &secret, &args))
     };
     let g = node::gamma(&boot, fabric, CState::new())
         .unwrap_or_else(|e| die(&format!("gamma_init (rank {}): {e}", boot.rank)));

@@ -27,6 +27,27 @@ extern "C" {
     fn libc_getuid() -> u32;
 }
 
+/// This user's job directories in /dev/shm (their names are secret-derived under the
+/// launcher, so tests look at what appeared rather than at a predicted name).
+fn shm_dirs() -> std::collections::BTreeSet<String> {
+    // SAFETY: getuid has no preconditions.
+    let prefix = format!("volley-{}-", unsafe { libc_getuid() });
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn assert_nothing_left(before: &std::collections::BTreeSet<String>, what: &str) {
+    let after = shm_dirs();
+    let new: Vec<&String> = after.difference(before).collect();
+    assert!(new.is_empty(), "{what}: left behind in /dev/shm: {new:?}");
+}
+
 fn job_id(salt: u64) -> u64 {
     (std::process::id() as u64) << 20 ^ salt ^ 0xA5A5_0000_0000
 }
@@ -77,6 +98,7 @@ fn launch(
 
 fn suite_via_launcher(fabric: &str, salt: u64) {
     let _g = serial();
+    let before = shm_dirs();
     let job = job_id(salt);
     let (out, took) = launch("4", fabric, job, &["suite"], &[]);
     let t = text(&out);
@@ -85,7 +107,7 @@ fn suite_via_launcher(fabric: &str, salt: u64) {
         "{fabric} suite failed after {took:?}:\n{t}"
     );
     assert!(t.contains("suite ok: 4 ranks"), "{t}");
-    assert!(!job_dir(job).exists(), "the shm directory is left behind");
+    assert_nothing_left(&before, fabric);
 }
 
 #[test]
@@ -168,6 +190,7 @@ fn two_groups_send_to_each_other() {
 fn a_killed_rank_becomes_sendfailure_everywhere_and_fails_the_job() {
     for (fabric, salt) in [("shm", 5), ("udp", 6)] {
         let _g = serial();
+        let before = shm_dirs();
         let job = job_id(salt);
         let (out, took) = launch("4", fabric, job, &["victim"], &[]);
         let t = text(&out);
@@ -186,10 +209,7 @@ fn a_killed_rank_becomes_sendfailure_everywhere_and_fails_the_job() {
                 "{fabric}: rank {r}:\n{t}"
             );
         }
-        assert!(
-            !job_dir(job).exists(),
-            "{fabric}: the shm directory is left behind"
-        );
+        assert_nothing_left(&before, fabric);
     }
 }
 
@@ -197,6 +217,7 @@ fn a_killed_rank_becomes_sendfailure_everywhere_and_fails_the_job() {
 fn a_killed_rank_fails_the_barrier_at_every_survivor() {
     for (fabric, salt) in [("shm", 9), ("udp", 10)] {
         let _g = serial();
+        let before = shm_dirs();
         let job = job_id(salt);
         let (out, took) = launch(
             "4",
@@ -220,10 +241,7 @@ fn a_killed_rank_fails_the_barrier_at_every_survivor() {
                 "{fabric}: rank {r}:\n{t}"
             );
         }
-        assert!(
-            !job_dir(job).exists(),
-            "{fabric}: the shm directory is left behind"
-        );
+        assert_nothing_left(&before, fabric);
     }
 }
 
@@ -607,10 +625,187 @@ fn garbage_and_stale_regions_are_rejected_then_replaced() {
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");
     assert!(t.contains("stale or garbage"), "{t}");
-    // A whole job replaces the stale region and leaves nothing behind.
-    let (out, _) = launch("2", "shm", job, &["attach"], &[]);
-    assert!(out.status.success(), "{}", text(&out));
+    // A whole job of that id (no secret, so the same directory name) replaces the
+    // stale region and leaves nothing behind.
+    let outs = job_without_launcher(job, 2, &["worker", "attach", "--fabric", "shm"], &[]);
+    for o in &outs {
+        assert!(o.status.success(), "{}", text(o));
+    }
     assert!(!job_dir(job).exists());
+}
+
+/// Starts the ranks of a job by hand, as a launcher that passes no secret would (the
+/// directory name is then the job id: predictable, and so attackable).
+fn job_without_launcher(job: u64, n: u16, args: &[&str], env: &[(&str, &str)]) -> Vec<Output> {
+    let children: Vec<_> = (0..n)
+        .map(|rank| {
+            Command::new("timeout")
+                .arg("60")
+                .arg(VOLLEY)
+                .args(args)
+                .env("VOLLEY_RANK", rank.to_string())
+                .env("VOLLEY_SIZE", n.to_string())
+                .env("VOLLEY_JOB", format!("{job:#x}"))
+                .env("VOLLEY_STARTUP_TIMEOUT", "5")
+                .env_remove("VOLLEY_SECRET")
+                .envs(env.iter().copied())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect()
+}
+
+/// Runs `cmd` as user `nobody` (the test must be root): another local user.
+fn as_nobody(cmd: &[&str]) -> Option<Output> {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc_getuid() } != 0 {
+        eprintln!("not root: the second-user attacks are not run (CI runs as root)");
+        return None;
+    }
+    let o = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .args(cmd)
+        .output()
+        .expect("setpriv (util-linux) runs");
+    Some(o)
+}
+
+/// Another user creates the job's directory first (as a hosts-list or mpiexec job's
+/// name is predictable without a secret), or plants a symbolic link there: the job
+/// refuses with one clear line and writes nothing into it.
+#[test]
+fn another_users_directory_or_symlink_is_refused() {
+    let _g = serial();
+    let job = job_id(0xA77);
+    let dir = job_dir(job);
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.display().to_string();
+    let Some(o) = as_nobody(&["mkdir", "-m", "777", &d]) else {
+        return;
+    };
+    assert!(o.status.success(), "{}", text(&o));
+    let outs = job_without_launcher(job, 2, &["worker", "attach", "--fabric", "shm"], &[]);
+    let t = text(&outs[0]);
+    assert!(!outs[0].status.success(), "{t}");
+    assert!(t.contains("belongs to uid"), "{t}");
+    assert_eq!(t.trim().lines().count(), 1, "{t}");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "nothing written there"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    // A symbolic link (to a directory the attacker can read) at the name.
+    let bait = std::env::temp_dir().join(format!("volley-bait-{}", std::process::id()));
+    std::fs::create_dir_all(&bait).unwrap();
+    std::os::unix::fs::symlink(&bait, &dir).unwrap();
+    let outs = job_without_launcher(job, 2, &["worker", "attach", "--fabric", "shm"], &[]);
+    let t = text(&outs[0]);
+    assert!(!outs[0].status.success(), "{t}");
+    assert!(t.contains("symbolic link"), "{t}");
+    assert_eq!(
+        std::fs::read_dir(&bait).unwrap().count(),
+        0,
+        "nothing written there"
+    );
+    std::fs::remove_file(&dir).unwrap();
+    std::fs::remove_dir_all(&bait).unwrap();
+}
+
+/// Under the launcher the directory name comes from the job secret: the job id alone
+/// (visible in `ps`) does not name it.
+#[test]
+fn the_directory_name_is_not_the_job_id_under_the_launcher() {
+    let _g = serial();
+    let job = job_id(0xD1);
+    let predictable = job_dir(job);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (seen, stop2, p2) = (
+        Arc::new(AtomicBool::new(false)),
+        stop.clone(),
+        predictable.clone(),
+    );
+    let seen2 = seen.clone();
+    let watcher = thread::spawn(move || {
+        while !stop2.load(Ordering::Relaxed) {
+            if p2.exists() {
+                seen2.store(true, Ordering::Relaxed);
+            }
+            thread::sleep(Duration::from_micros(200));
+        }
+    });
+    let (out, _) = launch("3", "shm", job, &["attach"], &[]);
+    stop.store(true, Ordering::Relaxed);
+    watcher.join().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        !seen.load(Ordering::Relaxed),
+        "{} appeared",
+        predictable.display()
+    );
+}
+
+/// A /dev/shm too small for the region is one clear line at start-up (saying how to
+/// size it), not a SIGBUS later.
+#[test]
+fn a_too_small_dev_shm_is_one_clear_line() {
+    let _g = serial();
+    let before = shm_dirs();
+    // Four rings of 65536 one-MiB slots: 256 GiB, more than any /dev/shm here.
+    let env = [
+        ("VOLLEY_SHM_SLOTS", "65536"),
+        ("VOLLEY_SHM_SLOT_SIZE", "1048576"),
+        ("VOLLEY_STARTUP_TIMEOUT", "3"),
+    ];
+    let (out, took) = launch("2", "shm", job_id(0x5A11), &["attach"], &env);
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(t.contains("--shm-size"), "{t}");
+    assert!(
+        t.contains("[0] volley: the shm region needs 26214"),
+        "{t}"
+    );
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    assert_nothing_left(&before, "too small");
+}
+
+/// A rank 0 killed during start-up leaves its directory behind; the next job of this
+/// user removes it (nobody holds its lock).
+#[test]
+fn a_directory_left_by_a_dead_rank_0_is_removed_by_the_next_job() {
+    let _g = serial();
+    let stale = job_dir(job_id(0x57A1E));
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("region.deadbeef"), b"half-built").unwrap();
+    let a = Command::new("chmod")
+        .arg("700")
+        .arg(&stale)
+        .status()
+        .unwrap();
+    assert!(a.success());
+    // Old enough not to be a job that is just starting.
+    let t = Command::new("touch")
+        .args(["-d", "1 minute ago"])
+        .arg(&stale)
+        .status()
+        .unwrap();
+    assert!(t.success());
+    let outs = job_without_launcher(
+        job_id(0x57A1F),
+        2,
+        &["worker", "attach", "--fabric", "shm"],
+        &[],
+    );
+    for o in &outs {
+        assert!(o.status.success(), "{}", text(o));
+    }
+    assert!(!stale.exists(), "{} is still there", stale.display());
 }
 
 #[test]

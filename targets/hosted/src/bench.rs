@@ -4,9 +4,7 @@
 //! udp: a bare UDP ping-pong of 8 bytes. Every row reports medians and percentiles
 //! and its ratio to the reference.
 
-use std::fs::OpenOptions;
 use std::net::UdpSocket;
-use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
@@ -93,23 +91,21 @@ fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
 
 /// The bare reference: two processes bounce a counter through two cache lines.
 fn flag_pingpong(boot: &Boot, iters: usize) -> Result<Vec<f64>, HostError> {
-    let path = crate::shm::job_dir(boot.job).with_extension("flag");
-    let file = if boot.rank == 0 {
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&path);
-        let f = f.map_err(|e| HostError(format!("{}: {e}", path.display())))?;
-        f.set_len(4096).map_err(|e| HostError(e.to_string()))?;
-        f
+    // A private directory of this job, checked like the region's.
+    let name = crate::shm::job_dir_name(boot.job, boot.secret.as_ref(), ".bench");
+    let (file, dir) = if boot.rank == 0 {
+        let dir = crate::shm::PrivateDir::create(&name)?;
+        dir.clear();
+        (dir.create_file("flag", 4096)?, Some(dir))
     } else {
         let deadline = StdInstant::now() + StdDuration::from_secs(10);
         loop {
-            match OpenOptions::new().read(true).write(true).open(&path) {
-                Ok(f) if f.metadata().map(|m| m.len()).unwrap_or(0) == 4096 => break f,
+            let f = crate::shm::PrivateDir::open(&name)?
+                .map(|d| d.open_file("flag"))
+                .transpose()?
+                .flatten();
+            match f {
+                Some(f) if f.metadata().map(|m| m.len()).unwrap_or(0) == 4096 => break (f, None),
                 _ if StdInstant::now() > deadline => {
                     return Err(HostError("flag file never appeared".into()))
                 }
@@ -135,7 +131,9 @@ fn flag_pingpong(boot: &Boot, iters: usize) -> Result<Vec<f64>, HostError> {
     } else {
         while pong.load(Ordering::Acquire) != u64::MAX {}
         pong.store(0, Ordering::Release);
-        let _ = std::fs::remove_file(&path);
+        if let Some(d) = dir {
+            d.destroy();
+        }
     }
     for i in 1..=iters as u64 {
         if boot.rank == 0 {

@@ -49,6 +49,8 @@ pub struct Boot {
     pub source: Source,
     /// Host of each rank, if a hosts list was given (UDP peers live there).
     pub hosts: Vec<String>,
+    /// The job secret ([`crate::secret`]), if one reached this rank.
+    pub secret: Option<crate::secret::Secret>,
 }
 
 /// A bootstrap failure: one line saying what is missing or contradicts what.
@@ -196,6 +198,7 @@ pub fn detect(
         job,
         source,
         hosts: hosts.unwrap_or_default(),
+        secret: None,
     })
 }
 
@@ -205,7 +208,9 @@ pub fn from_env(hosts: Option<Vec<String>>) -> Result<Boot, BootError> {
     let host = hostname();
     // SAFETY: getppid has no preconditions and cannot fail.
     let ppid = unsafe { libc::getppid() } as u32;
-    detect(&env, hosts, &host, ppid)
+    let mut boot = detect(&env, hosts, &host, ppid)?;
+    boot.secret = crate::secret::load(boot.rank).map_err(|e| BootError(e.0))?;
+    Ok(boot)
 }
 
 /// This machine's host name.

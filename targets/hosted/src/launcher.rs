@@ -13,6 +13,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::secret::Secret;
 use crate::{shm, Fabric};
 
 /// What `volley run` was asked to do.
@@ -91,6 +92,15 @@ pub fn run(opts: &RunOptions) -> i32 {
         return 2;
     };
     let job = opts.job.unwrap_or_else(new_job_id);
+    // The job secret reaches the ranks in their environment, which only this user can
+    // read; never on a command line.
+    let secret = match Secret::generate() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("volley run: {e}");
+            return 2;
+        }
+    };
     let mut children: Vec<(u16, Child)> = Vec::new();
     let mut pumps = Vec::new();
     for rank in 0..opts.ranks {
@@ -100,6 +110,7 @@ pub fn run(opts: &RunOptions) -> i32 {
             .env("VOLLEY_SIZE", opts.ranks.to_string())
             .env("VOLLEY_JOB", format!("0x{job:016x}"))
             .env("VOLLEY_FABRIC", opts.fabric.name())
+            .env(crate::secret::ENV, secret.to_hex())
             .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -121,7 +132,7 @@ pub fn run(opts: &RunOptions) -> i32 {
                     let _ = c.kill();
                     let _ = c.wait();
                 }
-                shm::remove_job_dir(job);
+                shm::remove_job_dir(job, Some(&secret));
                 return 2;
             }
         }
@@ -130,7 +141,7 @@ pub fn run(opts: &RunOptions) -> i32 {
     for p in pumps {
         let _ = p.join();
     }
-    shm::remove_job_dir(job);
+    shm::remove_job_dir(job, Some(&secret));
     code
 }
 

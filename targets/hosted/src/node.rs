@@ -198,8 +198,22 @@ pub fn gamma<S>(boot: &Boot, fabric: Fabric, state: S) -> Result<HostGamma<S>, H
     let groups = groups(boot.size)?;
     let (group, node) = my_group(groups, boot.rank);
     let dev = open_device(boot, fabric)?;
-    let mut cfg = Config::new((boot.job ^ (boot.job >> 32)) as u32, group, node);
+    let job_key = match &boot.secret {
+        Some(s) => s.job_key(boot.job),
+        None => (boot.job ^ (boot.job >> 32)) as u32,
+    };
+    let mut cfg = Config::new(job_key, group, node);
     cfg.peer_timeout = peer_timeout()?;
+    // Frames that cross a network are authenticated under the job secret; shared
+    // memory is private to this user (and checked), and needs none.
+    if fabric == Fabric::Udp {
+        let s = boot.secret.ok_or_else(|| {
+            HostError(
+                "the udp fabric needs a job secret: start under `volley run` or mpiexec, or set VOLLEY_KEY_FILE to a 0600 file of 32 hex digits".into(),
+            )
+        })?;
+        cfg.auth_key = Some(s.frame_key(boot.job));
+    }
     let mut g = Gamma::init_alloc(
         cfg,
         groups,

@@ -56,7 +56,10 @@ impl Pmi {
             inp,
             kvs: String::new(),
         };
-        let r = p.call("cmd=init pmi_version=1 pmi_subversion=1", "response_to_init")?;
+        let r = p.call(
+            "cmd=init pmi_version=1 pmi_subversion=1",
+            "response_to_init",
+        )?;
         if field(&r, "rc") != Some("0") {
             return Err(err(format!("init refused: {r}")));
         }

@@ -1,15 +1,27 @@
 //! The `shm` fabric: the Myrinet-like NIC model on a `/dev/shm` mapping.
 //!
-//! Rank 0 builds the region under a temporary name, initialises it for this job and
-//! renames it into place (`/dev/shm/volley-<uid>-<job>/region`, directory 0700, file
-//! 0600), so a stale file from an earlier job is replaced, never joined. The others
-//! map it and attach as soon as its header carries this job's generation. Once every
-//! rank has joined, rank 0 unlinks the file and its directory: the mapping lives on
-//! and nothing is left behind, even if ranks crash later.
+//! The region lives in a per-job directory, `/dev/shm/volley-<uid>-<tag>`, where
+//! `<tag>` is derived from the job secret (so other users cannot predict it) or, with
+//! no secret, is the job id. Nothing there is trusted by name: the directory is
+//! created by rank 0 (`mkdir` must succeed) or, if it exists, must be a real directory
+//! owned by this user with mode 0700, checked on the opened descriptor (not the path,
+//! no symbolic links followed); every file is created relative to that descriptor
+//! with `O_CREAT|O_EXCL|O_NOFOLLOW` under a random name, its space reserved up front
+//! (`posix_fallocate`: a `/dev/shm` too small is one clear error, not a `SIGBUS`
+//! later), initialised and only then renamed into place as `region`. The others wait
+//! for it, check it the same way, map it and attach once its header carries this
+//! job's generation. Once every rank has joined, rank 0 removes the file and the
+//! directory: the mapping lives on and nothing is left behind.
+//!
+//! Rank 0 holds a lock on the directory until then: a directory nobody holds a lock
+//! on is left over from a job whose rank 0 died during start-up, and the next job of
+//! this user removes it (the launcher also removes its job's directory at the end).
 
-use std::fs::{self, DirBuilder, OpenOptions};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use memmap2::MmapMut;
@@ -19,6 +31,7 @@ use volley_core::NodeAddr;
 use volley_myri::{Geometry, MyriError, MyriNic, MyriRx, MyriTx, NicConfig, Region};
 
 use crate::bootstrap::Boot;
+use crate::secret::Secret;
 use crate::HostError;
 
 /// Shape and timing of the shared region.
@@ -46,16 +59,302 @@ impl Default for ShmOptions {
     }
 }
 
-/// The directory of a job's region.
-pub fn job_dir(job: u64) -> PathBuf {
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    PathBuf::from(format!("/dev/shm/volley-{uid}-{job:016x}"))
+/// Where job directories are made: `VOLLEY_SHM_DIR`, else `/dev/shm`.
+pub fn shm_base() -> PathBuf {
+    std::env::var_os("VOLLEY_SHM_DIR").map_or_else(|| PathBuf::from("/dev/shm"), PathBuf::from)
 }
 
-/// Removes a job's region directory if it is still there (launcher clean-up).
-pub fn remove_job_dir(job: u64) {
-    let _ = fs::remove_dir_all(job_dir(job));
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The name of a job's directory (`suffix` tells apart other private directories of
+/// the same job, such as the benchmark's).
+pub fn job_dir_name(job: u64, secret: Option<&Secret>, suffix: &str) -> String {
+    let tag = secret.map_or_else(|| format!("{job:016x}"), |s| s.dir_tag(job));
+    format!("volley-{}-{tag}{suffix}", euid())
+}
+
+/// The path of a job's directory (for messages and clean-up).
+pub fn job_dir(job: u64, secret: Option<&Secret>) -> PathBuf {
+    shm_base().join(job_dir_name(job, secret, ""))
+}
+
+/// Removes a job's directory if it is still there and really ours (launcher clean-up).
+pub fn remove_job_dir(job: u64, secret: Option<&Secret>) {
+    let path = job_dir(job, secret);
+    if let Ok(m) = std::fs::symlink_metadata(&path) {
+        if m.is_dir() && m.uid() == euid() {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+fn cstr(name: &str) -> CString {
+    CString::new(name).unwrap_or_default()
+}
+
+fn last_os_error() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+/// A directory of this job, opened and checked: a real directory (not a symbolic
+/// link), owned by this user, no permissions for anyone else.
+#[derive(Debug)]
+pub struct PrivateDir {
+    fd: OwnedFd,
+    base: OwnedFd,
+    name: String,
+    path: PathBuf,
+}
+
+impl PrivateDir {
+    fn open_base() -> Result<(OwnedFd, PathBuf), HostError> {
+        let base = shm_base();
+        let c = cstr(&base.to_string_lossy());
+        // SAFETY: a NUL-terminated path; the descriptor is owned below.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(HostError(format!(
+                "{}: {} (set VOLLEY_SHM_DIR to a tmpfs directory)",
+                base.display(),
+                last_os_error()
+            )));
+        }
+        // SAFETY: `fd` was just opened and is owned by nobody else.
+        Ok((unsafe { OwnedFd::from_raw_fd(fd) }, base))
+    }
+
+    /// Creates the directory (or takes over a leftover of our own), for rank 0.
+    pub fn create(name: &str) -> Result<PrivateDir, HostError> {
+        let (base, base_path) = Self::open_base()?;
+        let c = cstr(name);
+        // SAFETY: valid descriptor and NUL-terminated name.
+        if unsafe { libc::mkdirat(base.as_raw_fd(), c.as_ptr(), 0o700) } < 0 {
+            let e = last_os_error();
+            if e.raw_os_error() != Some(libc::EEXIST) {
+                return Err(HostError(format!(
+                    "cannot create {}: {e}",
+                    base_path.join(name).display()
+                )));
+            }
+        }
+        Self::check(base, base_path, name)
+    }
+
+    /// Opens an existing directory, for the other ranks; `Ok(None)` if not there yet.
+    pub fn open(name: &str) -> Result<Option<PrivateDir>, HostError> {
+        let (base, base_path) = Self::open_base()?;
+        match Self::check(base, base_path, name) {
+            Err(e) if e.0.ends_with(NOT_THERE) => Ok(None),
+            r => r.map(Some),
+        }
+    }
+
+    fn check(base: OwnedFd, base_path: PathBuf, name: &str) -> Result<PrivateDir, HostError> {
+        let path = base_path.join(name);
+        let c = cstr(name);
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: valid descriptor and NUL-terminated name.
+        let fd = unsafe { libc::openat(base.as_raw_fd(), c.as_ptr(), flags) };
+        if fd < 0 {
+            let e = last_os_error();
+            let why = match e.raw_os_error() {
+                Some(libc::ENOENT) => NOT_THERE.to_owned(),
+                Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
+                    "is a symbolic link or not a directory: refused (another user may have planted it)".to_owned()
+                }
+                _ => e.to_string(),
+            };
+            return Err(HostError(format!("{}: {why}", path.display())));
+        }
+        // SAFETY: `fd` was just opened and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // Checked on the descriptor: what we opened, not whatever the path names now.
+        let m = File::from(fd.try_clone().map_err(|e| HostError(e.to_string()))?)
+            .metadata()
+            .map_err(|e| HostError(format!("{}: {e}", path.display())))?;
+        if m.uid() != euid() {
+            return Err(HostError(format!(
+                "{} belongs to uid {}, not to this user ({}): refused (another user may be interfering; use another job id)",
+                path.display(),
+                m.uid(),
+                euid()
+            )));
+        }
+        if m.mode() & 0o077 != 0 {
+            return Err(HostError(format!(
+                "{} has mode {:o}, not 700: refused",
+                path.display(),
+                m.mode() & 0o777
+            )));
+        }
+        Ok(PrivateDir {
+            fd,
+            base,
+            name: name.to_owned(),
+            path,
+        })
+    }
+
+    /// Takes the directory's lock without waiting: false if a live process holds it.
+    pub fn try_lock(&self) -> bool {
+        // SAFETY: a valid descriptor; flock has no memory effects.
+        unsafe { libc::flock(self.fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+    }
+
+    /// Creates `name` inside: `O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600, `len` bytes
+    /// reserved.
+    pub fn create_file(&self, name: &str, len: u64) -> Result<File, HostError> {
+        let c = cstr(name);
+        let flags =
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: valid descriptor and NUL-terminated name.
+        let fd = unsafe {
+            libc::openat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                flags,
+                0o600 as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return Err(HostError(format!(
+                "cannot create {}: {}",
+                self.path.join(name).display(),
+                last_os_error()
+            )));
+        }
+        // SAFETY: `fd` was just opened and is owned by nobody else.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        // SAFETY: a valid descriptor of a regular file we own.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+        if rc != 0 {
+            self.remove(name);
+            let e = std::io::Error::from_raw_os_error(rc);
+            return Err(HostError(format!(
+                "the shm region needs {} MiB and {} cannot hold it ({e}): give the job more shared memory (docker run --shm-size=1g; mount -o remount,size=4g /dev/shm) or smaller rings (VOLLEY_SHM_SLOTS, VOLLEY_SHM_SLOT_SIZE)",
+                len.div_ceil(1 << 20),
+                shm_base().display()
+            )));
+        }
+        Ok(file)
+    }
+
+    /// Opens `name` inside, if it is there and a regular file of ours with mode 0600.
+    pub fn open_file(&self, name: &str) -> Result<Option<File>, HostError> {
+        let c = cstr(name);
+        let flags = libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: valid descriptor and NUL-terminated name.
+        let fd = unsafe { libc::openat(self.fd.as_raw_fd(), c.as_ptr(), flags) };
+        if fd < 0 {
+            let e = last_os_error();
+            if e.raw_os_error() == Some(libc::ENOENT) {
+                return Ok(None);
+            }
+            return Err(HostError(format!(
+                "{}: {e}",
+                self.path.join(name).display()
+            )));
+        }
+        // SAFETY: `fd` was just opened and is owned by nobody else.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let m = file.metadata().map_err(|e| HostError(e.to_string()))?;
+        if !m.file_type().is_file() || m.uid() != euid() || m.mode() & 0o077 != 0 {
+            return Err(HostError(format!(
+                "{}: not a private regular file of this user: refused",
+                self.path.join(name).display()
+            )));
+        }
+        Ok(Some(file))
+    }
+
+    /// Renames `from` to `to` inside.
+    pub fn rename(&self, from: &str, to: &str) -> Result<(), HostError> {
+        let (a, b) = (cstr(from), cstr(to));
+        let fd = self.fd.as_raw_fd();
+        // SAFETY: valid descriptor and NUL-terminated names.
+        if unsafe { libc::renameat(fd, a.as_ptr(), fd, b.as_ptr()) } < 0 {
+            return Err(HostError(format!(
+                "cannot publish the shm region: {}",
+                last_os_error()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Removes `name` inside (best effort).
+    pub fn remove(&self, name: &str) {
+        let c = cstr(name);
+        // SAFETY: valid descriptor and NUL-terminated name.
+        unsafe { libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), 0) };
+    }
+
+    /// Removes everything inside (leftovers of an earlier start of this job).
+    pub fn clear(&self) {
+        if let Ok(entries) = std::fs::read_dir(format!("/proc/self/fd/{}", self.fd.as_raw_fd())) {
+            for e in entries.flatten() {
+                self.remove(&e.file_name().to_string_lossy());
+            }
+        }
+    }
+
+    /// Removes the directory and what is in it.
+    pub fn destroy(self) {
+        self.clear();
+        let c = cstr(&self.name);
+        // SAFETY: valid descriptor and NUL-terminated name.
+        unsafe { libc::unlinkat(self.base.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR) };
+    }
+
+    /// Where it is (for messages).
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+const NOT_THERE: &str = "not there yet";
+
+/// A random file name, so nobody can plant anything under it beforehand.
+fn random_name(prefix: &str) -> Result<String, HostError> {
+    Ok(format!("{prefix}.{}", &Secret::generate()?.to_hex()[..16]))
+}
+
+/// Removes this user's job directories that nobody holds a lock on and that have
+/// not changed for a while: left over by a rank 0 killed during start-up.
+pub fn remove_stale_dirs() {
+    let prefix = format!("volley-{}-", euid());
+    let Ok(entries) = std::fs::read_dir(shm_base()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(&prefix) {
+            continue;
+        }
+        let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        let old = m
+            .modified()
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > StdDuration::from_secs(10));
+        if !m.is_dir() || m.uid() != euid() || !old {
+            continue;
+        }
+        if let Ok(Some(d)) = PrivateDir::open(&name) {
+            if d.try_lock() {
+                d.destroy();
+            }
+        }
+    }
 }
 
 /// One rank's NIC on the job's shared region.
@@ -66,11 +365,11 @@ pub struct ShmDevice {
     _map: MmapMut,
 }
 
-fn map(path: &Path) -> std::io::Result<MmapMut> {
-    let file = OpenOptions::new().read(true).write(true).open(path)?;
-    // SAFETY: the file is ours (mode 0600 in a 0700 directory); other processes of
-    // the job change it only through the ring protocol, which `Region` accounts for.
-    unsafe { MmapMut::map_mut(&file) }
+fn map(file: &File) -> std::io::Result<MmapMut> {
+    // SAFETY: the file is ours (mode 0600 in a 0700 directory, checked on the
+    // descriptor); other processes of the job change it only through the ring
+    // protocol, which `Region` accounts for.
+    unsafe { MmapMut::map_mut(file) }
 }
 
 fn region(map: &mut MmapMut) -> Result<Region, HostError> {
@@ -82,15 +381,14 @@ fn region(map: &mut MmapMut) -> Result<Region, HostError> {
 impl ShmDevice {
     /// Creates (rank 0) or joins the job's region, then waits for every rank.
     pub fn open(boot: &Boot, opts: ShmOptions) -> Result<ShmDevice, HostError> {
-        let dir = job_dir(boot.job);
-        let path = dir.join("region");
+        let name = job_dir_name(boot.job, boot.secret.as_ref(), "");
         let deadline = StdInstant::now() + opts.startup_timeout;
         let cfg = NicConfig {
             pid: std::process::id(),
             dead_after: opts.peer_timeout,
         };
         let me = boot.rank as u32;
-        let dev = if boot.rank == 0 {
+        let (dev, dir) = if boot.rank == 0 {
             // One ring per ordered pair: 2 MiB rings of 64 KiB frames (per-frame costs
             // dominate bandwidth) while there are few ranks, smaller as n^2 grows.
             let (slots, slot_size) = if boot.size <= 8 {
@@ -116,67 +414,72 @@ impl ShmDevice {
             let len = geo
                 .region_len()
                 .ok_or_else(|| HostError("shm region too large".into()))?;
-            DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&dir)
-                .map_err(|e| HostError(format!("cannot create {}: {e}", dir.display())))?;
-            let tmp = dir.join(format!("region.{}", std::process::id()));
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)
-                .map_err(|e| HostError(format!("cannot create {}: {e}", tmp.display())))?;
-            file.set_len(len as u64)
-                .map_err(|e| HostError(format!("cannot size the shm region: {e}")))?;
+            remove_stale_dirs();
+            let dir = PrivateDir::create(&name)?;
+            if !dir.try_lock() {
+                return Err(HostError(format!(
+                    "{}: another rank 0 of job {:#x} is starting (job ids must differ)",
+                    dir.path().display(),
+                    boot.job
+                )));
+            }
+            dir.clear();
+            let tmp = random_name("region")?;
+            let file = dir.create_file(&tmp, len as u64)?;
             let mut m =
-                map(&tmp).map_err(|e| HostError(format!("cannot map the shm region: {e}")))?;
+                map(&file).map_err(|e| HostError(format!("cannot map the shm region: {e}")))?;
             let nic = MyriNic::create(region(&mut m)?, geo, me, boot.job, cfg)
                 .map_err(|e| HostError(e.to_string()))?;
-            fs::rename(&tmp, &path)
-                .map_err(|e| HostError(format!("cannot publish the shm region: {e}")))?;
-            ShmDevice { nic, _map: m }
+            dir.rename(&tmp, "region")?;
+            (ShmDevice { nic, _map: m }, Some(dir))
         } else {
-            let mut last = String::from("region file never appeared");
-            loop {
+            let mut last = String::from("region never appeared");
+            let dev = loop {
                 if StdInstant::now() > deadline {
                     return Err(HostError(format!(
                         "{}: {last} (gave up after {:?})",
-                        path.display(),
+                        job_dir(boot.job, boot.secret.as_ref()).display(),
                         opts.startup_timeout
                     )));
                 }
-                let mut m = match map(&path) {
+                let retry = |last: &mut String, why: String| {
+                    *last = why;
+                    std::thread::sleep(StdDuration::from_millis(1));
+                };
+                let Some(dir) = PrivateDir::open(&name)? else {
+                    retry(&mut last, "directory never appeared".into());
+                    continue;
+                };
+                let Some(file) = dir.open_file("region")? else {
+                    retry(&mut last, "region never appeared".into());
+                    continue;
+                };
+                let mut m = match map(&file) {
                     Ok(m) if m.len() >= 4096 => m,
                     Ok(_) => {
-                        last = "region file too short".into();
-                        std::thread::sleep(StdDuration::from_millis(1));
+                        retry(&mut last, "region file too short".into());
                         continue;
                     }
                     Err(e) => {
-                        last = format!("cannot map: {e}");
-                        std::thread::sleep(StdDuration::from_millis(1));
+                        retry(&mut last, format!("cannot map: {e}"));
                         continue;
                     }
                 };
                 match MyriNic::attach(region(&mut m)?, me, boot.job, cfg) {
                     Ok(nic) => break ShmDevice { nic, _map: m },
-                    Err(e @ MyriError::NotReady { .. }) => {
-                        last = e.to_string();
-                        std::thread::sleep(StdDuration::from_millis(1));
+                    Err(e @ MyriError::NotReady { .. }) => retry(&mut last, e.to_string()),
+                    Err(e) => {
+                        return Err(HostError(format!("{}/region: {e}", dir.path().display())))
                     }
-                    Err(e) => return Err(HostError(format!("{}: {e}", path.display()))),
                 }
-            }
+            };
+            (dev, None)
         };
         // Start-up barrier: every rank attached to this generation.
         while !dev.nic.all_joined() {
             if StdInstant::now() > deadline {
-                if boot.rank == 0 {
-                    remove_job_dir(boot.job);
+                if let Some(d) = dir {
+                    d.destroy();
                 }
                 let missing: Vec<u32> = (0..boot.size as u32)
                     .filter(|&n| dev.nic.state(n) == volley_myri::NodeState::Absent)
@@ -187,9 +490,9 @@ impl ShmDevice {
             }
             std::thread::sleep(StdDuration::from_micros(200));
         }
-        if boot.rank == 0 {
-            // Everyone has it mapped: nothing needs the name any more.
-            remove_job_dir(boot.job);
+        // Everyone has it mapped: nothing needs the name any more.
+        if let Some(d) = dir {
+            d.destroy();
         }
         Ok(dev)
     }
@@ -202,7 +505,7 @@ impl ShmDevice {
 
 /// True if process `pid` has exited (gone, or a zombie not yet reaped).
 fn process_gone(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state is the first field after the parenthesised command name.
         Ok(stat) => {
             stat.rsplit(')')
