@@ -209,10 +209,23 @@ fn c_startup_errors_are_one_line_without_a_panic() {
 
 #[test]
 fn c_ranks_started_as_srun_starts_them() {
-    // No Slurm here: start the ranks with the environment srun gives each task.
+    // No Slurm here: start the ranks with the environment srun gives each task. srun
+    // hands out no secret: the job's key file does (0600, as documented).
     let prog = program("ring");
     let _g = serial();
     let job = std::process::id().to_string();
+    let key = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("key-{job}"));
+    let _ = std::fs::remove_file(&key);
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&key)
+            .unwrap();
+        std::io::Write::write_all(&mut f, b"00112233445566778899aabbccddeeff\n").unwrap();
+    }
     for fabric in ["shm", "udp"] {
         let children: Vec<_> = (0..3)
             .map(|rank| {
@@ -224,6 +237,7 @@ fn c_ranks_started_as_srun_starts_them() {
                     .env("SLURM_JOB_ID", &job)
                     .env("SLURM_STEP_ID", if fabric == "shm" { "0" } else { "1" })
                     .env("VOLLEY_FABRIC", fabric)
+                    .env("VOLLEY_KEY_FILE", &key)
                     .env_remove("VOLLEY_RANK")
                     .stdout(std::process::Stdio::piped())
                     .stderr(std::process::Stdio::piped())
@@ -238,4 +252,38 @@ fn c_ranks_started_as_srun_starts_them() {
             assert!(t.contains(&format!("ring ok: instance {rank} of 3")), "{t}");
         }
     }
+    // A key file other users can read is refused, in one line.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let o = Command::new("timeout")
+        .arg("60")
+        .arg(&prog)
+        .env("SLURM_PROCID", "0")
+        .env("SLURM_NTASKS", "2")
+        .env("VOLLEY_FABRIC", "udp")
+        .env("VOLLEY_KEY_FILE", &key)
+        .env_remove("VOLLEY_RANK")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("chmod 600"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    // Without any secret the udp fabric refuses to start, saying how to give one.
+    let o = Command::new("timeout")
+        .arg("60")
+        .arg(&prog)
+        .env("SLURM_PROCID", "0")
+        .env("SLURM_NTASKS", "2")
+        .env("VOLLEY_FABRIC", "udp")
+        .env_remove("VOLLEY_KEY_FILE")
+        .env_remove("VOLLEY_RANK")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("needs a job secret"), "{err}");
+    std::fs::remove_file(&key).unwrap();
 }

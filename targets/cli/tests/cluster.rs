@@ -767,10 +767,7 @@ fn a_too_small_dev_shm_is_one_clear_line() {
     let t = text(&out);
     assert!(!out.status.success(), "{t}");
     assert!(t.contains("--shm-size"), "{t}");
-    assert!(
-        t.contains("[0] volley: the shm region needs 26214"),
-        "{t}"
-    );
+    assert!(t.contains("[0] volley: the shm region needs 26214"), "{t}");
     assert!(took < Duration::from_secs(30), "{took:?}");
     assert_nothing_left(&before, "too small");
 }
