@@ -1,0 +1,274 @@
+//! A bounded mutation fuzzer for the parser and the engine, and a replay test.
+//!
+//! Seeds are real frames (data, acks, barrier tokens, rejections) that two engines
+//! exchange; each round mutates some (bit flips, byte writes, truncation, splices,
+//! length and offset fields pushed to extremes) and feeds them to a receiving engine,
+//! half the time re-signed with the job's key so that the mutations reach past the
+//! authentication check. Nothing may panic, and the counters must add up.
+//!
+//! It runs for `VOLLEY_FUZZ_SECS` seconds (10 by default, 60 when `CI` is set). Run it
+//! longer, optimised, with another seed:
+//! `VOLLEY_FUZZ_SECS=3600 VOLLEY_SEED=7 cargo test --release -p volley-core --test fuzz_engine`.
+
+use volley_core::engine::{
+    Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, PortSetup, Storage, Upcall,
+};
+use volley_core::phy::{Device, Loopback, Ring, RxToken};
+use volley_core::rng::Rng;
+use volley_core::time::{Duration, Instant};
+use volley_core::wire::{self, AuthKey, Flags, HEADER_LEN, TAG_LEN};
+use volley_core::NodeAddr;
+
+const GROUPS: &[Group<'static>] = &[Group {
+    id: 1,
+    members: Members::Range { first: 0, count: 2 },
+}];
+const KEY: AuthKey = *b"fuzzing-job-key!";
+
+fn seed() -> u64 {
+    std::env::var("VOLLEY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0xF022_0001)
+}
+
+fn count(u: &mut Upcall<'_, '_, u64>) {
+    *u.state() += 1;
+}
+
+fn engine(node: u16, key: Option<AuthKey>) -> Engine<'static, u64> {
+    let mut cfg = Config::new(9, 1, node);
+    cfg.auth_key = key;
+    cfg.reassembly_timeout = Duration::from_micros(200);
+    cfg.unbound_grace = Duration::from_micros(500);
+    let cap = Capacity {
+        ports: 1025,
+        channels: 2,
+        fabric_nodes: 2,
+        ops: 16,
+        assemblies: 4,
+        eager: 4,
+    };
+    let mut e = Engine::new(cfg, GROUPS, Storage::with_capacity(cap), 0).unwrap();
+    for (port, kind) in [(1u16, BufferKind::GoBack), (2, BufferKind::GoAhead)] {
+        e.bind_port(
+            port,
+            PortSetup {
+                dest: Some(Dest {
+                    group: 1,
+                    node: 1 - node,
+                    port,
+                }),
+                input: true,
+                recv: Some(count),
+                err: Some(count),
+                sem: port,
+                kind,
+                buffer: Some(Vec::leak(vec![0u8; 5000])),
+            },
+        )
+        .unwrap();
+    }
+    e
+}
+
+/// Frames two engines really exchange: the corpus the mutations start from.
+fn corpus(key: Option<AuthKey>) -> Vec<Vec<u8>> {
+    let mut a = engine(0, key);
+    let mut b = engine(1, key);
+    let mut rings: Vec<Ring<64, 1500>> = (0..2).map(|_| Ring::new()).collect();
+    let mut frames = Vec::new();
+    let mut now = Instant::ZERO;
+    for (i, len) in [0usize, 10, 1400, 4000, 20_000].into_iter().enumerate() {
+        let body: &'static [u8] = Vec::leak(vec![i as u8; len]);
+        let _ = a.start_send(1, b"hd", Body::Borrowed(body), i % 2 == 0);
+        let _ = a.start_send(7, b"", Body::Borrowed(body), true); // unbound: rejected
+        let _ = a.start_barrier();
+        let _ = b.start_barrier();
+        for _ in 0..50 {
+            now += Duration::from_micros(50);
+            a.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
+            let mut lb = Loopback::new(&mut rings, NodeAddr(1));
+            b.set_capabilities(lb.capabilities());
+            while let Some(t) = lb.receive(now) {
+                t.consume(|f| {
+                    frames.push(f.to_vec());
+                    b.handle_frame(now, f)
+                });
+            }
+            b.handle_timeout(now);
+            b.poll_transmit(now, &mut lb, None);
+        }
+    }
+    frames
+}
+
+/// Re-signs a (mutated) frame with the key, so that the engine looks past the tag.
+fn resign(f: &mut Vec<u8>) {
+    if f.len() < HEADER_LEN {
+        return;
+    }
+    let plen = u16::from_be_bytes([f[38], f[39]]) as usize;
+    let end = HEADER_LEN + plen;
+    if f.len() < end + TAG_LEN {
+        return;
+    }
+    let flags = u16::from_be_bytes([f[2], f[3]]) | Flags::AUTH.bits();
+    f[2..4].copy_from_slice(&flags.to_be_bytes());
+    let mut h = [0u8; HEADER_LEN];
+    h.copy_from_slice(&f[..HEADER_LEN]);
+    let t = wire::tag(&KEY, &h, &f[HEADER_LEN..end]);
+    f[end..end + TAG_LEN].copy_from_slice(&t);
+}
+
+fn mutate(rng: &mut Rng, corpus: &[Vec<u8>]) -> Vec<u8> {
+    let mut f = corpus[rng.below(corpus.len() as u64) as usize].clone();
+    for _ in 0..=rng.below(4) {
+        let n = f.len().max(1);
+        match rng.below(8) {
+            0 => {
+                let i = rng.below(n as u64) as usize;
+                if let Some(b) = f.get_mut(i) {
+                    *b ^= 1 << rng.below(8);
+                }
+            }
+            1 => {
+                let i = rng.below(n as u64) as usize;
+                if let Some(b) = f.get_mut(i) {
+                    *b = rng.next_u64() as u8;
+                }
+            }
+            2 => f.truncate(rng.below(n as u64 + 1) as usize),
+            3 => {
+                // Splice the tail of another frame.
+                let other = &corpus[rng.below(corpus.len() as u64) as usize];
+                let at = rng.below(n as u64) as usize;
+                f.truncate(at);
+                f.extend_from_slice(&other[at.min(other.len())..]);
+            }
+            4 if f.len() >= HEADER_LEN => {
+                // A length, offset, message or sequence field pushed to an extreme.
+                let fields = [
+                    (38usize, 2usize),
+                    (44, 4),
+                    (48, 4),
+                    (40, 4),
+                    (20, 4),
+                    (24, 4),
+                ];
+                let (at, w) = fields[rng.below(fields.len() as u64) as usize];
+                let v: u64 = [0, 1, u64::MAX, rng.next_u64()][rng.below(4) as usize];
+                f[at..at + w].copy_from_slice(&v.to_be_bytes()[8 - w..]);
+            }
+            5 if f.len() >= HEADER_LEN => {
+                // Another kind, another port.
+                f[1] = rng.below(13) as u8;
+                f[18..20].copy_from_slice(&(rng.below(1100) as u16).to_be_bytes());
+            }
+            6 => f.extend((0..rng.below(64)).map(|_| rng.next_u64() as u8)),
+            _ => {}
+        }
+    }
+    f
+}
+
+#[test]
+fn mutated_frames_never_panic_the_engine() {
+    let seed = seed();
+    // A minute in CI (which sets CI=true), ten seconds on a developer's machine.
+    let default = if std::env::var_os("CI").is_some() {
+        60
+    } else {
+        10
+    };
+    let secs: u64 = std::env::var("VOLLEY_FUZZ_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
+    let keyed = corpus(Some(KEY));
+    let plain = corpus(None);
+    assert!(
+        keyed.len() > 20 && plain.len() > 20,
+        "a corpus to start from"
+    );
+    let mut rng = Rng::new(seed);
+    let start = std::time::Instant::now();
+    let (mut frames, mut rounds) = (0u64, 0u64);
+    let mut deep = 0u64;
+    while start.elapsed().as_secs() < secs {
+        rounds += 1;
+        let with_key = rng.chance(0.5);
+        let mut e = engine(1, with_key.then_some(KEY));
+        let mut rings: Vec<Ring<64, 1500>> = (0..2).map(|_| Ring::new()).collect();
+        let mut now = Instant::ZERO;
+        for _ in 0..200 {
+            let mut f = mutate(&mut rng, if with_key { &keyed } else { &plain });
+            if with_key && rng.chance(0.7) {
+                resign(&mut f);
+            }
+            e.handle_frame(now, &f);
+            frames += 1;
+            now += Duration::from_micros(rng.below(300));
+            e.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+            for r in rings.iter_mut() {
+                *r = Ring::new();
+            }
+        }
+        e.handle_timeout(now + Duration::from_secs(1));
+        let s = e.stats();
+        assert_eq!(s.rx_frames, 200, "seed {seed} round {rounds}");
+        assert!(
+            s.delivered + s.truncated <= s.rx_frames,
+            "seed {seed} round {rounds}: {s:?}"
+        );
+        deep += s.rx_frames - s.rx_malformed - s.rx_bad_crc - s.rx_unauthenticated;
+    }
+    println!(
+        "seed {seed}: {frames} mutated frames in {rounds} rounds, {deep} past the parser, in {secs} s"
+    );
+    assert!(
+        deep > frames / 10,
+        "seed {seed}: the mutations must reach the engine"
+    );
+}
+
+/// Frames recorded on the wire and replayed after the exchange: nothing is delivered
+/// twice, with or without the job's key.
+#[test]
+fn replayed_frames_are_rejected() {
+    for key in [Some(KEY), None] {
+        let mut a = engine(0, key);
+        let mut b = engine(1, key);
+        let mut rings: Vec<Ring<64, 1500>> = (0..2).map(|_| Ring::new()).collect();
+        let mut recorded = Vec::new();
+        let mut now = Instant::ZERO;
+        for (i, len) in [10usize, 3000, 0, 4000].into_iter().enumerate() {
+            let body: &'static [u8] = Vec::leak(vec![i as u8; len]);
+            a.start_send(1, b"", Body::Borrowed(body), i % 2 == 0)
+                .unwrap();
+            for _ in 0..40 {
+                now += Duration::from_micros(50);
+                a.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
+                let mut lb = Loopback::new(&mut rings, NodeAddr(1));
+                b.set_capabilities(lb.capabilities());
+                while let Some(t) = lb.receive(now) {
+                    t.consume(|f| {
+                        recorded.push(f.to_vec());
+                        b.handle_frame(now, f)
+                    });
+                }
+                b.poll_transmit(now, &mut lb, None);
+            }
+        }
+        assert_eq!(*b.state(), 4, "{key:?}: four messages");
+        let before = b.stats().delivered;
+        for f in &recorded {
+            now += Duration::from_micros(10);
+            b.handle_frame(now, f);
+        }
+        b.handle_timeout(now + Duration::from_secs(1));
+        assert_eq!(*b.state(), 4, "{key:?}: a replay delivers nothing");
+        assert_eq!(b.stats().delivered, before);
+        assert!(b.stats().rx_duplicates + b.stats().rx_dropped >= recorded.len() as u64 / 2);
+    }
+}
