@@ -104,7 +104,7 @@ fn corpus(key: Option<AuthKey>) -> Vec<Vec<u8>> {
 }
 
 /// Re-signs a (mutated) frame with the key, so that the engine looks past the tag.
-fn resign(f: &mut Vec<u8>) {
+fn resign(f: &mut [u8]) {
     if f.len() < HEADER_LEN {
         return;
     }
