@@ -389,15 +389,22 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     }
     g.sync()?;
     let st = g.state();
-    if !st.bad.is_empty() || (me == 1 && st.handled != count) {
+    if !st.bad.is_empty() || !st.errnos.is_empty() || (me == 1 && st.handled != count) {
         return Err(fail(format!(
-            "handled {} of {count}; errors {:?}",
-            st.handled, st.bad
+            "handled {} of {count}; errors {:?}, error upcalls {:?}",
+            st.handled, st.bad, st.errnos
         )));
     }
     if me == 1 {
         let s = g.engine().stats();
-        println!("flowctl-exact ok: {count} messages exactly once, in order; {} duplicates and {} bad CRCs dropped", s.rx_duplicates, s.rx_bad_crc);
+        let strangers = match g.device() {
+            crate::HostDevice::Udp(d) => d.stats().rx_foreign,
+            crate::HostDevice::Shm(_) => 0,
+        };
+        println!(
+            "flowctl-exact ok: {count} messages exactly once, in order; {} duplicates and {} bad CRCs dropped; {} unauthenticated frames and {strangers} datagrams from strangers dropped",
+            s.rx_duplicates, s.rx_bad_crc, s.rx_unauthenticated
+        );
     }
     g.exit();
     Ok(())
