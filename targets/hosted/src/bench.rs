@@ -89,6 +89,24 @@ fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
     percentiles(&mut v)
 }
 
+/// Time to compute the authentication tag of one frame carrying 8 bytes, in batches
+/// of 1000 (microseconds per frame).
+fn tag_cost(batches: usize) -> Vec<f64> {
+    let key = [7u8; 16];
+    let mut h = [0u8; volley_core::wire::HEADER_LEN];
+    let payload = [1u8; 8];
+    (0..batches.max(1))
+        .map(|b| {
+            let t0 = StdInstant::now();
+            for i in 0..1000u32 {
+                h[20..24].copy_from_slice(&(i ^ b as u32).to_be_bytes());
+                std::hint::black_box(volley_core::wire::tag(&key, &h, &payload));
+            }
+            t0.elapsed().as_nanos() as f64 / 1000.0 / 1000.0
+        })
+        .collect()
+}
+
 /// The bare reference: two processes bounce a counter through two cache lines.
 fn flag_pingpong(boot: &Boot, iters: usize) -> Result<Vec<f64>, HostError> {
     // A private directory of this job, checked like the region's.
@@ -286,6 +304,22 @@ pub fn pair(boot: &Boot, fabric: Fabric, quick: bool) -> Result<Vec<Row>, HostEr
         });
         m
     });
+
+    if fabric == Fabric::Udp {
+        // What authenticating a frame costs (both ends do it once per frame), in the
+        // same run: compare with the reference and the 8-byte latency rows below.
+        let (m, p90, p99) = stats(tag_cost(200 / scale));
+        rows.push(Row {
+            fabric: name,
+            test: "frame tag, SipHash-2-4".into(),
+            bytes: 8,
+            unit: "us",
+            median: m,
+            p90,
+            p99,
+            ratio: Some(m / lm),
+        });
+    }
 
     let mut g: HostGamma<State> = node::gamma(boot, fabric, State::default())?;
     let me = g.my_node();
