@@ -49,6 +49,9 @@ pub struct Boot {
     /// Attach `isa-debug-exit` at 0xf4 (the kernel's way to report); off only to
     /// test the harness's own timeout.
     pub exit_device: bool,
+    /// The file QEMU hands the node as its job key (fw_cfg `opt/volley/key`); `None`
+    /// for this process's shared one ([`job_key_file`]).
+    pub key_file: Option<PathBuf>,
 }
 
 impl Boot {
@@ -59,6 +62,7 @@ impl Boot {
             timeout: Duration::from_secs(60),
             extra: Vec::new(),
             exit_device: true,
+            key_file: None,
         }
     }
 }
@@ -136,6 +140,13 @@ pub fn command(boot: &Boot) -> Command {
     if boot.exit_device {
         c.args(["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"]);
     }
+    // The job key reaches the node as a file, never on the command line.
+    let key = boot
+        .key_file
+        .clone()
+        .unwrap_or_else(|| job_key_file().to_path_buf());
+    c.arg("-fw_cfg")
+        .arg(format!("name=opt/volley/key,file={}", key.display()));
     c.arg("-kernel")
         .arg(image())
         .args(["-append", &boot.cmdline])
@@ -144,6 +155,39 @@ pub fn command(boot: &Boot) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     c
+}
+
+/// A new key file: 32 random hex digits, mode 0600, in a private (0700) directory of
+/// its own under the system's temporary directory.
+pub fn new_key_file() -> PathBuf {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let mut raw = [0u8; 24];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut raw))
+        .expect("random bytes");
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let dir = std::env::temp_dir().join(format!("volley-qemu-{}", hex(&raw[16..])));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .expect("a private directory for the key");
+    let path = dir.join("key");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .expect("the key file");
+    f.write_all(hex(&raw[..16]).as_bytes())
+        .expect("key written");
+    path
+}
+
+/// This process's job key file, shared by every node it boots (one job).
+pub fn job_key_file() -> &'static Path {
+    static KEY: OnceLock<PathBuf> = OnceLock::new();
+    KEY.get_or_init(new_key_file)
 }
 
 /// Kills the child QEMU when dropped, whatever happened.

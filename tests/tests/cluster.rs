@@ -95,3 +95,65 @@ fn a_node_that_never_starts_is_a_sendfailure_not_a_hang() {
     );
     assert!(o.took < Duration::from_secs(60), "took {:?}", o.took);
 }
+
+/// A node holding another key (another job, or an attacker on the LAN who does not
+/// know the secret) cannot talk to the cluster: its frames fail authentication, and
+/// the node that waits for it reports SENDFAILURE.
+#[test]
+fn a_node_with_another_key_is_not_heard() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let base = ports();
+    let other = volley_qemu::new_key_file();
+    let boots: Vec<Boot> = (0..2)
+        .map(|i| {
+            let mut b = node(
+                format!("app=pingpong rank={i} macs={}", macs(2)),
+                dgram_nic(i, base),
+            );
+            if i == 1 {
+                b.key_file = Some(other.clone());
+            }
+            b
+        })
+        .collect();
+    let out = run_all(&boots);
+    let _ = std::fs::remove_dir_all(other.parent().unwrap());
+    assert_eq!(out[0].verdict, Verdict::Failure, "{}", out[0].console);
+    assert!(
+        out[0].console.contains("first sync: SENDFAILURE"),
+        "{}",
+        out[0].console
+    );
+    let dropped: u64 = out[0]
+        .console
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("volley unikernel: ")?
+                .strip_suffix(" frames failed authentication")
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(dropped > 0, "{}", out[0].console);
+}
+
+/// A node given no usable key refuses to run, saying how to give one.
+#[test]
+fn a_node_without_a_key_refuses_to_run() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let bad = volley_qemu::new_key_file();
+    std::fs::write(&bad, "not hex").unwrap();
+    let mut b = node(
+        format!("app=pingpong rank=0 macs={}", macs(2)),
+        dgram_nic(0, ports()),
+    );
+    b.key_file = Some(bad.clone());
+    b.timeout = std::time::Duration::from_secs(60);
+    let out = run_all(&[b]);
+    let _ = std::fs::remove_dir_all(bad.parent().unwrap());
+    assert_eq!(out[0].verdict, Verdict::Failure, "{}", out[0].console);
+    assert!(out[0].console.contains("no job key"), "{}", out[0].console);
+}

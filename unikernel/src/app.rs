@@ -34,6 +34,24 @@ fn pattern(src: u16, k: usize, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// The fw_cfg file holding the job's key.
+const KEY_FILE: &str = "opt/volley/key";
+
+/// The job's 128-bit key, from 32 hex digits in the fw_cfg file.
+fn job_key() -> Option<[u8; 16]> {
+    let mut text = [0u8; 64];
+    let n = crate::fwcfg::file(KEY_FILE, &mut text)?;
+    let hex = core::str::from_utf8(&text[..n]).ok()?.trim();
+    if hex.len() != 32 || !hex.is_ascii() {
+        return None;
+    }
+    let mut key = [0u8; 16];
+    for (i, b) in key.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(key)
+}
+
 /// Runs `app` as instance `rank` of `nodes`; returns whether every check passed.
 pub fn run(app: &str, nic: E1000<Bar0>, clock: TscClock, rank: u16, nodes: u16) -> bool {
     let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
@@ -43,7 +61,21 @@ pub fn run(app: &str, nic: E1000<Bar0>, clock: TscClock, rank: u16, nodes: u16) 
             count: nodes,
         },
     }]);
-    let mut cfg = Config::new(0x5EED, 1, rank);
+    // The job's key comes through fw_cfg (a file on the host), never the command
+    // line: every frame on the Ethernet is authenticated under it.
+    let Some(key) = job_key() else {
+        println!(
+            "volley unikernel: no job key: start QEMU with -fw_cfg name={},file=KEYFILE (32 hex digits, mode 0600)",
+            KEY_FILE
+        );
+        return false;
+    };
+    let mut cfg = Config::new(
+        u32::from_le_bytes([key[0], key[1], key[2], key[3]]),
+        1,
+        rank,
+    );
+    cfg.auth_key = Some(key);
     // QEMU holds reception off for about a second after RCTL is written: the first
     // frames are retransmitted, so allow a few seconds before declaring a peer dead.
     cfg.peer_timeout = volley_core::time::Duration::from_secs(4);
@@ -63,6 +95,10 @@ pub fn run(app: &str, nic: E1000<Bar0>, clock: TscClock, rank: u16, nodes: u16) 
     let t0 = g.time();
     if let Err(e) = g.sync() {
         report("first sync", e);
+        println!(
+            "volley unikernel: {} frames failed authentication",
+            g.engine().stats().rx_unauthenticated
+        );
         return false;
     }
     println!(

@@ -16,6 +16,7 @@ mod app;
 mod boot;
 mod clock;
 mod exit;
+mod fwcfg;
 mod hal;
 mod heap;
 mod idt;

@@ -35,3 +35,11 @@ pub fn inl(port: u16) -> u32 {
     };
     v
 }
+
+/// Writes a word to an I/O port.
+pub fn outw(port: u16, v: u16) {
+    // SAFETY: as for `outb`.
+    unsafe {
+        core::arch::asm!("out dx, ax", in("dx") port, in("ax") v, options(nomem, nostack, preserves_flags))
+    };
+}
