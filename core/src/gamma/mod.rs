@@ -481,7 +481,8 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// waiting for a message that cannot come.
     pub fn wait_deadline(&mut self, sem: u16, n: u32, deadline: Instant) -> Result<i32, Error> {
         user_sem(sem)?;
-        let mut probe_at = Instant::ZERO;
+        // Probing scans the port table: only a wait that has lasted a while does it.
+        let mut probe_at: Option<Instant> = None;
         loop {
             if let Some(errors) = self.engine.try_take(sem, n)? {
                 return Ok(-(errors.min(i32::MAX as u32) as i32));
@@ -493,9 +494,13 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             if now >= deadline {
                 return Err(Error::Timeout);
             }
-            if now >= probe_at {
-                self.engine.keepalive(now, sem);
-                probe_at = now + self.engine.config().keepalive;
+            match probe_at {
+                None => probe_at = Some(now + self.engine.config().keepalive),
+                Some(t) if now >= t => {
+                    self.engine.keepalive(now, sem);
+                    probe_at = Some(now + self.engine.config().keepalive);
+                }
+                Some(_) => {}
             }
             let busy = self.poll();
             self.idle_step(busy);

@@ -404,6 +404,7 @@ impl Repr {
     /// extent and the checksum included, comes from that copy: a frame in memory that
     /// another process may still be writing (a shared ring slot) can give wrong
     /// contents, never an out-of-range read or a header that changes between checks.
+    #[inline]
     pub fn parse_frame<'f>(
         frame: &'f [u8],
         trust_integrity: bool,
@@ -432,6 +433,7 @@ impl Repr {
         Ok((repr, payload))
     }
 
+    #[inline]
     fn parse_header(
         h: &[u8; HEADER_LEN],
         payload: &[u8],
@@ -496,10 +498,12 @@ impl Repr {
     }
 
     /// The header bytes, checksum field zero.
-    fn header_bytes(&self, skip_crc: bool) -> [u8; HEADER_LEN] {
+    #[inline]
+    fn header_bytes(&self, skip_crc: bool, auth: bool) -> [u8; HEADER_LEN] {
         let mut flags = self.flags;
         flags.set(Flags::HAS_ACK, self.ack.is_some());
         flags.set(Flags::NO_CRC, skip_crc);
+        flags.set(Flags::AUTH, auth);
         let a = self.ack.unwrap_or_default();
         let mut h = [0u8; HEADER_LEN];
         let mut put = |r: core::ops::Range<usize>, v: &[u8]| h[r].copy_from_slice(v);
@@ -528,7 +532,7 @@ impl Repr {
     /// itself and then calls [`Packet::fill_checksum`] unless `skip_crc`.
     /// [`Repr::emit_with_payload`] does all of it.
     pub fn emit_header<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>, skip_crc: bool) {
-        p.buffer.as_mut()[..HEADER_LEN].copy_from_slice(&self.header_bytes(skip_crc));
+        p.buffer.as_mut()[..HEADER_LEN].copy_from_slice(&self.header_bytes(skip_crc, false));
     }
 
     /// Writes header and payload pieces (concatenated) and the checksum.
@@ -545,6 +549,7 @@ impl Repr {
 
     /// [`Repr::emit_with_payload`], then (with `key`) the authentication tag after the
     /// payload: `buf` must then hold [`Repr::buffer_len`] + [`TAG_LEN`] bytes.
+    #[inline]
     pub fn emit_frame(
         &self,
         buf: &mut [u8],
@@ -558,12 +563,8 @@ impl Repr {
         if buf.len() < full || total != self.payload_len as usize {
             return Err(WireError::Malformed);
         }
-        let mut me = *self;
-        if key.is_some() {
-            me.flags |= Flags::AUTH;
-        }
         let skip_crc = skip_crc || key.is_some();
-        let h = me.header_bytes(skip_crc);
+        let h = self.header_bytes(skip_crc, key.is_some());
         let (head, rest) = buf.split_at_mut(HEADER_LEN);
         head.copy_from_slice(&h);
         let mut at = 0;
