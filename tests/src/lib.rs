@@ -158,7 +158,7 @@ pub fn command(boot: &Boot) -> Command {
 }
 
 /// A new key file: 32 random hex digits, mode 0600, in a private (0700) directory of
-/// its own under the system's temporary directory.
+/// its own under the workspace's `target/` (so `cargo clean` removes it).
 pub fn new_key_file() -> PathBuf {
     use std::io::{Read, Write};
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -167,7 +167,9 @@ pub fn new_key_file() -> PathBuf {
         .and_then(|mut f| f.read_exact(&mut raw))
         .expect("random bytes");
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-    let dir = std::env::temp_dir().join(format!("volley-qemu-{}", hex(&raw[16..])));
+    let parent = repo_root().join("target").join("volley-qemu-keys");
+    std::fs::create_dir_all(&parent).expect("target/volley-qemu-keys");
+    let dir = parent.join(hex(&raw[16..]));
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&dir)

@@ -32,7 +32,10 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 }
 
 impl Pmi {
-    /// Connects through `PMI_FD`, if the process manager set it.
+    /// Connects through `PMI_FD`, if the process manager set it and answers PMI-1's
+    /// `init` within a few seconds. A manager that speaks another protocol on that
+    /// socket (Slurm's PMI-2) gets `None`, and its descriptor is left open; every rank
+    /// of a job decides the same way.
     pub fn from_env() -> Result<Option<Pmi>, HostError> {
         let Ok(v) = std::env::var("PMI_FD") else {
             return Ok(None);
@@ -48,7 +51,7 @@ impl Pmi {
         // SAFETY: the process manager handed us this socket for our exclusive use;
         // nothing else in the process owns it.
         let sock = unsafe { UnixStream::from_raw_fd(fd) };
-        sock.set_read_timeout(Some(Duration::from_secs(60)))
+        sock.set_read_timeout(Some(Duration::from_secs(5)))
             .map_err(|e| err(e.to_string()))?;
         let inp = BufReader::new(sock.try_clone().map_err(|e| err(e.to_string()))?);
         let mut p = Pmi {
@@ -56,13 +59,22 @@ impl Pmi {
             inp,
             kvs: String::new(),
         };
-        let r = p.call(
-            "cmd=init pmi_version=1 pmi_subversion=1",
-            "response_to_init",
-        )?;
-        if field(&r, "rc") != Some("0") {
-            return Err(err(format!("init refused: {r}")));
+        let ok = p
+            .call(
+                "cmd=init pmi_version=1 pmi_subversion=1",
+                "response_to_init",
+            )
+            .is_ok_and(|r| field(&r, "rc") == Some("0"));
+        if !ok {
+            // Not PMI-1: the descriptor goes back to its owner unclosed (the reader
+            // holds a duplicate, which may close).
+            let Pmi { out, .. } = p;
+            let _ = std::os::fd::IntoRawFd::into_raw_fd(out);
+            return Ok(None);
         }
+        p.out
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .map_err(|e| err(e.to_string()))?;
         let r = p.call("cmd=get_my_kvsname", "my_kvsname")?;
         p.kvs = field(&r, "kvsname")
             .ok_or_else(|| err(format!("no kvsname in {r:?}")))?
