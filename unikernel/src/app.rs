@@ -70,8 +70,11 @@ pub fn run(app: &str, nic: E1000<Bar0>, clock: TscClock, rank: u16, nodes: u16) 
         );
         return false;
     };
+    // The job key in every header is a PRF of the secret key, so that the wire does
+    // not show any of the key's own bits.
+    let prf = volley_core::wire::tag(&key, &[0; volley_core::wire::HEADER_LEN], b"job key");
     let mut cfg = Config::new(
-        u32::from_le_bytes([key[0], key[1], key[2], key[3]]),
+        u32::from_le_bytes([prf[0], prf[1], prf[2], prf[3]]),
         1,
         rank,
     );
