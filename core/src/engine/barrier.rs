@@ -1,0 +1,116 @@
+//! The dissemination barrier: rounds, tokens, probes of the member waited for, and
+//! aborts passed along when a member died.
+
+use super::*;
+
+impl<'a, S> Engine<'a, S> {
+    // -------------------------------------------------------------- barrier
+
+    /// Starts a barrier among all members of this process's group (dissemination
+    /// algorithm: `ceil(log2 n)` rounds, one token sent and one awaited per round).
+    pub fn start_barrier(&mut self) -> Result<(), Error> {
+        if self.bar.active {
+            return Err(Error::BarrierInProgress);
+        }
+        self.bar.active = true;
+        self.bar.round = 0;
+        self.bar.sent = false;
+        self.bar.failed = None;
+        Ok(())
+    }
+
+    /// `Ok(true)` once the barrier started last has completed, `Ok(false)` while it runs,
+    /// `Err(SendFailure)` if a peer it needed is dead (`NoResources` if the channel
+    /// table has no room for one).
+    pub fn barrier_done(&self) -> Result<bool, Error> {
+        if let Some(e) = self.bar.failed {
+            return Err(e);
+        }
+        Ok(!self.bar.active)
+    }
+
+    /// Ends the running barrier with `e` and tells every member it would still have
+    /// sent a token to, so that nobody waits for a barrier that can no longer complete
+    /// (each of them passes the abort on in turn: the dissemination pattern reaches all).
+    pub(super) fn fail_barrier(&mut self, e: Error) {
+        self.bar.failed = Some(e);
+        self.bar.active = false;
+        let (n, me) = (self.size as u32, self.cfg.node as u32);
+        for r in self.bar.round..self.rounds() {
+            let peer = ((me + (1u32 << r)) % n) as NodeId;
+            // Best effort: a member not reached this way finds out by its own probe.
+            let _ = self.queue_barrier_frame(peer, r | BARRIER_ABORT);
+        }
+    }
+
+    /// Queues a barrier frame (token, probe or abort) for `peer`; false if it cannot
+    /// go (no channel, peer failed) or must wait (queue full).
+    pub(super) fn queue_barrier_frame(&mut self, peer: NodeId, round: u32) -> Result<bool, Error> {
+        let addr = self.addr_of(self.cfg.group, peer)?;
+        let ci = self.channel_for(addr, self.cfg.group, peer)?;
+        let ch = &mut self.chans[ci];
+        if ch.failed {
+            return Err(Error::SendFailure);
+        }
+        if ch.ctrl_len == CTRL_QUEUE {
+            return Ok(false);
+        }
+        ch.ctrl[ch.ctrl_len] = Slot::Barrier {
+            epoch: self.bar.epoch,
+            round,
+        };
+        ch.ctrl_len += 1;
+        Ok(true)
+    }
+
+    pub(super) fn rounds(&self) -> u32 {
+        let n = self.size as u32;
+        if n <= 1 {
+            0
+        } else {
+            32 - (n - 1).leading_zeros()
+        }
+    }
+
+    pub(super) fn advance_barrier(&mut self, now: Instant) {
+        let rounds = self.rounds();
+        while self.bar.active {
+            if self.bar.aborted[0] {
+                return self.fail_barrier(Error::SendFailure);
+            }
+            if self.bar.round >= rounds {
+                self.bar.active = false;
+                self.bar.epoch = self.bar.epoch.wrapping_add(1);
+                self.bar.arrivals = [self.bar.arrivals[1], 0];
+                self.bar.aborted = [self.bar.aborted[1], false];
+                self.stats.barriers += 1;
+                return;
+            }
+            let n = self.size as u32;
+            let me = self.cfg.node as u32;
+            if !self.bar.sent {
+                let peer = ((me + (1u32 << self.bar.round)) % n) as NodeId;
+                match self.queue_barrier_frame(peer, self.bar.round) {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(e) => return self.fail_barrier(e),
+                }
+                self.bar.sent = true;
+                self.bar.since = now;
+            }
+            if self.bar.arrivals[0] & (1u64 << self.bar.round) == 0 {
+                // Still waiting: make sure the member we wait for is alive.
+                if now.saturating_since(self.bar.since) >= self.cfg.barrier_probe {
+                    self.bar.since = now;
+                    let source = ((me + n - (1u32 << self.bar.round) % n) % n) as NodeId;
+                    if let Err(e) = self.queue_barrier_frame(source, BARRIER_PROBE) {
+                        return self.fail_barrier(e);
+                    }
+                }
+                return;
+            }
+            self.bar.round += 1;
+            self.bar.sent = false;
+        }
+    }
+}

@@ -1,0 +1,543 @@
+//! Receiving: frame validation and dispatch, acks, reliable and best-effort
+//! assembly straight into port buffers, delivery to handlers, rejections.
+
+use super::*;
+
+impl<'a, S> Engine<'a, S> {
+    // ------------------------------------------------------------ receiving
+
+    /// Processes one received frame. Never panics, whatever the bytes. The CRC is
+    /// skipped only if the device last given to [`Engine::poll`] guarantees integrity.
+    pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
+        self.handle_frame_from(now, frame, None)
+    }
+
+    /// [`Engine::handle_frame`] for a frame the device saw come from fabric address
+    /// `source`: a header claiming another sender is dropped (`rx_spoofed`).
+    pub fn handle_frame_from(&mut self, now: Instant, frame: &[u8], source: Option<NodeAddr>) {
+        self.stats.rx_frames += 1;
+        // The header is read once, into private memory: the frame may sit in a ring
+        // slot that another process can still write.
+        let key = self.cfg.auth_key.as_ref();
+        let (repr, payload) = match Repr::parse_frame(frame, self.caps.integrity, key) {
+            Ok(r) => r,
+            Err(WireError::BadTag) => {
+                self.stats.rx_unauthenticated += 1;
+                return;
+            }
+            Err(WireError::BadChecksum) => {
+                self.stats.rx_bad_crc += 1;
+                return;
+            }
+            Err(_) => {
+                self.stats.rx_malformed += 1;
+                return;
+            }
+        };
+        if repr.job_key != self.cfg.job_key {
+            self.stats.rx_foreign_job += 1;
+            return;
+        }
+        if repr.ends.dst_group != self.cfg.group || repr.ends.dst_node != self.cfg.node {
+            self.stats.rx_foreign_group += 1;
+            return;
+        }
+        let Ok(addr) = self.addr_of(repr.ends.src_group, repr.ends.src_node) else {
+            self.stats.rx_unknown_source += 1;
+            return;
+        };
+        if source.is_some_and(|s| s != addr) {
+            self.stats.rx_spoofed += 1;
+            return;
+        }
+        let Ok(ci) = self.channel_for(addr, repr.ends.src_group, repr.ends.src_node) else {
+            self.stats.rx_dropped += 1;
+            return;
+        };
+        // Any valid frame shows the peer is alive.
+        let ch = &mut self.chans[ci];
+        ch.heard_at = now;
+        ch.silent_since = None;
+        if let Some(a) = repr.ack {
+            self.on_ack(now, ci, a, repr.flags);
+        }
+        match repr.kind {
+            Kind::Ack => {}
+            Kind::Data | Kind::Multicast | Kind::Barrier | Kind::Control
+                if repr.flags.contains(Flags::RELIABLE) =>
+            {
+                self.rx_reliable(now, ci, &repr, payload)
+            }
+            Kind::Data | Kind::Multicast => self.rx_best_effort(now, ci, &repr, payload),
+            _ => self.stats.rx_unsupported += 1,
+        }
+    }
+
+    pub(super) fn on_ack(&mut self, now: Instant, ci: usize, a: AckInfo, flags: Flags) {
+        let refused = flags.contains(Flags::REFUSED);
+        let ops = &mut self.ops;
+        let eager = &mut self.eager;
+        let ch = &mut self.chans[ci];
+        let progress = ch.on_ack(a, |slot| {
+            if let Slot::Data { op, .. } = slot {
+                let o = &mut ops[op as usize];
+                o.unacked = o.unacked.saturating_sub(1);
+                if o.state == OpState::Active && o.framed == o.total && o.started && o.unacked == 0
+                {
+                    finish_op(ops, eager, op as usize, true);
+                }
+            }
+        });
+        if refused {
+            ch.refused = true;
+        } else if !self.caps.reliable {
+            ch.mark_holes_for_resend(a);
+        }
+        if progress || refused {
+            ch.retries = 0;
+        }
+        if progress {
+            ch.rto = self.cfg.rto_initial;
+            ch.rto_at = (ch.outstanding() > 0).then(|| now + ch.rto);
+        }
+        if flags.contains(Flags::RETRY) {
+            // The port that refused us is free: no need to wait for the timer.
+            ch.mark_all_for_resend();
+        }
+    }
+
+    pub(super) fn rx_reliable(&mut self, now: Instant, ci: usize, repr: &Repr, payload: &[u8]) {
+        trace!(
+            "{now} node {} rx seq {} msg {} off {} from {}: {:?} rcv_nxt {}",
+            self.cfg.node,
+            repr.seq,
+            repr.msg_id,
+            repr.offset,
+            repr.ends.src_node,
+            self.chans[ci].check_seq(repr.seq),
+            self.chans[ci].rcv_nxt
+        );
+        match self.chans[ci].check_seq(repr.seq) {
+            SeqCheck::Duplicate => {
+                self.stats.rx_duplicates += 1;
+                self.chans[ci].ack_now = true;
+                return;
+            }
+            SeqCheck::OutOfWindow => {
+                self.stats.rx_out_of_window += 1;
+                self.chans[ci].ack_now = true;
+                return;
+            }
+            SeqCheck::New => {}
+        }
+        let accepted = match repr.kind {
+            Kind::Barrier => {
+                self.rx_barrier(repr);
+                true
+            }
+            Kind::Control => {
+                self.rx_control(ci, repr);
+                true
+            }
+            _ => self.rx_reliable_data(now, ci, repr, payload),
+        };
+        let ch = &mut self.chans[ci];
+        if !accepted {
+            self.stats.rx_refused += 1;
+            ch.refusing = true;
+            if !ch.owed_retry {
+                ch.owed_retry = true;
+                self.owed_retries += 1;
+            }
+            ch.ack_now = true;
+            return;
+        }
+        ch.mark_received(repr.seq);
+        ch.since_ack = ch.since_ack.saturating_add(1);
+        if repr.flags.contains(Flags::ACK_REQ) || ch.since_ack >= (self.cfg.window / 2).max(1) {
+            ch.ack_now = true;
+        } else if ch.ack_at.is_none() {
+            // Credits come back within the delay even if nothing is sent meanwhile.
+            ch.ack_at = Some(now + self.cfg.ack_delay);
+        }
+        if matches!(repr.kind, Kind::Data | Kind::Multicast) {
+            self.deliver_in_order(ci);
+        }
+    }
+
+    /// A control frame: REJECT fails our message `msg_id` sent from `dst_port`.
+    pub(super) fn rx_control(&mut self, ci: usize, repr: &Repr) {
+        if repr.offset != CONTROL_REJECT {
+            self.stats.rx_unsupported += 1;
+            return;
+        }
+        self.stats.tx_rejected += 1;
+        let found = self.ops.iter().position(|o| {
+            o.state != OpState::Free && o.reliable && o.chan == ci as u16 && o.msg_id == repr.msg_id
+        });
+        let ch = &self.chans[ci];
+        let mut dest = Dest {
+            group: ch.peer_group,
+            node: ch.peer_node,
+            port: 0,
+        };
+        if let Some(i) = found {
+            let o = &mut self.ops[i];
+            dest = o.dest;
+            match o.state {
+                OpState::Active => o.rejected = true,
+                OpState::Done if o.parent == NONE => o.state = OpState::Rejected,
+                _ => {}
+            }
+        }
+        self.notify_send_failure(repr.ends.dst_port, dest);
+    }
+
+    pub(super) fn rx_barrier(&mut self, repr: &Repr) {
+        let (epoch, round) = (repr.msg_id, repr.offset);
+        if round == BARRIER_PROBE {
+            return; // its ack is the answer
+        }
+        let slot = if epoch == self.bar.epoch {
+            0
+        } else if epoch == self.bar.epoch.wrapping_add(1) {
+            1
+        } else {
+            self.stats.rx_dropped += 1;
+            return;
+        };
+        if round & BARRIER_ABORT != 0 {
+            self.bar.aborted[slot] = true;
+        } else if round < 64 {
+            self.bar.arrivals[slot] |= 1u64 << round;
+        } else {
+            self.stats.rx_malformed += 1;
+        }
+    }
+
+    pub(super) fn find_asm(&self, ci: usize, msg_id: u32, reliable: bool) -> Option<usize> {
+        self.asms.iter().position(|a| {
+            a.used && a.chan == ci as u16 && a.msg_id == msg_id && a.reliable == reliable
+        })
+    }
+
+    /// Reserves room in the destination port for a new message, or `None` to refuse.
+    pub(super) fn reserve(
+        &mut self,
+        ci: usize,
+        repr: &Repr,
+        reliable: bool,
+        now: Instant,
+    ) -> Option<usize> {
+        let port = repr.ends.dst_port;
+        let p = self.ports.get_mut(port as usize)?;
+        if !p.input || p.busy {
+            return None;
+        }
+        let ai = self.asms.iter().position(|a| !a.used)?;
+        let base = match p.kind {
+            BufferKind::GoBack => 0,
+            BufferKind::GoAhead => p.cursor,
+        };
+        let cap = (repr.total_len as usize).min(p.room(base));
+        if p.kind == BufferKind::GoAhead {
+            p.cursor = base + cap;
+        }
+        p.busy = true;
+        if !reliable {
+            self.be_asms += 1;
+        }
+        self.asms[ai] = Assembly {
+            used: true,
+            chan: ci as u16,
+            msg_id: repr.msg_id,
+            discard: false,
+            reliable,
+            port,
+            base,
+            cap,
+            total: repr.total_len,
+            received: 0,
+            deadline: now + self.cfg.reassembly_timeout,
+            src: repr.ends,
+        };
+        Some(ai)
+    }
+
+    /// Whether a reliable message that `reserve` refused should be discarded: its port
+    /// is reserved or out of range, or has not been bound for input within the grace.
+    pub(super) fn closed_port(&mut self, ci: usize, repr: &Repr, now: Instant) -> bool {
+        let dp = repr.ends.dst_port;
+        let unbound = match self.ports.get(dp as usize) {
+            _ if dp == BARRIER_PORT || dp == BROADCAST_PORT => return true,
+            None => return true,
+            Some(p) => !p.input,
+        };
+        let ch = &mut self.chans[ci];
+        if !unbound {
+            // Busy: ordinary flow control, the port frees up when its message lands.
+            ch.unbound_msg = None;
+            return false;
+        }
+        match ch.unbound_msg {
+            Some((m, since)) if m == repr.msg_id => {
+                now.saturating_since(since) >= self.cfg.unbound_grace
+            }
+            _ => {
+                ch.unbound_msg = Some((repr.msg_id, now));
+                false
+            }
+        }
+    }
+
+    /// An assembly that takes a message's fragments and stores nothing, so that the
+    /// channel's order holds; the sender is told when it completes. `None` (refuse
+    /// for now) if no assembly or control slot is free.
+    pub(super) fn reserve_discard(
+        &mut self,
+        ci: usize,
+        repr: &Repr,
+        now: Instant,
+    ) -> Option<usize> {
+        if self.chans[ci].ctrl_len >= CTRL_QUEUE {
+            return None;
+        }
+        let ai = self.asms.iter().position(|a| !a.used)?;
+        self.asms[ai] = Assembly {
+            used: true,
+            discard: true,
+            chan: ci as u16,
+            msg_id: repr.msg_id,
+            reliable: true,
+            port: repr.ends.dst_port,
+            base: 0,
+            cap: 0,
+            total: repr.total_len,
+            received: 0,
+            deadline: now + self.cfg.reassembly_timeout,
+            src: repr.ends,
+        };
+        Some(ai)
+    }
+
+    /// Copies a fragment into its place in the port buffer.
+    pub(super) fn place(&mut self, ai: usize, offset: u32, payload: &[u8]) {
+        let a = &mut self.asms[ai];
+        a.received = a.received.saturating_add(payload.len() as u32);
+        let off = offset as usize;
+        if off >= a.cap {
+            return;
+        }
+        let n = payload.len().min(a.cap - off);
+        let at = a.base + off;
+        if let Some(buf) = self
+            .ports
+            .get_mut(a.port as usize)
+            .and_then(|p| p.buf.as_deref_mut())
+        {
+            if let Some(dst) = buf.get_mut(at..at + n) {
+                dst.copy_from_slice(&payload[..n]);
+            }
+        }
+    }
+
+    pub(super) fn rx_reliable_data(
+        &mut self,
+        now: Instant,
+        ci: usize,
+        repr: &Repr,
+        payload: &[u8],
+    ) -> bool {
+        let ai = match self.find_asm(ci, repr.msg_id, true) {
+            Some(ai) => ai,
+            None => {
+                let next = self.chans[ci].next_reserve;
+                if seq_lt(repr.msg_id, next) {
+                    // Its message is already complete: nothing left to place.
+                    self.stats.rx_dropped += 1;
+                    return true;
+                }
+                if repr.msg_id != next {
+                    // Placed in message order, so a later message waits for an earlier one.
+                    return false;
+                }
+                let ai = match self.reserve(ci, repr, true, now) {
+                    Some(ai) => ai,
+                    None if self.closed_port(ci, repr, now) => {
+                        let Some(ai) = self.reserve_discard(ci, repr, now) else {
+                            return false;
+                        };
+                        ai
+                    }
+                    None => return false,
+                };
+                self.chans[ci].unbound_msg = None;
+                self.chans[ci].next_reserve = next.wrapping_add(1);
+                ai
+            }
+        };
+        self.place(ai, repr.offset, payload);
+        true
+    }
+
+    pub(super) fn deliver_in_order(&mut self, ci: usize) {
+        loop {
+            let want = self.chans[ci].next_deliver;
+            let Some(ai) = self.find_asm(ci, want, true) else {
+                return;
+            };
+            let a = self.asms[ai];
+            if a.received < a.total {
+                return;
+            }
+            self.chans[ci].next_deliver = want.wrapping_add(1);
+            self.deliver(ai, None);
+        }
+    }
+
+    /// Hands a finished (or abandoned, with `lost`) message to its port.
+    pub(super) fn deliver(&mut self, ai: usize, lost: Option<Errno>) {
+        let a = &mut self.asms[ai];
+        a.used = false;
+        if !a.reliable {
+            self.be_asms -= 1;
+        }
+        let a = *a;
+        if a.discard {
+            self.stats.rx_rejected += 1;
+            if let Some(ch) = self.chans.get_mut(a.chan as usize) {
+                if ch.ctrl_len < CTRL_QUEUE {
+                    ch.ctrl[ch.ctrl_len] = Slot::Reject {
+                        msg: a.msg_id,
+                        port: a.src.src_port,
+                    };
+                    ch.ctrl_len += 1;
+                }
+            }
+            return;
+        }
+        self.delivered = true;
+        let truncated = (a.total as usize) > a.cap;
+        let errno = lost.or(truncated.then_some(Errno::MsgTooLong));
+        match errno {
+            Some(Errno::FrameLost) => self.stats.lost += 1,
+            Some(_) => self.stats.truncated += 1,
+            None => self.stats.delivered += 1,
+        }
+        // Whoever was refused may find this port free now.
+        if self.owed_retries > 0 {
+            self.owed_retries = 0;
+            for ch in self.chans[..self.chan_hwm]
+                .iter_mut()
+                .filter(|c| c.owed_retry)
+            {
+                ch.owed_retry = false;
+                ch.retry_now = true;
+                ch.ack_now = true;
+            }
+        }
+        if let Some(p) = self.ports.get_mut(a.port as usize) {
+            p.busy = false;
+            if p.kind == BufferKind::GoAhead {
+                let len = p.buf.as_ref().map_or(0, |b| b.len().min(p.buf_len));
+                if truncated {
+                    // GAMMA: a filled buffer stays invalid until a fresh one is posted.
+                    p.full = true;
+                } else if p.cursor >= len {
+                    // An exact fit: the next message starts over at the beginning.
+                    p.cursor = 0;
+                }
+            }
+        }
+        notify(
+            self.handler_cx(),
+            Note {
+                port: a.port,
+                errno,
+                count: true,
+                msg_len: a.total,
+                stored: a.cap.min(a.received as usize),
+                base: a.base,
+                src: a.src,
+            },
+        );
+    }
+
+    /// Reports a best-effort message lost before any of it was placed.
+    pub(super) fn report_lost(&mut self, repr: &Repr) {
+        self.stats.lost += 1;
+        if (repr.ends.dst_port as usize) < self.ports.len() {
+            notify(
+                self.handler_cx(),
+                Note {
+                    port: repr.ends.dst_port,
+                    errno: Some(Errno::FrameLost),
+                    count: false,
+                    msg_len: repr.total_len,
+                    stored: 0,
+                    base: 0,
+                    src: repr.ends,
+                },
+            );
+        }
+    }
+
+    pub(super) fn rx_best_effort(&mut self, now: Instant, ci: usize, repr: &Repr, payload: &[u8]) {
+        let msg = repr.msg_id;
+        let expect = self.chans[ci].be_expect;
+        let cur = self.chans[ci].be_asm;
+        // `be_expect` is already past the message being assembled: its later fragments
+        // belong to `cur`, everything else older is stale.
+        let continues = cur != NONE && self.asms[cur as usize].msg_id == msg;
+        if !continues && seq_lt(msg, expect) {
+            self.stats.rx_dropped += 1;
+            return;
+        }
+        if cur != NONE && !continues {
+            // A later message started: the unfinished one lost frames.
+            self.chans[ci].be_asm = NONE;
+            self.deliver(cur as usize, Some(Errno::FrameLost));
+        }
+        let ai = if self.chans[ci].be_asm != NONE {
+            self.chans[ci].be_asm as usize
+        } else {
+            // Whole messages vanished between `expect` and `msg`: one report each, so
+            // that every message is either delivered or reported (bounded by a window,
+            // whatever a frame claims).
+            let vanished = msg.wrapping_sub(expect).min(MAX_WINDOW as u32);
+            for _ in 0..vanished {
+                self.report_lost(repr);
+            }
+            self.chans[ci].be_expect = msg.wrapping_add(1);
+            if repr.offset != 0 {
+                self.stats.rx_dropped += 1;
+                self.report_lost(repr);
+                return;
+            }
+            let Some(ai) = self.reserve(ci, repr, false, now) else {
+                self.stats.rx_dropped += 1;
+                self.report_lost(repr);
+                return;
+            };
+            self.chans[ci].be_asm = ai as u16;
+            ai
+        };
+        let next = self.asms[ai].received;
+        if repr.offset < next {
+            // A duplicate of a fragment already placed.
+            self.stats.rx_dropped += 1;
+            return;
+        }
+        if repr.offset > next {
+            self.chans[ci].be_asm = NONE;
+            self.deliver(ai, Some(Errno::FrameLost));
+            return;
+        }
+        self.place(ai, repr.offset, payload);
+        self.asms[ai].deadline = now + self.cfg.reassembly_timeout;
+        if self.asms[ai].received >= self.asms[ai].total {
+            self.chans[ci].be_asm = NONE;
+            self.deliver(ai, None);
+        }
+    }
+}

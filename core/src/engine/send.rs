@@ -1,0 +1,293 @@
+//! Starting sends and following them: the operation table, handles, channels for
+//! new peers.
+
+use super::*;
+
+impl<'a, S> Engine<'a, S> {
+    // ---------------------------------------------------------------- sends
+
+    /// Starts sending `head` (copied, at most [`HEAD_MAX`] bytes) followed by `body`
+    /// through `port`'s output binding. `reliable` selects the flow-controlled,
+    /// retransmitting service. A broadcast binding sends to every other member.
+    pub fn start_send(
+        &mut self,
+        port: PortId,
+        head: &[u8],
+        body: Body<'a>,
+        reliable: bool,
+    ) -> Result<SendHandle, Error> {
+        self.start(port, head, Src::Body(body), reliable)
+    }
+
+    /// Starts a reliable unicast send whose payload (at most [`EAGER_MAX`] bytes) is
+    /// copied into one of the engine's eager buffers now, so the caller may reuse its
+    /// own at once; `NoResources` when no buffer is free, the message is too long, or
+    /// the port broadcasts. Once [`Engine::handed_off`], the caller may
+    /// [`Engine::detach`]: delivery is then the engine's job, and a failure is reported
+    /// through the port's error handler or error semaphore.
+    pub fn start_send_eager(
+        &mut self,
+        port: PortId,
+        head: &[u8],
+        body: &[u8],
+    ) -> Result<SendHandle, Error> {
+        self.start(port, head, Src::Copy(body), true)
+    }
+
+    pub(super) fn start(
+        &mut self,
+        port: PortId,
+        head: &[u8],
+        body: Src<'a, '_>,
+        reliable: bool,
+    ) -> Result<SendHandle, Error> {
+        let p = self.ports.get(port as usize).ok_or(Error::InvalidPort)?;
+        let dest = p.dest.ok_or(Error::NotBound)?;
+        if head.len() > HEAD_MAX {
+            return Err(Error::FirstPieceTooLong);
+        }
+        let mut eager = NONE;
+        let (body_ref, body_len, external) = match body {
+            Src::Body(Body::Borrowed(b)) => (b, b.len(), false),
+            Src::Body(Body::External(n)) => (&[][..], n, true),
+            Src::Queued { idx, len } => {
+                eager = idx;
+                (&[][..], len, false)
+            }
+            Src::Copy(b) => {
+                if b.len() > EAGER_MAX || dest.node == BROADCAST || !reliable {
+                    return Err(Error::NoResources);
+                }
+                let i = self
+                    .eager
+                    .iter()
+                    .position(|e| !e.used)
+                    .ok_or(Error::NoResources)?;
+                self.eager[i].used = true;
+                self.eager[i].data[..b.len()].copy_from_slice(b);
+                eager = i as u16;
+                (&[][..], b.len(), false)
+            }
+        };
+        let total = u32::try_from(head.len() + body_len).map_err(|_| Error::MessageTooLong)?;
+        let mut op = Op::EMPTY;
+        op.state = OpState::Active;
+        op.reliable = reliable;
+        op.external = external;
+        op.head[..head.len()].copy_from_slice(head);
+        op.head_len = head.len() as u8;
+        op.body = body_ref;
+        op.eager = eager;
+        op.total = total;
+        op.src_port = port;
+        op.dest = dest;
+        if dest.node != BROADCAST {
+            let slots = self
+                .addr_of(dest.group, dest.node)
+                .and_then(|addr| self.channel_for(addr, dest.group, dest.node))
+                .and_then(|ci| Ok((ci, self.alloc_op()?)));
+            let (ci, oi) = match slots {
+                Ok(x) => x,
+                Err(e) => {
+                    if let Some(b) = self.eager.get_mut(eager as usize) {
+                        b.used = false;
+                    }
+                    return Err(e);
+                }
+            };
+            self.enqueue(ci, oi, &op);
+            return Ok(SendHandle::new(oi, self.ops[oi].gen));
+        }
+        // Broadcast: a parent slot plus one child per member, all or nothing.
+        let g = *self.group(dest.group).ok_or(Error::UnknownGroup)?;
+        let members: u16 = (0..g.members.len())
+            .filter(|&i| !(dest.group == self.cfg.group && i == self.cfg.node))
+            .count() as u16;
+        let free = self.ops.iter().filter(|o| o.state == OpState::Free).count();
+        if free < members as usize + 1 {
+            return Err(Error::NoResources);
+        }
+        // Every member needs a channel: check there is room before starting any.
+        let need = (0..g.members.len())
+            .filter(|&i| !(dest.group == self.cfg.group && i == self.cfg.node))
+            .filter_map(|i| g.members.addr(i))
+            .filter(|a| self.peer_map.get(a.0 as usize).is_none_or(|&s| s == NONE))
+            .count();
+        let free_chans = self.chans.iter().filter(|c| !c.in_use).count();
+        let unmapped = (0..g.members.len())
+            .filter_map(|i| g.members.addr(i))
+            .any(|a| a.0 as usize >= self.peer_map.len());
+        if need > free_chans || unmapped {
+            return Err(Error::NoResources);
+        }
+        let pi = self.alloc_op()?;
+        let mut parent = op;
+        parent.children = members;
+        parent.gen = self.ops[pi].gen;
+        parent.state = if members == 0 {
+            OpState::Done
+        } else {
+            OpState::Active
+        };
+        self.ops[pi] = parent;
+        op.kind = Kind::Multicast;
+        op.parent = pi as u16;
+        for i in 0..g.members.len() {
+            if dest.group == self.cfg.group && i == self.cfg.node {
+                continue;
+            }
+            let Some(addr) = g.members.addr(i) else {
+                continue;
+            };
+            let mut child = op;
+            child.dest.node = i;
+            // Room was checked above.
+            let ci = self.channel_for(addr, dest.group, i)?;
+            let oi = self.alloc_op()?;
+            self.enqueue(ci, oi, &child);
+        }
+        Ok(SendHandle::new(pi, self.ops[pi].gen))
+    }
+
+    pub(super) fn alloc_op(&mut self) -> Result<usize, Error> {
+        // Start the search where the last one ended: freed slots are usually near it.
+        let n = self.ops.len();
+        let h = self.op_hint.min(n);
+        let i = (h..n)
+            .chain(0..h)
+            .find(|&i| self.ops[i].state == OpState::Free)
+            .ok_or(Error::NoResources)?;
+        self.op_hint = i;
+        // Bump the generation so stale handles to this slot are recognised.
+        let gen = self.ops[i].gen.wrapping_add(1);
+        self.ops[i].gen = gen;
+        self.ops[i].state = OpState::Active;
+        Ok(i)
+    }
+
+    /// Fills slot `oi` (already taken by `alloc_op`) from `proto` and queues it on
+    /// channel `ci`.
+    pub(super) fn enqueue(&mut self, ci: usize, oi: usize, proto: &Op<'a>) {
+        let ch = &mut self.chans[ci];
+        let gen = self.ops[oi].gen;
+        let op = &mut self.ops[oi];
+        *op = *proto;
+        op.gen = gen;
+        op.chan = ci as u16;
+        op.next = NONE;
+        if ch.failed {
+            let (port, dest) = (op.src_port, op.dest);
+            finish_op(&mut self.ops, &mut self.eager, oi, false);
+            self.notify_send_failure(port, dest);
+            return;
+        }
+        if op.reliable {
+            op.msg_id = ch.next_msg;
+            ch.next_msg = ch.next_msg.wrapping_add(1);
+        } else {
+            op.msg_id = ch.next_be_msg;
+            ch.next_be_msg = ch.next_be_msg.wrapping_add(1);
+        }
+        if ch.q_tail == NONE {
+            ch.q_head = oi as u16;
+        } else {
+            self.ops[ch.q_tail as usize].next = oi as u16;
+        }
+        ch.q_tail = oi as u16;
+    }
+
+    pub(super) fn notify_send_failure(&mut self, port: PortId, dest: Dest) {
+        notify(
+            self.handler_cx(),
+            Note {
+                port,
+                errno: Some(Errno::SendFailure),
+                count: false,
+                msg_len: 0,
+                stored: 0,
+                base: 0,
+                src: Endpoints {
+                    src_group: dest.group,
+                    src_node: dest.node,
+                    src_port: dest.port,
+                    ..Endpoints::default()
+                },
+            },
+        );
+    }
+
+    /// Progress of a send. A finished one keeps its slot until [`Engine::release`].
+    pub fn send_status(&self, h: SendHandle) -> Result<SendStatus, Error> {
+        let op = self.ops.get(h.idx()).ok_or(Error::InvalidHandle)?;
+        if op.gen != h.gen() || op.state == OpState::Free || op.parent != NONE {
+            return Err(Error::InvalidHandle);
+        }
+        Ok(match op.state {
+            OpState::Done => SendStatus::Done,
+            OpState::Failed => SendStatus::Failed,
+            OpState::Rejected => SendStatus::Rejected,
+            _ => SendStatus::Pending,
+        })
+    }
+
+    /// True once every byte of the send has been handed to the device (for an eager
+    /// send, the caller's part is then over), or the send has finished.
+    pub fn handed_off(&self, h: SendHandle) -> Result<bool, Error> {
+        let st = self.send_status(h)?;
+        let op = &self.ops[h.idx()];
+        Ok(st != SendStatus::Pending || (op.started && op.framed == op.total))
+    }
+
+    /// Lets go of a send: its slot frees itself when it finishes. A failure is still
+    /// reported through the port's error handler or error semaphore.
+    pub fn detach(&mut self, h: SendHandle) -> Result<(), Error> {
+        let st = self.send_status(h)?;
+        let op = &mut self.ops[h.idx()];
+        if st == SendStatus::Pending {
+            op.detached = true;
+        } else {
+            op.state = OpState::Free;
+        }
+        Ok(())
+    }
+
+    /// Frees a finished send's slot and returns how it ended. A pending send is left alone.
+    pub fn release(&mut self, h: SendHandle) -> Result<SendStatus, Error> {
+        let st = self.send_status(h)?;
+        if st != SendStatus::Pending {
+            self.ops[h.idx()].state = OpState::Free;
+        }
+        Ok(st)
+    }
+
+    pub(super) fn channel_for(
+        &mut self,
+        addr: NodeAddr,
+        group: GroupId,
+        node: NodeId,
+    ) -> Result<usize, Error> {
+        let slot = self
+            .peer_map
+            .get(addr.0 as usize)
+            .copied()
+            .ok_or(Error::NoResources)?;
+        if slot != NONE {
+            return Ok(slot as usize);
+        }
+        let ci = self
+            .chans
+            .iter()
+            .position(|c| !c.in_use)
+            .ok_or(Error::NoResources)?;
+        self.chans[ci].open(
+            addr,
+            group,
+            node,
+            self.cfg.window.min(MAX_WINDOW as u16),
+            self.cfg.rto_initial,
+        );
+        self.peer_map[addr.0 as usize] = ci as u16;
+        self.chan_hwm = self.chan_hwm.max(ci + 1);
+        Ok(ci)
+    }
+}

@@ -1,0 +1,258 @@
+//! Timers and liveness: retransmission, failure by time, probes of silent peers,
+//! quiescence and the next wake-up.
+
+use super::*;
+
+impl<'a, S> Engine<'a, S> {
+    // ---------------------------------------------------------------- timers
+
+    /// Fires every timer due at `now`: retransmissions, delayed acks, abandoned
+    /// best-effort messages, and declares peers dead when retries run out.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for ci in 0..self.chan_hwm {
+            let ch = &mut self.chans[ci];
+            if !ch.in_use {
+                continue;
+            }
+            if ch.ack_at.is_some_and(|t| t <= now) {
+                ch.ack_at = None;
+                ch.ack_now = true;
+            }
+            let Some(t) = ch.rto_at else { continue };
+            if t > now {
+                continue;
+            }
+            if ch.outstanding() == 0 {
+                ch.rto_at = None;
+                continue;
+            }
+            self.stats.timeouts += 1;
+            self.timer_fired = true;
+            let refused = core::mem::take(&mut ch.refused);
+            if !refused {
+                ch.retries = ch.retries.saturating_add(1);
+            }
+            trace!(
+                "{now} node {} timeout to {:?}: una {} nxt {} retries {} refused {refused} rto {}",
+                self.cfg.node,
+                ch.peer,
+                ch.snd_una,
+                ch.snd_nxt,
+                ch.retries,
+                ch.rto
+            );
+            // Failure is judged by time without a word from the peer, not by rounds.
+            let since = *ch.silent_since.get_or_insert(now);
+            if now.saturating_since(since) >= self.cfg.peer_timeout {
+                self.fail_channel(ci);
+                continue;
+            }
+            if self.caps.reliable && !refused {
+                // Nothing is lost on this link: probe with the oldest frame only.
+                let una = ch.snd_una;
+                let e = ch.slot_mut(una);
+                if !e.sacked {
+                    e.resend = true;
+                    ch.resend_any = true;
+                }
+            } else {
+                ch.mark_all_for_resend();
+            }
+            ch.rto = if ch.rto.doubled() > self.cfg.rto_max {
+                self.cfg.rto_max
+            } else {
+                ch.rto.doubled()
+            };
+            ch.rto_at = Some(now + ch.rto);
+        }
+        if self.be_asms == 0 {
+            return;
+        }
+        for ai in 0..self.asms.len() {
+            let a = &self.asms[ai];
+            if a.used && !a.reliable && a.deadline <= now {
+                if let Some(ch) = self.chans.get_mut(a.chan as usize) {
+                    ch.be_asm = NONE;
+                }
+                self.deliver(ai, Some(Errno::FrameLost));
+            }
+        }
+    }
+
+    /// Declares the peer of channel `ci` dead: every send to it fails.
+    pub(super) fn fail_channel(&mut self, ci: usize) {
+        self.stats.peers_failed += 1;
+        let ch = &mut self.chans[ci];
+        ch.failed = true;
+        ch.rto_at = None;
+        ch.ctrl_len = 0;
+        ch.q_head = NONE;
+        ch.q_tail = NONE;
+        ch.snd_una = ch.snd_nxt;
+        ch.inflight.iter_mut().for_each(|e| e.slot = Slot::Free);
+        for oi in 0..self.ops.len() {
+            let o = self.ops[oi];
+            if o.state == OpState::Active && o.chan == ci as u16 && o.children == 0 {
+                finish_op(&mut self.ops, &mut self.eager, oi, false);
+                self.notify_send_failure(o.src_port, o.dest);
+                // That port has been told: the scan below does not tell it again.
+                let sem = self
+                    .ports
+                    .get(o.src_port as usize)
+                    .filter(|p| p.input)
+                    .map(|p| p.sem);
+                if let Some(s) = sem.and_then(|s| self.sems.get_mut(s as usize)) {
+                    s.peer_dead = true;
+                }
+            }
+        }
+        self.fail_ports_bound_to(ci);
+        if self.bar.active && self.chans[ci].peer_group == self.cfg.group {
+            // The member we send to or wait for in this round is gone.
+            let peer = self.chans[ci].peer_node as u32;
+            let n = self.size as u32;
+            let me = self.cfg.node as u32;
+            let step = (1u32 << self.bar.round.min(31)) % n.max(1);
+            if peer == (me + step) % n || peer == (me + n - step) % n {
+                self.fail_barrier(Error::SendFailure);
+            }
+        }
+    }
+
+    /// Tells every input port bound to channel `ci`'s (dead) peer, directly or through a
+    /// broadcast binding to its group: `SENDFAILURE` on the port, and its semaphore
+    /// marked so that a wait for messages that cannot come ends.
+    pub(super) fn fail_ports_bound_to(&mut self, ci: usize) {
+        let (group, node) = (self.chans[ci].peer_group, self.chans[ci].peer_node);
+        for port in 0..self.ports.len() {
+            let p = &self.ports[port];
+            let bound = p.input
+                && p.dest
+                    .is_some_and(|d| d.group == group && (d.node == node || d.node == BROADCAST));
+            if !bound {
+                continue;
+            }
+            let (sem, dest) = (p.sem as usize, p.dest);
+            if let Some(s) = self.sems.get_mut(sem) {
+                if s.peer_dead {
+                    continue; // told already (another port on this semaphore)
+                }
+                s.peer_dead = true;
+            }
+            if let Some(d) = dest {
+                self.notify_send_failure(port as PortId, d);
+            }
+        }
+    }
+
+    /// Probes, at most once per `keepalive`, every silent peer that an input port
+    /// counting on semaphore `sem` is bound to: a rank waiting for a message from a
+    /// peer that died then sees `SENDFAILURE` after `peer_timeout` (at once on a
+    /// device that knows) instead of waiting forever.
+    pub fn keepalive(&mut self, now: Instant, sem: u16) {
+        let me = (self.cfg.group, self.cfg.node);
+        for port in 0..self.ports.len() {
+            let p = &self.ports[port];
+            let Some(d) = p.dest.filter(|_| p.input && p.sem == sem) else {
+                continue;
+            };
+            let Some(g) = self.group(d.group).copied() else {
+                continue;
+            };
+            let nodes = if d.node == BROADCAST {
+                0..g.members.len()
+            } else {
+                d.node..d.node.saturating_add(1)
+            };
+            for node in nodes.filter(|&n| (d.group, n) != me) {
+                let Ok(addr) = self.addr_of(d.group, node) else {
+                    continue;
+                };
+                let Ok(ci) = self.channel_for(addr, d.group, node) else {
+                    continue;
+                };
+                let ch = &mut self.chans[ci];
+                let idle = ch.outstanding() == 0 && ch.ctrl_len == 0 && ch.q_head == NONE;
+                if ch.failed || !idle || now.saturating_since(ch.heard_at) < self.cfg.keepalive {
+                    continue;
+                }
+                // A probe is a reliable barrier frame the peer only acknowledges.
+                ch.ctrl[0] = Slot::Barrier {
+                    epoch: self.bar.epoch,
+                    round: BARRIER_PROBE,
+                };
+                ch.ctrl_len = 1;
+                ch.heard_at = now;
+            }
+        }
+    }
+
+    /// Sends every ack held back (delayed to ride on data) at the next transmit.
+    pub fn flush_acks(&mut self) {
+        for ch in self.chans[..self.chan_hwm]
+            .iter_mut()
+            .filter(|c| c.in_use && !c.failed)
+        {
+            if ch.ack_at.take().is_some() || ch.since_ack > 0 {
+                ch.ack_now = true;
+            }
+        }
+    }
+
+    /// True when nothing is in flight: no send running, no frame unacknowledged, no
+    /// ack owed, no barrier running (failed peers excepted: nothing more will happen there).
+    pub fn is_quiescent(&self) -> bool {
+        let ops_idle = self
+            .ops
+            .iter()
+            .all(|o| o.state != OpState::Active || o.chan_failed(&self.chans));
+        let chans_idle = self.chans[..self.chan_hwm].iter().all(|c| {
+            !c.in_use
+                || c.failed
+                || (c.outstanding() == 0 && !c.ack_now && c.ack_at.is_none() && c.ctrl_len == 0)
+        });
+        ops_idle && chans_idle && !self.bar.active && self.outbox.len == 0
+    }
+
+    /// Asks the device about every peer still owed an ack; a peer the device knows
+    /// to be dead fails at once instead of after the whole back-off.
+    pub(super) fn check_liveness<D: Device>(&mut self, now: Instant, dev: &mut D) {
+        for ci in 0..self.chan_hwm {
+            let ch = &self.chans[ci];
+            if ch.in_use && !ch.failed && ch.outstanding() > 0 && !dev.peer_alive(now, ch.peer) {
+                self.fail_channel(ci);
+            }
+        }
+    }
+
+    /// When the engine next needs a poll without a frame arriving: `Some(now)` if it
+    /// has frames it could send right away.
+    pub fn poll_at(&self, now: Instant) -> Option<Instant> {
+        let mut at: Option<Instant> = None;
+        let mut min = |t: Instant| at = Some(at.map_or(t, |a| a.min(t)));
+        if self.outbox.len > 0 {
+            min(now);
+        }
+        for ch in self.chans.iter().filter(|c| c.in_use && !c.failed) {
+            if ch.ack_now || ch.resend_any || (ch.ctrl_len > 0 && ch.can_send_new()) {
+                min(now);
+            }
+            if ch.q_head != NONE {
+                let op = &self.ops[ch.q_head as usize];
+                if !op.reliable || ch.can_send_new() {
+                    min(now);
+                }
+            }
+            if let Some(t) = ch.rto_at {
+                min(t);
+            }
+            if let Some(t) = ch.ack_at {
+                min(t);
+            }
+        }
+        for a in self.asms.iter().filter(|a| a.used && !a.reliable) {
+            min(a.deadline);
+        }
+        at
+    }
+}

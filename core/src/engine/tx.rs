@@ -1,0 +1,371 @@
+//! Sending: the handlers' outbox, what the windows and credits allow per channel,
+//! and frame emission.
+
+use super::*;
+
+impl<'a, S> Engine<'a, S> {
+    // --------------------------------------------------------------- sending
+
+    /// Starts the sends handlers queued. Only those queued before this call: a
+    /// handler run from here (an error handler) queues for the next one.
+    pub(super) fn start_queued(&mut self) {
+        let queued = core::mem::take(&mut self.outbox);
+        for q in &queued.items[..queued.len] {
+            let src = Src::Queued {
+                idx: q.eager,
+                len: q.len as usize,
+            };
+            match self.start(q.port, &[], src, q.reliable) {
+                Ok(h) => {
+                    // Nobody holds the handle: a failure goes to the port's error handler.
+                    let _ = self.detach(h);
+                }
+                Err(_) => {
+                    if let Some(b) = self.eager.get_mut(q.eager as usize) {
+                        b.used = false;
+                    }
+                    if let Some(dest) = self.port_dest(q.port) {
+                        self.notify_send_failure(q.port, dest);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends what the windows and credits allow. `ext` is the payload of the
+    /// [`Body::External`] send in progress, if any. Returns frames sent.
+    pub fn poll_transmit<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        ext: Option<&[u8]>,
+    ) -> usize {
+        if self.outbox.len > 0 {
+            self.start_queued();
+        }
+        let n = self.chan_hwm;
+        if n == 0 {
+            return 0;
+        }
+        // Start at a different channel each time so no peer is always served last.
+        self.rr = if self.rr + 1 >= n { 0 } else { self.rr + 1 };
+        let start = self.rr;
+        let mut sent = 0;
+        for ci in (start..n).chain(0..start) {
+            let ch = &self.chans[ci];
+            let idle = !ch.resend_any
+                && ch.ctrl_len == 0
+                && ch.q_head == NONE
+                && !ch.ack_now
+                && (ch.rto_at.is_some() || ch.outstanding() == 0);
+            if ch.in_use && !ch.failed && !idle {
+                sent += self.transmit_chan(now, dev, ci, ext);
+            }
+        }
+        sent
+    }
+
+    pub(super) fn transmit_chan<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        ci: usize,
+        ext: Option<&[u8]>,
+    ) -> usize {
+        let Engine {
+            chans,
+            ops,
+            eager,
+            cfg,
+            caps,
+            stats,
+            ..
+        } = self;
+        let ch = &mut chans[ci];
+        let tag = if cfg.auth_key.is_some() {
+            wire::TAG_LEN
+        } else {
+            0
+        };
+        let max_payload = caps
+            .mtu
+            .saturating_sub(HEADER_LEN + tag)
+            .min(u16::MAX as usize);
+        if max_payload == 0 {
+            return 0;
+        }
+        let mut tx = Tx {
+            dev,
+            now,
+            caps: *caps,
+            cfg,
+            stats,
+            sent: 0,
+        };
+
+        // 1. Frames to send again.
+        let mut s = ch.snd_una;
+        while ch.resend_any && seq_lt(s, ch.snd_nxt) {
+            let e = *ch.slot_mut(s);
+            if e.resend && !e.sacked {
+                let ok = match e.slot {
+                    Slot::Data { op, offset, len } => {
+                        let o = &ops[op as usize];
+                        let body = op_body(o, eager, ext);
+                        match body {
+                            Some(body) => {
+                                let pieces = o.pieces(body, offset as usize, len as usize);
+                                let last = offset + len as u32 == o.total;
+                                tx.data(ch, o, s, offset, pieces, last, true)
+                            }
+                            None => false,
+                        }
+                    }
+                    Slot::Barrier { epoch, round } => tx.barrier(ch, s, epoch, round),
+                    Slot::Reject { msg, port } => tx.reject(ch, s, msg, port),
+                    Slot::Free => true,
+                };
+                if !ok {
+                    return tx.sent;
+                }
+                ch.slot_mut(s).resend = false;
+                tx.stats.retransmits += 1;
+            }
+            s = s.wrapping_add(1);
+        }
+        ch.resend_any = false;
+
+        // 2. Control frames: barrier tokens, rejections.
+        while ch.ctrl_len > 0 && ch.can_send_new() {
+            let slot = ch.ctrl[0];
+            let seq = ch.snd_nxt;
+            let ok = match slot {
+                Slot::Barrier { epoch, round } => tx.barrier(ch, seq, epoch, round),
+                Slot::Reject { msg, port } => tx.reject(ch, seq, msg, port),
+                _ => true,
+            };
+            if !ok {
+                return tx.sent;
+            }
+            ch.push(slot);
+            ch.ctrl.copy_within(1.., 0);
+            ch.ctrl_len -= 1;
+        }
+
+        // 3. New data, in queue order.
+        while ch.q_head != NONE {
+            let oi = ch.q_head as usize;
+            let o = &ops[oi];
+            if o.reliable && !ch.can_send_new() {
+                break;
+            }
+            let Some(body) = op_body(o, eager, ext) else {
+                break;
+            };
+            let off = o.framed;
+            let len = ((o.total - off) as usize).min(max_payload);
+            let last = off as usize + len == o.total as usize;
+            let pieces = o.pieces(body, off as usize, len);
+            let seq = ch.snd_nxt;
+            let reliable = o.reliable;
+            if !tx.data(ch, o, seq, off, pieces, last, false) {
+                break;
+            }
+            let op = &mut ops[oi];
+            op.framed += len as u32;
+            op.started = true;
+            if reliable {
+                ch.push(Slot::Data {
+                    op: oi as u16,
+                    offset: off,
+                    len: len as u16,
+                });
+                op.unacked += 1;
+            }
+            if last {
+                ch.q_head = op.next;
+                if ch.q_head == NONE {
+                    ch.q_tail = NONE;
+                }
+                if !reliable {
+                    finish_op(ops, eager, oi, true);
+                }
+            }
+        }
+
+        // 4. A bare ack if none rode on data.
+        if ch.ack_now {
+            tx.ack(ch);
+        }
+        if ch.outstanding() > 0 && ch.rto_at.is_none() {
+            ch.rto_at = Some(now + ch.rto);
+        }
+        tx.sent
+    }
+}
+
+/// The payload of an operation: borrowed, in an eager buffer, or the `ext` of `poll`
+/// (`None` if that is missing or of the wrong length).
+fn op_body<'b>(o: &'b Op<'_>, eager: &'b [EagerBuf], ext: Option<&'b [u8]>) -> Option<&'b [u8]> {
+    let len = (o.total as usize).saturating_sub(o.head_len as usize);
+    if let Some(b) = eager.get(o.eager as usize) {
+        return b.data.get(..len);
+    }
+    if o.external {
+        return ext.filter(|b| b.len() == len);
+    }
+    Some(o.body)
+}
+
+/// Frame emission for one channel.
+struct Tx<'t, D> {
+    dev: &'t mut D,
+    now: Instant,
+    caps: Capabilities,
+    cfg: &'t Config,
+    stats: &'t mut Stats,
+    sent: usize,
+}
+
+impl<D: Device> Tx<'_, D> {
+    fn emit(&mut self, ch: &mut Channel, mut repr: Repr, pieces: [&[u8]; 2]) -> bool {
+        repr.ends.src_group = self.cfg.group;
+        repr.ends.src_node = self.cfg.node;
+        repr.ends.dst_group = ch.peer_group;
+        repr.ends.dst_node = ch.peer_node;
+        repr.job_key = self.cfg.job_key;
+        repr.ack = Some(ch.ack_info(self.cfg.window.min(MAX_WINDOW as u16)));
+        if ch.refusing {
+            repr.flags |= Flags::REFUSED;
+        }
+        if ch.retry_now {
+            repr.flags |= Flags::RETRY;
+        }
+        let skip_crc = self.caps.integrity;
+        let key = self.cfg.auth_key.as_ref();
+        let len = repr.buffer_len() + if key.is_some() { wire::TAG_LEN } else { 0 };
+        let Some(tok) = self.dev.transmit(self.now, ch.peer) else {
+            return false;
+        };
+        let ok = tok.consume(len, |buf| {
+            repr.emit_frame(buf, &pieces, skip_crc, key).is_ok()
+        });
+        if !ok {
+            return false;
+        }
+        ch.ack_now = false;
+        ch.ack_at = None;
+        ch.since_ack = 0;
+        ch.refusing = false;
+        ch.retry_now = false;
+        self.stats.tx_frames += 1;
+        self.stats.tx_bytes += repr.payload_len as u64;
+        self.sent += 1;
+        true
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn data(
+        &mut self,
+        ch: &mut Channel,
+        o: &Op<'_>,
+        seq: u32,
+        offset: u32,
+        pieces: [&[u8]; 2],
+        last: bool,
+        resend: bool,
+    ) -> bool {
+        let mut flags = Flags::empty();
+        if o.reliable {
+            flags |= Flags::RELIABLE;
+            // Ask for an ack at message ends (so sends complete), on resends, and
+            // before the window runs dry.
+            let filling = ch.outstanding() + 1 >= (ch.peer_window as u32 * 3 / 4).max(1);
+            // Nobody waits for an eager message's ack: let it ride on the reply.
+            if (last && o.eager == NONE) || resend || filling {
+                flags |= Flags::ACK_REQ;
+            }
+        }
+        if last {
+            flags |= Flags::LAST;
+        }
+        let payload_len = (pieces[0].len() + pieces[1].len()) as u16;
+        let repr = Repr {
+            kind: o.kind,
+            flags,
+            job_key: 0,
+            ends: Endpoints {
+                src_port: o.src_port,
+                dst_port: o.dest.port,
+                ..Endpoints::default()
+            },
+            seq: if o.reliable { seq } else { 0 },
+            ack: None,
+            msg_id: o.msg_id,
+            offset,
+            total_len: o.total,
+            payload_len,
+        };
+        self.emit(ch, repr, pieces)
+    }
+
+    fn barrier(&mut self, ch: &mut Channel, seq: u32, epoch: u32, round: u32) -> bool {
+        let repr = Repr {
+            kind: Kind::Barrier,
+            flags: Flags::RELIABLE | Flags::ACK_REQ,
+            job_key: 0,
+            ends: Endpoints {
+                src_port: BARRIER_PORT,
+                dst_port: BARRIER_PORT,
+                ..Endpoints::default()
+            },
+            seq,
+            ack: None,
+            msg_id: epoch,
+            offset: round,
+            total_len: 0,
+            payload_len: 0,
+        };
+        self.emit(ch, repr, [&[], &[]])
+    }
+
+    fn reject(&mut self, ch: &mut Channel, seq: u32, msg: u32, port: PortId) -> bool {
+        let repr = Repr {
+            kind: Kind::Control,
+            flags: Flags::RELIABLE | Flags::ACK_REQ,
+            job_key: 0,
+            ends: Endpoints {
+                src_port: 0,
+                dst_port: port,
+                ..Endpoints::default()
+            },
+            seq,
+            ack: None,
+            msg_id: msg,
+            offset: CONTROL_REJECT,
+            total_len: 0,
+            payload_len: 0,
+        };
+        self.emit(ch, repr, [&[], &[]])
+    }
+
+    fn ack(&mut self, ch: &mut Channel) -> bool {
+        let repr = Repr {
+            kind: Kind::Ack,
+            flags: Flags::empty(),
+            job_key: 0,
+            ends: Endpoints::default(),
+            seq: 0,
+            ack: None,
+            msg_id: 0,
+            offset: 0,
+            total_len: 0,
+            payload_len: 0,
+        };
+        let ok = self.emit(ch, repr, [&[], &[]]);
+        if ok {
+            self.stats.tx_acks += 1;
+        }
+        ok
+    }
+}
