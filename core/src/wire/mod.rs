@@ -468,7 +468,8 @@ impl Repr {
         }
         let ack = flags.contains(Flags::HAS_ACK).then(|| AckInfo {
             ack: b32(field::ACK),
-            sack: (b32(28..32) as u64) << 32 | b32(32..36) as u64,
+            sack: (b32(field::SACK.start..field::SACK.start + 4) as u64) << 32
+                | b32(field::SACK.start + 4..field::SACK.end) as u64,
             window: b16(field::WINDOW),
         });
         Ok(Repr {

@@ -170,9 +170,14 @@ unsafe impl<M: Mmio + Send> Send for E1000<M> {}
 
 /// Reads byte `off` of descriptor `i` of a ring.
 fn desc_u8(ring: &Dma, i: usize, off: usize) -> u8 {
-    debug_assert!(i * 16 + off < ring.len);
-    // SAFETY: `i` < ring length (callers index modulo the ring size) and the ring is
-    // DMA memory owned by the driver; volatile because the NIC writes it.
+    // Checked in release builds too: an index past the ring is a driver bug, and a
+    // panic is better than a read outside the DMA block.
+    assert!(
+        off < 16 && i * 16 + off < ring.len,
+        "descriptor index out of range"
+    );
+    // SAFETY: in bounds (checked above) of DMA memory owned by the driver; volatile
+    // because the NIC writes it.
     unsafe { core::ptr::read_volatile(ring.virt.as_ptr().add(i * 16 + off)) }
 }
 
@@ -182,21 +187,29 @@ fn desc_u16(ring: &Dma, i: usize, off: usize) -> u16 {
 
 /// Writes descriptor `i` of a ring (16 bytes, little-endian as the NIC reads them).
 fn desc_write(ring: &Dma, i: usize, bytes: [u8; 16]) {
-    debug_assert!(i * 16 + 16 <= ring.len);
-    // SAFETY: as in `desc_u8`; the driver owns this descriptor at this point.
+    assert!(i * 16 + 16 <= ring.len, "descriptor index out of range");
+    // SAFETY: in bounds (checked above); the driver owns this descriptor at this point.
     unsafe { core::ptr::write_volatile(ring.virt.as_ptr().add(i * 16) as *mut [u8; 16], bytes) };
 }
 
 fn desc_set_u8(ring: &Dma, i: usize, off: usize, v: u8) {
-    // SAFETY: as in `desc_u8`.
+    assert!(
+        off < 16 && i * 16 + off < ring.len,
+        "descriptor index out of range"
+    );
+    // SAFETY: in bounds (checked above), as in `desc_u8`.
     unsafe { core::ptr::write_volatile(ring.virt.as_ptr().add(i * 16 + off), v) };
 }
 
 /// Packet buffer `i`, for reading. Only for a buffer whose descriptor the driver owns
 /// (the NIC has finished with it), so nothing writes it meanwhile.
 fn buf(bufs: &Dma, i: usize) -> &[u8] {
-    // SAFETY: buffer `i` lies inside the DMA block (i < ring size, BUF_SIZE each); the
-    // NIC does not write it while the driver owns its descriptor (callers' contract).
+    assert!(
+        (i + 1) * BUF_SIZE <= bufs.len,
+        "packet buffer index out of range"
+    );
+    // SAFETY: buffer `i` lies inside the DMA block (checked above); the NIC does not
+    // write it while the driver owns its descriptor (callers' contract).
     unsafe { core::slice::from_raw_parts(bufs.virt.as_ptr().add(i * BUF_SIZE), BUF_SIZE) }
 }
 
@@ -210,7 +223,11 @@ fn buf(bufs: &Dma, i: usize) -> &[u8] {
 // descriptor protocol, which the `# Safety` contract hands to the caller.
 #[allow(clippy::mut_from_ref)]
 unsafe fn buf_mut(bufs: &Dma, i: usize) -> &mut [u8] {
-    // SAFETY: in bounds as in `buf`; exclusivity is the caller's contract.
+    assert!(
+        (i + 1) * BUF_SIZE <= bufs.len,
+        "packet buffer index out of range"
+    );
+    // SAFETY: in bounds (checked above); exclusivity is the caller's contract.
     unsafe { core::slice::from_raw_parts_mut(bufs.virt.as_ptr().add(i * BUF_SIZE), BUF_SIZE) }
 }
 
