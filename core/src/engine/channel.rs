@@ -41,6 +41,17 @@ pub(crate) enum Slot {
         msg: u32,
         port: u16,
     },
+    /// Request `req`: add `delta` to counter `var` and answer with the old value.
+    FetchAdd {
+        req: u32,
+        var: u16,
+        delta: u32,
+    },
+    /// The answer to request `req`.
+    FetchAddReply {
+        req: u32,
+        value: u32,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -41,6 +41,7 @@ use crate::time::{Duration, Instant};
 use crate::wire::{self, AckInfo, Endpoints, Flags, Kind, Repr, WireError, HEADER_LEN};
 use crate::{GroupId, NodeAddr, NodeId, PortId};
 
+mod atomic;
 mod barrier;
 mod channel;
 mod rx;
@@ -50,6 +51,7 @@ mod tests;
 mod timers;
 mod tx;
 
+pub use atomic::{FetchHandle, COUNTERS, FETCH_SLOTS};
 use channel::{seq_lt, SeqCheck, Slot, CTRL_QUEUE, NONE};
 pub use channel::{Channel, MAX_WINDOW};
 
@@ -255,6 +257,8 @@ pub enum Error {
     /// The call may not be made from inside a handler (it would wait for the poll
     /// that is running the handler).
     InHandler,
+    /// Counter number outside the counters an endpoint serves.
+    InvalidCounter,
 }
 
 impl Error {
@@ -290,6 +294,7 @@ impl core::fmt::Display for Error {
             Error::Timeout => "deadline passed",
             Error::PortClosed => "destination port not bound for input at the receiver",
             Error::InHandler => "not allowed inside a handler",
+            Error::InvalidCounter => "no such counter",
         })
     }
 }
@@ -1077,6 +1082,8 @@ pub struct Engine<'a, S = ()> {
     delivered: bool,
     /// Sends handlers queued.
     outbox: Outbox,
+    /// Counters served here and fetch-and-adds waiting for answers.
+    atomics: atomic::Atomics,
 }
 
 impl<S> core::fmt::Debug for Engine<'_, S> {
@@ -1234,6 +1241,7 @@ impl<'a, S> Engine<'a, S> {
             timer_fired: false,
             delivered: false,
             outbox: Outbox::default(),
+            atomics: atomic::Atomics::default(),
         })
     }
 

@@ -63,7 +63,12 @@ impl<'a, S> Engine<'a, S> {
         }
         match repr.kind {
             Kind::Ack => {}
-            Kind::Data | Kind::Multicast | Kind::Barrier | Kind::Control
+            Kind::Data
+            | Kind::Multicast
+            | Kind::Barrier
+            | Kind::Control
+            | Kind::FetchAdd
+            | Kind::FetchAddReply
                 if repr.flags.contains(Flags::RELIABLE) =>
             {
                 self.rx_reliable(now, ci, &repr, payload)
@@ -137,6 +142,11 @@ impl<'a, S> Engine<'a, S> {
             }
             Kind::Control => {
                 self.rx_control(ci, repr);
+                true
+            }
+            Kind::FetchAdd => self.rx_fetch_add(ci, repr),
+            Kind::FetchAddReply => {
+                self.rx_fetch_reply(ci, repr);
                 true
             }
             _ => self.rx_reliable_data(now, ci, repr, payload),

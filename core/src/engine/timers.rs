@@ -107,6 +107,7 @@ impl<'a, S> Engine<'a, S> {
             }
         }
         self.fail_ports_bound_to(ci);
+        self.fail_fetches(ci);
         if self.bar.active && self.chans[ci].peer_group == self.cfg.group {
             // The member we send to or wait for in this round is gone.
             let peer = self.chans[ci].peer_node as u32;
@@ -211,7 +212,11 @@ impl<'a, S> Engine<'a, S> {
                 || c.failed
                 || (c.outstanding() == 0 && !c.ack_now && c.ack_at.is_none() && c.ctrl_len == 0)
         });
-        ops_idle && chans_idle && !self.bar.active && self.outbox.len == 0
+        ops_idle
+            && chans_idle
+            && !self.bar.active
+            && self.outbox.len == 0
+            && !self.fetches_waiting()
     }
 
     /// Asks the device about every peer still owed an ack; a peer the device knows

@@ -121,8 +121,10 @@ impl<'a, S> Engine<'a, S> {
                             None => false,
                         }
                     }
-                    Slot::Barrier { epoch, round } => tx.barrier(ch, s, epoch, round),
-                    Slot::Reject { msg, port } => tx.reject(ch, s, msg, port),
+                    ctrl @ (Slot::Barrier { .. }
+                    | Slot::Reject { .. }
+                    | Slot::FetchAdd { .. }
+                    | Slot::FetchAddReply { .. }) => tx.slot(ch, s, ctrl),
                     Slot::Free => true,
                 };
                 if !ok {
@@ -135,16 +137,11 @@ impl<'a, S> Engine<'a, S> {
         }
         ch.resend_any = false;
 
-        // 2. Control frames: barrier tokens, rejections.
+        // 2. Control frames: barrier tokens, rejections, fetch-and-adds.
         while ch.ctrl_len > 0 && ch.can_send_new() {
             let slot = ch.ctrl[0];
             let seq = ch.snd_nxt;
-            let ok = match slot {
-                Slot::Barrier { epoch, round } => tx.barrier(ch, seq, epoch, round),
-                Slot::Reject { msg, port } => tx.reject(ch, seq, msg, port),
-                _ => true,
-            };
-            if !ok {
+            if !tx.slot(ch, seq, slot) {
                 return tx.sent;
             }
             ch.push(slot);
@@ -330,8 +327,22 @@ impl<D: Device> Tx<'_, D> {
     }
 
     fn reject(&mut self, ch: &mut Channel, seq: u32, msg: u32, port: PortId) -> bool {
+        self.control(ch, seq, Kind::Control, msg, CONTROL_REJECT, port)
+    }
+
+    /// A reliable control frame without payload: a REJECT, a fetch-and-add request
+    /// or its answer.
+    fn control(
+        &mut self,
+        ch: &mut Channel,
+        seq: u32,
+        kind: Kind,
+        msg_id: u32,
+        offset: u32,
+        port: PortId,
+    ) -> bool {
         let repr = Repr {
-            kind: Kind::Control,
+            kind,
             flags: Flags::RELIABLE | Flags::ACK_REQ,
             job_key: 0,
             ends: Endpoints {
@@ -341,12 +352,27 @@ impl<D: Device> Tx<'_, D> {
             },
             seq,
             ack: None,
-            msg_id: msg,
-            offset: CONTROL_REJECT,
+            msg_id,
+            offset,
             total_len: 0,
             payload_len: 0,
         };
         self.emit(ch, repr, [&[], &[]])
+    }
+
+    /// Sends control slot `slot` (anything but data) as frame `seq`.
+    fn slot(&mut self, ch: &mut Channel, seq: u32, slot: Slot) -> bool {
+        match slot {
+            Slot::Barrier { epoch, round } => self.barrier(ch, seq, epoch, round),
+            Slot::Reject { msg, port } => self.reject(ch, seq, msg, port),
+            Slot::FetchAdd { req, var, delta } => {
+                self.control(ch, seq, Kind::FetchAdd, req, delta, var)
+            }
+            Slot::FetchAddReply { req, value } => {
+                self.control(ch, seq, Kind::FetchAddReply, req, value, 0)
+            }
+            Slot::Data { .. } | Slot::Free => true,
+        }
     }
 
     fn ack(&mut self, ch: &mut Channel) -> bool {

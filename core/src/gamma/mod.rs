@@ -568,6 +568,36 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         }
     }
 
+    /// Adds `delta` to counter `var` (`0..COUNTERS`, starting at 0) of instance `node` of
+    /// this group and returns the value before: an addition to GAMMA (LFC's
+    /// `lfc_fetch_and_add`). Concurrent callers all get distinct values. A device that
+    /// does it in NIC memory (the Myrinet-like model) answers at once without the
+    /// owner's CPU; elsewhere the owner's engine serves it at its next poll, no
+    /// handler involved. `Err(SendFailure)` if the owner died.
+    pub fn fetch_add(&mut self, node: NodeId, var: u16, delta: u32) -> Result<u32, Error> {
+        if var as usize >= crate::engine::COUNTERS {
+            return Err(Error::InvalidCounter);
+        }
+        let group = self.my_par_pid();
+        let addr = self.engine.address(group, node)?;
+        if let Some(v) = self.dev.fetch_add(addr, var, delta) {
+            return Ok(v);
+        }
+        if node == self.my_node() {
+            return self.engine.fetch_add_local(var, delta);
+        }
+        let h = self.engine.start_fetch_add(group, node, var, delta)?;
+        let now = self.clock.now();
+        self.engine.poll_transmit(now, &mut self.dev, None);
+        loop {
+            if let Some(v) = self.engine.fetch_add_result(h)? {
+                return Ok(v);
+            }
+            let busy = self.poll();
+            self.idle_step(busy);
+        }
+    }
+
     /// `gamma_my_par_pid`.
     pub fn my_par_pid(&self) -> GroupId {
         self.engine.config().group

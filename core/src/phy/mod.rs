@@ -77,6 +77,12 @@ pub trait Device {
     fn peer_alive(&mut self, _now: Instant, _peer: NodeAddr) -> bool {
         true
     }
+    /// Adds `delta` to counter `var` of `peer`'s NIC and returns the previous value,
+    /// if the device does it itself (the Myrinet-like model, in NIC memory, with no CPU
+    /// of the peer involved); `None` and the engine runs the protocol instead.
+    fn fetch_add(&mut self, _peer: NodeAddr, _var: u16, _delta: u32) -> Option<u32> {
+        None
+    }
 }
 
 impl<D: Device> Device for &mut D {
@@ -99,5 +105,8 @@ impl<D: Device> Device for &mut D {
     }
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
         (**self).peer_alive(now, peer)
+    }
+    fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
+        (**self).fetch_add(peer, var, delta)
     }
 }

@@ -675,6 +675,13 @@ impl Device for MyriNic {
         }
     }
 
+    fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
+        // The counters are 64-bit in NIC memory; the API's values are 32-bit.
+        self.fetch_and_add(peer.0 as u32, var as usize, delta as u64)
+            .ok()
+            .map(|v| v as u32)
+    }
+
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
         let p = peer.0 as u32;
         if self.state(p) != NodeState::Alive {

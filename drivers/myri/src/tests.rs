@@ -385,3 +385,38 @@ fn a_concurrent_writer_never_panics_the_receiver() {
     );
     assert!(seen > 1000, "seed {seed}: the receiver saw frames");
 }
+
+/// LFC's fetch-and-add served in NIC memory: the owner never polls (its CPU takes no
+/// part) and every caller gets the next value.
+#[test]
+fn fetch_and_add_is_served_in_nic_memory_without_the_owner() {
+    use volley_core::engine::{Config, Group, Members};
+    use volley_core::gamma::{Clock, Gamma};
+    #[derive(Debug, Clone, Copy)]
+    struct Zero;
+    impl Clock for Zero {
+        fn now(&self) -> Instant {
+            Instant::ZERO
+        }
+    }
+    static GROUPS: &[Group<'static>] = &[Group {
+        id: 1,
+        members: Members::Range { first: 0, count: 3 },
+    }];
+    let mem = Mem::new(geo().region_len().unwrap());
+    let (_owner, b) = pair(&mem);
+    let c = MyriNic::attach(mem.region(), 2, 7, NicConfig::default()).unwrap();
+    let mut gb = Gamma::init_alloc(Config::new(7, 1, 1), GROUPS, 3, b, Zero, ()).unwrap();
+    let mut gc = Gamma::init_alloc(Config::new(7, 1, 2), GROUPS, 3, c, Zero, ()).unwrap();
+    let mut seen = Vec::new();
+    for k in 0..10 {
+        let g = if k % 2 == 0 { &mut gb } else { &mut gc };
+        seen.push(g.fetch_add(0, 5, 3).unwrap());
+    }
+    assert_eq!(seen, (0..10).map(|k| 3 * k).collect::<Vec<u32>>());
+    assert_eq!(gb.engine().stats().tx_frames, 0, "no frame: the NIC did it");
+    assert_eq!(
+        gb.fetch_add(0, 8, 1),
+        Err(volley_core::engine::Error::InvalidCounter)
+    );
+}

@@ -93,6 +93,13 @@ impl Device for HostDevice {
             HostDevice::Udp(d) => d.peer_alive(now, peer),
         }
     }
+
+    fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
+        match self {
+            HostDevice::Shm(d) => d.fetch_add(peer, var, delta),
+            HostDevice::Udp(_) => None,
+        }
+    }
 }
 
 /// A GAMMA process of a hosted job.

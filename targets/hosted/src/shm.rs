@@ -533,6 +533,10 @@ impl Device for ShmDevice {
         self.nic.capabilities()
     }
 
+    fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
+        self.nic.fetch_add(peer, var, delta)
+    }
+
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
         let pid = self.nic.pid(peer.0 as u32);
         if pid != 0 && process_gone(pid) {
