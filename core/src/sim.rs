@@ -16,8 +16,9 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::vec::Vec;
 
-use crate::gamma::{Clock, Gamma};
+use crate::gamma::Gamma;
 use crate::phy::{Capabilities, Device, FaultConfig, FaultInjector, RxToken, TxToken};
+use crate::time::Clock;
 use crate::time::{Duration, Instant};
 use crate::NodeAddr;
 

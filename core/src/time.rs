@@ -163,3 +163,29 @@ mod tests {
         assert_eq!(Duration::from_nanos(1500).as_micros_f64(), 1.5);
     }
 }
+
+/// Where a node reads the time: the TSC on bare metal, `std::time` hosted, a virtual
+/// clock in the simulator.
+pub trait Clock {
+    /// The current time.
+    fn now(&self) -> Instant;
+}
+
+/// A clock on `std::time::Instant`, counting from its creation.
+#[cfg(feature = "std")]
+#[derive(Debug, Clone, Copy)]
+pub struct StdClock(std::time::Instant);
+
+#[cfg(feature = "std")]
+impl Default for StdClock {
+    fn default() -> Self {
+        StdClock(std::time::Instant::now())
+    }
+}
+
+#[cfg(feature = "std")]
+impl Clock for StdClock {
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.0.elapsed().as_nanos() as u64)
+    }
+}

@@ -71,31 +71,9 @@ pub const ERR_MSGTOOLONG: u8 = Errno::MsgTooLong as u8;
 /// `gamma_errno` value: a send failed.
 pub const ERR_SENDFAILURE: u8 = Errno::SendFailure as u8;
 
-/// Where a node reads the time: the TSC on bare metal, `std::time` hosted, a virtual
-/// clock in the simulator.
-pub trait Clock {
-    /// The current time.
-    fn now(&self) -> Instant;
-}
-
-/// A clock on `std::time::Instant`, counting from its creation.
+pub use crate::time::Clock;
 #[cfg(feature = "std")]
-#[derive(Debug, Clone, Copy)]
-pub struct StdClock(std::time::Instant);
-
-#[cfg(feature = "std")]
-impl Default for StdClock {
-    fn default() -> Self {
-        StdClock(std::time::Instant::now())
-    }
-}
-
-#[cfg(feature = "std")]
-impl Clock for StdClock {
-    fn now(&self) -> Instant {
-        Instant::from_nanos(self.0.elapsed().as_nanos() as u64)
-    }
-}
+pub use crate::time::StdClock;
 
 /// One GAMMA process: the engine, its device and its clock.
 pub struct Gamma<'a, D, C, S = ()> {
