@@ -140,6 +140,8 @@ enum Program {
     FlowctlExact,
     /// Joins the fabric and leaves.
     Attach,
+    /// Every rank fetch-and-adds rank 0's counter; rank 0 checks the values.
+    FetchAdd,
     /// The 2-rank part of `volley bench`.
     BenchPair,
     /// The barrier part of `volley bench`.
@@ -205,6 +207,7 @@ fn worker(
         Program::Victim => return programs::victim(&boot, fabric),
         Program::FlowctlExact => programs::flowctl_exact(&boot, fabric)?,
         Program::Attach => programs::attach(&boot, fabric)?,
+        Program::FetchAdd => programs::fetch_add(&boot, fabric)?,
         Program::BenchPair => print(bench::pair(&boot, fabric, quick)?),
         Program::BenchBarrier => print(bench::barrier(&boot, fabric, quick)?),
     }

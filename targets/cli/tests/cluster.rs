@@ -1091,3 +1091,19 @@ fn forged_udp_datagrams_never_reach_the_application() {
         eprintln!("not root: spoofed-source datagrams not sent (CI runs as root)");
     }
 }
+
+/// Fetch-and-add from every rank at once: served in NIC memory on shm, by rank 0's
+/// engine on udp; every value exactly once, the final count exact.
+#[test]
+fn fetch_and_add_from_every_rank_at_once() {
+    for (fabric, salt) in [("shm", 0xFA1), ("udp", 0xFA2)] {
+        let _g = serial();
+        let (out, took) = launch("4", fabric, job_id(salt), &["fetch-add"], &[]);
+        let t = text(&out);
+        assert!(out.status.success(), "{fabric} after {took:?}:\n{t}");
+        assert!(
+            t.contains("fetch-add ok: 800 values from 4 ranks, each exactly once"),
+            "{fabric}: {t}"
+        );
+    }
+}

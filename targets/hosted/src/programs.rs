@@ -410,6 +410,61 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     Ok(())
 }
 
+/// Every rank adds 1 to rank 0's counter 1, 200 times, all at once; rank 0 gathers
+/// the values everyone got and checks that each of 0..200n came out exactly once.
+pub fn fetch_add(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
+    const PER: u32 = 200;
+    const VAR: u16 = 1;
+    let mut g = node::gamma(boot, fabric, State::default())?;
+    let (me, n, pid) = (g.my_node(), g.how_many_nodes(), g.my_par_pid());
+    let bytes = PER as usize * 4;
+    if me == 0 {
+        for r in 1..n {
+            g.set_passive_port(100 + r, r, pid, 100, 100 + r, GO_BACK, Some(leak(bytes)))?;
+        }
+    } else {
+        g.set_passive_port(100, 0, pid, 100 + me, 100, GO_BACK, None)?;
+    }
+    g.sync()?;
+    let mut mine = Vec::with_capacity(PER as usize);
+    for _ in 0..PER {
+        mine.push(g.fetch_add(0, VAR, 1)?);
+    }
+    if !mine.windows(2).all(|w| w[0] < w[1]) {
+        return Err(fail(format!("rank {me}: values not increasing: {mine:?}")));
+    }
+    if me != 0 {
+        let raw: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
+        g.send_flowctl(100, &raw)?;
+    } else {
+        let mut all = mine;
+        for r in 1..n {
+            wait1(&mut g, 100 + r, 60)?;
+            let b = g.buffer(100 + r).unwrap_or(&[]);
+            all.extend(
+                b.chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            );
+        }
+        all.sort_unstable();
+        let total = PER * n as u32;
+        if all != (0..total).collect::<Vec<u32>>() {
+            return Err(fail(format!(
+                "fetch-add: {} values, not each of 0..{total} once",
+                all.len()
+            )));
+        }
+        let now = g.fetch_add(0, VAR, 0)?;
+        if now != total {
+            return Err(fail(format!("fetch-add: counter {now}, expected {total}")));
+        }
+        println!("fetch-add ok: {total} values from {n} ranks, each exactly once");
+    }
+    g.sync()?;
+    g.exit();
+    Ok(())
+}
+
 /// Joins the fabric and leaves: used to test start-up errors.
 pub fn attach(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     let g = node::gamma(boot, fabric, State::default())?;
