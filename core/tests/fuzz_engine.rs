@@ -72,6 +72,28 @@ fn engine(node: u16, key: Option<AuthKey>) -> Engine<'static, u64> {
     e
 }
 
+/// One round of `a` talking to `b` over loopback rings, every frame `b` receives
+/// recorded as it is handled.
+fn step(
+    a: &mut Engine<'static, u64>,
+    b: &mut Engine<'static, u64>,
+    rings: &mut [Ring<64, 1500>],
+    now: Instant,
+    recorded: &mut Vec<Vec<u8>>,
+) {
+    a.poll(now, &mut Loopback::new(rings, NodeAddr(0)), None);
+    let mut lb = Loopback::new(rings, NodeAddr(1));
+    b.set_capabilities(lb.capabilities());
+    while let Some(t) = lb.receive(now) {
+        t.consume(|f| {
+            recorded.push(f.to_vec());
+            b.handle_frame(now, f)
+        });
+    }
+    b.handle_timeout(now);
+    b.poll_transmit(now, &mut lb, None);
+}
+
 /// Frames two engines really exchange: the corpus the mutations start from.
 fn corpus(key: Option<AuthKey>) -> Vec<Vec<u8>> {
     let mut a = engine(0, key);
@@ -87,17 +109,7 @@ fn corpus(key: Option<AuthKey>) -> Vec<Vec<u8>> {
         let _ = b.start_barrier();
         for _ in 0..50 {
             now += Duration::from_micros(50);
-            a.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
-            let mut lb = Loopback::new(&mut rings, NodeAddr(1));
-            b.set_capabilities(lb.capabilities());
-            while let Some(t) = lb.receive(now) {
-                t.consume(|f| {
-                    frames.push(f.to_vec());
-                    b.handle_frame(now, f)
-                });
-            }
-            b.handle_timeout(now);
-            b.poll_transmit(now, &mut lb, None);
+            step(&mut a, &mut b, &mut rings, now, &mut frames);
         }
     }
     frames
@@ -248,16 +260,7 @@ fn replayed_frames_are_rejected() {
                 .unwrap();
             for _ in 0..40 {
                 now += Duration::from_micros(50);
-                a.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
-                let mut lb = Loopback::new(&mut rings, NodeAddr(1));
-                b.set_capabilities(lb.capabilities());
-                while let Some(t) = lb.receive(now) {
-                    t.consume(|f| {
-                        recorded.push(f.to_vec());
-                        b.handle_frame(now, f)
-                    });
-                }
-                b.poll_transmit(now, &mut lb, None);
+                step(&mut a, &mut b, &mut rings, now, &mut recorded);
             }
         }
         assert_eq!(*b.state(), 4, "{key:?}: four messages");

@@ -628,19 +628,11 @@ fn on_be(u: &mut Upcall<'_, '_, BeCheck>) {
     }
 }
 
-fn be_len(k: u32) -> usize {
-    [10, 1400, 5000, 30_000][k as usize % 4]
-}
-
-#[test]
-fn best_effort_loses_visibly_never_silently() {
-    let seed = seed();
+/// Node 0 sends best-effort messages to node 1's port 1, checked by `on_be`.
+fn be_pair(seed: u64, faults: FaultConfig) -> Sim<SimGamma<'static, BeCheck>> {
     let g = groups(2);
     let mut sc = SimConfig::lan(seed);
-    sc.faults = FaultConfig {
-        loss: 0.05,
-        ..lossy()
-    };
+    sc.faults = faults;
     let mut sim = Sim::new(2, sc, |i, dev, clock| {
         gamma(g, cfg(1, i as u16), 2, 2, dev, clock, BeCheck::default())
     });
@@ -660,16 +652,38 @@ fn best_effort_loses_visibly_never_silently() {
             Some(leak(vec![0; 40_000])),
         )
         .unwrap();
-    let n = 200u32;
+    sim
+}
+
+/// Sends messages `0..n` (sizes from `be_len`) `gap_us` apart, then lets them land.
+fn be_stream(sim: &mut Sim<SimGamma<'static, BeCheck>>, seed: u64, n: u32, gap_us: u64) {
     for k in 0..n {
         let body: &'static [u8] = leak(pattern(1, k as usize, be_len(k)));
         let h = sim.nodes[0].isend_2p(1, &k.to_be_bytes(), body).unwrap();
         // Best effort completes once handed to the device.
         assert_eq!(sim.nodes[0].tsend(h), Ok(true), "seed {seed}");
-        let until = sim.now() + Duration::from_micros(60);
+        let until = sim.now() + Duration::from_micros(gap_us);
         let _ = sim.run_until(until, |_, _| false);
     }
     let _ = sim.run_until(sim.now() + Duration::from_millis(500), |_, _| false);
+}
+
+fn be_len(k: u32) -> usize {
+    [10, 1400, 5000, 30_000][k as usize % 4]
+}
+
+#[test]
+fn best_effort_loses_visibly_never_silently() {
+    let seed = seed();
+    let mut sim = be_pair(
+        seed,
+        FaultConfig {
+            loss: 0.05,
+            ..lossy()
+        },
+    );
+    let n = 200u32;
+    be_stream(&mut sim, seed, n, 60);
     let st = sim.nodes[1].state();
     assert!(
         st.wrong.is_empty(),
@@ -756,26 +770,7 @@ fn a_dead_member_fails_the_barrier_everywhere_instead_of_hanging() {
 #[test]
 fn best_effort_multi_frame_messages_arrive_whole_on_a_lossless_fabric() {
     let seed = seed();
-    let g = groups(2);
-    let mut sim = Sim::new(2, SimConfig::lan(seed), |i, dev, clock| {
-        gamma(g, cfg(1, i as u16), 2, 2, dev, clock, BeCheck::default())
-    });
-    sim.nodes[0]
-        .set_passive_port(1, 1, 1, 1, 0, GO_BACK, None)
-        .unwrap();
-    sim.nodes[1]
-        .set_active_port(
-            1,
-            0,
-            1,
-            1,
-            Some(on_be),
-            Some(on_be),
-            0,
-            GO_BACK,
-            Some(leak(vec![0; 40_000])),
-        )
-        .unwrap();
+    let mut sim = be_pair(seed, FaultConfig::default());
     let n = 40u32;
     for k in 0..n {
         let body = pattern(1, k as usize, be_len(k));
@@ -802,40 +797,15 @@ fn best_effort_multi_frame_messages_arrive_whole_on_a_lossless_fabric() {
 #[test]
 fn best_effort_under_loss_accounts_for_every_message() {
     let seed = seed();
-    let g = groups(2);
-    let mut sc = SimConfig::lan(seed);
-    sc.faults = FaultConfig {
-        loss: 0.03,
-        ..FaultConfig::default()
-    };
-    let mut sim = Sim::new(2, sc, |i, dev, clock| {
-        gamma(g, cfg(1, i as u16), 2, 2, dev, clock, BeCheck::default())
-    });
-    sim.nodes[0]
-        .set_passive_port(1, 1, 1, 1, 0, GO_BACK, None)
-        .unwrap();
-    sim.nodes[1]
-        .set_active_port(
-            1,
-            0,
-            1,
-            1,
-            Some(on_be),
-            Some(on_be),
-            0,
-            GO_BACK,
-            Some(leak(vec![0; 40_000])),
-        )
-        .unwrap();
+    let mut sim = be_pair(
+        seed,
+        FaultConfig {
+            loss: 0.03,
+            ..FaultConfig::default()
+        },
+    );
     let n = 200u32;
-    for k in 0..n {
-        let body: &'static [u8] = leak(pattern(1, k as usize, be_len(k)));
-        let h = sim.nodes[0].isend_2p(1, &k.to_be_bytes(), body).unwrap();
-        assert_eq!(sim.nodes[0].tsend(h), Ok(true), "seed {seed}");
-        let until = sim.now() + Duration::from_micros(200);
-        let _ = sim.run_until(until, |_, _| false);
-    }
-    let _ = sim.run_until(sim.now() + Duration::from_millis(500), |_, _| false);
+    be_stream(&mut sim, seed, n, 200);
     let st = sim.nodes[1].state();
     assert!(st.wrong.is_empty(), "seed {seed}: {:?}", st.wrong);
     let seen = st.intact.len() as u32 + st.lost;
