@@ -33,6 +33,7 @@ macro_rules! trace {
 
 pub mod engine;
 pub mod gamma;
+pub mod lfc;
 pub mod phy;
 pub mod rng;
 #[cfg(feature = "std")]

@@ -241,6 +241,29 @@ impl<S> SimNode for SimGamma<'_, S> {
     }
 }
 
+/// An LFC process inside the simulator.
+pub type SimLfc<'a, S> = crate::lfc::Lfc<'a, SimDevice, SimClock, S>;
+
+impl<S> SimNode for SimLfc<'_, S> {
+    fn poll(&mut self) -> bool {
+        // A failed send is the test's to look at (`take_packet_failure`), not the poll's.
+        let busy = self.poll_network();
+        busy | (self.run_upcalls() > 0)
+    }
+    fn wake_at(&self) -> Option<Instant> {
+        let dev = self.device();
+        let me = dev.inner().me;
+        [
+            self.poll_at(),
+            dev.held_until(),
+            dev.inner().net.next_arrival(me),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+}
+
 /// A run that did not reach its goal in virtual time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SimTimeout {

@@ -44,6 +44,8 @@ use crate::{GroupId, NodeAddr, NodeId, PortId};
 mod atomic;
 mod barrier;
 mod channel;
+mod mcast;
+mod packet;
 mod rx;
 mod send;
 #[cfg(test)]
@@ -54,6 +56,8 @@ mod tx;
 pub use atomic::{FetchHandle, COUNTERS, FETCH_SLOTS};
 use channel::{seq_lt, SeqCheck, Slot, CTRL_QUEUE, NONE};
 pub use channel::{Channel, MAX_WINDOW};
+pub use mcast::{McastGroup, McastTables, Tree, MCAST_ALL};
+pub use packet::{Delivery, PacketBuf, PacketId, Packets, PACKET_MAX};
 
 /// Destination instance meaning "every member of the group but the sender".
 pub const BROADCAST: NodeId = u16::MAX;
@@ -527,6 +531,10 @@ pub struct Op<'a> {
     started: bool,
     /// Eager buffer holding the body, or `NONE`.
     eager: u16,
+    /// Packet buffer holding the body ([`PacketId`] as raw), or `NONE`.
+    packet: u16,
+    /// Per-kind extra: a packet's multicast tree shape.
+    aux: u8,
     /// The caller has let go of the handle: the slot frees itself when done.
     detached: bool,
     /// The receiver discarded the message (port not bound): fails once acked.
@@ -557,6 +565,8 @@ impl Op<'_> {
         external: false,
         started: false,
         eager: NONE,
+        packet: NONE,
+        aux: 0,
         detached: false,
         rejected: false,
         head: [0; HEAD_MAX],
@@ -995,6 +1005,10 @@ pub struct Storage<'a, S> {
     pub assemblies: ManagedSlice<'a, Assembly>,
     /// Eager buffers for blocking reliable sends (may be empty).
     pub eager: ManagedSlice<'a, EagerBuf>,
+    /// Packet pools (LFC; empty unless given).
+    pub packets: Packets<'a>,
+    /// Multicast groups (LFC; empty unless given).
+    pub mcast: McastTables<'a>,
 }
 
 /// Table sizes for [`Storage::with_capacity`].
@@ -1031,8 +1045,28 @@ impl<S> Storage<'_, S> {
             ops: ops.into(),
             assemblies: alloc::vec![Assembly::EMPTY; c.assemblies].into(),
             eager: alloc::vec![EagerBuf::EMPTY; c.eager].into(),
+            packets: Packets::default(),
+            mcast: McastTables::default(),
         }
     }
+
+    /// Adds packet pools of `tx` send and `rx` receive packets, and room for
+    /// `groups` multicast groups of up to `members` instances in all.
+    pub fn with_packets(mut self, tx: usize, rx: usize, groups: usize, members: usize) -> Self {
+        self.packets = Packets::with_capacity(tx, rx);
+        self.mcast = McastTables::new(
+            alloc::vec![McastGroup::EMPTY; groups].into(),
+            alloc::vec![0; members].into(),
+        );
+        self
+    }
+}
+
+/// Buffers the engine keeps payloads in: eager copies and packets.
+#[derive(Debug)]
+pub(crate) struct Bufs<'a> {
+    pub(crate) eager: ManagedSlice<'a, EagerBuf>,
+    pub(crate) pkts: Packets<'a>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -1062,7 +1096,8 @@ pub struct Engine<'a, S = ()> {
     peer_map: ManagedSlice<'a, u16>,
     ops: ManagedSlice<'a, Op<'a>>,
     asms: ManagedSlice<'a, Assembly>,
-    eager: ManagedSlice<'a, EagerBuf>,
+    bufs: Bufs<'a>,
+    mcast: McastTables<'a>,
     state: S,
     stats: Stats,
     caps: Capabilities,
@@ -1161,7 +1196,7 @@ fn notify<S>(cx: HandlerCx<'_, '_, S>, n: Note) {
 
 /// Marks a finished operation, folding children into their parent. A finished
 /// top-level operation gives its eager buffer back, and frees its slot if detached.
-fn finish_op(ops: &mut [Op<'_>], eager: &mut [EagerBuf], i: usize, ok: bool) {
+fn finish_op(ops: &mut [Op<'_>], bufs: &mut Bufs<'_>, i: usize, ok: bool) {
     let parent = ops[i].parent;
     let top = if parent == NONE {
         ops[i].state = match (ok, ops[i].rejected) {
@@ -1187,10 +1222,14 @@ fn finish_op(ops: &mut [Op<'_>], eager: &mut [EagerBuf], i: usize, ok: bool) {
         parent as usize
     };
     let op = &mut ops[top];
-    if let Some(b) = eager.get_mut(op.eager as usize) {
+    if let Some(b) = bufs.eager.get_mut(op.eager as usize) {
         b.used = false;
     }
     op.eager = NONE;
+    if op.packet != NONE {
+        bufs.pkts.release_net(op.packet);
+        op.packet = NONE;
+    }
     if op.detached {
         op.state = OpState::Free;
     }
@@ -1224,7 +1263,11 @@ impl<'a, S> Engine<'a, S> {
             peer_map: storage.peer_map,
             ops: storage.ops,
             asms: storage.assemblies,
-            eager: storage.eager,
+            bufs: Bufs {
+                eager: storage.eager,
+                pkts: storage.packets,
+            },
+            mcast: storage.mcast,
             state,
             stats: Stats::default(),
             caps: Capabilities {
@@ -1260,6 +1303,10 @@ impl<'a, S> Engine<'a, S> {
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
+    /// Sets every counter to zero.
+    pub fn reset_stats(&mut self) {
+        self.stats = Stats::default();
+    }
     /// Instances in this process's group.
     pub fn size(&self) -> u16 {
         self.size
@@ -1290,7 +1337,7 @@ impl<'a, S> Engine<'a, S> {
             ports: &mut self.ports,
             sems: &mut self.sems,
             state: &mut self.state,
-            eager: &mut self.eager,
+            eager: &mut self.bufs.eager,
             outbox: &mut self.outbox,
         }
     }

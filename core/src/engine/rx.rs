@@ -69,6 +69,7 @@ impl<'a, S> Engine<'a, S> {
             | Kind::Control
             | Kind::FetchAdd
             | Kind::FetchAddReply
+            | Kind::Packet
                 if repr.flags.contains(Flags::RELIABLE) =>
             {
                 self.rx_reliable(now, ci, &repr, payload)
@@ -81,7 +82,7 @@ impl<'a, S> Engine<'a, S> {
     pub(super) fn on_ack(&mut self, now: Instant, ci: usize, a: AckInfo, flags: Flags) {
         let refused = flags.contains(Flags::REFUSED);
         let ops = &mut self.ops;
-        let eager = &mut self.eager;
+        let bufs = &mut self.bufs;
         let ch = &mut self.chans[ci];
         let progress = ch.on_ack(a, |slot| {
             if let Slot::Data { op, .. } = slot {
@@ -89,7 +90,7 @@ impl<'a, S> Engine<'a, S> {
                 o.unacked = o.unacked.saturating_sub(1);
                 if o.state == OpState::Active && o.framed == o.total && o.started && o.unacked == 0
                 {
-                    finish_op(ops, eager, op as usize, true);
+                    finish_op(ops, bufs, op as usize, true);
                 }
             }
         });
@@ -145,6 +146,7 @@ impl<'a, S> Engine<'a, S> {
                 true
             }
             Kind::FetchAdd => self.rx_fetch_add(ci, repr),
+            Kind::Packet => self.rx_packet(ci, repr, payload),
             Kind::FetchAddReply => {
                 self.rx_fetch_reply(ci, repr);
                 true
@@ -170,7 +172,7 @@ impl<'a, S> Engine<'a, S> {
             // Credits come back within the delay even if nothing is sent meanwhile.
             ch.ack_at = Some(now + self.cfg.ack_delay);
         }
-        if matches!(repr.kind, Kind::Data | Kind::Multicast) {
+        if matches!(repr.kind, Kind::Data | Kind::Multicast | Kind::Packet) {
             self.deliver_in_order(ci);
         }
     }
@@ -435,17 +437,7 @@ impl<'a, S> Engine<'a, S> {
             None => self.stats.delivered += 1,
         }
         // Whoever was refused may find this port free now.
-        if self.owed_retries > 0 {
-            self.owed_retries = 0;
-            for ch in self.chans[..self.chan_hwm]
-                .iter_mut()
-                .filter(|c| c.owed_retry)
-            {
-                ch.owed_retry = false;
-                ch.retry_now = true;
-                ch.ack_now = true;
-            }
-        }
+        self.wake_refused();
         if let Some(p) = self.ports.get_mut(a.port as usize) {
             p.busy = false;
             if p.kind == BufferKind::GoAhead {
@@ -471,6 +463,22 @@ impl<'a, S> Engine<'a, S> {
                 src: a.src,
             },
         );
+    }
+
+    /// Tells the peers whose frames were refused to send them again: a port or a
+    /// receive packet came free.
+    pub(super) fn wake_refused(&mut self) {
+        if self.owed_retries > 0 {
+            self.owed_retries = 0;
+            for ch in self.chans[..self.chan_hwm]
+                .iter_mut()
+                .filter(|c| c.owed_retry)
+            {
+                ch.owed_retry = false;
+                ch.retry_now = true;
+                ch.ack_now = true;
+            }
+        }
     }
 
     /// Reports a best-effort message lost before any of it was placed.

@@ -59,12 +59,13 @@ impl<'a, S> Engine<'a, S> {
                     return Err(Error::NoResources);
                 }
                 let i = self
+                    .bufs
                     .eager
                     .iter()
                     .position(|e| !e.used)
                     .ok_or(Error::NoResources)?;
-                self.eager[i].used = true;
-                self.eager[i].data[..b.len()].copy_from_slice(b);
+                self.bufs.eager[i].used = true;
+                self.bufs.eager[i].data[..b.len()].copy_from_slice(b);
                 eager = i as u16;
                 (&[][..], b.len(), false)
             }
@@ -89,7 +90,7 @@ impl<'a, S> Engine<'a, S> {
             let (ci, oi) = match slots {
                 Ok(x) => x,
                 Err(e) => {
-                    if let Some(b) = self.eager.get_mut(eager as usize) {
+                    if let Some(b) = self.bufs.eager.get_mut(eager as usize) {
                         b.used = false;
                     }
                     return Err(e);
@@ -176,9 +177,13 @@ impl<'a, S> Engine<'a, S> {
         op.chan = ci as u16;
         op.next = NONE;
         if ch.failed {
-            let (port, dest) = (op.src_port, op.dest);
-            finish_op(&mut self.ops, &mut self.eager, oi, false);
-            self.notify_send_failure(port, dest);
+            let (port, dest, kind) = (op.src_port, op.dest, op.kind);
+            finish_op(&mut self.ops, &mut self.bufs, oi, false);
+            if kind == Kind::Packet {
+                self.packet_send_failed(dest.node);
+            } else {
+                self.notify_send_failure(port, dest);
+            }
             return;
         }
         if op.reliable {

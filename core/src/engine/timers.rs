@@ -93,7 +93,12 @@ impl<'a, S> Engine<'a, S> {
         for oi in 0..self.ops.len() {
             let o = self.ops[oi];
             if o.state == OpState::Active && o.chan == ci as u16 && o.children == 0 {
-                finish_op(&mut self.ops, &mut self.eager, oi, false);
+                finish_op(&mut self.ops, &mut self.bufs, oi, false);
+                if o.kind == Kind::Packet {
+                    // Packets have no port: the personality reports it.
+                    self.packet_send_failed(o.dest.node);
+                    continue;
+                }
                 self.notify_send_failure(o.src_port, o.dest);
                 // That port has been told: the scan below does not tell it again.
                 let sem = self

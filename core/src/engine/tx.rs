@@ -21,7 +21,7 @@ impl<'a, S> Engine<'a, S> {
                     let _ = self.detach(h);
                 }
                 Err(_) => {
-                    if let Some(b) = self.eager.get_mut(q.eager as usize) {
+                    if let Some(b) = self.bufs.eager.get_mut(q.eager as usize) {
                         b.used = false;
                     }
                     if let Some(dest) = self.port_dest(q.port) {
@@ -75,7 +75,7 @@ impl<'a, S> Engine<'a, S> {
         let Engine {
             chans,
             ops,
-            eager,
+            bufs,
             cfg,
             caps,
             stats,
@@ -111,7 +111,7 @@ impl<'a, S> Engine<'a, S> {
                 let ok = match e.slot {
                     Slot::Data { op, offset, len } => {
                         let o = &ops[op as usize];
-                        let body = op_body(o, eager, ext);
+                        let body = op_body(o, bufs, ext);
                         match body {
                             Some(body) => {
                                 let pieces = o.pieces(body, offset as usize, len as usize);
@@ -156,7 +156,7 @@ impl<'a, S> Engine<'a, S> {
             if o.reliable && !ch.can_send_new() {
                 break;
             }
-            let Some(body) = op_body(o, eager, ext) else {
+            let Some(body) = op_body(o, bufs, ext) else {
                 break;
             };
             let off = o.framed;
@@ -185,7 +185,7 @@ impl<'a, S> Engine<'a, S> {
                     ch.q_tail = NONE;
                 }
                 if !reliable {
-                    finish_op(ops, eager, oi, true);
+                    finish_op(ops, bufs, oi, true);
                 }
             }
         }
@@ -203,9 +203,12 @@ impl<'a, S> Engine<'a, S> {
 
 /// The payload of an operation: borrowed, in an eager buffer, or the `ext` of `poll`
 /// (`None` if that is missing or of the wrong length).
-fn op_body<'b>(o: &'b Op<'_>, eager: &'b [EagerBuf], ext: Option<&'b [u8]>) -> Option<&'b [u8]> {
+fn op_body<'b>(o: &'b Op<'_>, bufs: &'b Bufs<'_>, ext: Option<&'b [u8]>) -> Option<&'b [u8]> {
     let len = (o.total as usize).saturating_sub(o.head_len as usize);
-    if let Some(b) = eager.get(o.eager as usize) {
+    if o.packet != NONE {
+        return bufs.pkts.payload(o.packet).filter(|b| b.len() == len);
+    }
+    if let Some(b) = bufs.eager.get(o.eager as usize) {
         return b.data.get(..len);
     }
     if o.external {
@@ -279,7 +282,7 @@ impl<D: Device> Tx<'_, D> {
             // before the window runs dry.
             let filling = ch.outstanding() + 1 >= (ch.peer_window as u32 * 3 / 4).max(1);
             // Nobody waits for an eager message's ack: let it ride on the reply.
-            if (last && o.eager == NONE) || resend || filling {
+            if (last && o.eager == NONE && o.packet == NONE) || resend || filling {
                 flags |= Flags::ACK_REQ;
             }
         }
@@ -299,7 +302,11 @@ impl<D: Device> Tx<'_, D> {
             seq: if o.reliable { seq } else { 0 },
             ack: None,
             msg_id: o.msg_id,
-            offset,
+            offset: if o.kind == Kind::Packet {
+                o.aux as u32
+            } else {
+                offset
+            },
             total_len: o.total,
             payload_len,
         };

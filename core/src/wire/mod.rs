@@ -106,6 +106,10 @@ pub enum Kind {
     GetReply = 10,
     /// Remote handler invocation by tag (Cheetah `ainvoke`).
     Ainvoke = 11,
+    /// A packet (LFC): one reliable frame, the whole message. `dst_port` is the
+    /// multicast group (`0xFFFF`: unicast), `src_port` the rank that launched it,
+    /// `offset` the forwarding tree's shape.
+    Packet = 12,
 }
 
 impl Kind {
@@ -123,6 +127,7 @@ impl Kind {
             9 => Kind::GetRequest,
             10 => Kind::GetReply,
             11 => Kind::Ainvoke,
+            12 => Kind::Packet,
             _ => return None,
         })
     }
@@ -461,6 +466,9 @@ impl Repr {
         if matches!(kind, Kind::Data | Kind::Multicast)
             && (offset as u64 + payload_len as u64 > total_len as u64)
         {
+            return Err(WireError::Malformed);
+        }
+        if kind == Kind::Packet && total_len != payload_len as u32 {
             return Err(WireError::Malformed);
         }
         if kind == Kind::Ack && payload_len != 0 {

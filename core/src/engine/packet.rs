@@ -1,0 +1,561 @@
+//! Packets (LFC): fixed-size buffers in engine memory that the program fills and
+//! launches, and that received packets are lent in.
+//!
+//! A send packet comes from the transmit pool; launching it queues one reliable
+//! single-frame message per destination that reads the same buffer (no copy at
+//! launch; the frame is built from it, and rebuilt from it if it must be sent
+//! again), and the buffer returns to the pool once every destination has acked.
+//! A received packet is stored into a slot of the receive pool (LFC's host receive
+//! ring: `-lfc-ring-frames`) and queued for delivery; the program either hands it
+//! back at once or keeps it until [`Engine::packet_free`]. A kept packet holds its
+//! slot, and when the pool is empty new packets are refused at the wire: the sender
+//! keeps them and retries, so kept packets throttle their senders (credits), and
+//! nothing is dropped. A multicast packet is forwarded to the receiver's children in
+//! the tree from the same slot before it is queued for delivery.
+//!
+//! Delivery is an event the personality pulls ([`Engine::next_delivery`]) outside
+//! `poll`, so the code it runs (LFC's `lfc_upcall`) may launch packets and free
+//! others with the whole engine at hand.
+
+use super::mcast::{forward_targets, Tree, INTERNAL, MAX_CHILDREN, UNICAST};
+use super::*;
+
+/// Largest payload of a packet (LFC's `lfc_packet_size` is this or less where a
+/// device's frames are smaller).
+pub const PACKET_MAX: usize = 1024;
+
+/// One packet buffer.
+#[derive(Debug, Clone)]
+pub struct PacketBuf {
+    /// The program holds it (allocated for sending, or a delivered packet kept).
+    user: bool,
+    /// Delivery is queued, not yet taken by the program.
+    queued: bool,
+    /// A delivered packet (as opposed to one allocated for sending).
+    lent: bool,
+    /// Sends still reading it.
+    net: u16,
+    len: u16,
+    data: [u8; PACKET_MAX],
+}
+
+impl PacketBuf {
+    /// A free buffer.
+    pub const EMPTY: PacketBuf = PacketBuf {
+        user: false,
+        queued: false,
+        lent: false,
+        net: 0,
+        len: 0,
+        data: [0; PACKET_MAX],
+    };
+
+    fn is_free(&self) -> bool {
+        !self.user && !self.queued && self.net == 0
+    }
+}
+
+/// Names a packet buffer: transmit or receive pool, and index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PacketId(u16);
+
+const RX_BIT: u16 = 0x8000;
+
+impl PacketId {
+    fn tx(i: usize) -> Self {
+        PacketId(i as u16)
+    }
+    fn rx(i: usize) -> Self {
+        PacketId(i as u16 | RX_BIT)
+    }
+    /// True for a buffer of the receive pool.
+    pub fn is_rx(self) -> bool {
+        self.0 & RX_BIT != 0
+    }
+    /// Index in its pool.
+    pub fn index(self) -> usize {
+        (self.0 & !RX_BIT) as usize
+    }
+    /// The id as an integer (for a C facade).
+    pub fn to_raw(self) -> u16 {
+        self.0
+    }
+    /// An id from [`PacketId::to_raw`] (checked when used).
+    pub fn from_raw(v: u16) -> Self {
+        PacketId(v)
+    }
+}
+
+/// A received packet, waiting for the program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    /// Where the bytes are ([`Engine::packet`]).
+    pub packet: PacketId,
+    /// The instance that launched it (for a multicast, the tree's root).
+    pub src: NodeId,
+    /// Payload length.
+    pub len: usize,
+    /// Delivered by a multicast or broadcast (LFC `LFC_UPCALL_MCAST`).
+    pub multicast: bool,
+    /// Sent by the personality to itself ([`Engine::launch_internal`]), not for the program.
+    pub internal: bool,
+}
+
+impl Delivery {
+    const EMPTY: Delivery = Delivery {
+        packet: PacketId(0),
+        src: 0,
+        len: 0,
+        multicast: false,
+        internal: false,
+    };
+}
+
+/// Packet pools and the delivery queue.
+#[derive(Debug)]
+pub struct Packets<'a> {
+    /// Send packets.
+    pub tx: ManagedSlice<'a, PacketBuf>,
+    /// Receive packets (the host receive ring).
+    pub rx: ManagedSlice<'a, PacketBuf>,
+    /// Delivery queue: at least `tx.len() + rx.len()` entries.
+    pub queue: ManagedSlice<'a, Delivery>,
+    head: usize,
+    len: usize,
+    /// A packet send failed (its peer died) and the program has not been told.
+    failed: Option<NodeId>,
+}
+
+impl Default for Packets<'_> {
+    fn default() -> Self {
+        Packets::new(
+            ManagedSlice::Borrowed(&mut []),
+            ManagedSlice::Borrowed(&mut []),
+            ManagedSlice::Borrowed(&mut []),
+        )
+    }
+}
+
+impl<'a> Packets<'a> {
+    /// Pools from caller storage.
+    pub fn new(
+        tx: ManagedSlice<'a, PacketBuf>,
+        rx: ManagedSlice<'a, PacketBuf>,
+        queue: ManagedSlice<'a, Delivery>,
+    ) -> Self {
+        Packets {
+            tx,
+            rx,
+            queue,
+            head: 0,
+            len: 0,
+            failed: None,
+        }
+    }
+
+    /// Pools of `tx` send and `rx` receive packets, allocated once here.
+    #[cfg(feature = "alloc")]
+    pub fn with_capacity(tx: usize, rx: usize) -> Self {
+        let mk = |n: usize| {
+            let mut v = alloc::vec::Vec::with_capacity(n);
+            v.resize(n, PacketBuf::EMPTY);
+            ManagedSlice::from(v)
+        };
+        Packets::new(mk(tx), mk(rx), alloc::vec![Delivery::EMPTY; tx + rx].into())
+    }
+
+    pub(super) fn buf(&self, id: PacketId) -> Option<&PacketBuf> {
+        if id.is_rx() {
+            self.rx.get(id.index())
+        } else {
+            self.tx.get(id.index())
+        }
+    }
+
+    fn buf_mut(&mut self, id: PacketId) -> Option<&mut PacketBuf> {
+        if id.is_rx() {
+            self.rx.get_mut(id.index())
+        } else {
+            self.tx.get_mut(id.index())
+        }
+    }
+
+    /// The bytes a send of packet `id` reads.
+    pub(super) fn payload(&self, id: u16) -> Option<&[u8]> {
+        let b = self.buf(PacketId(id))?;
+        b.data.get(..b.len as usize)
+    }
+
+    /// A send reading packet `id` finished: one reader less.
+    pub(super) fn release_net(&mut self, id: u16) {
+        if let Some(b) = self.buf_mut(PacketId(id)) {
+            b.net = b.net.saturating_sub(1);
+        }
+    }
+
+    fn push(&mut self, d: Delivery) -> bool {
+        let cap = self.queue.len();
+        if self.len >= cap {
+            return false;
+        }
+        let at = (self.head + self.len) % cap;
+        self.queue[at] = d;
+        self.len += 1;
+        if let Some(b) = self.buf_mut(d.packet) {
+            b.queued = true;
+            b.lent = true;
+        }
+        true
+    }
+}
+
+impl<'a, S> Engine<'a, S> {
+    /// Largest payload a packet may carry on this device: [`PACKET_MAX`], or less if
+    /// the device's frames are smaller.
+    pub fn packet_size(&self) -> usize {
+        let tag = if self.cfg.auth_key.is_some() {
+            wire::TAG_LEN
+        } else {
+            0
+        };
+        self.caps
+            .mtu
+            .saturating_sub(HEADER_LEN + tag)
+            .min(PACKET_MAX)
+    }
+
+    /// Takes a free send packet (LFC `lfc_send_alloc`); `NoResources` while all are
+    /// in flight (poll and try again).
+    pub fn packet_alloc(&mut self) -> Result<PacketId, Error> {
+        let i = self
+            .bufs
+            .pkts
+            .tx
+            .iter()
+            .position(PacketBuf::is_free)
+            .ok_or(Error::NoResources)?;
+        let b = &mut self.bufs.pkts.tx[i];
+        b.user = true;
+        b.lent = false;
+        b.len = 0;
+        Ok(PacketId::tx(i))
+    }
+
+    /// The packet's bytes: a send packet's whole buffer, a delivered one's payload.
+    pub fn packet(&self, id: PacketId) -> Option<&[u8]> {
+        let b = self.bufs.pkts.buf(id).filter(|b| b.user || b.queued)?;
+        let n = if b.lent { b.len as usize } else { PACKET_MAX };
+        b.data.get(..n)
+    }
+
+    /// The packet's whole buffer, to fill (a send packet) or change (a kept one).
+    pub fn packet_mut(&mut self, id: PacketId) -> Option<&mut [u8]> {
+        let b = self.bufs.pkts.buf_mut(id).filter(|b| b.user)?;
+        Some(&mut b.data[..])
+    }
+
+    /// The packet a pointer into a pool names, for a C facade: `addr` must be the
+    /// start of a buffer's data.
+    pub fn packet_at(&self, addr: usize) -> Option<PacketId> {
+        let find = |pool: &[PacketBuf]| {
+            let base = pool.as_ptr() as usize;
+            let size = core::mem::size_of::<PacketBuf>();
+            let data_off = core::mem::offset_of!(PacketBuf, data);
+            let rel = addr.checked_sub(base + data_off)?;
+            (rel % size == 0 && rel / size < pool.len()).then_some(rel / size)
+        };
+        let p = &self.bufs.pkts;
+        find(&p.tx)
+            .map(PacketId::tx)
+            .or_else(|| find(&p.rx).map(PacketId::rx))
+    }
+
+    /// Free send packets.
+    pub fn packets_free(&self) -> (usize, usize) {
+        let p = &self.bufs.pkts;
+        let count = |pool: &[PacketBuf]| pool.iter().filter(|b| b.is_free()).count();
+        (count(&p.tx), count(&p.rx))
+    }
+
+    fn check_launch(&self, id: PacketId, len: usize) -> Result<(), Error> {
+        let b = self.bufs.pkts.buf(id).ok_or(Error::InvalidHandle)?;
+        if id.is_rx() || !b.user || b.lent || b.net != 0 {
+            return Err(Error::InvalidHandle);
+        }
+        if len > self.packet_size() {
+            return Err(Error::MessageTooLong);
+        }
+        Ok(())
+    }
+
+    /// Sends the first `len` bytes of send packet `id` to instance `dest` of this
+    /// group (LFC `lfc_ucast_launch`); the packet goes back to the engine. To itself,
+    /// the packet is delivered without leaving the process.
+    pub fn launch_unicast(&mut self, id: PacketId, dest: NodeId, len: usize) -> Result<(), Error> {
+        self.check_launch(id, len)?;
+        if dest >= self.size {
+            return Err(Error::UnknownNode);
+        }
+        if dest == self.cfg.node {
+            let me = self.cfg.node;
+            let p = &mut self.bufs.pkts;
+            p.tx[id.index()].len = len as u16;
+            p.tx[id.index()].user = false;
+            let d = Delivery {
+                packet: id,
+                src: me,
+                len,
+                multicast: false,
+                internal: false,
+            };
+            if !p.push(d) {
+                p.tx[id.index()].user = true;
+                return Err(Error::NoResources);
+            }
+            return Ok(());
+        }
+        self.launch_to(id, dest, len, UNICAST)
+    }
+
+    /// [`Engine::launch_unicast`] of a packet the receiving personality takes for
+    /// itself ([`Delivery::internal`]), e.g. statistics; not to this instance.
+    pub fn launch_internal(&mut self, id: PacketId, dest: NodeId, len: usize) -> Result<(), Error> {
+        self.check_launch(id, len)?;
+        if dest >= self.size || dest == self.cfg.node {
+            return Err(Error::UnknownNode);
+        }
+        self.launch_to(id, dest, len, INTERNAL)
+    }
+
+    fn launch_to(
+        &mut self,
+        id: PacketId,
+        dest: NodeId,
+        len: usize,
+        port: u16,
+    ) -> Result<(), Error> {
+        self.reserve_sends(&[dest])?;
+        let b = &mut self.bufs.pkts.tx[id.index()];
+        b.len = len as u16;
+        b.user = false;
+        let me = self.cfg.node;
+        self.start_packet_send(id, dest, port, me, Tree::Binary);
+        Ok(())
+    }
+
+    /// Sends the first `len` bytes of send packet `id` to every member of multicast
+    /// group `gid` but this instance (LFC `lfc_mcast_launch`; [`MCAST_ALL`] is
+    /// `lfc_bcast_launch`), down a `tree` that the members forward along.
+    pub fn launch_multicast(
+        &mut self,
+        id: PacketId,
+        gid: u16,
+        len: usize,
+        tree: Tree,
+    ) -> Result<(), Error> {
+        self.check_launch(id, len)?;
+        let me = self.cfg.node;
+        let members = self.mcast_members(gid).ok_or(Error::UnknownGroup)?;
+        let mut out = [0; MAX_CHILDREN];
+        let n = forward_targets(members, me, me, tree, &mut out).unwrap_or(0);
+        self.reserve_sends(&out[..n])?;
+        let b = &mut self.bufs.pkts.tx[id.index()];
+        b.len = len as u16;
+        b.user = false;
+        for &child in &out[..n] {
+            self.start_packet_send(id, child, gid, me, tree);
+        }
+        Ok(())
+    }
+
+    /// Checks that a send to each of `targets` can start now (operation slots and
+    /// channels), so a launch or a forward is all or nothing.
+    fn reserve_sends(&mut self, targets: &[NodeId]) -> Result<(), Error> {
+        let free = self.ops.iter().filter(|o| o.state == OpState::Free).count();
+        if free < targets.len() {
+            return Err(Error::NoResources);
+        }
+        let group = self.cfg.group;
+        for &t in targets {
+            let addr = self.addr_of(group, t)?;
+            self.channel_for(addr, group, t)?;
+        }
+        Ok(())
+    }
+
+    /// Queues a send of packet `id` to `dest` (room checked by `reserve_sends`).
+    fn start_packet_send(
+        &mut self,
+        id: PacketId,
+        dest: NodeId,
+        gid: u16,
+        root: NodeId,
+        tree: Tree,
+    ) {
+        let group = self.cfg.group;
+        let Ok(ci) = self
+            .addr_of(group, dest)
+            .and_then(|a| self.channel_for(a, group, dest))
+        else {
+            return;
+        };
+        let Ok(oi) = self.alloc_op() else { return };
+        let len = self.bufs.pkts.buf(id).map_or(0, |b| b.len);
+        if let Some(b) = self.bufs.pkts.buf_mut(id) {
+            b.net += 1;
+        }
+        let mut op = Op::EMPTY;
+        op.state = OpState::Active;
+        op.reliable = true;
+        op.detached = true;
+        op.kind = Kind::Packet;
+        op.packet = id.0;
+        op.aux = tree as u8;
+        op.total = len as u32;
+        op.src_port = root;
+        op.dest = Dest {
+            group,
+            node: dest,
+            port: gid,
+        };
+        self.enqueue(ci, oi, &op);
+    }
+
+    /// A packet frame accepted in sequence from channel `ci`: stored, forwarded and
+    /// queued, or refused (false) until a receive slot, an operation slot or the
+    /// messages before it are free.
+    pub(super) fn rx_packet(&mut self, ci: usize, repr: &Repr, payload: &[u8]) -> bool {
+        let ch = &self.chans[ci];
+        let next = ch.next_reserve;
+        if seq_lt(repr.msg_id, next) {
+            self.stats.rx_dropped += 1;
+            return true;
+        }
+        // In message order, after every earlier message has been handed over.
+        if repr.msg_id != next || ch.next_deliver != next {
+            return false;
+        }
+        let gid = repr.ends.dst_port;
+        let root = repr.ends.src_port;
+        let mut out = [0; MAX_CHILDREN];
+        let mut kids = 0;
+        let multicast = gid != UNICAST && gid != INTERNAL;
+        if multicast {
+            let tree = Tree::from_u32(repr.offset);
+            let targets = self
+                .mcast_members(gid)
+                .zip(tree)
+                .and_then(|(members, tree)| {
+                    forward_targets(members, root, self.cfg.node, tree, &mut out)
+                });
+            match targets {
+                Some(n) if root != self.cfg.node => kids = n,
+                _ => {
+                    // An unknown group or shape, or a tree we are not in: taken and
+                    // dropped, so the channel's order goes on.
+                    self.stats.rx_malformed += 1;
+                    self.consume_message(ci);
+                    return true;
+                }
+            }
+        } else if root != repr.ends.src_node {
+            self.stats.rx_malformed += 1;
+            self.consume_message(ci);
+            return true;
+        }
+        let Some(slot) = self.bufs.pkts.rx.iter().position(PacketBuf::is_free) else {
+            return false;
+        };
+        if self.bufs.pkts.len >= self.bufs.pkts.queue.len()
+            || self.reserve_sends(&out[..kids]).is_err()
+        {
+            return false;
+        }
+        let n = payload.len().min(PACKET_MAX);
+        let b = &mut self.bufs.pkts.rx[slot];
+        b.data[..n].copy_from_slice(&payload[..n]);
+        b.len = n as u16;
+        let id = PacketId::rx(slot);
+        // Forwarded before the program sees it: a slow consumer does not hold up the tree.
+        let tree = Tree::from_u32(repr.offset).unwrap_or_default();
+        for &child in &out[..kids] {
+            self.start_packet_send(id, child, gid, root, tree);
+        }
+        self.bufs.pkts.push(Delivery {
+            packet: id,
+            src: root,
+            len: n,
+            multicast,
+            internal: gid == INTERNAL,
+        });
+        self.consume_message(ci);
+        self.stats.delivered += 1;
+        self.delivered = true;
+        true
+    }
+
+    /// The channel's next message has been taken whole.
+    fn consume_message(&mut self, ci: usize) {
+        let ch = &mut self.chans[ci];
+        ch.unbound_msg = None;
+        ch.next_reserve = ch.next_reserve.wrapping_add(1);
+        ch.next_deliver = ch.next_deliver.wrapping_add(1);
+    }
+
+    /// The oldest received packet not yet handed to the program (LFC: the next
+    /// `lfc_upcall`). The program then owns it: it reads it with
+    /// [`Engine::packet`] and gives it back with [`Engine::packet_free`], at once or
+    /// later.
+    pub fn next_delivery(&mut self) -> Option<Delivery> {
+        let p = &mut self.bufs.pkts;
+        if p.len == 0 {
+            return None;
+        }
+        let d = p.queue[p.head];
+        p.head = (p.head + 1) % p.queue.len();
+        p.len -= 1;
+        if let Some(b) = p.buf_mut(d.packet) {
+            b.queued = false;
+            b.user = true;
+        }
+        Some(d)
+    }
+
+    /// The oldest received packet not yet handed to the program, left queued.
+    pub fn peek_delivery(&self) -> Option<Delivery> {
+        let p = &self.bufs.pkts;
+        (p.len > 0).then(|| p.queue[p.head])
+    }
+
+    /// Received packets waiting for the program.
+    pub fn deliveries_pending(&self) -> usize {
+        self.bufs.pkts.len
+    }
+
+    /// Gives a packet back (LFC `lfc_packet_free`): a delivered packet the program
+    /// kept, or a send packet it decided not to launch. A receive slot coming free
+    /// lets refused senders in again.
+    pub fn packet_free(&mut self, id: PacketId) -> Result<(), Error> {
+        let b = self
+            .bufs
+            .pkts
+            .buf_mut(id)
+            .filter(|b| b.user)
+            .ok_or(Error::InvalidHandle)?;
+        b.user = false;
+        b.lent = false;
+        if id.is_rx() {
+            self.wake_refused();
+        }
+        Ok(())
+    }
+
+    /// Peers a packet send failed to since the last call (the first of them).
+    pub fn take_packet_failure(&mut self) -> Option<NodeId> {
+        self.bufs.pkts.failed.take()
+    }
+
+    pub(super) fn packet_send_failed(&mut self, dest: NodeId) {
+        self.bufs.pkts.failed.get_or_insert(dest);
+    }
+}
