@@ -20,6 +20,8 @@
 //! runs, the calls it makes go through its [`Upcall`] (post a buffer, signal, queue a
 //! send); the calls that would wait for the poll running the handler return an error.
 
+pub mod lfc;
+
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, c_long, c_uchar, c_ulong, c_ushort, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -4,7 +4,8 @@
 //!   or a hosts list;
 //! - fabrics, each a core device: [`shm::ShmDevice`] (the Myrinet-like NIC model on
 //!   `/dev/shm`) and [`udp::UdpDevice`], behind [`HostDevice`];
-//! - [`node`]: a GAMMA process on them;
+//! - [`node`]: a GAMMA process on them; [`lfc`]: an LFC process, its options and its
+//!   interrupts (a progress thread with the polling watchdog);
 //! - [`launcher`]: `volley run`;
 //! - [`programs`]: the demo, the benchmark and the test programs the `volley` command runs.
 
@@ -13,6 +14,7 @@ use std::fmt;
 pub mod bench;
 pub mod bootstrap;
 pub mod launcher;
+pub mod lfc;
 pub mod node;
 pub mod pmi;
 pub mod programs;

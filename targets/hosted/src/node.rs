@@ -200,11 +200,14 @@ pub fn my_group(groups: &[Group<'_>], rank: u16) -> (u16, u16) {
     (1, rank)
 }
 
-/// `gamma_init` for this rank: bootstrap, fabric, groups.
-pub fn gamma<S>(boot: &Boot, fabric: Fabric, state: S) -> Result<HostGamma<S>, HostError> {
+/// The engine settings of this rank: groups, job key, peer timeout and, on fabrics
+/// others can write to, the frame key; then its device.
+pub fn engine_setup(
+    boot: &Boot,
+    fabric: Fabric,
+) -> Result<(&'static [Group<'static>], Config, HostDevice), HostError> {
     let groups = groups(boot.size)?;
     let (group, node) = my_group(groups, boot.rank);
-    let dev = open_device(boot, fabric)?;
     let job_key = match &boot.secret {
         Some(s) => s.job_key(boot.job),
         None => (boot.job ^ (boot.job >> 32)) as u32,
@@ -221,6 +224,13 @@ pub fn gamma<S>(boot: &Boot, fabric: Fabric, state: S) -> Result<HostGamma<S>, H
         })?;
         cfg.auth_key = Some(s.frame_key(boot.job));
     }
+    let dev = open_device(boot, fabric)?;
+    Ok((groups, cfg, dev))
+}
+
+/// `gamma_init` for this rank: bootstrap, fabric, groups.
+pub fn gamma<S>(boot: &Boot, fabric: Fabric, state: S) -> Result<HostGamma<S>, HostError> {
+    let (groups, cfg, dev) = engine_setup(boot, fabric)?;
     let mut g = Gamma::init_alloc(
         cfg,
         groups,
