@@ -122,6 +122,8 @@ pub struct Packets<'a> {
     pub queue: ManagedSlice<'a, Delivery>,
     head: usize,
     len: usize,
+    /// Receive slots in use.
+    rx_used: usize,
     /// A packet send failed (its peer died) and the program has not been told.
     failed: Option<NodeId>,
 }
@@ -149,6 +151,7 @@ impl<'a> Packets<'a> {
             queue,
             head: 0,
             len: 0,
+            rx_used: 0,
             failed: None,
         }
     }
@@ -190,7 +193,15 @@ impl<'a> Packets<'a> {
     pub(super) fn release_net(&mut self, id: u16) {
         if let Some(b) = self.buf_mut(PacketId(id)) {
             b.net = b.net.saturating_sub(1);
+            if b.is_free() && PacketId(id).is_rx() {
+                self.rx_used -= 1;
+            }
         }
+    }
+
+    /// Free receive slots.
+    pub(super) fn rx_free(&self) -> usize {
+        self.rx.len() - self.rx_used
     }
 
     fn push(&mut self, d: Delivery) -> bool {
@@ -472,6 +483,7 @@ impl<'a, S> Engine<'a, S> {
             return false;
         }
         let n = payload.len().min(PACKET_MAX);
+        self.bufs.pkts.rx_used += 1;
         let b = &mut self.bufs.pkts.rx[slot];
         b.data[..n].copy_from_slice(&payload[..n]);
         b.len = n as u16;
@@ -489,8 +501,9 @@ impl<'a, S> Engine<'a, S> {
             internal: gid == INTERNAL,
         });
         self.consume_message(ci);
+        // Not `self.delivered`: a poll goes on draining (LFC makes an upcall for
+        // each packet that has arrived), bounded by its batch.
         self.stats.delivered += 1;
-        self.delivered = true;
         true
     }
 
@@ -544,7 +557,8 @@ impl<'a, S> Engine<'a, S> {
             .ok_or(Error::InvalidHandle)?;
         b.user = false;
         b.lent = false;
-        if id.is_rx() {
+        if id.is_rx() && b.is_free() {
+            self.bufs.pkts.rx_used -= 1;
             self.wake_refused();
         }
         Ok(())

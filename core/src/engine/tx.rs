@@ -94,12 +94,19 @@ impl<'a, S> Engine<'a, S> {
         if max_payload == 0 {
             return 0;
         }
+        // Credits: with a receive ring, no more than it has room for (at least one,
+        // so a full ring answers with a refusal and a RETRY once a slot frees).
+        let mut window = cfg.window.min(MAX_WINDOW as u16);
+        if !bufs.pkts.rx.is_empty() {
+            window = window.min(bufs.pkts.rx_free().max(1) as u16);
+        }
         let mut tx = Tx {
             dev,
             now,
             caps: *caps,
             cfg,
             stats,
+            window,
             sent: 0,
         };
 
@@ -224,6 +231,8 @@ struct Tx<'t, D> {
     caps: Capabilities,
     cfg: &'t Config,
     stats: &'t mut Stats,
+    /// Credits advertised in this round's acks.
+    window: u16,
     sent: usize,
 }
 
@@ -234,7 +243,7 @@ impl<D: Device> Tx<'_, D> {
         repr.ends.dst_group = ch.peer_group;
         repr.ends.dst_node = ch.peer_node;
         repr.job_key = self.cfg.job_key;
-        repr.ack = Some(ch.ack_info(self.cfg.window.min(MAX_WINDOW as u16)));
+        repr.ack = Some(ch.ack_info(self.window));
         if ch.refusing {
             repr.flags |= Flags::REFUSED;
         }

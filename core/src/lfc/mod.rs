@@ -130,11 +130,13 @@ pub struct LfcStats {
     pub rx_frames: u64,
     /// Frames sent again (engine).
     pub retransmits: u64,
+    /// Frames refused for now (receive ring full, or in-order delivery waiting).
+    pub refused: u64,
 }
 
 impl LfcStats {
     /// Number of counters, in [`LfcStats::to_array`] order.
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 11;
     /// Counter names, for a dump.
     pub const NAMES: [&'static str; Self::COUNT] = [
         "launched",
@@ -147,6 +149,7 @@ impl LfcStats {
         "tx_frames",
         "rx_frames",
         "retransmits",
+        "refused",
     ];
     /// The counters as an array.
     pub fn to_array(&self) -> [u64; Self::COUNT] {
@@ -161,6 +164,7 @@ impl LfcStats {
             self.tx_frames,
             self.rx_frames,
             self.retransmits,
+            self.refused,
         ]
     }
 }
@@ -685,6 +689,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
             tx_frames: e.tx_frames,
             rx_frames: e.rx_frames,
             retransmits: e.retransmits,
+            refused: e.rx_refused,
             ..self.stats
         }
     }
@@ -705,8 +710,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         }
         #[cfg(feature = "alloc")]
         if self.my_proc() == 0 {
-            let n = self.nr_procs() as usize;
-            self.gathered.push(alloc::vec![[0; LfcStats::COUNT]; n]);
+            self.stats_rows(self.stats_buffers);
         }
         self.stats_buffers += 1;
         Ok(self.stats_buffers as i32 - 1)
@@ -763,11 +767,26 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         self.stats_arrivals += 1;
     }
 
+    /// Makes sure buffer `buf` exists on process 0: another process's counters may
+    /// arrive before process 0 has created it.
+    #[cfg(feature = "alloc")]
+    fn stats_rows(&mut self, buf: usize) {
+        let n = self.nr_procs() as usize;
+        while self.gathered.len() <= buf.min(STATS_BUFFERS - 1) {
+            self.gathered.push(alloc::vec![[0; LfcStats::COUNT]; n]);
+        }
+    }
+
     #[allow(unused_variables)]
     fn store_stats(&mut self, buf: usize, rank: usize, v: &[u64; LfcStats::COUNT]) {
         #[cfg(feature = "alloc")]
-        if let Some(row) = self.gathered.get_mut(buf).and_then(|b| b.get_mut(rank)) {
-            *row = *v;
+        {
+            if buf < STATS_BUFFERS {
+                self.stats_rows(buf);
+            }
+            if let Some(row) = self.gathered.get_mut(buf).and_then(|b| b.get_mut(rank)) {
+                *row = *v;
+            }
         }
     }
 

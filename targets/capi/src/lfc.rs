@@ -102,6 +102,7 @@ fn take_interrupt(l: &mut Option<HostLfc<()>>) -> bool {
 /// # Safety
 /// `argv` holds `*argc` valid entries plus a terminating slot.
 unsafe fn write_back(argc: *mut c_int, argv: *mut *mut c_char, kept: &[String]) {
+    // SAFETY: the caller's contract: `argc` is valid.
     let n = unsafe { *argc } as usize;
     // SAFETY: the caller's contract.
     let orig: Vec<*mut c_char> = (0..n).map(|i| unsafe { *argv.add(i) }).collect();
@@ -144,6 +145,7 @@ pub unsafe extern "C" fn volley_lfc_init(
     argv: *mut *mut c_char,
     upcall: Option<CUpcall>,
 ) {
+    // SAFETY: the caller's contract: a non-null `argc` points to the count.
     let n = if argc.is_null() { 0 } else { unsafe { *argc } };
     // SAFETY: the caller's contract.
     let mut args = unsafe { args_of(n, argv) };
@@ -673,9 +675,9 @@ pub unsafe extern "C" fn lfc_stats_dump(
     hdr: *const c_char,
     ftr: *const c_char,
 ) {
-    // SAFETY: the caller's contract.
     let text = |p: *const c_char| {
         (!p.is_null()).then(|| {
+            // SAFETY: the caller's contract: a non-null `hdr`/`ftr` is a C string.
             unsafe { std::ffi::CStr::from_ptr(p) }
                 .to_string_lossy()
                 .into_owned()

@@ -1,6 +1,7 @@
-//! C programs written against GAMMA's headers, compiled with `cc` against libvolley
-//! and run under `volley run`, `mpiexec.mpich` and on their own (`-GAMMANP`), on both
-//! fabrics. The programs are the ones in `targets/capi/examples/`.
+//! C programs written against GAMMA's and LFC's headers, compiled with `cc` against
+//! libvolley and run under `volley run`, `mpiexec.mpich` and on their own
+//! (`-GAMMANP`, `HOSTS`), on both fabrics. The programs are the ones in
+//! `targets/capi/examples/`; `latency.c` is the LFC guide's chapter-5 program.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -29,8 +30,18 @@ fn lib_dir() -> PathBuf {
     deps
 }
 
-/// Compiles `targets/capi/examples/<name>.c` once, as a GAMMA user would.
+/// Compiles `targets/capi/examples/<name>.c` once, as strict C99 with every warning an error.
 fn program(name: &str) -> PathBuf {
+    build(name, &["-std=c99", "-Wall", "-Wextra", "-Werror"])
+}
+
+/// Compiles a program as its authors wrote it (GNU C of the 1990s: `void *`
+/// arithmetic, unused upcall parameters): default dialect, warnings shown, not fatal.
+fn seed_program(name: &str) -> PathBuf {
+    build(name, &[])
+}
+
+fn build(name: &str, flags: &[&str]) -> PathBuf {
     static BUILT: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("c-{name}"));
     let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
@@ -39,7 +50,8 @@ fn program(name: &str) -> PathBuf {
         let lib = lib_dir();
         let src = repo().join(format!("targets/capi/examples/{name}.c"));
         let o = Command::new("cc")
-            .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
+            .args(flags)
+            .args(["-O1", "-I"])
             .arg(repo().join("targets/capi/include"))
             .arg("-o")
             .arg(&out)
@@ -74,6 +86,10 @@ fn launch(n: &str, fabric: &str, prog: &Path, args: &[&str]) -> Output {
 }
 
 fn mpiexec(n: &str, fabric: &str, prog: &Path) -> Output {
+    mpiexec_args(n, fabric, prog, &[])
+}
+
+fn mpiexec_args(n: &str, fabric: &str, prog: &Path, args: &[&str]) -> Output {
     let m = "mpiexec.mpich";
     assert!(
         Command::new(m)
@@ -85,6 +101,7 @@ fn mpiexec(n: &str, fabric: &str, prog: &Path) -> Output {
     Command::new("timeout")
         .args(["120", m, "-n", n])
         .arg(prog)
+        .args(args)
         .env("VOLLEY_FABRIC", fabric)
         .env_remove("VOLLEY_RANK")
         .output()
@@ -286,4 +303,131 @@ fn c_ranks_started_as_srun_starts_them() {
     assert!(!o.status.success(), "{err}");
     assert!(err.contains("needs a job secret"), "{err}");
     std::fs::remove_file(&key).unwrap();
+}
+
+/// The LFC guide's latency program, compiled unchanged but for one include: both of
+/// its modes (polling, then interrupts while it spins on a counter and never
+/// polls), on both fabrics, under both launchers, alone (it sends to itself), and
+/// with the guide's own start-up (`HOSTS`, rank and count as `argv[1]`, `argv[2]`).
+#[test]
+fn lfc_latency_program_from_the_guide() {
+    let prog = seed_program("latency");
+    let _g = serial();
+    let both = |t: &str, what: &str| {
+        for mode in ["polling 1 latency", "polling 0 latency"] {
+            assert_eq!(t.matches(mode).count(), 1, "{what}: {mode}:\n{t}");
+        }
+    };
+    for fabric in ["shm", "udp"] {
+        for size in ["16", "3000"] {
+            let o = launch("2", fabric, &prog, &["-nsend", "300", "-size", size]);
+            let t = text(&o);
+            assert!(o.status.success(), "volley run {fabric} {size}:\n{t}");
+            assert!(t.contains(&format!("Size {size:>4} polling 1")), "{t}");
+            both(&t, fabric);
+        }
+    }
+    let o = mpiexec_args("2", "udp", &prog, &["-nsend", "200", "-lfc-tree", "chain"]);
+    let t = text(&o);
+    assert!(o.status.success(), "mpiexec:\n{t}");
+    both(&t, "mpiexec");
+    // No launcher, no hosts: one process sending to itself.
+    let o = Command::new("timeout")
+        .args(["60"])
+        .arg(&prog)
+        .args(["-nsend", "200"])
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "alone:\n{t}");
+    both(&t, "alone");
+    // The guide's way: HOSTS set, rank and number of processes as argv[1], argv[2].
+    let job = format!("{:#x}", 0x1fc_0000_0000u64 | std::process::id() as u64);
+    let start = |rank: &str| {
+        Command::new("timeout")
+            .arg("60")
+            .arg(&prog)
+            .args([rank, "2", "-nsend", "200"])
+            .env("HOSTS", "localhost localhost")
+            .env("VOLLEY_JOB", &job)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (one, zero) = (start("1"), start("0"));
+    let (t1, t0) = (
+        text(&one.wait_with_output().unwrap()),
+        text(&zero.wait_with_output().unwrap()),
+    );
+    both(&t0, "HOSTS rank 0");
+    assert!(!t1.contains("latency"), "rank 1 prints nothing: {t1}");
+}
+
+/// Multicast to a group and broadcast down each tree shape, kept packets freed
+/// later, fetch-and-add from every process at once (every value exactly once),
+/// the LFC heap and statistics, on both fabrics and with `LFC_*` variables.
+#[test]
+fn lfc_multicast_fetch_and_add_and_kept_packets() {
+    let prog = program("lfc_groups");
+    let _g = serial();
+    for (fabric, n, tree) in [
+        ("shm", "4", "binary"),
+        ("shm", "6", "chain"),
+        ("udp", "5", "binomial"),
+        ("udp", "3", "chain"),
+        ("udp", "7", "binary"),
+    ] {
+        let o = launch(n, fabric, &prog, &["-lfc-tree", tree, "-lfc-verbose"]);
+        let t = text(&o);
+        assert!(o.status.success(), "{fabric} {n} {tree}:\n{t}");
+        assert!(t.contains(&format!("lfc_groups ok: {n} processes")), "{t}");
+        let shape = format!("tree {}{}", tree[..1].to_uppercase(), &tree[1..]);
+        assert!(t.contains(&shape), "-lfc-tree reached the config: {t}");
+        // The statistics table has a row per process.
+        assert!(t.contains("lfc statistics"), "{t}");
+    }
+    let o = Command::new(VOLLEY)
+        .args(["run", "-n", "3", "--timeout", "120", "--"])
+        .arg(&prog)
+        .env("LFC_TREE", "binomial")
+        .env("LFC_VERBOSE", "1")
+        .env("LFC_RING_FRAMES", "4")
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "LFC_* variables:\n{t}");
+    assert!(
+        t.contains("tree Binomial") && t.contains("/ 4 receive packets"),
+        "{t}"
+    );
+    assert!(t.contains("lfc_groups ok: 3 processes"), "{t}");
+}
+
+/// A bad option or value is one line naming it, and exit 1.
+#[test]
+fn lfc_bad_options_are_one_line() {
+    let prog = program("lfc_groups");
+    let _g = serial();
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 5] = [
+        (&["-lfc-tree", "star"], &[], "-lfc-tree \"star\""),
+        (&["-lfc-ring-frames", "0"], &[], "-lfc-ring-frames"),
+        (&["-lfc-frobnicate"], &[], "unknown option -lfc-frobnicate"),
+        (&[], &[("LFC_INTERVAL", "soon")], "LFC_INTERVAL"),
+        (&["x", "2"], &[("HOSTS", "a b")], "argv[1] must be the rank"),
+    ];
+    for (args, env, want) in cases {
+        let o = Command::new("timeout")
+            .arg("60")
+            .arg(&prog)
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} {env:?}: {err}");
+        assert!(err.contains(want), "{args:?} {env:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
 }
