@@ -382,8 +382,14 @@ impl<'a, S> Engine<'a, S> {
     /// Checks that a send to each of `targets` can start now (operation slots and
     /// channels), so a launch or a forward is all or nothing.
     fn reserve_sends(&mut self, targets: &[NodeId]) -> Result<(), Error> {
-        let free = self.ops.iter().filter(|o| o.state == OpState::Free).count();
-        if free < targets.len() {
+        let n = targets.len();
+        let free = self
+            .ops
+            .iter()
+            .filter(|o| o.state == OpState::Free)
+            .take(n)
+            .count();
+        if free < n {
             return Err(Error::NoResources);
         }
         let group = self.cfg.group;

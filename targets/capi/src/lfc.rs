@@ -180,7 +180,7 @@ pub unsafe extern "C" fn volley_lfc_init(
 /// # Safety
 /// `members` holds `nr_members` ranks.
 #[no_mangle]
-pub unsafe extern "C" fn lfc_group_create(members: *const c_uint, nr_members: c_uint) -> c_int {
+pub unsafe extern "C" fn lfc_group_create(members: *mut c_uint, nr_members: c_uint) -> c_int {
     if members.is_null() || nr_members == 0 {
         fatal("lfc_group_create", "no members");
     }
@@ -672,8 +672,8 @@ fn dump(l: &HostLfc<()>, buf: c_int, hdr: Option<&str>, ftr: Option<&str>) -> St
 pub unsafe extern "C" fn lfc_stats_dump(
     fp: *mut libc::FILE,
     statbuf: c_int,
-    hdr: *const c_char,
-    ftr: *const c_char,
+    hdr: *mut c_char,
+    ftr: *mut c_char,
 ) {
     let text = |p: *const c_char| {
         (!p.is_null()).then(|| {

@@ -21,6 +21,7 @@
 //! send); the calls that would wait for the poll running the handler return an error.
 
 pub mod lfc;
+pub use lfc::*;
 
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, c_long, c_uchar, c_ulong, c_ushort, c_void, CStr};

@@ -6,12 +6,16 @@
 
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use memmap2::MmapMut;
 use volley_core::gamma::{Gamma, StdClock, GO_BACK};
 
+use volley_core::lfc::{Keep, Lfc, Options as LfcOptions, Received};
+
 use crate::bootstrap::Boot;
+use crate::lfc::{HostLfc, Interrupts};
 use crate::node::{self, HostGamma};
 use crate::programs::{pattern, percentiles, pin, State};
 use crate::{Fabric, HostDevice, HostError};
@@ -445,8 +449,165 @@ pub fn pair(boot: &Boot, fabric: Fabric, quick: bool) -> Result<Vec<Row>, HostEr
     }
     rows.extend(barrier_rows(&mut g, name, 2, lm, quick)?);
     g.sync()?;
-    g.exit();
+    let (dev, _) = g.exit();
+    rows.extend(lfc_rows(boot, fabric, dev, lm, quick)?);
     Ok(if me == 0 { rows } else { Vec::new() })
+}
+
+/// What the LFC upcall in the benchmark shares with the program.
+#[derive(Debug, Default)]
+struct LfcBench {
+    received: Arc<AtomicU64>,
+}
+
+fn lfc_count(l: &mut HostLfc<LfcBench>, _r: Received) -> Keep {
+    l.state().received.fetch_add(1, Ordering::Release);
+    Keep::No
+}
+
+fn lock_lfc(s: &Mutex<HostLfc<LfcBench>>) -> std::sync::MutexGuard<'_, HostLfc<LfcBench>> {
+    s.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn lfc_interrupt(l: &mut HostLfc<LfcBench>) -> bool {
+    l.interrupt();
+    l.intr_status()
+}
+
+/// LFC on the same device, same run: one-way latency of an 8-byte packet when the
+/// receiver polls and when it spins on a counter with interrupts enabled (the
+/// guide's chapter-5 program), and the fetch-and-add round trip.
+fn lfc_rows(
+    boot: &Boot,
+    fabric: Fabric,
+    dev: HostDevice,
+    lm: f64,
+    quick: bool,
+) -> Result<Vec<Row>, HostError> {
+    let name = fabric.name();
+    let scale = if quick { 10 } else { 1 };
+    let (groups, mut cfg) = node::engine_config(boot, fabric)?;
+    // Frames the GAMMA engine still had in flight are another job's to this one.
+    cfg.job_key ^= 0x1fc;
+    let mut l = Lfc::init_alloc(
+        cfg,
+        groups,
+        boot.size as usize,
+        dev,
+        StdClock::default(),
+        LfcOptions::default(),
+        lfc_count,
+        LfcBench::default(),
+    )
+    .map_err(|e| HostError(format!("lfc: {e}")))?;
+    l.start()?;
+    let me = l.my_proc();
+    let peer = 1 - me;
+    let mut rows = Vec::new();
+    let row = |test: &str, bytes, v: Vec<f64>| {
+        let (m, p90, p99) = stats(v);
+        Row {
+            fabric: name,
+            test: test.into(),
+            bytes,
+            unit: "us",
+            median: m,
+            p90,
+            p99,
+            ratio: Some(m / lm),
+        }
+    };
+    let send = |l: &mut HostLfc<LfcBench>| -> Result<(), HostError> {
+        let p = l.send_alloc(true)?;
+        l.packet_mut(p)
+            .ok_or_else(|| HostError("lfc packet".into()))?[..8]
+            .copy_from_slice(&[7; 8]);
+        l.ucast_launch(peer, p, 8, true)?;
+        Ok(())
+    };
+
+    progress("lfc latency, polling");
+    let iters = 20_000 / scale;
+    let count = l.state().received.clone();
+    let mut samples = Vec::with_capacity(iters);
+    let mut want = 0;
+    for i in 0..iters + iters / 10 {
+        let t0 = StdInstant::now();
+        if me == 0 {
+            send(&mut l)?;
+        }
+        want += 1;
+        while count.load(Ordering::Acquire) < want {
+            l.poll()?;
+        }
+        if me == 1 {
+            send(&mut l)?;
+        } else if i >= iters / 10 {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    if me == 0 {
+        rows.push(row("lfc latency, one-way, polling", 8, samples));
+    }
+
+    progress("lfc latency, interrupts");
+    // The interrupt thread takes over; both sides spin on the counter.
+    let period = l.options().intr_first.min(l.options().interval);
+    l.barrier()?;
+    let shared = Arc::new(Mutex::new(l));
+    let intr = Interrupts::start(shared.clone(), period, lfc_interrupt);
+    lock_lfc(&shared).intr_enable();
+    intr.enabled();
+    let iters = 2_000 / scale;
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..iters + iters / 10 {
+        let t0 = StdInstant::now();
+        if me == 0 {
+            send(&mut lock_lfc(&shared))?;
+        }
+        want += 1;
+        while count.load(Ordering::Acquire) < want {
+            std::hint::spin_loop();
+        }
+        if me == 1 {
+            send(&mut lock_lfc(&shared))?;
+        } else if i >= iters / 10 {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    lock_lfc(&shared).intr_disable();
+    drop(intr);
+    let mut l = Arc::into_inner(shared)
+        .ok_or_else(|| HostError("lfc: interrupt thread still holds the process".into()))?
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner());
+    if me == 0 {
+        rows.push(row("lfc latency, one-way, interrupts", 8, samples));
+    }
+
+    progress("lfc fetch-and-add");
+    l.barrier()?;
+    let iters = 20_000 / scale;
+    if me == 0 {
+        let mut samples = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            let t0 = StdInstant::now();
+            l.fetch_and_add(1, true)?;
+            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        rows.push(row("lfc fetch_and_add, round trip", 4, samples));
+        send(&mut l)?;
+    } else {
+        // Served by this process's engine (udp) or its NIC memory (shm) while it
+        // waits for the end.
+        want += 1;
+        while count.load(Ordering::Acquire) < want {
+            l.poll()?;
+        }
+    }
+    l.barrier()?;
+    l.exit();
+    Ok(rows)
 }
 
 fn barrier_rows(

@@ -206,6 +206,16 @@ pub fn engine_setup(
     boot: &Boot,
     fabric: Fabric,
 ) -> Result<(&'static [Group<'static>], Config, HostDevice), HostError> {
+    let (groups, cfg) = engine_config(boot, fabric)?;
+    let dev = open_device(boot, fabric)?;
+    Ok((groups, cfg, dev))
+}
+
+/// The engine settings of this rank (see [`engine_setup`]), for a device already open.
+pub fn engine_config(
+    boot: &Boot,
+    fabric: Fabric,
+) -> Result<(&'static [Group<'static>], Config), HostError> {
     let groups = groups(boot.size)?;
     let (group, node) = my_group(groups, boot.rank);
     let job_key = match &boot.secret {
@@ -224,8 +234,7 @@ pub fn engine_setup(
         })?;
         cfg.auth_key = Some(s.frame_key(boot.job));
     }
-    let dev = open_device(boot, fabric)?;
-    Ok((groups, cfg, dev))
+    Ok((groups, cfg))
 }
 
 /// `gamma_init` for this rank: bootstrap, fabric, groups.
