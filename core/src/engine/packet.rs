@@ -102,7 +102,8 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    const EMPTY: Delivery = Delivery {
+    /// An empty queue entry (for caller storage).
+    pub const EMPTY: Delivery = Delivery {
         packet: PacketId(0),
         src: 0,
         len: 0,
