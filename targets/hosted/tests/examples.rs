@@ -42,3 +42,25 @@ fn pstream_example_runs_on_both_fabrics() {
         assert_eq!(code, 0, "pstream on {}", fabric.name());
     }
 }
+
+#[test]
+fn lfc_tree_example_runs_on_both_fabrics_with_each_tree() {
+    let prog = example("lfc_tree");
+    for (fabric, tree) in [
+        (Fabric::Shm, "binary"),
+        (Fabric::Udp, "binomial"),
+        (Fabric::Shm, "chain"),
+    ] {
+        let code = launcher::run(&RunOptions {
+            ranks: 4,
+            fabric,
+            timeout: Duration::from_secs(120),
+            grace: Duration::from_secs(5),
+            job: None,
+            command: vec![prog.display().to_string(), "-lfc-tree".into(), tree.into()],
+            env: Vec::new(),
+            rank0_only: false,
+        });
+        assert_eq!(code, 0, "lfc_tree on {} with {tree}", fabric.name());
+    }
+}
