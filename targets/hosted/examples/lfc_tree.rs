@@ -103,7 +103,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let p = l.send_alloc(true)?;
             l.packet_mut(p).expect("send packet")[..4]
                 .copy_from_slice(&(dest as u32).to_le_bytes());
-            l.ucast_launch(dest as u16, p, 4, true)?;
+            l.ucast_launch(dest, p, 4, true)?;
         }
     } else {
         let mut x = 1.0f64;
