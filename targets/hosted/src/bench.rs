@@ -486,7 +486,8 @@ fn lfc_rows(
 ) -> Result<Vec<Row>, HostError> {
     let name = fabric.name();
     let scale = if quick { 10 } else { 1 };
-    let (groups, mut cfg) = node::engine_config(boot, fabric)?;
+    let groups = node::groups(boot.size)?;
+    let mut cfg = node::engine_config(boot, fabric, groups)?;
     // Frames the GAMMA engine still had in flight are another job's to this one.
     cfg.job_key ^= 0x1fc;
     let mut l = Lfc::init_alloc(

@@ -206,17 +206,20 @@ pub fn engine_setup(
     boot: &Boot,
     fabric: Fabric,
 ) -> Result<(&'static [Group<'static>], Config, HostDevice), HostError> {
-    let (groups, cfg) = engine_config(boot, fabric)?;
+    // In this order, so that each setting's error comes before the next one's.
+    let groups = groups(boot.size)?;
     let dev = open_device(boot, fabric)?;
+    let cfg = engine_config(boot, fabric, groups)?;
     Ok((groups, cfg, dev))
 }
 
-/// The engine settings of this rank (see [`engine_setup`]), for a device already open.
+/// The engine settings of this rank in `groups` (see [`engine_setup`]), for a device
+/// already open.
 pub fn engine_config(
     boot: &Boot,
     fabric: Fabric,
-) -> Result<(&'static [Group<'static>], Config), HostError> {
-    let groups = groups(boot.size)?;
+    groups: &[Group<'_>],
+) -> Result<Config, HostError> {
     let (group, node) = my_group(groups, boot.rank);
     let job_key = match &boot.secret {
         Some(s) => s.job_key(boot.job),
@@ -234,7 +237,7 @@ pub fn engine_config(
         })?;
         cfg.auth_key = Some(s.frame_key(boot.job));
     }
-    Ok((groups, cfg))
+    Ok(cfg)
 }
 
 /// `gamma_init` for this rank: bootstrap, fabric, groups.
