@@ -5,7 +5,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, OnceLock};
+
+mod relay;
+use relay::{free_port, Relay};
 
 const VOLLEY: &str = env!("CARGO_BIN_EXE_volley");
 static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -429,5 +433,50 @@ fn lfc_bad_options_are_one_line() {
         assert!(!o.status.success(), "{args:?} {env:?}: {err}");
         assert!(err.contains(want), "{args:?} {env:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+}
+
+/// Multicast trees, broadcast and fetch-and-add through a relay that drops 10% of
+/// the datagrams and duplicates and reorders others: every packet still reaches
+/// every member exactly once and in order (the program checks), every value once.
+#[test]
+fn lfc_over_a_lossy_udp_relay() {
+    let prog = program("lfc_groups");
+    let _g = serial();
+    for (n, tree, seed) in [(4usize, "binomial", 0x1fc1u64), (3, "chain", 0x1fc2)] {
+        let real: Vec<_> = (0..n).map(|_| free_port()).collect();
+        let relay = Relay::start(real.clone(), seed);
+        let list = |v: &[std::net::SocketAddr]| {
+            v.iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let (peers, binds) = (list(&relay.relay_addrs), list(&real));
+        let o = Command::new(VOLLEY)
+            .args([
+                "run",
+                "-n",
+                &n.to_string(),
+                "--fabric",
+                "udp",
+                "--timeout",
+                "120",
+                "--",
+            ])
+            .arg(&prog)
+            .args(["-lfc-tree", tree])
+            .env("VOLLEY_UDP_PEERS", &peers)
+            .env("VOLLEY_UDP_BIND", &binds)
+            .output()
+            .unwrap();
+        let t = text(&o);
+        assert!(
+            o.status.success(),
+            "{n} ranks, {tree}, relay seed {seed:#x}:\n{t}"
+        );
+        assert!(t.contains(&format!("lfc_groups ok: {n} processes")), "{t}");
+        let d = relay.dropped.load(Ordering::Relaxed);
+        assert!(d > 100, "the relay must have dropped datagrams: {d}");
     }
 }

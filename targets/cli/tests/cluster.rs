@@ -9,6 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
+mod relay;
+use relay::{free_port, Faults, Relay};
+
 const VOLLEY: &str = env!("CARGO_BIN_EXE_volley");
 static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -243,131 +246,6 @@ fn a_killed_rank_fails_the_barrier_at_every_survivor() {
         }
         assert_nothing_left(&before, fabric);
     }
-}
-
-/// A relay that drops, duplicates and reorders datagrams between two ranks.
-struct Relay {
-    stop: Arc<AtomicBool>,
-    dropped: Arc<AtomicU64>,
-    duplicated: Arc<AtomicU64>,
-    reordered: Arc<AtomicU64>,
-    threads: Vec<thread::JoinHandle<()>>,
-    relay_addrs: Vec<SocketAddr>,
-}
-
-/// How the relay misbehaves: random faults, or bursts of consecutive drops towards
-/// one rank.
-#[derive(Clone, Copy)]
-enum Faults {
-    /// 10% dropped, 5% duplicated, 5% reordered.
-    Random,
-    /// Towards rank `to`: every `every` datagrams, the next `burst` are all dropped.
-    Bursts { to: usize, every: u32, burst: u32 },
-}
-
-impl Relay {
-    fn start(targets: Vec<SocketAddr>, seed: u64) -> Relay {
-        Relay::with(targets, seed, Faults::Random)
-    }
-
-    fn with(targets: Vec<SocketAddr>, seed: u64, faults: Faults) -> Relay {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (dropped, duplicated, reordered) = (
-            Arc::new(AtomicU64::new(0)),
-            Arc::new(AtomicU64::new(0)),
-            Arc::new(AtomicU64::new(0)),
-        );
-        let mut threads = Vec::new();
-        let mut relay_addrs = Vec::new();
-        for (i, target) in targets.into_iter().enumerate() {
-            let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-            sock.set_read_timeout(Some(Duration::from_millis(20)))
-                .unwrap();
-            relay_addrs.push(sock.local_addr().unwrap());
-            let (stop, dropped, duplicated, reordered) = (
-                stop.clone(),
-                dropped.clone(),
-                duplicated.clone(),
-                reordered.clone(),
-            );
-            threads.push(thread::spawn(move || {
-                let mut x = seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                let mut rnd = move || {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    (x % 1000) as u32
-                };
-                let mut buf = vec![0u8; 65_536];
-                let mut held: Option<Vec<u8>> = None;
-                let mut count = 0u32;
-                // Bounded: stops when told, or after two minutes whatever happens.
-                let end = Instant::now() + Duration::from_secs(120);
-                while !stop.load(Ordering::Relaxed) && Instant::now() < end {
-                    let Ok((n, _)) = sock.recv_from(&mut buf) else {
-                        if let Some(h) = held.take() {
-                            let _ = sock.send_to(&h, target);
-                        }
-                        continue;
-                    };
-                    let frame = &buf[..n];
-                    if let Faults::Bursts { to, every, burst } = faults {
-                        count += 1;
-                        if to == i && count % every < burst {
-                            dropped.fetch_add(1, Ordering::Relaxed);
-                        } else {
-                            let _ = sock.send_to(frame, target);
-                        }
-                        continue;
-                    }
-                    match rnd() {
-                        0..=99 => {
-                            dropped.fetch_add(1, Ordering::Relaxed);
-                        }
-                        100..=149 => {
-                            duplicated.fetch_add(1, Ordering::Relaxed);
-                            let _ = sock.send_to(frame, target);
-                            let _ = sock.send_to(frame, target);
-                        }
-                        150..=199 if held.is_none() => {
-                            reordered.fetch_add(1, Ordering::Relaxed);
-                            held = Some(frame.to_vec());
-                        }
-                        _ => {
-                            let _ = sock.send_to(frame, target);
-                            if let Some(h) = held.take() {
-                                let _ = sock.send_to(&h, target);
-                            }
-                        }
-                    }
-                }
-            }));
-        }
-        Relay {
-            stop,
-            dropped,
-            duplicated,
-            reordered,
-            threads,
-            relay_addrs,
-        }
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
-fn free_port() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
 }
 
 #[test]
