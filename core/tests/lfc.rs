@@ -382,3 +382,39 @@ fn interrupt_nesting_and_watchdog() {
     assert_eq!(l.state().got, vec![(0, 0, 42)]);
     assert_eq!(l.stats().interrupts, 1);
 }
+
+/// A process that only polls, waiting for packets from a peer that died, gets an
+/// error once the peer has been silent for the peer timeout (it probes while it
+/// waits), instead of waiting forever; a send to the dead peer fails too.
+#[test]
+fn a_dead_peer_is_an_error_for_a_waiting_receiver() {
+    let seed = 0xdead;
+    let mut sim = make_sim(3, seed, FaultConfig::default(), Options::default());
+    start_all(&mut sim, seed);
+    sim.net.kill(2);
+    let timeout = Config::new(7, 1, 0).peer_timeout;
+    let mut t = sim.now();
+    let mut failed_at = None;
+    while t < Instant::ZERO + timeout + timeout {
+        t += Duration::from_millis(20);
+        sim.clock.set(t);
+        let _ = sim.nodes[1].poll();
+        if sim.nodes[0].poll().is_err() {
+            failed_at = Some(t);
+            break;
+        }
+    }
+    let at = failed_at.unwrap_or_else(|| panic!("seed {seed}: still waiting at {t:?}"));
+    assert_eq!(sim.nodes[0].failed_process(), Some(2), "seed {seed}");
+    assert!(
+        at.saturating_since(Instant::ZERO) >= timeout,
+        "not before the timeout"
+    );
+    // The live peer is fine; a packet to the dead one is refused at once.
+    let l = &mut sim.nodes[0];
+    let p = l.send_alloc(false).unwrap();
+    assert_eq!(l.ucast_launch(1, p, 4, false), Ok(()));
+    let p = l.send_alloc(false).unwrap();
+    l.ucast_launch(2, p, 4, false).unwrap();
+    assert_eq!(l.poll(), Err(volley_core::engine::Error::SendFailure));
+}

@@ -82,6 +82,11 @@ impl<'a, S> Engine<'a, S> {
     /// Declares the peer of channel `ci` dead: every send to it fails.
     pub(super) fn fail_channel(&mut self, ci: usize) {
         self.stats.peers_failed += 1;
+        if !self.bufs.pkts.rx.is_empty() {
+            // Packets have no port to tell: the personality reports the peer.
+            let node = self.chans[ci].peer_node;
+            self.packet_send_failed(node);
+        }
         let ch = &mut self.chans[ci];
         ch.failed = true;
         ch.rto_at = None;
@@ -171,26 +176,41 @@ impl<'a, S> Engine<'a, S> {
                 d.node..d.node.saturating_add(1)
             };
             for node in nodes.filter(|&n| (d.group, n) != me) {
-                let Ok(addr) = self.addr_of(d.group, node) else {
-                    continue;
-                };
-                let Ok(ci) = self.channel_for(addr, d.group, node) else {
-                    continue;
-                };
-                let ch = &mut self.chans[ci];
-                let idle = ch.outstanding() == 0 && ch.ctrl_len == 0 && ch.q_head == NONE;
-                if ch.failed || !idle || now.saturating_since(ch.heard_at) < self.cfg.keepalive {
-                    continue;
-                }
-                // A probe is a reliable barrier frame the peer only acknowledges.
-                ch.ctrl[0] = Slot::Barrier {
-                    epoch: self.bar.epoch,
-                    round: BARRIER_PROBE,
-                };
-                ch.ctrl_len = 1;
-                ch.heard_at = now;
+                self.probe_if_silent(now, d.group, node);
             }
         }
+    }
+
+    /// Probes, at most once per `keepalive`, every silent member of this process's
+    /// group: for a personality whose receivers cannot tell whom they wait for (LFC),
+    /// so that a member that died becomes an error (`take_packet_failure`) instead of
+    /// a wait that never ends.
+    pub fn keepalive_all(&mut self, now: Instant) {
+        let (group, me) = (self.cfg.group, self.cfg.node);
+        for node in (0..self.size).filter(|&n| n != me) {
+            self.probe_if_silent(now, group, node);
+        }
+    }
+
+    fn probe_if_silent(&mut self, now: Instant, group: GroupId, node: NodeId) {
+        let Ok(addr) = self.addr_of(group, node) else {
+            return;
+        };
+        let Ok(ci) = self.channel_for(addr, group, node) else {
+            return;
+        };
+        let ch = &mut self.chans[ci];
+        let idle = ch.outstanding() == 0 && ch.ctrl_len == 0 && ch.q_head == NONE;
+        if ch.failed || !idle || now.saturating_since(ch.heard_at) < self.cfg.keepalive {
+            return;
+        }
+        // A probe is a reliable barrier frame the peer only acknowledges.
+        ch.ctrl[0] = Slot::Barrier {
+            epoch: self.bar.epoch,
+            round: BARRIER_PROBE,
+        };
+        ch.ctrl_len = 1;
+        ch.heard_at = now;
     }
 
     /// Sends every ack held back (delayed to ride on data) at the next transmit.

@@ -185,6 +185,8 @@ pub struct Lfc<'a, D, C, S = ()> {
     intr_depth: u32,
     last_poll: Instant,
     last_interrupt: Instant,
+    last_keepalive: Instant,
+    dead: Option<NodeId>,
     timer_start: Instant,
     timer_elapsed: Duration,
     stats: LfcStats,
@@ -240,6 +242,8 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
             intr_depth: 1,
             last_poll: now,
             last_interrupt: now,
+            last_keepalive: now,
+            dead: None,
             timer_start: now,
             timer_elapsed: Duration::ZERO,
             stats: LfcStats::default(),
@@ -482,6 +486,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     pub fn poll(&mut self) -> Result<usize, Error> {
         self.stats.polls += 1;
         self.last_poll = self.clock.now();
+        self.keepalive();
         self.poll_network();
         let n = self.run_upcalls();
         self.check_failure()?;
@@ -556,14 +561,44 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     }
 
     fn check_failure(&mut self) -> Result<(), Error> {
-        match self.engine.take_packet_failure() {
+        match self.take_failure() {
             Some(_) => Err(Error::SendFailure),
             None => Ok(()),
         }
     }
 
+    /// A process that died (a packet to it failed, or it stopped answering the
+    /// probes a waiting process sends), once; the calls report it as
+    /// `Err(SendFailure)`.
+    pub fn take_failure(&mut self) -> Option<NodeId> {
+        let f = self.engine.take_packet_failure();
+        if f.is_some() {
+            self.dead = f;
+        }
+        f
+    }
+
+    /// The last process found dead, if any.
+    pub fn failed_process(&self) -> Option<NodeId> {
+        self.dead
+    }
+
+    /// While the program waits (polls, interrupts), the other processes are probed
+    /// now and then: LFC cannot tell whom a receiver waits for, and a dead one must
+    /// become an error, not a wait without end.
+    fn keepalive(&mut self) {
+        let now = self.clock.now();
+        if self.started
+            && now.saturating_since(self.last_keepalive) >= self.engine.config().keepalive
+        {
+            self.last_keepalive = now;
+            self.engine.keepalive_all(now);
+        }
+    }
+
     /// One round of a waiting call: drain, upcalls if allowed, the idle hook.
     fn wait_step(&mut self, upcalls_allowed: bool) -> Result<(), Error> {
+        self.keepalive();
         let mut busy = self.poll_network();
         if upcalls_allowed {
             busy |= self.run_upcalls() > 0;
@@ -617,6 +652,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
             return 0;
         }
         self.last_interrupt = self.clock.now();
+        self.keepalive();
         self.poll_network();
         let n = self.run_upcalls();
         self.stats.interrupts += n as u64;
@@ -833,6 +869,3 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         &self.clock
     }
 }
-
-#[cfg(test)]
-mod tests;

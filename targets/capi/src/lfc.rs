@@ -91,6 +91,11 @@ fn take_interrupt(l: &mut Option<HostLfc<()>>) -> bool {
     match l {
         Some(l) => {
             l.interrupt();
+            // The program may be spinning on a counter: a dead process must not
+            // leave it spinning forever.
+            if let Some(p) = l.take_failure() {
+                fatal("lfc interrupt", format!("process {p} died"));
+            }
             l.intr_status()
         }
         None => false,
@@ -370,8 +375,11 @@ pub extern "C" fn lfc_bcast_launch(packet: *mut c_void, size: c_uint, upcalls_al
 pub extern "C" fn lfc_poll() {
     guard("lfc_poll", (), || {
         with_lfc("lfc_poll", |l| {
-            if let Err(e) = l.poll() {
-                fatal("lfc_poll", format!("{e}: a packet could not be delivered"))
+            if l.poll().is_err() {
+                let who = l
+                    .failed_process()
+                    .map_or("a process".into(), |p| format!("process {p}"));
+                fatal("lfc_poll", format!("{who} died"))
             }
         })
     })
