@@ -233,8 +233,10 @@ pub extern "C" fn lfc_exit() {
             fatal("lfc_exit", "not allowed inside lfc_upcall");
         }
         let Some(s) = STATE.get() else { return };
-        // The interrupt thread stops first: it must not find the instance gone.
-        drop(INTERRUPTS.lock().unwrap_or_else(|p| p.into_inner()).take());
+        // The interrupt thread stops first: it must not find the instance gone. It
+        // is joined outside the lock, which an upcall of its own may be waiting for.
+        let intr = INTERRUPTS.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(intr);
         let stats = SETTINGS.get().is_some_and(|(s, _)| s.options.stats);
         if stats {
             with_lfc("lfc_exit", |l| {
