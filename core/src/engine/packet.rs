@@ -453,6 +453,12 @@ impl<'a, S> Engine<'a, S> {
         if repr.msg_id != next || ch.next_deliver != next {
             return false;
         }
+        if repr.ends.src_group != self.cfg.group {
+            // Packets travel inside one group: ranks and trees are numbered in it.
+            self.stats.rx_malformed += 1;
+            self.consume_message(ci);
+            return true;
+        }
         let gid = repr.ends.dst_port;
         let root = repr.ends.src_port;
         let mut out = [0; MAX_CHILDREN];
