@@ -1,6 +1,7 @@
 //! A bounded mutation fuzzer for the parser and the engine, and a replay test.
 //!
-//! Seeds are real frames (data, acks, barrier tokens, rejections) that two engines
+//! Seeds are real frames (data, acks, barrier tokens, rejections, LFC packets to one
+//! peer, to a multicast group and to all) that two engines
 //! exchange; each round mutates some (bit flips, byte writes, truncation, splices,
 //! length and offset fields pushed to extremes) and feeds them to a receiving engine,
 //! half the time re-signed with the job's key so that the mutations reach past the
@@ -11,7 +12,8 @@
 //! `VOLLEY_FUZZ_SECS=3600 VOLLEY_SEED=7 cargo test --release -p volley-core --test fuzz_engine`.
 
 use volley_core::engine::{
-    Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, PortSetup, Storage, Upcall,
+    Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, PortSetup, Storage, Tree,
+    Upcall, MCAST_ALL,
 };
 use volley_core::phy::{Device, Loopback, Ring, RxToken};
 use volley_core::rng::Rng;
@@ -49,7 +51,9 @@ fn engine(node: u16, key: Option<AuthKey>) -> Engine<'static, u64> {
         assemblies: 4,
         eager: 4,
     };
-    let mut e = Engine::new(cfg, GROUPS, Storage::with_capacity(cap), 0).unwrap();
+    let storage = Storage::with_capacity(cap).with_packets(8, 8, 4, 16);
+    let mut e = Engine::new(cfg, GROUPS, storage, 0).unwrap();
+    e.create_multicast_group(&[1, 0]).unwrap();
     for (port, kind) in [(1u16, BufferKind::GoBack), (2, BufferKind::GoAhead)] {
         e.bind_port(
             port,
@@ -92,6 +96,35 @@ fn step(
     }
     b.handle_timeout(now);
     b.poll_transmit(now, &mut lb, None);
+    drain(b);
+}
+
+/// Takes every packet delivered and gives it back, reading it first.
+fn drain(e: &mut Engine<'static, u64>) -> usize {
+    let mut n = 0;
+    while let Some(d) = e.next_delivery() {
+        assert_eq!(e.packet(d.packet).map(<[u8]>::len), Some(d.len));
+        e.packet_free(d.packet).unwrap();
+        n += 1;
+    }
+    n
+}
+
+/// Launches packets from `a` to node 1: one unicast, one to the group, one to all.
+fn launch_packets(a: &mut Engine<'static, u64>, i: usize) {
+    let size = (i * 301) % a.packet_size();
+    for to in 0..3 {
+        let Ok(p) = a.packet_alloc() else { return };
+        a.packet_mut(p).unwrap()[..size].fill(i as u8);
+        let r = match to {
+            0 => a.launch_unicast(p, 1, size),
+            1 => a.launch_multicast(p, 0, size, Tree::Chain),
+            _ => a.launch_multicast(p, MCAST_ALL, size, Tree::Binomial),
+        };
+        if r.is_err() {
+            a.packet_free(p).unwrap();
+        }
+    }
 }
 
 /// Frames two engines really exchange: the corpus the mutations start from.
@@ -107,6 +140,7 @@ fn corpus(key: Option<AuthKey>) -> Vec<Vec<u8>> {
         let _ = a.start_send(7, b"", Body::Borrowed(body), true); // unbound: rejected
         let _ = a.start_barrier();
         let _ = b.start_barrier();
+        launch_packets(&mut a, i);
         for _ in 0..50 {
             now += Duration::from_micros(50);
             step(&mut a, &mut b, &mut rings, now, &mut frames);
@@ -219,6 +253,7 @@ fn mutated_frames_never_panic_the_engine() {
                 resign(&mut f);
             }
             e.handle_frame(now, &f);
+            drain(&mut e);
             frames += 1;
             now += Duration::from_micros(rng.below(300));
             e.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
@@ -258,16 +293,27 @@ fn replayed_frames_are_rejected() {
             let body: &'static [u8] = Vec::leak(vec![i as u8; len]);
             a.start_send(1, b"", Body::Borrowed(body), i % 2 == 0)
                 .unwrap();
+            launch_packets(&mut a, i + 1);
             for _ in 0..40 {
                 now += Duration::from_micros(50);
                 step(&mut a, &mut b, &mut rings, now, &mut recorded);
             }
         }
         assert_eq!(*b.state(), 4, "{key:?}: four messages");
+        assert_eq!(
+            b.stats().delivered,
+            4 + 4 * 3,
+            "{key:?}: and twelve packets"
+        );
         let before = b.stats().delivered;
         for f in &recorded {
             now += Duration::from_micros(10);
             b.handle_frame(now, f);
+            assert_eq!(
+                drain(&mut b),
+                0,
+                "{key:?}: a replayed packet is delivered again"
+            );
         }
         b.handle_timeout(now + Duration::from_secs(1));
         assert_eq!(*b.state(), 4, "{key:?}: a replay delivers nothing");
