@@ -418,3 +418,56 @@ fn a_dead_peer_is_an_error_for_a_waiting_receiver() {
     l.ucast_launch(2, p, 4, false).unwrap();
     assert_eq!(l.poll(), Err(volley_core::engine::Error::SendFailure));
 }
+
+/// The personality's own packets (statistics) are found wherever they wait in the
+/// delivery queue, so they never wait behind the program's packets; the program's
+/// keep their order.
+#[test]
+fn internal_packets_do_not_wait_behind_the_programs() {
+    use volley_core::engine::{Capacity, Engine, Storage};
+    use volley_core::phy::{Loopback, Ring};
+    use volley_core::NodeAddr;
+    let g = groups(2);
+    let mk = |node| {
+        let cap = Capacity {
+            ports: 1,
+            channels: 2,
+            fabric_nodes: 2,
+            ops: 16,
+            assemblies: 1,
+            eager: 0,
+        };
+        let st = Storage::with_capacity(cap).with_packets(4, 4, 1, 2);
+        Engine::new(Config::new(7, 1, node), g, st, ()).unwrap()
+    };
+    let (mut a, mut b) = (mk(0), mk(1));
+    let mut rings: Vec<Ring<64, 1500>> = (0..2).map(|_| Ring::new()).collect();
+    for (i, internal) in [false, true, false].into_iter().enumerate() {
+        let p = a.packet_alloc().unwrap();
+        a.packet_mut(p).unwrap()[0] = i as u8;
+        if internal {
+            a.launch_internal(p, 1, 1).unwrap();
+        } else {
+            a.launch_unicast(p, 1, 1).unwrap();
+        }
+    }
+    let mut now = Instant::ZERO;
+    for _ in 0..10 {
+        now += Duration::from_micros(10);
+        a.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
+        b.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+    }
+    assert_eq!(b.deliveries_pending(), 3);
+    let d = b.next_internal_delivery().expect("the internal packet");
+    assert!(d.internal && d.src == 0);
+    assert_eq!(b.packet(d.packet).unwrap(), &[1]);
+    b.packet_free(d.packet).unwrap();
+    assert_eq!(b.next_internal_delivery(), None);
+    for want in [0u8, 2] {
+        let d = b.next_delivery().unwrap();
+        assert!(!d.internal);
+        assert_eq!(b.packet(d.packet).unwrap(), &[want]);
+        b.packet_free(d.packet).unwrap();
+    }
+    assert_eq!(b.packets_free(), (4, 4));
+}

@@ -125,6 +125,8 @@ pub struct Packets<'a> {
     len: usize,
     /// Receive slots in use.
     rx_used: usize,
+    /// Internal deliveries in the queue.
+    internal: usize,
     /// A packet send failed (its peer died) and the program has not been told.
     failed: Option<NodeId>,
 }
@@ -153,6 +155,7 @@ impl<'a> Packets<'a> {
             head: 0,
             len: 0,
             rx_used: 0,
+            internal: 0,
             failed: None,
         }
     }
@@ -213,6 +216,7 @@ impl<'a> Packets<'a> {
         let at = (self.head + self.len) % cap;
         self.queue[at] = d;
         self.len += 1;
+        self.internal += usize::from(d.internal);
         if let Some(b) = self.buf_mut(d.packet) {
             b.queued = true;
             b.lent = true;
@@ -540,6 +544,7 @@ impl<'a, S> Engine<'a, S> {
         let d = p.queue[p.head];
         p.head = (p.head + 1) % p.queue.len();
         p.len -= 1;
+        p.internal -= usize::from(d.internal);
         if let Some(b) = p.buf_mut(d.packet) {
             b.queued = false;
             b.user = true;
@@ -551,6 +556,29 @@ impl<'a, S> Engine<'a, S> {
     pub fn peek_delivery(&self) -> Option<Delivery> {
         let p = &self.bufs.pkts;
         (p.len > 0).then(|| p.queue[p.head])
+    }
+
+    /// The oldest internal delivery ([`Delivery::internal`]) wherever it waits in the
+    /// queue, taken out of it (the others keep their order): a personality's own
+    /// packets must not wait behind the program's.
+    pub fn next_internal_delivery(&mut self) -> Option<Delivery> {
+        let p = &mut self.bufs.pkts;
+        if p.internal == 0 {
+            return None;
+        }
+        let cap = p.queue.len();
+        let k = (0..p.len).find(|&k| p.queue[(p.head + k) % cap].internal)?;
+        let d = p.queue[(p.head + k) % cap];
+        for j in k..p.len - 1 {
+            p.queue[(p.head + j) % cap] = p.queue[(p.head + j + 1) % cap];
+        }
+        p.len -= 1;
+        p.internal -= 1;
+        if let Some(b) = p.buf_mut(d.packet) {
+            b.queued = false;
+            b.user = true;
+        }
+        Some(d)
     }
 
     /// Received packets waiting for the program.

@@ -544,17 +544,10 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         n
     }
 
-    /// Statistics packets are the personality's own: taken off the queue here.
+    /// Statistics packets are the personality's own: taken off the queue here,
+    /// wherever they wait in it.
     fn take_internal(&mut self) {
-        // Internal packets are rare: look only while the head of the queue is one.
-        while self.engine.deliveries_pending() > 0 {
-            let Some(d) = self.engine.peek_delivery() else {
-                return;
-            };
-            if !d.internal {
-                return;
-            }
-            let _ = self.engine.next_delivery();
+        while let Some(d) = self.engine.next_internal_delivery() {
             self.stats_packet(d);
             let _ = self.engine.packet_free(d.packet);
         }
