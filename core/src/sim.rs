@@ -215,6 +215,16 @@ pub type SimDevice = FaultInjector<SimPort, 2048>;
 /// A GAMMA process inside the simulator.
 pub type SimGamma<'a, S> = Gamma<'a, SimDevice, SimClock, S>;
 
+/// When a node whose engine next needs a poll at `poll_at` must run: then, when a
+/// held-back frame is released, or when a frame arrives.
+fn wake_at(poll_at: Option<Instant>, dev: &SimDevice) -> Option<Instant> {
+    let me = dev.inner().me;
+    [poll_at, dev.held_until(), dev.inner().net.next_arrival(me)]
+        .into_iter()
+        .flatten()
+        .min()
+}
+
 /// Something the simulator can drive.
 pub trait SimNode {
     /// Makes progress at the current virtual time; true if anything happened.
@@ -228,16 +238,7 @@ impl<S> SimNode for SimGamma<'_, S> {
         Gamma::poll(self)
     }
     fn wake_at(&self) -> Option<Instant> {
-        let dev = self.device();
-        let me = dev.inner().me;
-        [
-            self.poll_at(),
-            dev.held_until(),
-            dev.inner().net.next_arrival(me),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        wake_at(self.poll_at(), self.device())
     }
 }
 
@@ -251,16 +252,7 @@ impl<S> SimNode for SimLfc<'_, S> {
         busy | (self.run_upcalls() > 0)
     }
     fn wake_at(&self) -> Option<Instant> {
-        let dev = self.device();
-        let me = dev.inner().me;
-        [
-            self.poll_at(),
-            dev.held_until(),
-            dev.inner().net.next_arrival(me),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        wake_at(self.poll_at(), self.device())
     }
 }
 

@@ -252,14 +252,6 @@ impl<'a, S> Engine<'a, S> {
             .get(first..first + g.len as usize)
             .map(MemberList::List)
     }
-
-    /// The members of group `gid`, in creation order.
-    pub fn multicast_group(&self, gid: u16) -> Option<&[NodeId]> {
-        match self.mcast_members(gid)? {
-            MemberList::List(l) => Some(l),
-            MemberList::All(_) => None,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -552,12 +552,6 @@ impl<'a, S> Engine<'a, S> {
         Some(d)
     }
 
-    /// The oldest received packet not yet handed to the program, left queued.
-    pub fn peek_delivery(&self) -> Option<Delivery> {
-        let p = &self.bufs.pkts;
-        (p.len > 0).then(|| p.queue[p.head])
-    }
-
     /// The oldest internal delivery ([`Delivery::internal`]) wherever it waits in the
     /// queue, taken out of it (the others keep their order): a personality's own
     /// packets must not wait behind the program's.

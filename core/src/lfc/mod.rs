@@ -429,10 +429,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         size: usize,
         upcalls_allowed: bool,
     ) -> Result<(), Error> {
-        let tree = self.opts.tree;
-        self.launch(upcalls_allowed, |e| {
-            e.launch_multicast(packet, MCAST_ALL, size, tree)
-        })
+        self.mcast_launch(MCAST_ALL, packet, size, upcalls_allowed)
     }
 
     fn launch(
@@ -485,8 +482,9 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     /// reported here once, as `Err(SendFailure)`.
     pub fn poll(&mut self) -> Result<usize, Error> {
         self.stats.polls += 1;
-        self.last_poll = self.clock.now();
-        self.keepalive();
+        let now = self.clock.now();
+        self.last_poll = now;
+        self.keepalive(now);
         self.poll_network();
         let n = self.run_upcalls();
         self.check_failure()?;
@@ -579,8 +577,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     /// While the program waits (polls, interrupts), the other processes are probed
     /// now and then: LFC cannot tell whom a receiver waits for, and a dead one must
     /// become an error, not a wait without end.
-    fn keepalive(&mut self) {
-        let now = self.clock.now();
+    fn keepalive(&mut self, now: Instant) {
         if self.started
             && now.saturating_since(self.last_keepalive) >= self.engine.config().keepalive
         {
@@ -591,7 +588,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
 
     /// One round of a waiting call: drain, upcalls if allowed, the idle hook.
     fn wait_step(&mut self, upcalls_allowed: bool) -> Result<(), Error> {
-        self.keepalive();
+        self.keepalive(self.clock.now());
         let mut busy = self.poll_network();
         if upcalls_allowed {
             busy |= self.run_upcalls() > 0;
@@ -644,18 +641,13 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         if !self.interrupt_due() {
             return 0;
         }
-        self.last_interrupt = self.clock.now();
-        self.keepalive();
+        let now = self.clock.now();
+        self.last_interrupt = now;
+        self.keepalive(now);
         self.poll_network();
         let n = self.run_upcalls();
         self.stats.interrupts += n as u64;
         n
-    }
-
-    /// Records an interrupt that a deployment took itself and the upcalls it made.
-    pub fn note_interrupt(&mut self, upcalls: usize) {
-        self.last_interrupt = self.clock.now();
-        self.stats.interrupts += upcalls as u64;
     }
 
     // ------------------------------------------------------ timer, atomics

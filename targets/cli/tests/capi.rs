@@ -202,7 +202,6 @@ fn c_gammanp_starts_the_job_itself() {
 fn c_startup_errors_are_one_line_without_a_panic() {
     let prog = program("pingpong");
     let _g = serial();
-    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
     let cases: [Case; 3] = [
         (&["-GAMMANP", "lots"], &[], "-GAMMANP \"lots\""),
         (&[], &[("VOLLEY_FABRIC", "carrier-pigeon")], "VOLLEY_FABRIC"),
@@ -212,10 +211,18 @@ fn c_startup_errors_are_one_line_without_a_panic() {
             "VOLLEY_JOB is not",
         ),
     ];
-    for (args, env, want) in cases {
+    one_line_errors(&prog, &cases);
+}
+
+/// A bad start: `args` and `env`, the text the one line must hold.
+type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+
+/// Each case fails with exactly one line on stderr holding its text, and no panic.
+fn one_line_errors(prog: &Path, cases: &[Case]) {
+    for &(args, env, want) in cases {
         let o = Command::new("timeout")
             .arg("60")
-            .arg(&prog)
+            .arg(prog)
             .args(args)
             .envs(env.iter().copied())
             .output()
@@ -413,7 +420,6 @@ fn lfc_multicast_fetch_and_add_and_kept_packets() {
 fn lfc_bad_options_are_one_line() {
     let prog = program("lfc_groups");
     let _g = serial();
-    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
     let cases: [Case; 5] = [
         (&["-lfc-tree", "star"], &[], "-lfc-tree \"star\""),
         (&["-lfc-ring-frames", "0"], &[], "-lfc-ring-frames"),
@@ -421,19 +427,7 @@ fn lfc_bad_options_are_one_line() {
         (&[], &[("LFC_INTERVAL", "soon")], "LFC_INTERVAL"),
         (&["x", "2"], &[("HOSTS", "a b")], "argv[1] must be the rank"),
     ];
-    for (args, env, want) in cases {
-        let o = Command::new("timeout")
-            .arg("60")
-            .arg(&prog)
-            .args(args)
-            .envs(env.iter().copied())
-            .output()
-            .expect("runs");
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success(), "{args:?} {env:?}: {err}");
-        assert!(err.contains(want), "{args:?} {env:?}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-    }
+    one_line_errors(&prog, &cases);
 }
 
 /// Multicast trees, broadcast and fetch-and-add through a relay that drops 10% of
