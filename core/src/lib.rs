@@ -12,7 +12,8 @@
 //! - [`engine`]: per-peer channels (sliding window, cumulative and selective
 //!   acks, retransmission with back-off, credits), fragmentation straight into
 //!   posted user buffers, ports, semaphores, handlers, groups and the barrier.
-//! - [`gamma`]: the GAMMA personality, named after the functions of the seed.
+//! - [`gamma`], [`lfc`], `cheetah` (with `alloc`): the personalities, named after
+//!   the functions of their seeds.
 //! - [`sim`] (with `std`): the deterministic multi-node simulator used by tests.
 #![no_std]
 #![forbid(unsafe_code)]
@@ -31,6 +32,8 @@ macro_rules! trace {
     };
 }
 
+#[cfg(feature = "alloc")]
+pub mod cheetah;
 pub mod engine;
 pub mod gamma;
 pub mod lfc;

@@ -256,6 +256,20 @@ impl<S> SimNode for SimLfc<'_, S> {
     }
 }
 
+/// A Cheetah context inside the simulator, serving memory `M`.
+pub type SimCheetah<'a, M> = crate::cheetah::Cheetah<'a, SimDevice, SimClock, M>;
+
+impl<M: crate::engine::Memory> SimNode for SimCheetah<'_, M> {
+    fn poll(&mut self) -> bool {
+        // Failures wait for the test's next call to the context.
+        let busy = self.poll_network();
+        busy | (self.run_handlers() > 0)
+    }
+    fn wake_at(&self) -> Option<Instant> {
+        wake_at(self.poll_at(), self.device())
+    }
+}
+
 /// A run that did not reach its goal in virtual time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SimTimeout {

@@ -52,6 +52,16 @@ pub(crate) enum Slot {
         req: u32,
         value: u32,
     },
+    /// Get request `req`, described by get slot `get`.
+    GetRequest {
+        get: u16,
+        req: u32,
+    },
+    /// "Your put message / get request `msg` named memory we do not expose".
+    Deny {
+        msg: u32,
+        code: u32,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]

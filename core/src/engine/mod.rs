@@ -47,6 +47,7 @@ mod channel;
 mod mcast;
 mod packet;
 mod port;
+mod rma;
 mod rx;
 mod send;
 #[cfg(test)]
@@ -60,6 +61,8 @@ pub use channel::{Channel, MAX_WINDOW};
 pub use mcast::{McastGroup, McastTables, Tree, MCAST_ALL};
 pub use packet::{Delivery, PacketBuf, PacketId, Packets, PACKET_MAX};
 pub use port::*;
+use rma::RMA_NONE;
+pub use rma::{Memory, NoMemory, RmaFailure, GET_SLOTS, NO_BELL};
 
 /// Destination instance meaning "every member of the group but the sender".
 pub const BROADCAST: NodeId = u16::MAX;
@@ -78,6 +81,10 @@ pub const BARRIER_PORT: PortId = 1024;
 pub const BROADCAST_PORT: PortId = 1023;
 /// `offset` of a CONTROL frame that rejects a message (WIRE.md).
 const CONTROL_REJECT: u32 = 1;
+/// `offset` of a CONTROL frame that denies a put: its address is not exposed.
+const CONTROL_DENY_PUT: u32 = 2;
+/// `offset` of a CONTROL frame that denies a get request.
+const CONTROL_DENY_GET: u32 = 3;
 
 /// Tunables of one engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,6 +250,8 @@ pub enum Error {
     InHandler,
     /// Counter number outside the counters an endpoint serves.
     InvalidCounter,
+    /// The address range is not memory its owner lets peers reach.
+    BadAddress,
 }
 
 impl Error {
@@ -279,6 +288,7 @@ impl core::fmt::Display for Error {
             Error::PortClosed => "destination port not bound for input at the receiver",
             Error::InHandler => "not allowed inside a handler",
             Error::InvalidCounter => "no such counter",
+            Error::BadAddress => "address not in memory its owner exposes",
         })
     }
 }
@@ -346,6 +356,14 @@ pub struct Op<'a> {
     packet: u16,
     /// Per-kind extra: a packet's multicast tree shape.
     aux: u8,
+    /// One-sided: the body is read from program memory at `local` as frames are
+    /// built, and every frame starts with `prefix` (`wire::RMA_PREFIX` bytes).
+    mem_src: bool,
+    /// One-sided: the engine keeps the slot and rings `bell` when it is done.
+    owned: bool,
+    local: u64,
+    prefix: [u64; 2],
+    bell: u64,
     /// The caller has let go of the handle: the slot frees itself when done.
     detached: bool,
     /// The receiver discarded the message (port not bound): fails once acked.
@@ -378,6 +396,11 @@ impl Op<'_> {
         eager: NONE,
         packet: NONE,
         aux: 0,
+        mem_src: false,
+        owned: false,
+        local: 0,
+        prefix: [0; 2],
+        bell: 0,
         detached: false,
         rejected: false,
         head: [0; HEAD_MAX],
@@ -438,6 +461,12 @@ pub struct Assembly {
     received: u32,
     deadline: Instant,
     src: Endpoints,
+    /// `RMA_NONE`, or a put / get reply written to `addr` (ring `bell` at the end).
+    rma: u8,
+    addr: u64,
+    bell: u64,
+    /// The get a reply belongs to.
+    get: u16,
 }
 
 impl Assembly {
@@ -462,6 +491,10 @@ impl Assembly {
             dst_node: 0,
             dst_port: 0,
         },
+        rma: RMA_NONE,
+        addr: 0,
+        bell: 0,
+        get: NONE,
     };
 }
 
@@ -556,6 +589,12 @@ pub struct Stats {
     pub peers_failed: u64,
     /// Barriers completed.
     pub barriers: u64,
+    /// Gets answered from our memory.
+    pub rma_served: u64,
+    /// Puts and gets whose address we refused (or that failed to copy).
+    pub rma_denied: u64,
+    /// Puts and get replies that landed in our memory.
+    pub rma_landed: u64,
 }
 
 /// Tables an engine works in, from caller storage (`&mut [T]`) or, with `alloc`, a `Vec`.
@@ -637,6 +676,8 @@ impl<S> Storage<'_, S> {
 pub(crate) struct Bufs<'a> {
     pub(crate) eager: ManagedSlice<'a, EagerBuf>,
     pub(crate) pkts: Packets<'a>,
+    /// One-sided operations finished since the last `settle_rma`.
+    pub(crate) rma_done: u16,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -689,6 +730,8 @@ pub struct Engine<'a, S = ()> {
     outbox: Outbox,
     /// Counters served here and fetch-and-adds waiting for answers.
     atomics: atomic::Atomics,
+    /// Gets waiting for data, one-sided failures.
+    rma: rma::Rma,
 }
 
 impl<S> core::fmt::Debug for Engine<'_, S> {
@@ -736,7 +779,9 @@ fn finish_op(ops: &mut [Op<'_>], bufs: &mut Bufs<'_>, i: usize, ok: bool) {
         bufs.pkts.release_net(op.packet);
         op.packet = NONE;
     }
-    if op.detached {
+    if op.owned {
+        bufs.rma_done = bufs.rma_done.saturating_add(1);
+    } else if op.detached {
         op.state = OpState::Free;
     }
 }
@@ -772,6 +817,7 @@ impl<'a, S> Engine<'a, S> {
             bufs: Bufs {
                 eager: storage.eager,
                 pkts: storage.packets,
+                rma_done: 0,
             },
             mcast: storage.mcast,
             state,
@@ -791,6 +837,7 @@ impl<'a, S> Engine<'a, S> {
             delivered: false,
             outbox: Outbox::default(),
             atomics: atomic::Atomics::default(),
+            rma: rma::Rma::default(),
         })
     }
 
@@ -860,6 +907,19 @@ impl<'a, S> Engine<'a, S> {
     /// Receives and processes frames, fires timers, advances the barrier and transmits.
     /// Returns true if anything happened.
     pub fn poll<D: Device>(&mut self, now: Instant, dev: &mut D, ext: Option<&[u8]>) -> bool {
+        self.poll_mem(now, dev, ext, &mut NoMemory)
+    }
+
+    /// [`Engine::poll`] for an endpoint that serves one-sided operations: peers'
+    /// puts and gets reach program memory through `mem`, and the bells of finished
+    /// operations are rung through it.
+    pub fn poll_mem<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        ext: Option<&[u8]>,
+        mem: &mut dyn Memory,
+    ) -> bool {
         self.caps = dev.capabilities();
         let mut busy = false;
         // A bounded batch keeps transmission (and acks) flowing under a receive flood;
@@ -869,7 +929,7 @@ impl<'a, S> Engine<'a, S> {
         for _ in 0..256 {
             let Some(tok) = dev.receive(now) else { break };
             let src = tok.source();
-            tok.consume(|f| self.handle_frame_from(now, f, src));
+            tok.consume(|f| self.handle_frame_mem(now, f, src, mem));
             busy = true;
             if self.delivered {
                 break;
@@ -882,10 +942,11 @@ impl<'a, S> Engine<'a, S> {
         if self.bar.active {
             self.advance_barrier(now);
         }
-        busy |= self.poll_transmit(now, dev, ext) > 0;
+        busy |= self.poll_transmit_mem(now, dev, ext, mem) > 0;
         if self.bar.active {
             self.advance_barrier(now);
         }
+        self.settle_rma(mem);
         busy
     }
 }

@@ -15,6 +15,17 @@ impl<'a, S> Engine<'a, S> {
     /// [`Engine::handle_frame`] for a frame the device saw come from fabric address
     /// `source`: a header claiming another sender is dropped (`rx_spoofed`).
     pub fn handle_frame_from(&mut self, now: Instant, frame: &[u8], source: Option<NodeAddr>) {
+        self.handle_frame_mem(now, frame, source, &mut NoMemory)
+    }
+
+    /// [`Engine::handle_frame_from`] with program memory for one-sided operations.
+    pub fn handle_frame_mem(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        source: Option<NodeAddr>,
+        mem: &mut dyn Memory,
+    ) {
         self.stats.rx_frames += 1;
         // The header is read once, into private memory: the frame may sit in a ring
         // slot that another process can still write.
@@ -70,9 +81,12 @@ impl<'a, S> Engine<'a, S> {
             | Kind::FetchAdd
             | Kind::FetchAddReply
             | Kind::Packet
+            | Kind::Put
+            | Kind::GetRequest
+            | Kind::GetReply
                 if repr.flags.contains(Flags::RELIABLE) =>
             {
-                self.rx_reliable(now, ci, &repr, payload)
+                self.rx_reliable(now, ci, &repr, payload, mem)
             }
             Kind::Data | Kind::Multicast => self.rx_best_effort(now, ci, &repr, payload),
             _ => self.stats.rx_unsupported += 1,
@@ -112,7 +126,14 @@ impl<'a, S> Engine<'a, S> {
         }
     }
 
-    pub(super) fn rx_reliable(&mut self, now: Instant, ci: usize, repr: &Repr, payload: &[u8]) {
+    pub(super) fn rx_reliable(
+        &mut self,
+        now: Instant,
+        ci: usize,
+        repr: &Repr,
+        payload: &[u8],
+        mem: &mut dyn Memory,
+    ) {
         trace!(
             "{now} node {} rx seq {} msg {} off {} from {}: {:?} rcv_nxt {}",
             self.cfg.node,
@@ -151,6 +172,8 @@ impl<'a, S> Engine<'a, S> {
                 self.rx_fetch_reply(ci, repr);
                 true
             }
+            Kind::GetRequest => self.rx_get_request(ci, repr, payload, mem),
+            Kind::Put | Kind::GetReply => self.rx_rma_data(now, ci, repr, payload, mem),
             _ => self.rx_reliable_data(now, ci, repr, payload),
         };
         let ch = &mut self.chans[ci];
@@ -172,13 +195,20 @@ impl<'a, S> Engine<'a, S> {
             // Credits come back within the delay even if nothing is sent meanwhile.
             ch.ack_at = Some(now + self.cfg.ack_delay);
         }
-        if matches!(repr.kind, Kind::Data | Kind::Multicast | Kind::Packet) {
-            self.deliver_in_order(ci);
+        if matches!(
+            repr.kind,
+            Kind::Data | Kind::Multicast | Kind::Packet | Kind::Put | Kind::GetReply
+        ) {
+            self.deliver_in_order(ci, mem);
         }
     }
 
     /// A control frame: REJECT fails our message `msg_id` sent from `dst_port`.
     pub(super) fn rx_control(&mut self, ci: usize, repr: &Repr) {
+        if matches!(repr.offset, CONTROL_DENY_PUT | CONTROL_DENY_GET) {
+            self.rx_deny(ci, repr);
+            return;
+        }
         if repr.offset != CONTROL_REJECT {
             self.stats.rx_unsupported += 1;
             return;
@@ -272,6 +302,7 @@ impl<'a, S> Engine<'a, S> {
             received: 0,
             deadline: now + self.cfg.reassembly_timeout,
             src: repr.ends,
+            ..Assembly::EMPTY
         };
         Some(ai)
     }
@@ -328,6 +359,7 @@ impl<'a, S> Engine<'a, S> {
             received: 0,
             deadline: now + self.cfg.reassembly_timeout,
             src: repr.ends,
+            ..Assembly::EMPTY
         };
         Some(ai)
     }
@@ -392,7 +424,45 @@ impl<'a, S> Engine<'a, S> {
         true
     }
 
-    pub(super) fn deliver_in_order(&mut self, ci: usize) {
+    /// The fragment of a put or get reply: placed straight into memory, in
+    /// message order like [`Engine::rx_reliable_data`].
+    pub(super) fn rx_rma_data(
+        &mut self,
+        now: Instant,
+        ci: usize,
+        repr: &Repr,
+        payload: &[u8],
+        mem: &mut dyn Memory,
+    ) -> bool {
+        let ai = match self.find_asm(ci, repr.msg_id, true) {
+            Some(ai) => ai,
+            None => {
+                let next = self.chans[ci].next_reserve;
+                if seq_lt(repr.msg_id, next) {
+                    self.stats.rx_dropped += 1;
+                    return true;
+                }
+                if repr.msg_id != next {
+                    return false;
+                }
+                let Some(ai) = self.reserve_rma(ci, repr, payload, now, mem) else {
+                    return false;
+                };
+                self.chans[ci].next_reserve = next.wrapping_add(1);
+                ai
+            }
+        };
+        if self.asms[ai].rma == RMA_NONE {
+            // A message id of a DATA message: the frame contradicts its sender.
+            self.stats.rx_malformed += 1;
+            return true;
+        }
+        let data = payload.get(wire::RMA_PREFIX..).unwrap_or(&[]);
+        self.place_rma(ai, repr.offset, data, mem);
+        true
+    }
+
+    pub(super) fn deliver_in_order(&mut self, ci: usize, mem: &mut dyn Memory) {
         loop {
             let want = self.chans[ci].next_deliver;
             let Some(ai) = self.find_asm(ci, want, true) else {
@@ -403,7 +473,14 @@ impl<'a, S> Engine<'a, S> {
                 return;
             }
             self.chans[ci].next_deliver = want.wrapping_add(1);
-            self.deliver(ai, None);
+            if a.rma != RMA_NONE {
+                self.asms[ai].used = false;
+                self.deliver_rma(a, mem);
+                // A get reply frees a get; a denial may now fit the control queue.
+                self.wake_refused();
+            } else {
+                self.deliver(ai, None);
+            }
         }
     }
 

@@ -177,8 +177,11 @@ impl<'a, S> Engine<'a, S> {
         op.chan = ci as u16;
         op.next = NONE;
         if ch.failed {
-            let (port, dest, kind) = (op.src_port, op.dest, op.kind);
+            let (port, dest, kind, owned) = (op.src_port, op.dest, op.kind, op.owned);
             finish_op(&mut self.ops, &mut self.bufs, oi, false);
+            if owned {
+                return;
+            }
             if kind == Kind::Packet {
                 self.packet_send_failed(dest.node);
             } else {

@@ -99,6 +99,10 @@ impl<'a, S> Engine<'a, S> {
             let o = self.ops[oi];
             if o.state == OpState::Active && o.chan == ci as u16 && o.children == 0 {
                 finish_op(&mut self.ops, &mut self.bufs, oi, false);
+                if o.owned {
+                    // One-sided: `settle_rma` reports it.
+                    continue;
+                }
                 if o.kind == Kind::Packet {
                     // Packets have no port: the personality reports it.
                     self.packet_send_failed(o.dest.node);
@@ -118,6 +122,7 @@ impl<'a, S> Engine<'a, S> {
         }
         self.fail_ports_bound_to(ci);
         self.fail_fetches(ci);
+        self.fail_gets(ci);
         if self.bar.active && self.chans[ci].peer_group == self.cfg.group {
             // The member we send to or wait for in this round is gone.
             let peer = self.chans[ci].peer_node as u32;

@@ -40,6 +40,18 @@ impl<'a, S> Engine<'a, S> {
         dev: &mut D,
         ext: Option<&[u8]>,
     ) -> usize {
+        self.poll_transmit_mem(now, dev, ext, &mut NoMemory)
+    }
+
+    /// [`Engine::poll_transmit`] with program memory, which one-sided operations
+    /// read their frames' data from.
+    pub fn poll_transmit_mem<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        ext: Option<&[u8]>,
+        mem: &mut dyn Memory,
+    ) -> usize {
         if self.outbox.len > 0 {
             self.start_queued();
         }
@@ -59,7 +71,7 @@ impl<'a, S> Engine<'a, S> {
                 && !ch.ack_now
                 && (ch.rto_at.is_some() || ch.outstanding() == 0);
             if ch.in_use && !ch.failed && !idle {
-                sent += self.transmit_chan(now, dev, ci, ext);
+                sent += self.transmit_chan(now, dev, ci, ext, mem);
             }
         }
         sent
@@ -71,6 +83,7 @@ impl<'a, S> Engine<'a, S> {
         dev: &mut D,
         ci: usize,
         ext: Option<&[u8]>,
+        mem: &mut dyn Memory,
     ) -> usize {
         let Engine {
             chans,
@@ -79,8 +92,10 @@ impl<'a, S> Engine<'a, S> {
             cfg,
             caps,
             stats,
+            rma,
             ..
         } = self;
+        let gets = &rma.gets[..];
         let ch = &mut chans[ci];
         let tag = if cfg.auth_key.is_some() {
             wire::TAG_LEN
@@ -116,6 +131,10 @@ impl<'a, S> Engine<'a, S> {
             let e = *ch.slot_mut(s);
             if e.resend && !e.sacked {
                 let ok = match e.slot {
+                    Slot::Data { op, offset, len } if ops[op as usize].mem_src => {
+                        let last = offset + len as u32 == ops[op as usize].total;
+                        tx.rma(ch, &ops[op as usize], s, offset, len, last, true, mem)
+                    }
                     Slot::Data { op, offset, len } => {
                         let o = &ops[op as usize];
                         let body = op_body(o, bufs, ext);
@@ -131,7 +150,9 @@ impl<'a, S> Engine<'a, S> {
                     ctrl @ (Slot::Barrier { .. }
                     | Slot::Reject { .. }
                     | Slot::FetchAdd { .. }
-                    | Slot::FetchAddReply { .. }) => tx.slot(ch, s, ctrl),
+                    | Slot::FetchAddReply { .. }
+                    | Slot::GetRequest { .. }
+                    | Slot::Deny { .. }) => tx.slot(ch, s, ctrl, gets),
                     Slot::Free => true,
                 };
                 if !ok {
@@ -148,7 +169,7 @@ impl<'a, S> Engine<'a, S> {
         while ch.ctrl_len > 0 && ch.can_send_new() {
             let slot = ch.ctrl[0];
             let seq = ch.snd_nxt;
-            if !tx.slot(ch, seq, slot) {
+            if !tx.slot(ch, seq, slot, gets) {
                 return tx.sent;
             }
             ch.push(slot);
@@ -163,18 +184,31 @@ impl<'a, S> Engine<'a, S> {
             if o.reliable && !ch.can_send_new() {
                 break;
             }
-            let Some(body) = op_body(o, bufs, ext) else {
-                break;
-            };
             let off = o.framed;
-            let len = ((o.total - off) as usize).min(max_payload);
-            let last = off as usize + len == o.total as usize;
-            let pieces = o.pieces(body, off as usize, len);
             let seq = ch.snd_nxt;
             let reliable = o.reliable;
-            if !tx.data(ch, o, seq, off, pieces, last, false) {
-                break;
+            let len;
+            if o.mem_src {
+                len = ((o.total - off) as usize).min(max_payload.saturating_sub(wire::RMA_PREFIX));
+                let last = off as usize + len == o.total as usize;
+                if len == 0 && !last {
+                    break;
+                }
+                if !tx.rma(ch, o, seq, off, len as u16, last, false, mem) {
+                    break;
+                }
+            } else {
+                let Some(body) = op_body(o, bufs, ext) else {
+                    break;
+                };
+                len = ((o.total - off) as usize).min(max_payload);
+                let last = off as usize + len == o.total as usize;
+                let pieces = o.pieces(body, off as usize, len);
+                if !tx.data(ch, o, seq, off, pieces, last, false) {
+                    break;
+                }
             }
+            let last = off as usize + len == o.total as usize;
             let op = &mut ops[oi];
             op.framed += len as u32;
             op.started = true;
@@ -237,7 +271,21 @@ struct Tx<'t, D> {
 }
 
 impl<D: Device> Tx<'_, D> {
-    fn emit(&mut self, ch: &mut Channel, mut repr: Repr, pieces: [&[u8]; 2]) -> bool {
+    fn emit(&mut self, ch: &mut Channel, repr: Repr, pieces: [&[u8]; 2]) -> bool {
+        self.emit_with(ch, repr, |rest| {
+            let (a, b) = rest.split_at_mut(pieces[0].len());
+            a.copy_from_slice(pieces[0]);
+            b.copy_from_slice(pieces[1]);
+        })
+    }
+
+    /// Emits `repr` with its payload written by `fill` straight into the frame.
+    fn emit_with<F: FnOnce(&mut [u8])>(
+        &mut self,
+        ch: &mut Channel,
+        mut repr: Repr,
+        fill: F,
+    ) -> bool {
         repr.ends.src_group = self.cfg.group;
         repr.ends.src_node = self.cfg.node;
         repr.ends.dst_group = ch.peer_group;
@@ -257,7 +305,7 @@ impl<D: Device> Tx<'_, D> {
             return false;
         };
         let ok = tok.consume(len, |buf| {
-            repr.emit_frame(buf, &pieces, skip_crc, key).is_ok()
+            repr.emit_frame_with(buf, skip_crc, key, fill).is_ok()
         });
         if !ok {
             return false;
@@ -322,6 +370,56 @@ impl<D: Device> Tx<'_, D> {
         self.emit(ch, repr, pieces)
     }
 
+    /// A fragment of a put or get reply: the prefix, then `len` bytes read from
+    /// program memory at the op's `local + offset` (zeros, counted, if unreadable).
+    #[allow(clippy::too_many_arguments)]
+    fn rma(
+        &mut self,
+        ch: &mut Channel,
+        o: &Op<'_>,
+        seq: u32,
+        offset: u32,
+        len: u16,
+        last: bool,
+        resend: bool,
+        mem: &mut dyn Memory,
+    ) -> bool {
+        let mut flags = Flags::RELIABLE;
+        let filling = ch.outstanding() + 1 >= (ch.peer_window as u32 * 3 / 4).max(1);
+        if last || resend || filling {
+            flags |= Flags::ACK_REQ;
+        }
+        if last {
+            flags |= Flags::LAST;
+        }
+        let repr = Repr {
+            kind: o.kind,
+            flags,
+            job_key: 0,
+            ends: Endpoints::default(),
+            seq,
+            ack: None,
+            msg_id: o.msg_id,
+            offset,
+            total_len: o.total,
+            payload_len: wire::RMA_PREFIX as u16 + len,
+        };
+        let mut faulted = false;
+        let ok = self.emit_with(ch, repr, |p| {
+            let (head, data) = p.split_at_mut(wire::RMA_PREFIX);
+            head[..8].copy_from_slice(&o.prefix[0].to_be_bytes());
+            head[8..].copy_from_slice(&o.prefix[1].to_be_bytes());
+            if mem.read(o.local.wrapping_add(offset as u64), data).is_err() {
+                data.fill(0);
+                faulted = true;
+            }
+        });
+        if faulted {
+            self.stats.rma_denied += 1;
+        }
+        ok
+    }
+
     fn barrier(&mut self, ch: &mut Channel, seq: u32, epoch: u32, round: u32) -> bool {
         let repr = Repr {
             kind: Kind::Barrier,
@@ -377,7 +475,7 @@ impl<D: Device> Tx<'_, D> {
     }
 
     /// Sends control slot `slot` (anything but data) as frame `seq`.
-    fn slot(&mut self, ch: &mut Channel, seq: u32, slot: Slot) -> bool {
+    fn slot(&mut self, ch: &mut Channel, seq: u32, slot: Slot, gets: &[rma::Get]) -> bool {
         match slot {
             Slot::Barrier { epoch, round } => self.barrier(ch, seq, epoch, round),
             Slot::Reject { msg, port } => self.reject(ch, seq, msg, port),
@@ -386,6 +484,23 @@ impl<D: Device> Tx<'_, D> {
             }
             Slot::FetchAddReply { req, value } => {
                 self.control(ch, seq, Kind::FetchAddReply, req, value, 0)
+            }
+            Slot::Deny { msg, code } => self.control(ch, seq, Kind::Control, msg, code, 0),
+            Slot::GetRequest { get, req } => {
+                let payload = Engine::<()>::get_request_payload(gets, get, req);
+                let repr = Repr {
+                    kind: Kind::GetRequest,
+                    flags: Flags::RELIABLE | Flags::ACK_REQ,
+                    job_key: 0,
+                    ends: Endpoints::default(),
+                    seq,
+                    ack: None,
+                    msg_id: req,
+                    offset: 0,
+                    total_len: 0,
+                    payload_len: wire::GET_REQUEST_LEN as u16,
+                };
+                self.emit(ch, repr, [&payload, &[]])
             }
             Slot::Data { .. } | Slot::Free => true,
         }

@@ -17,6 +17,11 @@ use crc::{Crc, CRC_32_ISCSI};
 pub const VERSION: u8 = 1;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 56;
+/// Bytes at the start of every `PUT` and `GET_REPLY` payload before the data: the
+/// destination (address and bell for a put, the request id for a get reply).
+pub const RMA_PREFIX: usize = 16;
+/// Payload of a `GET_REQUEST`: source address, source bell, length, reserved.
+pub const GET_REQUEST_LEN: usize = 24;
 
 /// CRC-32C (Castagnoli), the polynomial of iSCSI and SCTP.
 const CRC32C: Crc<u32> = Crc::<u32>::new(&CRC_32_ISCSI);
@@ -98,11 +103,13 @@ pub enum Kind {
     FetchAdd = 6,
     /// Remote fetch-and-add reply.
     FetchAddReply = 7,
-    /// One-sided put (reserved for the Cheetah personality).
+    /// One-sided put: a fragment written straight to an address of the receiver.
+    /// The payload starts with [`RMA_PREFIX`] bytes: address (u64), bell (u64).
     Put = 8,
-    /// One-sided get request.
+    /// One-sided get request ([`GET_REQUEST_LEN`] bytes: address, bell, length).
     GetRequest = 9,
-    /// One-sided get reply carrying the data.
+    /// A fragment of a get's data. The payload starts with [`RMA_PREFIX`] bytes:
+    /// the request id (u32), then zeros.
     GetReply = 10,
     /// Remote handler invocation by tag (Cheetah `ainvoke`).
     Ainvoke = 11,
@@ -468,6 +475,15 @@ impl Repr {
         {
             return Err(WireError::Malformed);
         }
+        if matches!(kind, Kind::Put | Kind::GetReply)
+            && (payload_len < RMA_PREFIX as u16
+                || offset as u64 + (payload_len - RMA_PREFIX as u16) as u64 > total_len as u64)
+        {
+            return Err(WireError::Malformed);
+        }
+        if kind == Kind::GetRequest && payload_len != GET_REQUEST_LEN as u16 {
+            return Err(WireError::Malformed);
+        }
         if kind == Kind::Packet && total_len != payload_len as u32 {
             return Err(WireError::Malformed);
         }
@@ -567,20 +583,40 @@ impl Repr {
         key: Option<&AuthKey>,
     ) -> Result<usize, WireError> {
         let total: usize = pieces.iter().map(|p| p.len()).sum();
+        if total != self.payload_len as usize {
+            return Err(WireError::Malformed);
+        }
+        self.emit_frame_with(buf, skip_crc, key, |rest| {
+            let mut at = 0;
+            for piece in pieces {
+                rest[at..at + piece.len()].copy_from_slice(piece);
+                at += piece.len();
+            }
+        })
+    }
+
+    /// [`Repr::emit_frame`] with the payload written by `fill` straight into its place
+    /// (`payload_len` bytes), for a payload that is read from elsewhere (remote
+    /// memory access reads the program's memory into the frame).
+    #[inline]
+    pub fn emit_frame_with<F: FnOnce(&mut [u8])>(
+        &self,
+        buf: &mut [u8],
+        skip_crc: bool,
+        key: Option<&AuthKey>,
+        fill: F,
+    ) -> Result<usize, WireError> {
+        let total = self.payload_len as usize;
         let len = self.buffer_len();
         let full = len + if key.is_some() { TAG_LEN } else { 0 };
-        if buf.len() < full || total != self.payload_len as usize {
+        if buf.len() < full {
             return Err(WireError::Malformed);
         }
         let skip_crc = skip_crc || key.is_some();
         let h = self.header_bytes(skip_crc, key.is_some());
         let (head, rest) = buf.split_at_mut(HEADER_LEN);
         head.copy_from_slice(&h);
-        let mut at = 0;
-        for piece in pieces {
-            rest[at..at + piece.len()].copy_from_slice(piece);
-            at += piece.len();
-        }
+        fill(&mut rest[..total]);
         if !skip_crc {
             let mut d = CRC32C.digest();
             d.update(&h[..field::CRC.start]);
@@ -720,13 +756,40 @@ mod tests {
             let mut r = sample();
             r.kind = Kind::from_u8(k).unwrap();
             r.ack = None;
-            let pl: &[u8] = if r.kind == Kind::Ack { b"" } else { b"wxyz" };
+            let pl: &[u8] = match r.kind {
+                Kind::Ack => b"",
+                // A one-sided frame's prefix, then data; a get request's fields.
+                Kind::Put | Kind::GetReply => &[7u8; RMA_PREFIX + 4],
+                Kind::GetRequest => &[0u8; GET_REQUEST_LEN],
+                _ => b"wxyz",
+            };
             r.payload_len = pl.len() as u16;
-            let mut buf = [0u8; 60];
+            let mut buf = [0u8; 120];
             let n = r.emit_with_payload(&mut buf, &[pl], false).unwrap();
             let p = Packet::new_checked(&buf[..n]).unwrap();
             assert_eq!(Repr::parse(&p, false).unwrap(), r);
             assert_eq!(p.payload(), pl);
+        }
+    }
+
+    #[test]
+    fn one_sided_frames_are_checked() {
+        let mut buf = [0u8; 120];
+        for (kind, len, ok) in [
+            (Kind::Put, RMA_PREFIX - 1, false),
+            (Kind::Put, RMA_PREFIX, true),
+            (Kind::GetReply, RMA_PREFIX + 5, false),
+            (Kind::GetRequest, GET_REQUEST_LEN - 1, false),
+            (Kind::GetRequest, GET_REQUEST_LEN + 1, false),
+        ] {
+            let mut r = sample();
+            r.kind = kind;
+            r.offset = 100;
+            r.payload_len = len as u16;
+            let pl = [0u8; 64];
+            let n = r.emit_with_payload(&mut buf, &[&pl[..len]], false).unwrap();
+            let got = Repr::parse(&Packet::new_unchecked(&buf[..n]), false);
+            assert_eq!(got.is_ok(), ok, "{kind:?} {len}: {got:?}");
         }
     }
 

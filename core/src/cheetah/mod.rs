@@ -1,0 +1,745 @@
+//! The Cheetah core personality (LANL, Karmesin 1999-2000), in Rust: one-sided put
+//! and get with doorbells, remote handler invocation by tag, poll, wait and barrier.
+//!
+//! - **Contexts** are the ranks of one job ([`Cheetah::ncontexts`],
+//!   [`Cheetah::mycontext`]).
+//! - **Memory.** Addresses are the program's own, as in the seed; what a peer may
+//!   reach is decided by the [`Memory`] this process was given: [`Segments`] (memory
+//!   the program lent, addressed by the numbers [`Segments::expose`] returns) in
+//!   Rust, the process's own writable mappings in the C library. An address outside
+//!   it is refused at the target, which is left untouched, and the initiator's next
+//!   call returns [`Error::BadAddress`].
+//! - **Put / get** ([`Cheetah::put`], [`Cheetah::get`]) are served by the target's
+//!   engine at its next poll, with no handler of the target involved: fragments go
+//!   straight between memory and frames. Bells are `i32` counters in memory
+//!   (native byte order), rung by the engine at the moments the seed defines: a
+//!   put's local bell when the source may be reused (the target has every byte),
+//!   its remote bell when the data has landed; a get's local bell when the data has
+//!   landed, its remote bell when the target's source may be reused. Address 0 is
+//!   "no bell".
+//! - **Ainvoke** ([`Cheetah::ainvoke`]) copies the buffer into send packets at once
+//!   (so its local bell rings before the call returns) and the target runs the
+//!   handler registered for the tag inside a poll, wait or barrier, with the whole
+//!   `Cheetah` (it may put, get and ainvoke). Buffers longer than a packet are sent
+//!   in several, in order, and put together at the target (up to [`AINVOKE_MAX`]).
+//! - **Dead peers** become errors: a put, get or invocation to a context that stops
+//!   answering fails the next call with [`Error::SendFailure`].
+
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+
+use crate::engine::{Config, Delivery, Engine, Error, Group, Memory, PacketId, Storage};
+use crate::phy::Device;
+use crate::time::{Clock, Duration, Instant};
+use crate::NodeId;
+
+/// Longest buffer an ainvoke carries.
+pub const AINVOKE_MAX: usize = 1 << 20;
+/// Bytes in front of an invocation's first packet: tag (i32), length (u32).
+const INVOKE_HEAD: usize = 8;
+
+/// A registered handler: `(cheetah, who, tag, buffer)`.
+pub type Handler<'a, D, C, M> = fn(&mut Cheetah<'a, D, C, M>, NodeId, i32, &[u8]);
+
+/// An invocation that has arrived whole, for a deployment that runs the handler
+/// itself (a C facade): read it with [`Cheetah::invocation_data`], end it with
+/// [`Cheetah::invocation_done`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Invocation {
+    /// The context that invoked.
+    pub who: NodeId,
+    /// The tag it named.
+    pub tag: i32,
+    /// Buffer length.
+    pub len: usize,
+    at: InvocationData,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InvocationData {
+    /// In one received packet, after the head.
+    Packet(PacketId),
+    /// Put together from several, in `assembled[i]`.
+    Assembled(usize),
+    /// No bytes at all.
+    Empty,
+}
+
+/// An invocation arriving in several packets.
+#[derive(Debug, Default)]
+struct Partial {
+    tag: i32,
+    want: usize,
+    buf: Vec<u8>,
+}
+
+/// Counters of one context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CheetahStats {
+    /// Puts started.
+    pub puts: u64,
+    /// Gets started.
+    pub gets: u64,
+    /// Invocations sent.
+    pub ainvokes: u64,
+    /// Handlers run here.
+    pub handlers: u64,
+    /// Invocations dropped for want of a handler.
+    pub unhandled: u64,
+}
+
+/// Program memory lent to the engine: segments at numbered addresses, so that a
+/// peer reaches exactly what was exposed. Segment `i` starts at `(i + 1) << 40`.
+#[derive(Debug, Default)]
+pub struct Segments<'m> {
+    segs: Vec<&'m mut [u8]>,
+}
+
+impl<'m> Segments<'m> {
+    /// No memory exposed yet.
+    pub fn new() -> Self {
+        Segments { segs: Vec::new() }
+    }
+
+    /// Exposes `mem` to peers (for reading and writing); returns its address.
+    pub fn expose(&mut self, mem: &'m mut [u8]) -> u64 {
+        self.segs.push(mem);
+        (self.segs.len() as u64) << 40
+    }
+
+    /// The segment at `base`.
+    pub fn segment(&self, base: u64) -> Option<&[u8]> {
+        let i = (base >> 40).checked_sub(1)? as usize;
+        (base & ((1 << 40) - 1) == 0)
+            .then(|| self.segs.get(i).map(|s| &s[..]))
+            .flatten()
+    }
+
+    /// The segment at `base`, to change.
+    pub fn segment_mut(&mut self, base: u64) -> Option<&mut [u8]> {
+        let i = (base >> 40).checked_sub(1)? as usize;
+        if base & ((1 << 40) - 1) != 0 {
+            return None;
+        }
+        self.segs.get_mut(i).map(|s| &mut s[..])
+    }
+
+    fn range(&mut self, addr: u64, len: u64) -> Result<&mut [u8], Error> {
+        let i = (addr >> 40).checked_sub(1).ok_or(Error::BadAddress)? as usize;
+        let off = (addr & ((1 << 40) - 1)) as usize;
+        let seg = self.segs.get_mut(i).ok_or(Error::BadAddress)?;
+        let end = off.checked_add(len as usize).ok_or(Error::BadAddress)?;
+        seg.get_mut(off..end).ok_or(Error::BadAddress)
+    }
+}
+
+impl Memory for Segments<'_> {
+    fn check(&mut self, addr: u64, len: u64, _write: bool) -> Result<(), Error> {
+        self.range(addr, len).map(|_| ())
+    }
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Error> {
+        self.range(addr, data.len() as u64)?.copy_from_slice(data);
+        Ok(())
+    }
+    fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), Error> {
+        out.copy_from_slice(self.range(addr, out.len() as u64)?);
+        Ok(())
+    }
+    fn ring(&mut self, bell: u64) {
+        if let Ok(b) = self.range(bell, 4) {
+            let v = i32::from_ne_bytes([b[0], b[1], b[2], b[3]]).wrapping_add(1);
+            b.copy_from_slice(&v.to_ne_bytes());
+        }
+    }
+}
+
+/// One Cheetah context.
+pub struct Cheetah<'a, D, C, M> {
+    engine: Engine<'a>,
+    dev: D,
+    clock: C,
+    mem: M,
+    handlers: Vec<(i32, Handler<'a, D, C, M>)>,
+    partial: Vec<Partial>,
+    assembled: Vec<Option<Vec<u8>>>,
+    /// Invocations of ourselves, run at the next poll.
+    own: VecDeque<(i32, Vec<u8>)>,
+    failed: Option<(NodeId, Error)>,
+    last_keepalive: Instant,
+    finalized: bool,
+    stats: CheetahStats,
+    idle: Option<fn()>,
+}
+
+impl<D, C, M> core::fmt::Debug for Cheetah<'_, D, C, M> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Cheetah")
+            .field("engine", &self.engine)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
+    /// `cheetah_core_setup`: this process is context `cfg.node` of the job's group,
+    /// with tables for a fabric of `fabric_nodes` addresses, serving `mem`.
+    pub fn setup(
+        cfg: Config,
+        groups: &'a [Group<'a>],
+        fabric_nodes: usize,
+        dev: D,
+        clock: C,
+        mem: M,
+    ) -> Result<Self, Error> {
+        let cap = crate::engine::Capacity {
+            ports: 1,
+            channels: fabric_nodes,
+            fabric_nodes,
+            ops: (256 + 8 * fabric_nodes).min(0xFFF0),
+            assemblies: 16 + 2 * fabric_nodes,
+            eager: 0,
+        };
+        let storage: Storage<'a, ()> = Storage::with_capacity(cap).with_packets(64, 256, 0, 0);
+        let mut engine = Engine::new(cfg, groups, storage, ())?;
+        engine.set_capabilities(dev.capabilities());
+        let now = clock.now();
+        let n = fabric_nodes;
+        let mut partial = Vec::with_capacity(n);
+        partial.resize_with(n, Partial::default);
+        Ok(Cheetah {
+            engine,
+            dev,
+            clock,
+            mem,
+            handlers: Vec::new(),
+            partial,
+            assembled: Vec::new(),
+            own: VecDeque::new(),
+            failed: None,
+            last_keepalive: now,
+            finalized: false,
+            stats: CheetahStats::default(),
+            idle: None,
+        })
+    }
+
+    /// A hook waiting calls run when a poll finds nothing to do.
+    pub fn set_idle(&mut self, idle: Option<fn()>) {
+        self.idle = idle;
+    }
+
+    /// `cheetah_core_finalize`: a barrier, then the operations still in flight are
+    /// finished (at most 10 s). No call but the accessors may follow.
+    pub fn finalize(&mut self) -> Result<(), Error> {
+        self.barrier()?;
+        self.finalized = true;
+        self.engine.flush_acks();
+        let deadline = self.clock.now() + Duration::from_secs(10);
+        loop {
+            let now = self.clock.now();
+            self.engine
+                .poll_mem(now, &mut self.dev, None, &mut self.mem);
+            if (self.engine.is_quiescent() && self.engine.rma_pending() == 0) || now >= deadline {
+                return Ok(());
+            }
+            self.idle_step(false);
+        }
+    }
+
+    /// `cheetah_core_ncontexts`.
+    pub fn ncontexts(&self) -> u16 {
+        self.engine.size()
+    }
+
+    /// `cheetah_core_mycontext`.
+    pub fn mycontext(&self) -> NodeId {
+        self.engine.config().node
+    }
+
+    fn usable(&self, context: NodeId) -> Result<(), Error> {
+        if self.finalized {
+            return Err(Error::BadConfig);
+        }
+        if context >= self.ncontexts() {
+            return Err(Error::UnknownNode);
+        }
+        Ok(())
+    }
+
+    /// `cheetah_core_put`: `len` bytes from local `local` to `remote` in `context`.
+    pub fn put(
+        &mut self,
+        context: NodeId,
+        remote: u64,
+        local: u64,
+        len: usize,
+        local_bell: u64,
+        remote_bell: u64,
+    ) -> Result<(), Error> {
+        self.usable(context)?;
+        let len = u32::try_from(len).map_err(|_| Error::MessageTooLong)?;
+        self.stats.puts += 1;
+        if context == self.mycontext() {
+            self.copy_local(local, remote, len)?;
+            self.mem.ring(remote_bell);
+            self.mem.ring(local_bell);
+            return Ok(());
+        }
+        let group = self.engine.config().group;
+        self.retry(|c| {
+            c.engine.start_put(
+                &mut c.mem,
+                group,
+                context,
+                remote,
+                local,
+                len,
+                local_bell,
+                remote_bell,
+            )
+        })
+    }
+
+    /// `cheetah_core_get`: `len` bytes from `remote` in `context` to local `local`.
+    pub fn get(
+        &mut self,
+        context: NodeId,
+        remote: u64,
+        local: u64,
+        len: usize,
+        local_bell: u64,
+        remote_bell: u64,
+    ) -> Result<(), Error> {
+        self.usable(context)?;
+        let len = u32::try_from(len).map_err(|_| Error::MessageTooLong)?;
+        self.stats.gets += 1;
+        if context == self.mycontext() {
+            self.copy_local(remote, local, len)?;
+            self.mem.ring(local_bell);
+            self.mem.ring(remote_bell);
+            return Ok(());
+        }
+        let group = self.engine.config().group;
+        self.retry(|c| {
+            c.engine.start_get(
+                &mut c.mem,
+                group,
+                context,
+                remote,
+                local,
+                len,
+                local_bell,
+                remote_bell,
+            )
+        })
+    }
+
+    /// Starts `f`; while the tables are full, drains the network (running handlers)
+    /// and tries again. Out at once when started.
+    fn retry(&mut self, mut f: impl FnMut(&mut Self) -> Result<(), Error>) -> Result<(), Error> {
+        self.check_failure()?;
+        loop {
+            match f(self) {
+                Ok(()) => {
+                    let now = self.clock.now();
+                    self.engine
+                        .poll_transmit_mem(now, &mut self.dev, None, &mut self.mem);
+                    return Ok(());
+                }
+                Err(Error::NoResources) => {
+                    let busy = self.progress()?;
+                    self.idle_step(busy);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A put or get within this context: a checked copy through memory.
+    fn copy_local(&mut self, from: u64, to: u64, len: u32) -> Result<(), Error> {
+        self.mem.check(from, len as u64, false)?;
+        self.mem.check(to, len as u64, true)?;
+        let mut chunk = [0u8; 512];
+        let mut off = 0u64;
+        // Overlapping ranges copy like memmove: back to front when `to` is above.
+        let backward = to > from && to < from + len as u64;
+        while off < len as u64 {
+            let n = (len as u64 - off).min(chunk.len() as u64);
+            let at = if backward { len as u64 - off - n } else { off };
+            self.mem.read(from + at, &mut chunk[..n as usize])?;
+            self.mem.write(to + at, &chunk[..n as usize])?;
+            off += n;
+        }
+        Ok(())
+    }
+
+    /// `cheetah_core_register`: `handler` runs for invocations that name `tag`
+    /// (a tag registered again gets the new handler).
+    pub fn register(&mut self, tag: i32, handler: Handler<'a, D, C, M>) {
+        match self.handlers.iter_mut().find(|(t, _)| *t == tag) {
+            Some(h) => h.1 = handler,
+            None => self.handlers.push((tag, handler)),
+        }
+    }
+
+    /// The handler registered for `tag`.
+    pub fn handler(&self, tag: i32) -> Option<Handler<'a, D, C, M>> {
+        self.handlers.iter().find(|(t, _)| *t == tag).map(|h| h.1)
+    }
+
+    /// `cheetah_core_ainvoke`: runs `context`'s handler for `tag` with a copy of
+    /// `buf`. `buf` is copied before this returns, so `local_bell` rings now.
+    pub fn ainvoke(
+        &mut self,
+        context: NodeId,
+        tag: i32,
+        buf: &[u8],
+        local_bell: u64,
+    ) -> Result<(), Error> {
+        self.usable(context)?;
+        if buf.len() > AINVOKE_MAX {
+            return Err(Error::MessageTooLong);
+        }
+        self.check_failure()?;
+        self.stats.ainvokes += 1;
+        if context == self.mycontext() {
+            self.own.push_back((tag, buf.to_vec()));
+            self.mem.ring(local_bell);
+            return Ok(());
+        }
+        let size = self.engine.packet_size();
+        if size <= INVOKE_HEAD {
+            return Err(Error::BadConfig);
+        }
+        let mut off = 0;
+        let mut first = true;
+        while first || off < buf.len() {
+            let id = loop {
+                match self.engine.packet_alloc() {
+                    Ok(id) => break id,
+                    Err(Error::NoResources) => {
+                        let busy = self.progress()?;
+                        self.idle_step(busy);
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            let p = self.engine.packet_mut(id).ok_or(Error::InvalidHandle)?;
+            let head = if first { INVOKE_HEAD } else { 0 };
+            let n = (buf.len() - off).min(size - head);
+            if first {
+                p[..4].copy_from_slice(&tag.to_be_bytes());
+                p[4..8].copy_from_slice(&(buf.len() as u32).to_be_bytes());
+            }
+            p[head..head + n].copy_from_slice(&buf[off..off + n]);
+            loop {
+                match self.engine.launch_unicast(id, context, head + n) {
+                    Ok(()) => break,
+                    Err(Error::NoResources) => {
+                        let busy = self.progress()?;
+                        self.idle_step(busy);
+                    }
+                    Err(e) => {
+                        let _ = self.engine.packet_free(id);
+                        return Err(e);
+                    }
+                }
+            }
+            off += n;
+            first = false;
+        }
+        self.mem.ring(local_bell);
+        let now = self.clock.now();
+        self.engine
+            .poll_transmit_mem(now, &mut self.dev, None, &mut self.mem);
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ progress
+
+    /// `cheetah_core_poll`: serves peers' puts and gets, rings bells, and runs the
+    /// handlers of the invocations that have arrived. Returns how many ran. A
+    /// failed operation of ours is reported here once.
+    pub fn poll(&mut self) -> Result<usize, Error> {
+        self.progress()?;
+        Ok(self.run_handlers())
+    }
+
+    /// Drains the network: serves peers, rings bells; invocations wait for
+    /// [`Cheetah::run_handlers`] and failures for the next call. Whether anything
+    /// happened.
+    pub fn poll_network(&mut self) -> bool {
+        let now = self.clock.now();
+        if now.saturating_since(self.last_keepalive) >= self.engine.config().keepalive {
+            self.last_keepalive = now;
+            self.engine.keepalive_all(now);
+        }
+        self.engine
+            .poll_mem(now, &mut self.dev, None, &mut self.mem)
+    }
+
+    fn progress(&mut self) -> Result<bool, Error> {
+        let busy = self.poll_network();
+        self.check_failure()?;
+        Ok(busy)
+    }
+
+    fn check_failure(&mut self) -> Result<(), Error> {
+        if let Some(f) = self.engine.take_rma_failure() {
+            self.failed = Some((f.node, f.error));
+            return Err(f.error);
+        }
+        if let Some(node) = self.engine.take_packet_failure() {
+            self.failed = Some((node, Error::SendFailure));
+            return Err(Error::SendFailure);
+        }
+        Ok(())
+    }
+
+    /// The context and error of the last failed operation, if any.
+    pub fn failure(&self) -> Option<(NodeId, Error)> {
+        self.failed
+    }
+
+    /// Runs the handlers of every invocation that has arrived whole; how many ran.
+    pub fn run_handlers(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(inv) = self.next_invocation() {
+            let Some(h) = self.handler(inv.tag) else {
+                self.stats.unhandled += 1;
+                self.invocation_done(inv);
+                continue;
+            };
+            // The handler gets the whole context, so the buffer is lent as a copy
+            // it cannot keep (the seed: it may not capture it).
+            let data = self.take_data(inv);
+            h(self, inv.who, inv.tag, &data);
+            n += 1;
+        }
+        n
+    }
+
+    fn take_data(&mut self, inv: Invocation) -> Vec<u8> {
+        let v = match inv.at {
+            InvocationData::Assembled(i) => self.assembled[i].take().unwrap_or_default(),
+            _ => self.invocation_data(&inv).to_vec(),
+        };
+        self.invocation_done(inv);
+        v
+    }
+
+    /// The next invocation that has arrived whole (for a deployment that runs the
+    /// handler itself); `None` if none.
+    pub fn next_invocation(&mut self) -> Option<Invocation> {
+        if let Some((tag, data)) = self.own.pop_front() {
+            self.stats.handlers += 1;
+            let len = data.len();
+            let i = self.store(data);
+            return Some(Invocation {
+                who: self.mycontext(),
+                tag,
+                len,
+                at: InvocationData::Assembled(i),
+            });
+        }
+        while let Some(d) = self.engine.next_delivery() {
+            if let Some(inv) = self.take_packet(d) {
+                self.stats.handlers += 1;
+                return Some(inv);
+            }
+        }
+        None
+    }
+
+    fn store(&mut self, data: Vec<u8>) -> usize {
+        match self.assembled.iter().position(Option::is_none) {
+            Some(i) => {
+                self.assembled[i] = Some(data);
+                i
+            }
+            None => {
+                self.assembled.push(Some(data));
+                self.assembled.len() - 1
+            }
+        }
+    }
+
+    /// A received packet: a whole invocation, the start of a long one, or more of it.
+    fn take_packet(&mut self, d: Delivery) -> Option<Invocation> {
+        let src = d.src as usize;
+        let p = self.engine.packet(d.packet).and_then(|p| p.get(..d.len))?;
+        let Some(part) = self.partial.get_mut(src) else {
+            let _ = self.engine.packet_free(d.packet);
+            return None;
+        };
+        if part.want > part.buf.len() {
+            let n = (part.want - part.buf.len()).min(p.len());
+            part.buf.extend_from_slice(&p[..n]);
+            let _ = self.engine.packet_free(d.packet);
+            if part.buf.len() < part.want {
+                return None;
+            }
+            let (tag, data) = (part.tag, core::mem::take(&mut part.buf));
+            part.want = 0;
+            let len = data.len();
+            let i = self.store(data);
+            return Some(Invocation {
+                who: d.src,
+                tag,
+                len,
+                at: InvocationData::Assembled(i),
+            });
+        }
+        if p.len() < INVOKE_HEAD {
+            let _ = self.engine.packet_free(d.packet);
+            return None;
+        }
+        let tag = i32::from_be_bytes([p[0], p[1], p[2], p[3]]);
+        let len = u32::from_be_bytes([p[4], p[5], p[6], p[7]]) as usize;
+        let here = p.len() - INVOKE_HEAD;
+        if len <= here {
+            return Some(Invocation {
+                who: d.src,
+                tag,
+                len,
+                at: if len == 0 {
+                    let _ = self.engine.packet_free(d.packet);
+                    InvocationData::Empty
+                } else {
+                    InvocationData::Packet(d.packet)
+                },
+            });
+        }
+        if len > AINVOKE_MAX {
+            let _ = self.engine.packet_free(d.packet);
+            return None;
+        }
+        part.tag = tag;
+        part.want = len;
+        part.buf.clear();
+        part.buf.extend_from_slice(&p[INVOKE_HEAD..]);
+        let _ = self.engine.packet_free(d.packet);
+        None
+    }
+
+    /// An invocation's buffer.
+    pub fn invocation_data(&self, inv: &Invocation) -> &[u8] {
+        match inv.at {
+            InvocationData::Packet(id) => self
+                .engine
+                .packet(id)
+                .and_then(|p| p.get(INVOKE_HEAD..INVOKE_HEAD + inv.len))
+                .unwrap_or(&[]),
+            InvocationData::Assembled(i) => self
+                .assembled
+                .get(i)
+                .and_then(|b| b.as_deref())
+                .unwrap_or(&[]),
+            InvocationData::Empty => &[],
+        }
+    }
+
+    /// Ends an invocation: its buffer is recycled.
+    pub fn invocation_done(&mut self, inv: Invocation) {
+        match inv.at {
+            InvocationData::Packet(id) => {
+                let _ = self.engine.packet_free(id);
+            }
+            InvocationData::Assembled(i) => {
+                if let Some(b) = self.assembled.get_mut(i) {
+                    *b = None;
+                }
+            }
+            InvocationData::Empty => {}
+        }
+    }
+
+    /// Counts an invocation dropped for want of a handler (for a C facade).
+    pub fn note_unhandled(&mut self) {
+        self.stats.unhandled += 1;
+    }
+
+    /// `cheetah_core_wait`: polls (running handlers) until the `i32` bell at `bell`
+    /// is at least `value`.
+    pub fn wait(&mut self, bell: u64, value: i32) -> Result<(), Error> {
+        loop {
+            if self.bell(bell)? >= value {
+                return Ok(());
+            }
+            let busy = self.progress()?;
+            let ran = self.run_handlers();
+            self.idle_step(busy || ran > 0);
+        }
+    }
+
+    /// The value of the bell at `bell`.
+    pub fn bell(&mut self, bell: u64) -> Result<i32, Error> {
+        let mut b = [0u8; 4];
+        self.mem.read(bell, &mut b)?;
+        Ok(i32::from_ne_bytes(b))
+    }
+
+    /// `cheetah_core_barrier`: every context reaches it before any leaves; handlers
+    /// keep running meanwhile.
+    pub fn barrier(&mut self) -> Result<(), Error> {
+        if self.finalized {
+            return Err(Error::BadConfig);
+        }
+        self.engine.start_barrier()?;
+        loop {
+            let busy = self.progress()?;
+            let ran = self.run_handlers();
+            if self.engine.barrier_done()? {
+                return Ok(());
+            }
+            self.idle_step(busy || ran > 0);
+        }
+    }
+
+    fn idle_step(&mut self, busy: bool) {
+        if !busy {
+            if let Some(f) = self.idle {
+                f();
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ accessors
+
+    /// Counters.
+    pub fn stats(&self) -> CheetahStats {
+        self.stats
+    }
+    /// The memory peers reach.
+    pub fn memory(&self) -> &M {
+        &self.mem
+    }
+    /// The memory peers reach, to change.
+    pub fn memory_mut(&mut self) -> &mut M {
+        &mut self.mem
+    }
+    /// The engine.
+    pub fn engine(&self) -> &Engine<'a> {
+        &self.engine
+    }
+    /// The engine, to change.
+    pub fn engine_mut(&mut self) -> &mut Engine<'a> {
+        &mut self.engine
+    }
+    /// The device.
+    pub fn device(&self) -> &D {
+        &self.dev
+    }
+    /// The device, to change.
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.dev
+    }
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+    /// When the engine next needs a poll (`None`: only when a frame comes).
+    pub fn poll_at(&self) -> Option<Instant> {
+        self.engine.poll_at(self.clock.now())
+    }
+}

@@ -1,0 +1,480 @@
+//! Remote memory access: one-sided put and get (Cheetah core), served by the engine
+//! with no handler of the target involved.
+//!
+//! Addresses are the program's own (64-bit); the engine never touches memory itself
+//! but goes through a [`Memory`] the personality passes to [`Engine::poll_mem`], which
+//! decides what a peer may reach. A put is a reliable message of `PUT` frames, each
+//! carrying the destination address and bell, written fragment by fragment straight
+//! to the address; its bell rings once every byte is there. A get is a reliable
+//! `GET_REQUEST`; the target's engine answers with a reliable message of `GET_REPLY`
+//! frames read straight from its memory into the frames (again on retransmission),
+//! and rings its own bell once the initiator has acked them all. An address the owner
+//! does not expose is refused (CONTROL `DENY_PUT` / `DENY_GET`): nothing is written or
+//! read, and the initiator learns it as [`Error::BadAddress`].
+
+use super::*;
+
+/// Gets one endpoint may have waiting for their data.
+pub const GET_SLOTS: usize = 32;
+/// Bell address meaning "no bell".
+pub const NO_BELL: u64 = 0;
+
+/// The program memory a peer may reach, as its owner decides.
+pub trait Memory {
+    /// Whether `[addr, addr + len)` may be written (`write`) or read by a peer.
+    fn check(&mut self, addr: u64, len: u64, write: bool) -> Result<(), Error>;
+    /// Copies `data` to `addr`, checked like [`Memory::check`].
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Error>;
+    /// Copies from `addr` into `out`, checked like [`Memory::check`].
+    fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), Error>;
+    /// Adds one to the bell (a counter) at `bell`; [`NO_BELL`] and bells outside
+    /// the exposed memory are ignored.
+    fn ring(&mut self, bell: u64);
+}
+
+/// No memory at all: every access is refused (engines without a one-sided personality).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoMemory;
+
+impl Memory for NoMemory {
+    fn check(&mut self, _: u64, _: u64, _: bool) -> Result<(), Error> {
+        Err(Error::BadAddress)
+    }
+    fn write(&mut self, _: u64, _: &[u8]) -> Result<(), Error> {
+        Err(Error::BadAddress)
+    }
+    fn read(&mut self, _: u64, _: &mut [u8]) -> Result<(), Error> {
+        Err(Error::BadAddress)
+    }
+    fn ring(&mut self, _: u64) {}
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum GetState {
+    #[default]
+    Free,
+    Waiting,
+}
+
+/// A get waiting for its data.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Get {
+    pub(super) state: GetState,
+    pub(super) chan: u16,
+    pub(super) req: u32,
+    /// Where the data goes here, and the bell rung when it is all there.
+    pub(super) local: u64,
+    pub(super) local_bell: u64,
+    /// Where it comes from at the target, and the target's bell.
+    pub(super) remote: u64,
+    pub(super) remote_bell: u64,
+    pub(super) len: u32,
+}
+
+/// A one-sided operation that failed, for the personality to report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RmaFailure {
+    /// The peer's group and instance.
+    pub group: GroupId,
+    /// The peer's instance.
+    pub node: NodeId,
+    /// `BadAddress` (the peer refused the address) or `SendFailure` (peer dead).
+    pub error: Error,
+}
+
+/// Gets in flight and failures not yet taken.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Rma {
+    pub(super) gets: [Get; GET_SLOTS],
+    pub(super) next_req: u32,
+    pub(super) failures: [Option<RmaFailure>; 8],
+    /// Failures that found the list full (reported as a count).
+    pub(super) overflow: u32,
+}
+
+impl Rma {
+    pub(super) fn fail(&mut self, f: RmaFailure) {
+        match self.failures.iter_mut().find(|s| s.is_none()) {
+            Some(s) => *s = Some(f),
+            None => self.overflow = self.overflow.saturating_add(1),
+        }
+    }
+}
+
+/// Reads a big-endian u64 from the first 8 bytes of `b` (0 if shorter).
+fn be64(b: &[u8]) -> u64 {
+    b.get(..8)
+        .and_then(|s| s.try_into().ok())
+        .map_or(0, u64::from_be_bytes)
+}
+
+impl<'a, S> Engine<'a, S> {
+    /// Starts writing `len` bytes from local address `local` to address `remote` of
+    /// instance `node` of `group`. `local_bell` is rung here once the local bytes may
+    /// be reused (the target has them all), `remote_bell` there once they have all
+    /// landed. A refused address or a dead peer shows up in
+    /// [`Engine::take_rma_failure`] and the local bell is not rung.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_put(
+        &mut self,
+        mem: &mut dyn Memory,
+        group: GroupId,
+        node: NodeId,
+        remote: u64,
+        local: u64,
+        len: u32,
+        local_bell: u64,
+        remote_bell: u64,
+    ) -> Result<(), Error> {
+        mem.check(local, len as u64, false)?;
+        let addr = self.addr_of(group, node)?;
+        let ci = self.channel_for(addr, group, node)?;
+        if self.chans[ci].failed {
+            return Err(Error::SendFailure);
+        }
+        let oi = self.alloc_op()?;
+        let mut op = Op::EMPTY;
+        op.state = OpState::Active;
+        op.reliable = true;
+        op.kind = Kind::Put;
+        op.mem_src = true;
+        op.owned = true;
+        op.local = local;
+        op.prefix = [remote, remote_bell];
+        op.bell = local_bell;
+        op.total = len;
+        op.dest = Dest {
+            group,
+            node,
+            port: 0,
+        };
+        self.enqueue(ci, oi, &op);
+        Ok(())
+    }
+
+    /// Starts reading `len` bytes at address `remote` of instance `node` of `group`
+    /// into local address `local`. `local_bell` is rung here once the data has all
+    /// landed, `remote_bell` there once the source may be reused.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_get(
+        &mut self,
+        mem: &mut dyn Memory,
+        group: GroupId,
+        node: NodeId,
+        remote: u64,
+        local: u64,
+        len: u32,
+        local_bell: u64,
+        remote_bell: u64,
+    ) -> Result<(), Error> {
+        mem.check(local, len as u64, true)?;
+        let addr = self.addr_of(group, node)?;
+        let gi = self
+            .rma
+            .gets
+            .iter()
+            .position(|g| g.state == GetState::Free)
+            .ok_or(Error::NoResources)?;
+        let ci = self.channel_for(addr, group, node)?;
+        let ch = &mut self.chans[ci];
+        if ch.failed {
+            return Err(Error::SendFailure);
+        }
+        if ch.ctrl_len >= CTRL_QUEUE {
+            return Err(Error::NoResources);
+        }
+        let req = self.rma.next_req;
+        self.rma.next_req = req.wrapping_add(1);
+        ch.ctrl[ch.ctrl_len] = Slot::GetRequest {
+            get: gi as u16,
+            req,
+        };
+        ch.ctrl_len += 1;
+        self.rma.gets[gi] = Get {
+            state: GetState::Waiting,
+            chan: ci as u16,
+            req,
+            local,
+            local_bell,
+            remote,
+            remote_bell,
+            len,
+        };
+        Ok(())
+    }
+
+    /// One-sided operations still in flight (puts not acked, gets not answered).
+    pub fn rma_pending(&self) -> usize {
+        let puts = self
+            .ops
+            .iter()
+            .filter(|o| o.owned && o.kind == Kind::Put && o.state != OpState::Free)
+            .count();
+        let gets = self
+            .rma
+            .gets
+            .iter()
+            .filter(|g| g.state != GetState::Free)
+            .count();
+        puts + gets
+    }
+
+    /// The next one-sided operation of ours that failed, oldest first.
+    pub fn take_rma_failure(&mut self) -> Option<RmaFailure> {
+        let f = self.rma.failures[0].take();
+        self.rma.failures.rotate_left(1);
+        f
+    }
+
+    /// A `GET_REQUEST` accepted in sequence: answer it from memory, or deny it.
+    /// False (refuse, the initiator retries) when no operation slot is free.
+    pub(super) fn rx_get_request(
+        &mut self,
+        ci: usize,
+        repr: &Repr,
+        payload: &[u8],
+        mem: &mut dyn Memory,
+    ) -> bool {
+        let remote = be64(payload);
+        let bell = be64(payload.get(8..).unwrap_or(&[]));
+        let len = payload
+            .get(16..20)
+            .and_then(|s| s.try_into().ok())
+            .map_or(0, u32::from_be_bytes);
+        if mem.check(remote, len as u64, false).is_err() {
+            return self.deny(ci, repr.msg_id, CONTROL_DENY_GET);
+        }
+        let Ok(oi) = self.alloc_op() else {
+            return false;
+        };
+        let ch = &self.chans[ci];
+        let mut op = Op::EMPTY;
+        op.state = OpState::Active;
+        op.reliable = true;
+        op.kind = Kind::GetReply;
+        op.mem_src = true;
+        op.owned = true;
+        op.local = remote;
+        op.prefix = [(repr.msg_id as u64) << 32, 0];
+        op.bell = bell;
+        op.total = len;
+        op.dest = Dest {
+            group: ch.peer_group,
+            node: ch.peer_node,
+            port: 0,
+        };
+        self.enqueue(ci, oi, &op);
+        self.stats.rma_served += 1;
+        true
+    }
+
+    /// Queues a denial of put message / get request `msg`; false if the control
+    /// queue is full (the frame is refused and comes again).
+    fn deny(&mut self, ci: usize, msg: u32, code: u32) -> bool {
+        let ch = &mut self.chans[ci];
+        if ch.ctrl_len >= CTRL_QUEUE {
+            return false;
+        }
+        ch.ctrl[ch.ctrl_len] = Slot::Deny { msg, code };
+        ch.ctrl_len += 1;
+        self.stats.rma_denied += 1;
+        true
+    }
+
+    /// Reserves an assembly for the first fragment of a put or get reply: the
+    /// destination comes from the frame's prefix (put, checked against `mem`) or from
+    /// our get table (reply). A put to memory we do not expose, or a reply nobody
+    /// asked for, is taken into a discard assembly. `None`: refuse for now.
+    pub(super) fn reserve_rma(
+        &mut self,
+        ci: usize,
+        repr: &Repr,
+        payload: &[u8],
+        now: Instant,
+        mem: &mut dyn Memory,
+    ) -> Option<usize> {
+        let (dest, bell, get) = if repr.kind == Kind::Put {
+            let addr = be64(payload);
+            let ok = mem.check(addr, repr.total_len as u64, true).is_ok();
+            (ok.then_some(addr), be64(payload.get(8..)?), NONE)
+        } else {
+            let req = (be64(payload) >> 32) as u32;
+            let gi = self.rma.gets.iter().position(|g| {
+                g.state == GetState::Waiting
+                    && g.chan == ci as u16
+                    && g.req == req
+                    && g.len == repr.total_len
+            });
+            match gi {
+                Some(gi) => {
+                    let g = &self.rma.gets[gi];
+                    (Some(g.local), g.local_bell, gi as u16)
+                }
+                None => (None, NO_BELL, NONE),
+            }
+        };
+        let ai = self.asms.iter().position(|a| !a.used)?;
+        if dest.is_none() && repr.kind == Kind::Put && self.chans[ci].ctrl_len >= CTRL_QUEUE {
+            return None;
+        }
+        self.asms[ai] = Assembly {
+            used: true,
+            discard: dest.is_none(),
+            chan: ci as u16,
+            msg_id: repr.msg_id,
+            reliable: true,
+            port: 0,
+            base: 0,
+            cap: 0,
+            total: repr.total_len,
+            received: 0,
+            deadline: now + self.cfg.reassembly_timeout,
+            src: repr.ends,
+            rma: if repr.kind == Kind::Put {
+                RMA_PUT
+            } else {
+                RMA_GET
+            },
+            addr: dest.unwrap_or(0),
+            bell,
+            get,
+        };
+        Some(ai)
+    }
+
+    /// Writes a put or get-reply fragment to its place.
+    pub(super) fn place_rma(&mut self, ai: usize, offset: u32, data: &[u8], mem: &mut dyn Memory) {
+        let a = &mut self.asms[ai];
+        a.received = a.received.saturating_add(data.len() as u32);
+        if a.discard {
+            return;
+        }
+        if mem.write(a.addr.wrapping_add(offset as u64), data).is_err() {
+            // Checked at the first fragment: the owner has unmapped it since.
+            self.stats.rma_denied += 1;
+        }
+    }
+
+    /// A put or get reply has landed entirely (in message order): ring its bell,
+    /// or tell the initiator of a put that it was denied.
+    pub(super) fn deliver_rma(&mut self, a: Assembly, mem: &mut dyn Memory) {
+        if a.discard {
+            if a.rma == RMA_PUT {
+                let _ = self.deny(a.chan as usize, a.msg_id, CONTROL_DENY_PUT);
+            } else {
+                self.stats.rx_dropped += 1;
+            }
+            return;
+        }
+        if a.rma == RMA_GET {
+            if let Some(g) = self.rma.gets.get_mut(a.get as usize) {
+                g.state = GetState::Free;
+            }
+        }
+        self.stats.rma_landed += 1;
+        mem.ring(a.bell);
+    }
+
+    /// A CONTROL denial: our put message or get request `msg_id` named memory the
+    /// peer does not expose.
+    pub(super) fn rx_deny(&mut self, ci: usize, repr: &Repr) {
+        let ch = &self.chans[ci];
+        let failure = RmaFailure {
+            group: ch.peer_group,
+            node: ch.peer_node,
+            error: Error::BadAddress,
+        };
+        if repr.offset == CONTROL_DENY_GET {
+            if let Some(g) = self.rma.gets.iter_mut().find(|g| {
+                g.state == GetState::Waiting && g.chan == ci as u16 && g.req == repr.msg_id
+            }) {
+                g.state = GetState::Free;
+                self.rma.fail(failure);
+            }
+            return;
+        }
+        if let Some(o) = self.ops.iter_mut().find(|o| {
+            o.owned && o.state != OpState::Free && o.chan == ci as u16 && o.msg_id == repr.msg_id
+        }) {
+            match o.state {
+                OpState::Active => o.rejected = true,
+                OpState::Done => o.state = OpState::Rejected,
+                _ => {}
+            }
+        }
+    }
+
+    /// Gets waiting on channel `ci`, whose peer died, fail.
+    pub(super) fn fail_gets(&mut self, ci: usize) {
+        let ch = &self.chans[ci];
+        let failure = RmaFailure {
+            group: ch.peer_group,
+            node: ch.peer_node,
+            error: Error::SendFailure,
+        };
+        for gi in 0..GET_SLOTS {
+            let g = &mut self.rma.gets[gi];
+            if g.state == GetState::Waiting && g.chan == ci as u16 {
+                g.state = GetState::Free;
+                self.rma.fail(failure);
+            }
+        }
+    }
+
+    /// Rings the bells of finished one-sided operations and records failed ones.
+    pub(super) fn settle_rma(&mut self, mem: &mut dyn Memory) {
+        if self.bufs.rma_done == 0 {
+            return;
+        }
+        self.bufs.rma_done = 0;
+        for oi in 0..self.ops.len() {
+            let o = &mut self.ops[oi];
+            if !o.owned || matches!(o.state, OpState::Free | OpState::Active) {
+                continue;
+            }
+            let (state, bell, dest) = (o.state, o.bell, o.dest);
+            o.state = OpState::Free;
+            o.owned = false;
+            let error = match state {
+                OpState::Done => {
+                    mem.ring(bell);
+                    continue;
+                }
+                OpState::Rejected => Error::BadAddress,
+                _ => Error::SendFailure,
+            };
+            // A get reply that could not be delivered is the initiator's failure.
+            if o.kind == Kind::Put {
+                self.rma.fail(RmaFailure {
+                    group: dest.group,
+                    node: dest.node,
+                    error,
+                });
+            }
+        }
+    }
+
+    /// The payload of a GET_REQUEST for get `gi` (zeros if that get has ended: the
+    /// target then already has the request, and a resend is only a duplicate).
+    pub(super) fn get_request_payload(
+        gets: &[Get],
+        gi: u16,
+        req: u32,
+    ) -> [u8; wire::GET_REQUEST_LEN] {
+        let mut p = [0u8; wire::GET_REQUEST_LEN];
+        if let Some(g) = gets
+            .get(gi as usize)
+            .filter(|g| g.state == GetState::Waiting && g.req == req)
+        {
+            p[..8].copy_from_slice(&g.remote.to_be_bytes());
+            p[8..16].copy_from_slice(&g.remote_bell.to_be_bytes());
+            p[16..20].copy_from_slice(&g.len.to_be_bytes());
+        }
+        p
+    }
+}
+
+/// Assembly flavours (`Assembly::rma`).
+pub(super) const RMA_NONE: u8 = 0;
+pub(super) const RMA_PUT: u8 = 1;
+pub(super) const RMA_GET: u8 = 2;

@@ -1,0 +1,306 @@
+//! Cheetah core in the simulator: puts and gets with both bells under loss, hostile
+//! addresses refused with the target untouched, invocations short and long, a
+//! handler that puts, self operations, a dead peer. Every test prints its seed.
+
+use volley_core::cheetah::{Segments, AINVOKE_MAX};
+use volley_core::engine::{Config, Error, Group, Members};
+use volley_core::phy::FaultConfig;
+use volley_core::sim::{Sim, SimCheetah, SimConfig};
+use volley_core::time::{Duration, Instant};
+
+type Node = SimCheetah<'static, Segments<'static>>;
+
+/// Segment 1 of every context: data; segment 2: bells (16 i32 counters).
+const DATA: u64 = 1 << 40;
+const BELLS: u64 = 2 << 40;
+const DATA_LEN: usize = 256 * 1024;
+
+fn bell(i: u64) -> u64 {
+    BELLS + 4 * i
+}
+
+fn groups(n: u16) -> &'static [Group<'static>] {
+    Vec::leak(vec![Group {
+        id: 1,
+        members: Members::Range { first: 0, count: n },
+    }])
+}
+
+fn lossy() -> FaultConfig {
+    FaultConfig {
+        loss: 0.08,
+        duplicate: 0.03,
+        reorder: 0.05,
+        corrupt: 0.01,
+        reorder_delay: Duration::from_micros(30),
+    }
+}
+
+fn make_sim(n: u16, seed: u64, faults: FaultConfig) -> Sim<Node> {
+    let g = groups(n);
+    let mut cfg = SimConfig::lan(seed);
+    cfg.faults = faults;
+    Sim::new(n as usize, cfg, |i, dev, clock| {
+        let mut mem = Segments::new();
+        assert_eq!(mem.expose(Vec::leak(vec![0u8; DATA_LEN])), DATA);
+        assert_eq!(mem.expose(Vec::leak(vec![0u8; 64])), BELLS);
+        let c = Config::new(9, 1, i as u16);
+        let mut node = SimCheetah::setup(c, g, n as usize, dev, clock, mem).unwrap();
+        node.register(1, echo);
+        node.register(2, record);
+        node.register(3, put_back);
+        node
+    })
+}
+
+fn bell_of(n: &mut Node, i: u64) -> i32 {
+    n.bell(bell(i)).unwrap()
+}
+
+fn data(n: &Node) -> &[u8] {
+    n.memory().segment(DATA).unwrap()
+}
+
+fn data_mut(n: &mut Node) -> &mut [u8] {
+    n.memory_mut().segment_mut(DATA).unwrap()
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn until(sim: &mut Sim<Node>, secs: u64, goal: impl FnMut(&mut [Node], Instant) -> bool) {
+    let limit = sim.now() + Duration::from_secs(secs);
+    if let Err(t) = sim.run_until(limit, goal) {
+        panic!("no progress: seed {:#x} at {:?}", t.seed, t.at);
+    }
+}
+
+/// Tag 1: answers with an invocation of tag 2 carrying the same bytes.
+fn echo(c: &mut Node, who: u16, _tag: i32, buf: &[u8]) {
+    c.ainvoke(who, 2, buf, 0).unwrap();
+}
+
+/// Tag 2: stores the buffer at the start of the data segment and rings bell 5.
+fn record(c: &mut Node, _who: u16, _tag: i32, buf: &[u8]) {
+    data_mut(c)[..buf.len()].copy_from_slice(buf);
+    c.memory_mut().ring(bell(5));
+}
+
+/// Tag 3: a handler that itself puts: the first 8 bytes of the buffer name where
+/// (in the invoker) 1000 bytes of our data go, and the invoker's bell 6 rings.
+fn put_back(c: &mut Node, who: u16, _tag: i32, buf: &[u8]) {
+    let at = u64::from_le_bytes(buf[..8].try_into().unwrap());
+    c.put(who, at, DATA + 100_000, 1000, 0, bell(6)).unwrap();
+}
+
+use volley_core::engine::Memory;
+
+#[test]
+fn put_ring_under_loss_rings_both_bells() {
+    for seed in [0x7e11_u64, 0xc4ee] {
+        let n = 4u16;
+        let mut sim = make_sim(n, seed, lossy());
+        let len = 100_000;
+        for (i, node) in sim.nodes.iter_mut().enumerate() {
+            let p = pattern(seed ^ i as u64, len);
+            data_mut(node)[..len].copy_from_slice(&p);
+            let next = (i as u16 + 1) % n;
+            // To the upper half of the next context, remote bell 1, local bell 0.
+            node.put(next, DATA + 128 * 1024, DATA, len, bell(0), bell(1))
+                .unwrap();
+        }
+        until(&mut sim, 60, |nodes, _| {
+            nodes
+                .iter_mut()
+                .all(|c| bell_of(c, 0) == 1 && bell_of(c, 1) == 1)
+        });
+        for i in 0..n as usize {
+            let prev = (i + n as usize - 1) % n as usize;
+            let want = pattern(seed ^ prev as u64, len);
+            let got = &data(&sim.nodes[i])[128 * 1024..128 * 1024 + len];
+            assert!(got == want, "seed {seed:#x}: put into {i} differs");
+        }
+        assert_eq!(sim.nodes[0].engine().rma_pending(), 0);
+    }
+}
+
+#[test]
+fn get_in_pieces_under_loss() {
+    let seed = 0x6e7;
+    let n = 3u16;
+    let mut sim = make_sim(n, seed, lossy());
+    let len = 200_000;
+    let src = pattern(seed, len);
+    data_mut(&mut sim.nodes[2])[..len].copy_from_slice(&src);
+    // Node 0 gets node 2's data in 4 pieces, each ringing local bell 2 and remote bell 3.
+    let piece = len / 4;
+    for k in 0..4 {
+        let off = (k * piece) as u64;
+        sim.nodes[0]
+            .get(2, DATA + off, DATA + off, piece, bell(2), bell(3))
+            .unwrap();
+    }
+    until(&mut sim, 60, |nodes, _| {
+        bell_of(&mut nodes[0], 2) == 4 && bell_of(&mut nodes[2], 3) == 4
+    });
+    assert!(&data(&sim.nodes[0])[..len] == &src[..], "seed {seed:#x}");
+    assert!(sim.nodes[2].engine().stats().rma_served >= 4);
+}
+
+#[test]
+fn hostile_addresses_are_refused_and_the_target_untouched() {
+    let seed = 0xbad;
+    let mut sim = make_sim(2, seed, FaultConfig::default());
+    data_mut(&mut sim.nodes[0])[..4].copy_from_slice(b"mine");
+    let before: Vec<u8> = data(&sim.nodes[1]).to_vec();
+    // Unexposed, past the end of a segment, straddling the end, and address 0.
+    let bad = [
+        5 << 40,
+        DATA + DATA_LEN as u64,
+        DATA + DATA_LEN as u64 - 2,
+        0,
+        u64::MAX - 1,
+    ];
+    for (k, &addr) in bad.iter().enumerate() {
+        sim.nodes[0]
+            .put(1, addr, DATA, 4, bell(0), bell(1))
+            .unwrap();
+        let mut err = None;
+        until(&mut sim, 5, |nodes, _| {
+            if err.is_none() {
+                err = nodes[0].poll().err();
+            }
+            err.is_some()
+        });
+        assert_eq!(err, Some(Error::BadAddress), "seed {seed:#x}: put #{k}");
+        sim.nodes[0]
+            .get(1, addr, DATA, 4, bell(0), bell(1))
+            .unwrap();
+        let mut err = None;
+        until(&mut sim, 5, |nodes, _| {
+            if err.is_none() {
+                err = nodes[0].poll().err();
+            }
+            err.is_some()
+        });
+        assert_eq!(err, Some(Error::BadAddress), "seed {seed:#x}: get #{k}");
+    }
+    assert!(data(&sim.nodes[1]) == &before[..], "target memory changed");
+    assert_eq!(bell_of(&mut sim.nodes[1], 1), 0, "target bell rung");
+    assert_eq!(
+        bell_of(&mut sim.nodes[0], 0),
+        0,
+        "local bell rung for a refused op"
+    );
+    assert!(sim.nodes[1].engine().stats().rma_denied >= 10);
+    // A local source or destination outside our own memory is refused at the call.
+    assert_eq!(
+        sim.nodes[0].put(1, DATA, 7 << 40, 4, 0, 0),
+        Err(Error::BadAddress)
+    );
+    assert_eq!(
+        sim.nodes[0].get(1, DATA, 7 << 40, 4, 0, 0),
+        Err(Error::BadAddress)
+    );
+    assert_eq!(
+        sim.nodes[0].put(9, DATA, DATA, 4, 0, 0),
+        Err(Error::UnknownNode)
+    );
+    // And the pair still works afterwards.
+    sim.nodes[0].put(1, DATA + 8, DATA, 4, 0, bell(1)).unwrap();
+    until(&mut sim, 5, |nodes, _| bell_of(&mut nodes[1], 1) == 1);
+    assert_eq!(&data(&sim.nodes[1])[8..12], b"mine");
+}
+
+#[test]
+fn ainvoke_ping_pong_long_buffers_and_a_handler_that_puts() {
+    let seed = 0xa1;
+    let mut sim = make_sim(2, seed, lossy());
+    // Short, empty, one just over a packet, and the longest.
+    // (A blocking call cannot wait for another simulated node: at most 64 packets.)
+    for len in [5usize, 0, 1500, 40_000] {
+        let buf = pattern(len as u64, len);
+        let before = bell_of(&mut sim.nodes[0], 5);
+        sim.nodes[0].ainvoke(1, 1, &buf, bell(4)).unwrap();
+        until(&mut sim, 60, |nodes, _| {
+            bell_of(&mut nodes[0], 5) == before + 1
+        });
+        assert!(
+            &data(&sim.nodes[0])[..len] == &buf[..],
+            "seed {seed:#x}: {len}"
+        );
+    }
+    assert_eq!(
+        bell_of(&mut sim.nodes[0], 4),
+        4,
+        "local bell once per ainvoke"
+    );
+    // Too long for an invocation: a typed error, nothing sent.
+    let huge = vec![0u8; AINVOKE_MAX + 1];
+    assert_eq!(
+        sim.nodes[0].ainvoke(1, 1, &huge, 0),
+        Err(Error::MessageTooLong)
+    );
+    // Handler that puts: node 1 puts 1000 bytes of its data into node 0 at +50_000.
+    let src = pattern(77, 1000);
+    data_mut(&mut sim.nodes[1])[100_000..101_000].copy_from_slice(&src);
+    let at = (DATA + 50_000).to_le_bytes();
+    sim.nodes[0].ainvoke(1, 3, &at, 0).unwrap();
+    until(&mut sim, 30, |nodes, _| bell_of(&mut nodes[0], 6) == 1);
+    assert!(&data(&sim.nodes[0])[50_000..51_000] == &src[..]);
+    // A tag nobody registered is counted and dropped.
+    sim.nodes[0].ainvoke(1, 99, b"x", 0).unwrap();
+    until(&mut sim, 5, |nodes, _| nodes[1].stats().unhandled == 1);
+}
+
+#[test]
+fn operations_on_ourselves() {
+    let mut sim = make_sim(2, 0x5e1f, FaultConfig::default());
+    let c = &mut sim.nodes[1];
+    data_mut(c)[..6].copy_from_slice(b"abcdef");
+    c.put(1, DATA + 2, DATA, 6, bell(0), bell(1)).unwrap();
+    assert_eq!(
+        &data(c)[..8],
+        b"ababcdef",
+        "overlapping put copies like memmove"
+    );
+    c.get(1, DATA + 2, DATA + 20, 6, bell(2), bell(3)).unwrap();
+    assert_eq!(&data(c)[20..26], b"abcdef");
+    for b in 0..4 {
+        assert_eq!(bell_of(c, b), 1);
+    }
+    c.ainvoke(1, 2, b"self", 0).unwrap();
+    assert_eq!(c.poll().unwrap(), 1);
+    assert_eq!(&data(c)[..4], b"self");
+    assert_eq!(c.put(1, 9 << 40, DATA, 4, 0, 0), Err(Error::BadAddress));
+}
+
+#[test]
+fn a_dead_context_fails_the_initiator() {
+    let seed = 0xdead;
+    let mut sim = make_sim(3, seed, FaultConfig::default());
+    sim.net.kill(2);
+    sim.nodes[0].put(2, DATA, DATA, 10_000, bell(0), 0).unwrap();
+    sim.nodes[1].get(2, DATA, DATA, 10_000, bell(0), 0).unwrap();
+    let mut errs = [None, None];
+    until(&mut sim, 120, |nodes, _| {
+        for (i, e) in errs.iter_mut().enumerate() {
+            if e.is_none() {
+                *e = nodes[i].poll().err();
+            }
+        }
+        errs.iter().all(Option::is_some)
+    });
+    assert_eq!(errs, [Some(Error::SendFailure); 2], "seed {seed:#x}");
+    assert_eq!(bell_of(&mut sim.nodes[0], 0), 0);
+    assert_eq!(sim.nodes[0].failure(), Some((2, Error::SendFailure)));
+}
