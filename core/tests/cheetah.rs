@@ -152,7 +152,7 @@ fn get_in_pieces_under_loss() {
     until(&mut sim, 60, |nodes, _| {
         bell_of(&mut nodes[0], 2) == 4 && bell_of(&mut nodes[2], 3) == 4
     });
-    assert!(&data(&sim.nodes[0])[..len] == &src[..], "seed {seed:#x}");
+    assert!(data(&sim.nodes[0])[..len] == src[..], "seed {seed:#x}");
     assert!(sim.nodes[2].engine().stats().rma_served >= 4);
 }
 
@@ -235,7 +235,7 @@ fn ainvoke_ping_pong_long_buffers_and_a_handler_that_puts() {
             bell_of(&mut nodes[0], 5) == before + 1
         });
         assert!(
-            &data(&sim.nodes[0])[..len] == &buf[..],
+            data(&sim.nodes[0])[..len] == buf[..],
             "seed {seed:#x}: {len}"
         );
     }
@@ -256,7 +256,7 @@ fn ainvoke_ping_pong_long_buffers_and_a_handler_that_puts() {
     let at = (DATA + 50_000).to_le_bytes();
     sim.nodes[0].ainvoke(1, 3, &at, 0).unwrap();
     until(&mut sim, 30, |nodes, _| bell_of(&mut nodes[0], 6) == 1);
-    assert!(&data(&sim.nodes[0])[50_000..51_000] == &src[..]);
+    assert!(data(&sim.nodes[0])[50_000..51_000] == src[..]);
     // A tag nobody registered is counted and dropped.
     sim.nodes[0].ainvoke(1, 99, b"x", 0).unwrap();
     until(&mut sim, 5, |nodes, _| nodes[1].stats().unhandled == 1);
