@@ -28,7 +28,7 @@
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
-use crate::engine::{Config, Delivery, Engine, Error, Group, Memory, PacketId, Storage};
+use crate::engine::{Access, Config, Delivery, Engine, Error, Group, Memory, PacketId, Storage};
 use crate::phy::Device;
 use crate::time::{Clock, Duration, Instant};
 use crate::NodeId;
@@ -134,7 +134,7 @@ impl<'m> Segments<'m> {
 }
 
 impl Memory for Segments<'_> {
-    fn check(&mut self, addr: u64, len: u64, _write: bool) -> Result<(), Error> {
+    fn check(&mut self, addr: u64, len: u64, _: Access) -> Result<(), Error> {
         self.range(addr, len).map(|_| ())
     }
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Error> {
@@ -165,6 +165,8 @@ pub struct Cheetah<'a, D, C, M> {
     /// Invocations of ourselves, run at the next poll.
     own: VecDeque<(i32, Vec<u8>)>,
     failed: Option<(NodeId, Error)>,
+    /// Contexts found dead.
+    dead: Vec<bool>,
     last_keepalive: Instant,
     finalized: bool,
     stats: CheetahStats,
@@ -216,6 +218,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             assembled: Vec::new(),
             own: VecDeque::new(),
             failed: None,
+            dead: alloc::vec![false; n],
             last_keepalive: now,
             finalized: false,
             stats: CheetahStats::default(),
@@ -232,6 +235,13 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
     /// finished (at most 10 s). No call but the accessors may follow.
     pub fn finalize(&mut self) -> Result<(), Error> {
         self.barrier()?;
+        self.shutdown();
+        Ok(())
+    }
+
+    /// The part of [`Cheetah::finalize`] after its barrier (for a facade that runs
+    /// the barrier itself): finishes what is in flight, at most 10 s.
+    pub fn shutdown(&mut self) {
         self.finalized = true;
         self.engine.flush_acks();
         let deadline = self.clock.now() + Duration::from_secs(10);
@@ -240,7 +250,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             self.engine
                 .poll_mem(now, &mut self.dev, None, &mut self.mem);
             if (self.engine.is_quiescent() && self.engine.rma_pending() == 0) || now >= deadline {
-                return Ok(());
+                return;
             }
             self.idle_step(false);
         }
@@ -357,8 +367,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
 
     /// A put or get within this context: a checked copy through memory.
     fn copy_local(&mut self, from: u64, to: u64, len: u32) -> Result<(), Error> {
-        self.mem.check(from, len as u64, false)?;
-        self.mem.check(to, len as u64, true)?;
+        self.mem.check(from, len as u64, Access::Read)?;
+        self.mem.check(to, len as u64, Access::Write)?;
         let mut chunk = [0u8; 512];
         let mut off = 0u64;
         // Overlapping ranges copy like memmove: back to front when `to` is above.
@@ -401,6 +411,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             return Err(Error::MessageTooLong);
         }
         self.check_failure()?;
+        if self.dead.get(context as usize) == Some(&true) {
+            self.failed = Some((context, Error::SendFailure));
+            return Err(Error::SendFailure);
+        }
         self.stats.ainvokes += 1;
         if context == self.mycontext() {
             self.own.push_back((tag, buf.to_vec()));
@@ -484,16 +498,28 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
         Ok(busy)
     }
 
-    fn check_failure(&mut self) -> Result<(), Error> {
+    /// The next failed operation of ours as an error (for a facade that polls with
+    /// [`Cheetah::poll_network`]).
+    ///
+    /// A context that dies with nothing of ours in flight to it is no error here
+    /// (see [`Cheetah::dead_context`]); an operation to it is.
+    pub fn check_failure(&mut self) -> Result<(), Error> {
+        while let Some(node) = self.engine.take_packet_failure() {
+            if let Some(d) = self.dead.get_mut(node as usize) {
+                *d = true;
+            }
+        }
         if let Some(f) = self.engine.take_rma_failure() {
             self.failed = Some((f.node, f.error));
             return Err(f.error);
         }
-        if let Some(node) = self.engine.take_packet_failure() {
-            self.failed = Some((node, Error::SendFailure));
-            return Err(Error::SendFailure);
-        }
         Ok(())
+    }
+
+    /// A context found dead, if any: a wait for a bell it may have been going to
+    /// ring would never end.
+    pub fn dead_context(&self) -> Option<NodeId> {
+        self.dead.iter().position(|&d| d).map(|n| n as NodeId)
     }
 
     /// The context and error of the last failed operation, if any.
@@ -667,6 +693,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
                 return Ok(());
             }
             let busy = self.progress()?;
+            if let Some(n) = self.dead_context() {
+                self.failed = Some((n, Error::SendFailure));
+                return Err(Error::SendFailure);
+            }
             let ran = self.run_handlers();
             self.idle_step(busy || ran > 0);
         }

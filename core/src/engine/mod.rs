@@ -62,7 +62,7 @@ pub use mcast::{McastGroup, McastTables, Tree, MCAST_ALL};
 pub use packet::{Delivery, PacketBuf, PacketId, Packets, PACKET_MAX};
 pub use port::*;
 use rma::RMA_NONE;
-pub use rma::{Memory, NoMemory, RmaFailure, GET_SLOTS, NO_BELL};
+pub use rma::{Access, Memory, NoMemory, RmaFailure, GET_SLOTS, NO_BELL};
 
 /// Destination instance meaning "every member of the group but the sender".
 pub const BROADCAST: NodeId = u16::MAX;

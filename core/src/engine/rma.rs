@@ -19,17 +19,40 @@ pub const GET_SLOTS: usize = 32;
 /// Bell address meaning "no bell".
 pub const NO_BELL: u64 = 0;
 
+/// Who touches memory, and how: the program's own operation, or a peer's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// The source of our own put.
+    Read,
+    /// The destination of our own get.
+    Write,
+    /// A peer's get reads it.
+    PeerRead,
+    /// A peer's put writes it, or a peer rings a bell there.
+    PeerWrite,
+}
+
 /// The program memory a peer may reach, as its owner decides.
+///
+/// The engine asks [`Memory::check`] once per operation, for the whole range and
+/// for every bell a peer names, before it reads, writes or rings anything there;
+/// [`Memory::read`], [`Memory::write`] and [`Memory::ring`] then only need to be
+/// safe (refuse what is not memory at all).
 pub trait Memory {
-    /// Whether `[addr, addr + len)` may be written (`write`) or read by a peer.
-    fn check(&mut self, addr: u64, len: u64, write: bool) -> Result<(), Error>;
-    /// Copies `data` to `addr`, checked like [`Memory::check`].
+    /// Whether `[addr, addr + len)` may be touched with `access`.
+    fn check(&mut self, addr: u64, len: u64, access: Access) -> Result<(), Error>;
+    /// Copies `data` to `addr`.
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Error>;
-    /// Copies from `addr` into `out`, checked like [`Memory::check`].
+    /// Copies from `addr` into `out`.
     fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), Error>;
-    /// Adds one to the bell (a counter) at `bell`; [`NO_BELL`] and bells outside
-    /// the exposed memory are ignored.
+    /// Adds one to the bell (an `i32` counter, native byte order) at `bell`;
+    /// [`NO_BELL`] and addresses that are not memory are ignored.
     fn ring(&mut self, bell: u64);
+}
+
+/// Checks a bell a peer named (none is fine).
+fn peer_bell(mem: &mut dyn Memory, bell: u64) -> bool {
+    bell == NO_BELL || mem.check(bell, 4, Access::PeerWrite).is_ok()
 }
 
 /// No memory at all: every access is refused (engines without a one-sided personality).
@@ -37,7 +60,7 @@ pub trait Memory {
 pub struct NoMemory;
 
 impl Memory for NoMemory {
-    fn check(&mut self, _: u64, _: u64, _: bool) -> Result<(), Error> {
+    fn check(&mut self, _: u64, _: u64, _: Access) -> Result<(), Error> {
         Err(Error::BadAddress)
     }
     fn write(&mut self, _: u64, _: &[u8]) -> Result<(), Error> {
@@ -126,7 +149,7 @@ impl<'a, S> Engine<'a, S> {
         local_bell: u64,
         remote_bell: u64,
     ) -> Result<(), Error> {
-        mem.check(local, len as u64, false)?;
+        mem.check(local, len as u64, Access::Read)?;
         let addr = self.addr_of(group, node)?;
         let ci = self.channel_for(addr, group, node)?;
         if self.chans[ci].failed {
@@ -167,7 +190,7 @@ impl<'a, S> Engine<'a, S> {
         local_bell: u64,
         remote_bell: u64,
     ) -> Result<(), Error> {
-        mem.check(local, len as u64, true)?;
+        mem.check(local, len as u64, Access::Write)?;
         let addr = self.addr_of(group, node)?;
         let gi = self
             .rma
@@ -241,7 +264,7 @@ impl<'a, S> Engine<'a, S> {
             .get(16..20)
             .and_then(|s| s.try_into().ok())
             .map_or(0, u32::from_be_bytes);
-        if mem.check(remote, len as u64, false).is_err() {
+        if mem.check(remote, len as u64, Access::PeerRead).is_err() || !peer_bell(mem, bell) {
             return self.deny(ci, repr.msg_id, CONTROL_DENY_GET);
         }
         let Ok(oi) = self.alloc_op() else {
@@ -295,8 +318,12 @@ impl<'a, S> Engine<'a, S> {
     ) -> Option<usize> {
         let (dest, bell, get) = if repr.kind == Kind::Put {
             let addr = be64(payload);
-            let ok = mem.check(addr, repr.total_len as u64, true).is_ok();
-            (ok.then_some(addr), be64(payload.get(8..)?), NONE)
+            let bell = be64(payload.get(8..)?);
+            let ok = mem
+                .check(addr, repr.total_len as u64, Access::PeerWrite)
+                .is_ok()
+                && peer_bell(mem, bell);
+            (ok.then_some(addr), bell, NONE)
         } else {
             let req = (be64(payload) >> 32) as u32;
             let gi = self.rma.gets.iter().position(|g| {
@@ -346,7 +373,9 @@ impl<'a, S> Engine<'a, S> {
     pub(super) fn place_rma(&mut self, ai: usize, offset: u32, data: &[u8], mem: &mut dyn Memory) {
         let a = &mut self.asms[ai];
         a.received = a.received.saturating_add(data.len() as u32);
-        if a.discard {
+        // Only the range checked at the first fragment: a later frame claiming a
+        // longer message does not reach past it.
+        if a.discard || offset as u64 + data.len() as u64 > a.total as u64 {
             return;
         }
         if mem.write(a.addr.wrapping_add(offset as u64), data).is_err() {

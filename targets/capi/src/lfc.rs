@@ -106,7 +106,7 @@ fn take_interrupt(l: &mut Option<HostLfc<()>>) -> bool {
 ///
 /// # Safety
 /// `argv` holds `*argc` valid entries plus a terminating slot.
-unsafe fn write_back(argc: *mut c_int, argv: *mut *mut c_char, kept: &[String]) {
+pub(crate) unsafe fn write_back(argc: *mut c_int, argv: *mut *mut c_char, kept: &[String]) {
     // SAFETY: the caller's contract: `argc` is valid.
     let n = unsafe { *argc } as usize;
     // SAFETY: the caller's contract.

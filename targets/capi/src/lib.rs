@@ -20,6 +20,12 @@
 //! runs, the calls it makes go through its [`Upcall`] (post a buffer, signal, queue a
 //! send); the calls that would wait for the poll running the handler return an error.
 
+pub mod cheetah;
+pub use cheetah::{
+    cheetah_core_ainvoke, cheetah_core_barrier, cheetah_core_expose, cheetah_core_finalize,
+    cheetah_core_get, cheetah_core_mycontext, cheetah_core_ncontexts, cheetah_core_poll,
+    cheetah_core_put, cheetah_core_register, cheetah_core_setup, cheetah_core_wait,
+};
 pub mod lfc;
 pub use lfc::*;
 

@@ -474,3 +474,85 @@ fn lfc_over_a_lossy_udp_relay() {
         assert!(d > 100, "the relay must have dropped datagrams: {d}");
     }
 }
+
+#[test]
+fn cheetah_put_get_ainvoke_ring_on_both_fabrics() {
+    let prog = program("cheetah_ring");
+    let _g = serial();
+    for fabric in ["shm", "udp"] {
+        // Started by hand with -np, the program launches its own job.
+        let o = Command::new("timeout")
+            .arg("120")
+            .arg(&prog)
+            .args(["-np", "3"])
+            .env("VOLLEY_FABRIC", fabric)
+            .output()
+            .expect("runs");
+        let t = text(&o);
+        assert!(o.status.success(), "-np 3 {fabric}:\n{t}");
+        for c in 0..3 {
+            assert!(t.contains(&format!("context {c} of 3: put ring ok")), "{t}");
+            assert!(t.contains(&format!("context {c}: get 16 MiB ok")), "{t}");
+            assert!(t.contains(&format!("context {c}: done")), "{t}");
+        }
+        assert!(t.contains("200 ping-pongs, handler put ok"), "{t}");
+    }
+    // Under a launcher, and under mpiexec (where -np must agree with it).
+    let o = launch("4", "shm", &prog, &["-np", "4"]);
+    let t = text(&o);
+    assert!(o.status.success() && t.contains("context 3: done"), "{t}");
+    let o = mpiexec("2", "udp", &prog);
+    let t = text(&o);
+    assert!(o.status.success() && t.contains("handler put ok"), "{t}");
+}
+
+#[test]
+fn cheetah_hostile_addresses_are_refused_and_the_target_unharmed() {
+    let prog = program("cheetah_hostile");
+    let _g = serial();
+    for (op, mode, fabric) in [
+        ("put", "hidden", "shm"),
+        ("get", "hidden", "udp"),
+        ("put", "text", "shm"),
+        ("put", "unmapped", "udp"),
+        ("get", "unmapped", "shm"),
+    ] {
+        let o = launch("2", fabric, &prog, &[op, mode]);
+        let t = text(&o);
+        assert!(
+            !o.status.success(),
+            "{op} {mode}: the attacker must fail:\n{t}"
+        );
+        assert!(t.contains("[0] allowed put done"), "{op} {mode}:\n{t}");
+        assert!(
+            t.contains("refused an address of a put or get"),
+            "{op} {mode}:\n{t}"
+        );
+        assert!(!t.contains("hostile operation completed"), "{t}");
+        assert!(
+            t.contains("[1] target unharmed: allowed"),
+            "{op} {mode}:\n{t}"
+        );
+        assert!(!t.contains("panicked"), "{t}");
+    }
+}
+
+#[test]
+fn cheetah_bad_np_is_one_line() {
+    let prog = program("cheetah_ring");
+    let _g = serial();
+    let cases: [Case; 3] = [
+        (&["-np", "zero"], &[], "-np \"zero\""),
+        (&["-np"], &[], "-np needs a number"),
+        (
+            &["-np", "3"],
+            &[
+                ("VOLLEY_RANK", "0"),
+                ("VOLLEY_SIZE", "2"),
+                ("VOLLEY_JOB", "0x1234"),
+            ],
+            "-np 3, but the job was started with 2 contexts",
+        ),
+    ];
+    one_line_errors(&prog, &cases);
+}

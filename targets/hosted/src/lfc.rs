@@ -210,7 +210,7 @@ pub fn parse_args(
 }
 
 /// Whether a launcher gives this process its rank.
-fn launched(env: &dyn Fn(&str) -> Option<String>) -> bool {
+pub(crate) fn launched(env: &dyn Fn(&str) -> Option<String>) -> bool {
     [
         "VOLLEY_RANK",
         "PMI_RANK",

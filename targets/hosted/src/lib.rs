@@ -13,6 +13,7 @@ use std::fmt;
 
 pub mod bench;
 pub mod bootstrap;
+pub mod cheetah;
 pub mod launcher;
 pub mod lfc;
 pub mod node;

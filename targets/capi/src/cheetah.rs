@@ -1,0 +1,538 @@
+//! The Cheetah core C ABI (`include/cheetah_core.h`): Karmesin's interface on Volley.
+//!
+//! # What a peer may reach
+//!
+//! The seed hands raw remote addresses around. A context serves a peer's put only
+//! into, and a get only out of, memory of its own that [`ProcessMemory`] accepts:
+//!
+//! - by default, the process's **private writable mappings** (`rw-p` in
+//!   `/proc/self/maps`: data, bss, heap, stacks, anonymous `mmap`), so an unchanged
+//!   Cheetah program runs as it did; never a shared mapping (the fabric's region),
+//!   a read-only or executable one, or an address nothing is mapped at;
+//! - once the program calls the extension `cheetah_core_expose(ptr, len)`, **only
+//!   the ranges it exposed** (a stricter mode for programs that want it).
+//!
+//! Bells a peer rings follow the same rule. Reads of the program's own source
+//! buffers (a put's `local`) may also come from read-only private mappings (a
+//! string constant). The mapping list is read once and again whenever an address
+//! is not found in it (the program mapped more since); an address that fails is
+//! refused at the target, which stays untouched, and the initiator's next call
+//! (`poll`, `wait`, `barrier`, a put) prints one line and exits 1, as MPI's default
+//! error handler does. Every process of a job runs under the job's key, so only the
+//! job's own contexts can ask at all.
+//!
+//! One process lock serialises the calls; it is not held while a C handler runs, so
+//! a handler may call any Cheetah function (the seed allows it).
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::{Mutex, MutexGuard};
+
+use volley_core::cheetah::{Invocation, AINVOKE_MAX};
+use volley_core::engine::{Access, Error, Memory};
+use volley_hosted::cheetah::{self as hosted, HostCheetah, Start};
+use volley_hosted::Fabric;
+
+use crate::{args_of, die, guard};
+
+/// The program's `void handler(int who, int tag, void *buffer, int length)`.
+pub type CHandler = extern "C" fn(c_int, c_int, *mut c_void, c_int);
+
+static STATE: Mutex<Option<HostCheetah<ProcessMemory>>> = Mutex::new(None);
+static HANDLERS: Mutex<Vec<(c_int, CHandler)>> = Mutex::new(Vec::new());
+
+fn fatal(call: &str, e: impl std::fmt::Display) -> ! {
+    die(&format!("{call}: {e}"))
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs `f` on the context; a call before setup or after finalize is fatal.
+fn with<R>(call: &str, f: impl FnOnce(&mut HostCheetah<ProcessMemory>) -> R) -> R {
+    let mut g = lock(&STATE);
+    match g.as_mut() {
+        Some(c) => f(c),
+        None => fatal(
+            call,
+            "called before cheetah_core_setup or after cheetah_core_finalize",
+        ),
+    }
+}
+
+/// One mapping of `/proc/self/maps`.
+#[derive(Debug, Clone, Copy)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    read: bool,
+    write: bool,
+}
+
+/// The process's memory as peers may reach it (see the module documentation).
+#[derive(Debug, Default)]
+pub struct ProcessMemory {
+    maps: Vec<Mapping>,
+    exposed: Vec<(u64, u64)>,
+}
+
+impl ProcessMemory {
+    fn load_maps(&mut self) {
+        self.maps.clear();
+        let Ok(text) = std::fs::read_to_string("/proc/self/maps") else {
+            return;
+        };
+        for line in text.lines() {
+            let mut f = line.split_whitespace();
+            let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+                continue;
+            };
+            let name = f.nth(3).unwrap_or("");
+            let p = perms.as_bytes();
+            // Private mappings only, never the kernel's special pages.
+            if p.len() < 4 || p[3] != b'p' || name.starts_with("[v") {
+                continue;
+            }
+            let Some((a, b)) = range.split_once('-') else {
+                continue;
+            };
+            let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16))
+            else {
+                continue;
+            };
+            self.maps.push(Mapping {
+                start,
+                end,
+                read: p[0] == b'r',
+                write: p[0] == b'r' && p[1] == b'w',
+            });
+        }
+    }
+
+    /// Whether `[addr, addr + len)` lies in consecutive accepted mappings.
+    fn covered(&self, addr: u64, len: u64, write: bool) -> bool {
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
+        let mut at = addr;
+        loop {
+            let Some(m) = self
+                .maps
+                .iter()
+                .find(|m| m.start <= at && at < m.end && m.read && (m.write || !write))
+            else {
+                return false;
+            };
+            if end <= m.end {
+                return true;
+            }
+            at = m.end;
+        }
+    }
+
+    /// Private mappings that allow it; for a peer, once the program has exposed
+    /// ranges, only those.
+    fn allowed(&mut self, addr: u64, len: u64, write: bool, peer: bool) -> bool {
+        if addr == 0 {
+            return false;
+        }
+        if peer && !self.exposed.is_empty() {
+            let Some(end) = addr.checked_add(len) else {
+                return false;
+            };
+            return self.exposed.iter().any(|&(s, e)| s <= addr && end <= e);
+        }
+        if self.covered(addr, len, write) {
+            return true;
+        }
+        // Mapped since the list was read?
+        self.load_maps();
+        self.covered(addr, len, write)
+    }
+}
+
+impl Memory for ProcessMemory {
+    fn check(&mut self, addr: u64, len: u64, access: Access) -> Result<(), Error> {
+        // What a peer reads is held to the rule of what it may write: program data,
+        // not code or constants.
+        let ok = match access {
+            Access::Read => self.allowed(addr, len, false, false),
+            Access::Write => self.allowed(addr, len, true, false),
+            Access::PeerRead | Access::PeerWrite => self.allowed(addr, len, true, true),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::BadAddress)
+        }
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Error> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        if !self.allowed(addr, data.len() as u64, true, false) {
+            return Err(Error::BadAddress);
+        }
+        // SAFETY: the range was just found inside private writable mappings of this
+        // process (the policy was applied by `check` before the operation began).
+        unsafe { std::ptr::copy(data.as_ptr(), addr as *mut u8, data.len()) };
+        Ok(())
+    }
+
+    fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), Error> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        if !self.allowed(addr, out.len() as u64, false, false) {
+            return Err(Error::BadAddress);
+        }
+        // SAFETY: the range lies in readable private mappings of this process.
+        unsafe { std::ptr::copy(addr as *const u8, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    fn ring(&mut self, bell: u64) {
+        if bell == 0 || !self.allowed(bell, 4, true, false) {
+            return;
+        }
+        if bell.is_multiple_of(4) {
+            // SAFETY: an aligned, writable `int` of this process; atomics so that a
+            // program polling it sees a whole value.
+            let a = unsafe { std::sync::atomic::AtomicI32::from_ptr(bell as *mut i32) };
+            a.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        } else {
+            let p = bell as *mut i32;
+            // SAFETY: a writable (unaligned) `int` of this process.
+            unsafe { p.write_unaligned(p.read_unaligned().wrapping_add(1)) };
+        }
+    }
+}
+
+/// `void cheetah_core_setup(int *argc, char ***argv)`: takes `-np N` out of the
+/// arguments; started by hand with `-np N` (N > 1), runs the job and exits.
+///
+/// # Safety
+/// `argc` and `argv` are null or `main`'s (through pointers).
+#[no_mangle]
+pub unsafe extern "C" fn cheetah_core_setup(argc: *mut c_int, argv: *mut c_void) {
+    guard("cheetah_core_setup", (), || {
+        let argv = argv as *mut *mut *mut c_char;
+        let mut args = if argc.is_null() || argv.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { args_of(*argc, *argv) }
+        };
+        let np = hosted::parse_args(&mut args).unwrap_or_else(|e| die(&e.0));
+        if !argc.is_null() && !argv.is_null() {
+            // SAFETY: the caller's contract; `args` is a subsequence of the originals.
+            unsafe { crate::lfc::write_back(argc, *argv, &args) };
+        }
+        let fabric = Fabric::from_env().unwrap_or_else(|e| die(&e.0));
+        let boot = match hosted::start(np).unwrap_or_else(|e| die(&e.0)) {
+            Start::Launch(n) => std::process::exit(hosted::launch(n, &args, fabric)),
+            Start::Context(b) => b,
+        };
+        let c =
+            hosted::cheetah(&boot, fabric, ProcessMemory::default()).unwrap_or_else(|e| die(&e.0));
+        *lock(&STATE) = Some(c);
+        // Contexts start together, as the seed's setup does.
+        barrier("cheetah_core_setup");
+    })
+}
+
+/// `void cheetah_core_finalize(void)`: a barrier, then teardown.
+#[no_mangle]
+pub extern "C" fn cheetah_core_finalize() {
+    guard("cheetah_core_finalize", (), || {
+        barrier("cheetah_core_finalize");
+        with("cheetah_core_finalize", |c| c.shutdown());
+        *lock(&STATE) = None;
+    })
+}
+
+/// `int cheetah_core_ncontexts(void)`.
+#[no_mangle]
+pub extern "C" fn cheetah_core_ncontexts() -> c_int {
+    guard("cheetah_core_ncontexts", -1, || {
+        with("cheetah_core_ncontexts", |c| c.ncontexts() as c_int)
+    })
+}
+
+/// `int cheetah_core_mycontext(void)`.
+#[no_mangle]
+pub extern "C" fn cheetah_core_mycontext() -> c_int {
+    guard("cheetah_core_mycontext", -1, || {
+        with("cheetah_core_mycontext", |c| c.mycontext() as c_int)
+    })
+}
+
+fn context(call: &str, c: &HostCheetah<ProcessMemory>, context: c_int) -> u16 {
+    match u16::try_from(context) {
+        Ok(n) if n < c.ncontexts() => n,
+        _ => fatal(
+            call,
+            format!("context {context} is not in 0..{}", c.ncontexts()),
+        ),
+    }
+}
+
+fn length(call: &str, length: c_int) -> usize {
+    usize::try_from(length).unwrap_or_else(|_| fatal(call, format!("negative length {length}")))
+}
+
+fn report(call: &str, c: &HostCheetah<ProcessMemory>, e: Error) -> ! {
+    match (e, c.failure()) {
+        (Error::BadAddress, Some((n, _))) => fatal(
+            call,
+            format!("context {n} refused an address of a put or get: not memory it exposes"),
+        ),
+        (Error::BadAddress, None) => {
+            fatal(call, "a local buffer or bell is not memory of this process")
+        }
+        (Error::SendFailure, Some((n, _))) => fatal(call, format!("context {n} died")),
+        (e, _) => fatal(call, e),
+    }
+}
+
+/// `void cheetah_core_put(int context, void *remote, void *local, int length,
+/// int *local_bell, int *remote_bell)`.
+#[no_mangle]
+pub extern "C" fn cheetah_core_put(
+    ctx: c_int,
+    remote: *mut c_void,
+    local: *mut c_void,
+    len: c_int,
+    local_bell: *mut c_int,
+    remote_bell: *mut c_int,
+) {
+    const CALL: &str = "cheetah_core_put";
+    guard(CALL, (), || {
+        let len = length(CALL, len);
+        with(CALL, |c| {
+            let n = context(CALL, c, ctx);
+            let r = c.put(
+                n,
+                remote as u64,
+                local as u64,
+                len,
+                local_bell as u64,
+                remote_bell as u64,
+            );
+            if let Err(e) = r {
+                report(CALL, c, e);
+            }
+        })
+    });
+    run_handlers();
+}
+
+/// `void cheetah_core_get(int context, void *remote, void *local, int length,
+/// int *local_bell, int *remote_bell)`.
+#[no_mangle]
+pub extern "C" fn cheetah_core_get(
+    ctx: c_int,
+    remote: *mut c_void,
+    local: *mut c_void,
+    len: c_int,
+    local_bell: *mut c_int,
+    remote_bell: *mut c_int,
+) {
+    const CALL: &str = "cheetah_core_get";
+    guard(CALL, (), || {
+        let len = length(CALL, len);
+        with(CALL, |c| {
+            let n = context(CALL, c, ctx);
+            let r = c.get(
+                n,
+                remote as u64,
+                local as u64,
+                len,
+                local_bell as u64,
+                remote_bell as u64,
+            );
+            if let Err(e) = r {
+                report(CALL, c, e);
+            }
+        })
+    });
+    run_handlers();
+}
+
+/// `void cheetah_core_register(int tag, void (*handler)(int, int, void *, int))`.
+#[no_mangle]
+pub extern "C" fn cheetah_core_register(tag: c_int, handler: Option<CHandler>) {
+    guard("cheetah_core_register", (), || {
+        let mut h = lock(&HANDLERS);
+        h.retain(|(t, _)| *t != tag);
+        if let Some(f) = handler {
+            h.push((tag, f));
+        }
+    })
+}
+
+/// `void cheetah_core_ainvoke(int context, int tag, void *buffer, int length,
+/// int *local_bell)`.
+///
+/// # Safety
+/// `buffer` holds `length` readable bytes (or `length` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn cheetah_core_ainvoke(
+    ctx: c_int,
+    tag: c_int,
+    buffer: *mut c_void,
+    len: c_int,
+    local_bell: *mut c_int,
+) {
+    const CALL: &str = "cheetah_core_ainvoke";
+    guard(CALL, (), || {
+        let len = length(CALL, len);
+        if len > AINVOKE_MAX {
+            fatal(
+                CALL,
+                format!("{len} bytes: an invocation carries at most {AINVOKE_MAX}"),
+            );
+        }
+        let data = if len == 0 || buffer.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { std::slice::from_raw_parts(buffer as *const u8, len) }
+        };
+        with(CALL, |c| {
+            let n = context(CALL, c, ctx);
+            if let Err(e) = c.ainvoke(n, tag, data, local_bell as u64) {
+                report(CALL, c, e);
+            }
+        })
+    });
+    run_handlers();
+}
+
+/// Runs the C handlers of the invocations that have arrived, without the lock.
+fn run_handlers() -> usize {
+    let mut ran = 0;
+    loop {
+        let next = with("cheetah_core_poll", |c| {
+            let inv: Invocation = c.next_invocation()?;
+            let ptr = c.invocation_data(&inv).as_ptr() as *mut c_void;
+            Some((inv, ptr))
+        });
+        let Some((inv, ptr)) = next else {
+            return ran;
+        };
+        let h = lock(&HANDLERS)
+            .iter()
+            .find(|(t, _)| *t == inv.tag)
+            .map(|h| h.1);
+        match h {
+            Some(f) => {
+                // The buffer stays put until `invocation_done`; the lock is free, so
+                // the handler may call anything.
+                f(inv.who as c_int, inv.tag, ptr, inv.len as c_int);
+                ran += 1;
+            }
+            None => {
+                eprintln!(
+                    "volley: cheetah: context {} invoked tag {} with no handler registered here; dropped",
+                    inv.who, inv.tag
+                );
+                with("cheetah_core_poll", |c| c.note_unhandled());
+            }
+        }
+        with("cheetah_core_poll", |c| c.invocation_done(inv));
+    }
+}
+
+/// One round: the network, failures, handlers. Whether anything happened.
+fn progress(call: &str) -> bool {
+    let busy = with(call, |c| {
+        let busy = c.poll_network();
+        if let Err(e) = c.check_failure() {
+            report(call, c, e);
+        }
+        busy
+    });
+    run_handlers() > 0 || busy
+}
+
+/// `void cheetah_core_poll(void)`.
+#[no_mangle]
+pub extern "C" fn cheetah_core_poll() {
+    guard("cheetah_core_poll", (), || {
+        progress("cheetah_core_poll");
+    })
+}
+
+/// `void cheetah_core_wait(int *bell, int value)`: polls until `*bell >= value`.
+///
+/// # Safety
+/// `bell` points to an `int` of this process.
+#[no_mangle]
+pub unsafe extern "C" fn cheetah_core_wait(bell: *mut c_int, value: c_int) {
+    const CALL: &str = "cheetah_core_wait";
+    guard(CALL, (), || {
+        if bell.is_null() {
+            fatal(CALL, "null bell");
+        }
+        loop {
+            // SAFETY: the caller's contract; the engine rings it atomically.
+            let v = unsafe { std::ptr::read_volatile(bell) };
+            if v >= value {
+                return;
+            }
+            if let Some(n) = with(CALL, |c| c.dead_context()) {
+                fatal(CALL, format!("context {n} died"));
+            }
+            if !progress(CALL) {
+                std::thread::yield_now();
+            }
+        }
+    })
+}
+
+fn barrier(call: &str) {
+    with(call, |c| {
+        if let Err(e) = c.engine_mut().start_barrier() {
+            fatal(call, e);
+        }
+    });
+    loop {
+        let done = with(call, |c| c.engine().barrier_done());
+        match done {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => fatal(call, format!("barrier failed: {e}")),
+        }
+        if !progress(call) {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// `void cheetah_core_barrier(void)`.
+#[no_mangle]
+pub extern "C" fn cheetah_core_barrier() {
+    guard("cheetah_core_barrier", (), || {
+        barrier("cheetah_core_barrier")
+    })
+}
+
+/// Extension: `int cheetah_core_expose(void *base, long length)`. From the first
+/// call on, peers reach only the ranges exposed (see the module documentation).
+/// Returns 0, or -1 for a range that is not writable memory of this process.
+#[no_mangle]
+pub extern "C" fn cheetah_core_expose(base: *mut c_void, len: std::ffi::c_long) -> c_int {
+    guard("cheetah_core_expose", -1, || {
+        with("cheetah_core_expose", |c| {
+            let (a, n) = (base as u64, len.max(0) as u64);
+            let m = c.memory_mut();
+            if n == 0 || !m.allowed(a, n, true, false) {
+                return -1;
+            }
+            m.exposed.push((a, a + n));
+            0
+        })
+    })
+}
