@@ -12,6 +12,8 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 use memmap2::MmapMut;
 use volley_core::gamma::{Gamma, StdClock, GO_BACK};
 
+use volley_core::cheetah::{Cheetah, Segments};
+use volley_core::engine::Memory;
 use volley_core::lfc::{Keep, Lfc, Options as LfcOptions, Received};
 
 use crate::bootstrap::Boot;
@@ -450,7 +452,9 @@ pub fn pair(boot: &Boot, fabric: Fabric, quick: bool) -> Result<Vec<Row>, HostEr
     rows.extend(barrier_rows(&mut g, name, 2, lm, quick)?);
     g.sync()?;
     let (dev, _) = g.exit();
-    rows.extend(lfc_rows(boot, fabric, dev, lm, quick)?);
+    let (lrows, dev) = lfc_rows(boot, fabric, dev, lm, quick)?;
+    rows.extend(lrows);
+    rows.extend(cheetah_rows(boot, fabric, dev, lm, ref_mbs, quick)?);
     Ok(if me == 0 { rows } else { Vec::new() })
 }
 
@@ -483,7 +487,7 @@ fn lfc_rows(
     dev: HostDevice,
     lm: f64,
     quick: bool,
-) -> Result<Vec<Row>, HostError> {
+) -> Result<(Vec<Row>, HostDevice), HostError> {
     let name = fabric.name();
     let scale = if quick { 10 } else { 1 };
     let groups = node::groups(boot.size)?;
@@ -607,7 +611,149 @@ fn lfc_rows(
         }
     }
     l.barrier()?;
-    l.exit();
+    let (dev, _) = l.exit();
+    Ok((rows, dev))
+}
+
+type BenchCheetah = Cheetah<'static, HostDevice, StdClock, Segments<'static>>;
+/// Bench memory: segment 1 data (2 MiB), segment 2 bells (`BELL_*`, i32 each).
+const C_DATA: u64 = 1 << 40;
+const C_BELLS: u64 = 2 << 40;
+const BELL_PUT: u64 = C_BELLS;
+const BELL_LOCAL: u64 = C_BELLS + 4;
+const BELL_INVOKE: u64 = C_BELLS + 8;
+
+/// Tag 1 answers with tag 2; tag 2 rings `BELL_INVOKE`.
+fn c_echo(c: &mut BenchCheetah, who: u16, _tag: i32, buf: &[u8]) {
+    let _ = c.ainvoke(who, 2, buf, 0);
+}
+fn c_pong(c: &mut BenchCheetah, _who: u16, _tag: i32, _buf: &[u8]) {
+    c.memory_mut().ring(BELL_INVOKE);
+}
+
+/// Cheetah core on the same device, same run: a put's one-way latency (the
+/// receiver waits on the remote bell and puts back), a get's and an ainvoke's
+/// round trip, and put bandwidth (1 MiB puts, 8 in flight, against `memcpy` on
+/// shm).
+fn cheetah_rows(
+    boot: &Boot,
+    fabric: Fabric,
+    dev: HostDevice,
+    lm: f64,
+    ref_mbs: Option<f64>,
+    quick: bool,
+) -> Result<Vec<Row>, HostError> {
+    let name = fabric.name();
+    let scale = if quick { 10 } else { 1 };
+    let groups = node::groups(boot.size)?;
+    let mut cfg = node::engine_config(boot, fabric, groups)?;
+    cfg.job_key ^= 0xc4ee;
+    let mut mem = Segments::new();
+    mem.expose(Vec::leak(vec![0u8; 2 << 20]));
+    mem.expose(Vec::leak(vec![0u8; 64]));
+    let e = |e: volley_core::engine::Error| HostError(format!("cheetah: {e}"));
+    let mut c: BenchCheetah = Cheetah::setup(
+        cfg,
+        groups,
+        boot.size as usize,
+        dev,
+        StdClock::default(),
+        mem,
+    )
+    .map_err(e)?;
+    c.register(1, c_echo);
+    c.register(2, c_pong);
+    c.barrier().map_err(e)?;
+    let me = c.mycontext();
+    let peer = 1 - me;
+    let mut rows = Vec::new();
+    let row = |test: &str, bytes, v: Vec<f64>| {
+        let (m, p90, p99) = stats(v);
+        Row {
+            fabric: name,
+            test: test.into(),
+            bytes,
+            unit: "us",
+            median: m,
+            p90,
+            p99,
+            ratio: Some(m / lm),
+        }
+    };
+
+    progress("cheetah put latency");
+    let iters = 20_000 / scale;
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..(iters + iters / 10) as i32 {
+        let t0 = StdInstant::now();
+        if me == 0 {
+            c.put(peer, C_DATA, C_DATA, 8, 0, BELL_PUT).map_err(e)?;
+        }
+        c.wait(BELL_PUT, i + 1).map_err(e)?;
+        if me == 1 {
+            c.put(peer, C_DATA, C_DATA, 8, 0, BELL_PUT).map_err(e)?;
+        } else if i >= (iters / 10) as i32 {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    if me == 0 {
+        rows.push(row("cheetah put, one-way (remote bell)", 8, samples));
+    }
+
+    progress("cheetah get and ainvoke round trips");
+    c.barrier().map_err(e)?;
+    if me == 0 {
+        let mut samples = Vec::with_capacity(iters);
+        for i in 0..iters as i32 {
+            let t0 = StdInstant::now();
+            c.get(peer, C_DATA, C_DATA + 64, 8, BELL_LOCAL, 0)
+                .map_err(e)?;
+            c.wait(BELL_LOCAL, i + 1).map_err(e)?;
+            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        rows.push(row("cheetah get, round trip", 8, samples));
+        let mut samples = Vec::with_capacity(iters);
+        for i in 0..iters as i32 {
+            let t0 = StdInstant::now();
+            c.ainvoke(peer, 1, &[7; 8], 0).map_err(e)?;
+            c.wait(BELL_INVOKE, i + 1).map_err(e)?;
+            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        rows.push(row("cheetah ainvoke, round trip", 8, samples));
+    }
+    c.barrier().map_err(e)?;
+
+    progress("cheetah put bandwidth");
+    let len = 1 << 20;
+    let window = 8;
+    let reps = if quick { 5 } else { 30 };
+    if me == 0 {
+        let mut samples = Vec::with_capacity(reps);
+        let mut rung = c.bell(BELL_LOCAL).map_err(e)?;
+        for _ in 0..reps {
+            let t0 = StdInstant::now();
+            for _ in 0..window {
+                c.put(peer, C_DATA, C_DATA + (1 << 20), len, BELL_LOCAL, 0)
+                    .map_err(e)?;
+            }
+            rung += window;
+            c.wait(BELL_LOCAL, rung).map_err(e)?;
+            let secs = t0.elapsed().as_secs_f64();
+            samples.push((len * window as usize) as f64 / secs / 1e6);
+        }
+        let (m, p90, p99) = stats(samples);
+        rows.push(Row {
+            fabric: name,
+            test: "cheetah put bandwidth, 8 in flight".into(),
+            bytes: len,
+            unit: "MB/s",
+            median: m,
+            p90,
+            p99,
+            ratio: ref_mbs.map(|r| m / r),
+        });
+    }
+    c.finalize().map_err(e)?;
     Ok(rows)
 }
 
