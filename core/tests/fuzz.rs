@@ -159,3 +159,109 @@ proptest! {
         prop_assert!(e.send_status(h).is_ok());
     }
 }
+
+/// Memory of 4 KiB at 0x1000 that records the ranges the engine checked and fails
+/// the test if it ever writes outside them.
+#[derive(Default)]
+struct Guarded {
+    checked: Vec<(u64, u64)>,
+    mem: Vec<u8>,
+}
+
+impl volley_core::engine::Memory for Guarded {
+    fn check(
+        &mut self,
+        addr: u64,
+        len: u64,
+        _: volley_core::engine::Access,
+    ) -> Result<(), volley_core::engine::Error> {
+        let ok = addr >= 0x1000 && addr.checked_add(len).is_some_and(|e| e <= 0x2000);
+        if ok {
+            self.checked.push((addr, addr + len));
+            Ok(())
+        } else {
+            Err(volley_core::engine::Error::BadAddress)
+        }
+    }
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), volley_core::engine::Error> {
+        let end = addr + data.len() as u64;
+        assert!(
+            self.checked.iter().any(|&(s, e)| s <= addr && end <= e),
+            "write {addr:#x}..{end:#x} outside every checked range"
+        );
+        let at = (addr - 0x1000) as usize;
+        self.mem.resize(0x1000, 0);
+        self.mem[at..at + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+    fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), volley_core::engine::Error> {
+        let end = addr + out.len() as u64;
+        assert!(self.checked.iter().any(|&(s, e)| s <= addr && end <= e));
+        out.fill(0);
+        Ok(())
+    }
+    fn ring(&mut self, _: u64) {}
+}
+
+prop_compose! {
+    /// A one-sided frame from node 0 aimed around the exposed range.
+    fn rma_frame()(
+        kind in (8u8..=10).prop_map(|k| Kind::from_u8(k).unwrap()),
+        seq in 0u32..20,
+        msg_id in 0u32..4,
+        offset in 0u32..5000,
+        total in 0u32..5000,
+        addr in 0xF00u64..0x2100,
+        bell in prop_oneof![Just(0u64), 0xF00u64..0x2100],
+        data in proptest::collection::vec(any::<u8>(), 0..100),
+    ) -> Vec<u8> {
+        let mut payload = Vec::new();
+        if kind == Kind::GetRequest {
+            payload.extend_from_slice(&addr.to_be_bytes());
+            payload.extend_from_slice(&bell.to_be_bytes());
+            payload.extend_from_slice(&total.to_be_bytes());
+            payload.extend_from_slice(&[0; 4]);
+        } else {
+            payload.extend_from_slice(&addr.to_be_bytes());
+            payload.extend_from_slice(&bell.to_be_bytes());
+            payload.extend_from_slice(&data);
+        }
+        let repr = Repr {
+            kind,
+            flags: Flags::RELIABLE,
+            job_key: 77,
+            ends: Endpoints { src_group: 3, src_node: 0, src_port: 0, dst_group: 3, dst_node: 1, dst_port: 0 },
+            seq,
+            ack: None,
+            msg_id,
+            offset,
+            total_len: total,
+            payload_len: payload.len() as u16,
+        };
+        let mut buf = vec![0u8; repr.buffer_len()];
+        repr.emit_with_payload(&mut buf, &[&payload], false).unwrap();
+        buf
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, .. ProptestConfig::default() })]
+
+    /// Puts, get requests and get replies, well formed or not, never make the engine
+    /// write outside a range its memory accepted, nor panic.
+    #[test]
+    fn one_sided_frames_stay_inside_checked_memory(frames in proptest::collection::vec(rma_frame(), 1..40)) {
+        let mut e = target();
+        let mut mem = Guarded::default();
+        let mut rings: Vec<Ring<128, 512>> = (0..4).map(|_| Ring::new()).collect();
+        let mut now = Instant::ZERO;
+        for f in frames {
+            e.handle_frame_mem(now, &f, None, &mut mem);
+            now += Duration::from_micros(7);
+            e.poll_mem(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None, &mut mem);
+            for r in rings.iter_mut() {
+                *r = Ring::new();
+            }
+        }
+    }
+}
