@@ -304,3 +304,40 @@ fn a_dead_context_fails_the_initiator() {
     assert_eq!(bell_of(&mut sim.nodes[0], 0), 0);
     assert_eq!(sim.nodes[0].failure(), Some((2, Error::SendFailure)));
 }
+
+#[test]
+fn a_denial_arriving_after_the_put_completed_is_still_reported() {
+    use volley_core::wire::{Endpoints, Flags, Kind, Repr};
+    let mut sim = make_sim(2, 0x1a7e, FaultConfig::default());
+    sim.nodes[0].put(1, DATA, DATA, 16, bell(0), 0).unwrap();
+    until(&mut sim, 5, |nodes, _| bell_of(&mut nodes[0], 0) == 1);
+    // The target's first reliable frame to us (seq 0): DENY_PUT for our message 0,
+    // as it would come when a bare ack had travelled ahead of it.
+    let repr = Repr {
+        kind: Kind::Control,
+        flags: Flags::RELIABLE,
+        job_key: 9,
+        ends: Endpoints {
+            src_group: 1,
+            src_node: 1,
+            src_port: 0,
+            dst_group: 1,
+            dst_node: 0,
+            dst_port: 0,
+        },
+        seq: 0,
+        ack: None,
+        msg_id: 0,
+        offset: 2,
+        total_len: 0,
+        payload_len: 0,
+    };
+    let mut f = vec![0u8; repr.buffer_len()];
+    repr.emit_with_payload(&mut f, &[], false).unwrap();
+    let now = sim.now();
+    sim.nodes[0].engine_mut().handle_frame(now, &f);
+    assert_eq!(sim.nodes[0].poll(), Err(Error::BadAddress));
+    // Once: the same denial again is a duplicate.
+    sim.nodes[0].engine_mut().handle_frame(now, &f);
+    assert_eq!(sim.nodes[0].poll(), Ok(0));
+}

@@ -106,13 +106,31 @@ pub struct RmaFailure {
 }
 
 /// Gets in flight and failures not yet taken.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(super) struct Rma {
     pub(super) gets: [Get; GET_SLOTS],
     pub(super) next_req: u32,
     pub(super) failures: [Option<RmaFailure>; 8],
     /// Failures that found the list full (reported as a count).
     pub(super) overflow: u32,
+    /// Puts that completed lately (channel, message id, peer): a denial may still
+    /// come for one whose last ack travelled ahead of it (a bare ack sent while the
+    /// target's window was full).
+    pub(super) recent: [(u16, u32); 16],
+    pub(super) recent_at: usize,
+}
+
+impl Default for Rma {
+    fn default() -> Self {
+        Rma {
+            gets: Default::default(),
+            next_req: 0,
+            failures: [None; 8],
+            overflow: 0,
+            recent: [(NONE, 0); 16],
+            recent_at: 0,
+        }
+    }
 }
 
 impl Rma {
@@ -430,6 +448,15 @@ impl<'a, S> Engine<'a, S> {
                 OpState::Done => o.state = OpState::Rejected,
                 _ => {}
             }
+        } else if let Some(r) = self
+            .rma
+            .recent
+            .iter_mut()
+            .find(|r| r.0 == ci as u16 && r.1 == repr.msg_id)
+        {
+            // Its bell has rung already; the program still learns of the refusal.
+            r.0 = NONE;
+            self.rma.fail(failure);
         }
     }
 
@@ -466,6 +493,11 @@ impl<'a, S> Engine<'a, S> {
             o.owned = false;
             let error = match state {
                 OpState::Done => {
+                    if o.kind == Kind::Put {
+                        let at = self.rma.recent_at;
+                        self.rma.recent[at] = (o.chan, o.msg_id);
+                        self.rma.recent_at = (at + 1) % self.rma.recent.len();
+                    }
                     mem.ring(bell);
                     continue;
                 }
