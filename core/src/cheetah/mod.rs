@@ -286,28 +286,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
         local_bell: u64,
         remote_bell: u64,
     ) -> Result<(), Error> {
-        self.usable(context)?;
-        let len = u32::try_from(len).map_err(|_| Error::MessageTooLong)?;
         self.stats.puts += 1;
-        if context == self.mycontext() {
-            self.copy_local(local, remote, len)?;
-            self.mem.ring(remote_bell);
-            self.mem.ring(local_bell);
-            return Ok(());
-        }
-        let group = self.engine.config().group;
-        self.retry(|c| {
-            c.engine.start_put(
-                &mut c.mem,
-                group,
-                context,
-                remote,
-                local,
-                len,
-                local_bell,
-                remote_bell,
-            )
-        })
+        self.transfer(true, context, remote, local, len, local_bell, remote_bell)
     }
 
     /// `cheetah_core_get`: `len` bytes from `remote` in `context` to local `local`.
@@ -320,18 +300,45 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
         local_bell: u64,
         remote_bell: u64,
     ) -> Result<(), Error> {
+        self.stats.gets += 1;
+        self.transfer(false, context, remote, local, len, local_bell, remote_bell)
+    }
+
+    /// A put (`put`) or get. Within this context it is a checked copy that rings
+    /// the destination's bell, then the source's.
+    #[allow(clippy::too_many_arguments)]
+    fn transfer(
+        &mut self,
+        put: bool,
+        context: NodeId,
+        remote: u64,
+        local: u64,
+        len: usize,
+        local_bell: u64,
+        remote_bell: u64,
+    ) -> Result<(), Error> {
         self.usable(context)?;
         let len = u32::try_from(len).map_err(|_| Error::MessageTooLong)?;
-        self.stats.gets += 1;
         if context == self.mycontext() {
-            self.copy_local(remote, local, len)?;
-            self.mem.ring(local_bell);
-            self.mem.ring(remote_bell);
+            let (from, to, to_bell, from_bell) = if put {
+                (local, remote, remote_bell, local_bell)
+            } else {
+                (remote, local, local_bell, remote_bell)
+            };
+            self.copy_local(from, to, len)?;
+            self.mem.ring(to_bell);
+            self.mem.ring(from_bell);
             return Ok(());
         }
         let group = self.engine.config().group;
+        let start = if put {
+            Engine::start_put
+        } else {
+            Engine::start_get
+        };
         self.retry(|c| {
-            c.engine.start_get(
+            start(
+                &mut c.engine,
                 &mut c.mem,
                 group,
                 context,

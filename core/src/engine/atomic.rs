@@ -71,13 +71,11 @@ impl<'a, S> Engine<'a, S> {
         if ch.failed {
             return Err(Error::SendFailure);
         }
-        if ch.ctrl_len >= CTRL_QUEUE {
+        let req = self.atomics.next_req;
+        if !ch.queue_ctrl(Slot::FetchAdd { req, var, delta }) {
             return Err(Error::NoResources);
         }
-        let req = self.atomics.next_req;
         self.atomics.next_req = req.wrapping_add(1);
-        ch.ctrl[ch.ctrl_len] = Slot::FetchAdd { req, var, delta };
-        ch.ctrl_len += 1;
         let f = &mut self.atomics.fetches[slot];
         f.gen = f.gen.wrapping_add(1);
         f.state = FetchState::Waiting;
@@ -138,7 +136,7 @@ impl<'a, S> Engine<'a, S> {
     /// `false` (refuse, the peer sends it again) if there is no room for the answer.
     pub(super) fn rx_fetch_add(&mut self, ci: usize, repr: &Repr) -> bool {
         let ch = &mut self.chans[ci];
-        if ch.ctrl_len >= CTRL_QUEUE {
+        if ch.ctrl_full() {
             return false;
         }
         let Some(c) = self.atomics.counters.get_mut(repr.ends.dst_port as usize) else {
@@ -149,12 +147,11 @@ impl<'a, S> Engine<'a, S> {
         };
         let value = *c;
         *c = c.wrapping_add(repr.offset);
-        ch.ctrl[ch.ctrl_len] = Slot::FetchAddReply {
+        // Room was checked above.
+        ch.queue_ctrl(Slot::FetchAddReply {
             req: repr.msg_id,
             value,
-        };
-        ch.ctrl_len += 1;
-        true
+        })
     }
 
     /// A `FETCH_ADD_REPLY` accepted in sequence: the answer to one of our requests.

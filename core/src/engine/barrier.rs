@@ -52,15 +52,10 @@ impl<'a, S> Engine<'a, S> {
         if ch.failed {
             return Err(Error::SendFailure);
         }
-        if ch.ctrl_len == CTRL_QUEUE {
-            return Ok(false);
-        }
-        ch.ctrl[ch.ctrl_len] = Slot::Barrier {
+        Ok(ch.queue_ctrl(Slot::Barrier {
             epoch: self.bar.epoch,
             round,
-        };
-        ch.ctrl_len += 1;
-        Ok(true)
+        }))
     }
 
     pub(super) fn rounds(&self) -> u32 {

@@ -206,6 +206,21 @@ impl Channel {
     }
 
     /// Whether the peer's credits allow one more new frame.
+    /// Whether the control queue has no room left.
+    pub(crate) fn ctrl_full(&self) -> bool {
+        self.ctrl_len >= CTRL_QUEUE
+    }
+
+    /// Queues control frame `slot`; false (nothing queued) if the queue is full.
+    pub(crate) fn queue_ctrl(&mut self, slot: Slot) -> bool {
+        if self.ctrl_full() {
+            return false;
+        }
+        self.ctrl[self.ctrl_len] = slot;
+        self.ctrl_len += 1;
+        true
+    }
+
     pub(crate) fn can_send_new(&self) -> bool {
         let limit = (self.peer_window as u32).min(MAX_WINDOW as u32);
         self.outstanding() < limit

@@ -56,7 +56,7 @@ mod timers;
 mod tx;
 
 pub use atomic::{FetchHandle, COUNTERS, FETCH_SLOTS};
-use channel::{seq_lt, SeqCheck, Slot, CTRL_QUEUE, NONE};
+use channel::{seq_lt, SeqCheck, Slot, NONE};
 pub use channel::{Channel, MAX_WINDOW};
 pub use mcast::{McastGroup, McastTables, Tree, MCAST_ALL};
 pub use packet::{Delivery, PacketBuf, PacketId, Packets, PACKET_MAX};

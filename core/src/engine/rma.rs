@@ -221,16 +221,14 @@ impl<'a, S> Engine<'a, S> {
         if ch.failed {
             return Err(Error::SendFailure);
         }
-        if ch.ctrl_len >= CTRL_QUEUE {
-            return Err(Error::NoResources);
-        }
         let req = self.rma.next_req;
-        self.rma.next_req = req.wrapping_add(1);
-        ch.ctrl[ch.ctrl_len] = Slot::GetRequest {
+        if !ch.queue_ctrl(Slot::GetRequest {
             get: gi as u16,
             req,
-        };
-        ch.ctrl_len += 1;
+        }) {
+            return Err(Error::NoResources);
+        }
+        self.rma.next_req = req.wrapping_add(1);
         self.rma.gets[gi] = Get {
             state: GetState::Waiting,
             chan: ci as u16,
@@ -312,14 +310,11 @@ impl<'a, S> Engine<'a, S> {
     /// Queues a denial of put message / get request `msg`; false if the control
     /// queue is full (the frame is refused and comes again).
     fn deny(&mut self, ci: usize, msg: u32, code: u32) -> bool {
-        let ch = &mut self.chans[ci];
-        if ch.ctrl_len >= CTRL_QUEUE {
-            return false;
+        let queued = self.chans[ci].queue_ctrl(Slot::Deny { msg, code });
+        if queued {
+            self.stats.rma_denied += 1;
         }
-        ch.ctrl[ch.ctrl_len] = Slot::Deny { msg, code };
-        ch.ctrl_len += 1;
-        self.stats.rma_denied += 1;
-        true
+        queued
     }
 
     /// Reserves an assembly for the first fragment of a put or get reply: the
@@ -359,7 +354,7 @@ impl<'a, S> Engine<'a, S> {
             }
         };
         let ai = self.asms.iter().position(|a| !a.used)?;
-        if dest.is_none() && repr.kind == Kind::Put && self.chans[ci].ctrl_len >= CTRL_QUEUE {
+        if dest.is_none() && repr.kind == Kind::Put && self.chans[ci].ctrl_full() {
             return None;
         }
         self.asms[ai] = Assembly {

@@ -342,7 +342,7 @@ impl<'a, S> Engine<'a, S> {
         repr: &Repr,
         now: Instant,
     ) -> Option<usize> {
-        if self.chans[ci].ctrl_len >= CTRL_QUEUE {
+        if self.chans[ci].ctrl_full() {
             return None;
         }
         let ai = self.asms.iter().position(|a| !a.used)?;
@@ -385,6 +385,34 @@ impl<'a, S> Engine<'a, S> {
         }
     }
 
+    /// The assembly a reliable message's fragment goes to, reserving one with
+    /// `reserve` at the message's first fragment; messages are reserved in id order.
+    /// `Err(true)`: its message is already complete (take and drop the frame);
+    /// `Err(false)`: refuse it for now.
+    fn assembly_for(
+        &mut self,
+        ci: usize,
+        repr: &Repr,
+        reserve: impl FnOnce(&mut Self) -> Option<usize>,
+    ) -> Result<usize, bool> {
+        if let Some(ai) = self.find_asm(ci, repr.msg_id, true) {
+            return Ok(ai);
+        }
+        let next = self.chans[ci].next_reserve;
+        if seq_lt(repr.msg_id, next) {
+            // Its message is already complete: nothing left to place.
+            self.stats.rx_dropped += 1;
+            return Err(true);
+        }
+        if repr.msg_id != next {
+            // Placed in message order, so a later message waits for an earlier one.
+            return Err(false);
+        }
+        let ai = reserve(self).ok_or(false)?;
+        self.chans[ci].next_reserve = next.wrapping_add(1);
+        Ok(ai)
+    }
+
     pub(super) fn rx_reliable_data(
         &mut self,
         now: Instant,
@@ -392,36 +420,22 @@ impl<'a, S> Engine<'a, S> {
         repr: &Repr,
         payload: &[u8],
     ) -> bool {
-        let ai = match self.find_asm(ci, repr.msg_id, true) {
-            Some(ai) => ai,
-            None => {
-                let next = self.chans[ci].next_reserve;
-                if seq_lt(repr.msg_id, next) {
-                    // Its message is already complete: nothing left to place.
-                    self.stats.rx_dropped += 1;
-                    return true;
-                }
-                if repr.msg_id != next {
-                    // Placed in message order, so a later message waits for an earlier one.
-                    return false;
-                }
-                let ai = match self.reserve(ci, repr, true, now) {
-                    Some(ai) => ai,
-                    None if self.closed_port(ci, repr, now) => {
-                        let Some(ai) = self.reserve_discard(ci, repr, now) else {
-                            return false;
-                        };
-                        ai
-                    }
-                    None => return false,
-                };
-                self.chans[ci].unbound_msg = None;
-                self.chans[ci].next_reserve = next.wrapping_add(1);
-                ai
+        let ai = self.assembly_for(ci, repr, |e| {
+            let ai = match e.reserve(ci, repr, true, now) {
+                Some(ai) => ai,
+                None if e.closed_port(ci, repr, now) => e.reserve_discard(ci, repr, now)?,
+                None => return None,
+            };
+            e.chans[ci].unbound_msg = None;
+            Some(ai)
+        });
+        match ai {
+            Ok(ai) => {
+                self.place(ai, repr.offset, payload);
+                true
             }
-        };
-        self.place(ai, repr.offset, payload);
-        true
+            Err(taken) => taken,
+        }
     }
 
     /// The fragment of a put or get reply: placed straight into memory, in
@@ -434,23 +448,9 @@ impl<'a, S> Engine<'a, S> {
         payload: &[u8],
         mem: &mut dyn Memory,
     ) -> bool {
-        let ai = match self.find_asm(ci, repr.msg_id, true) {
-            Some(ai) => ai,
-            None => {
-                let next = self.chans[ci].next_reserve;
-                if seq_lt(repr.msg_id, next) {
-                    self.stats.rx_dropped += 1;
-                    return true;
-                }
-                if repr.msg_id != next {
-                    return false;
-                }
-                let Some(ai) = self.reserve_rma(ci, repr, payload, now, mem) else {
-                    return false;
-                };
-                self.chans[ci].next_reserve = next.wrapping_add(1);
-                ai
-            }
+        let ai = match self.assembly_for(ci, repr, |e| e.reserve_rma(ci, repr, payload, now, mem)) {
+            Ok(ai) => ai,
+            Err(taken) => return taken,
         };
         if self.asms[ai].rma == RMA_NONE {
             // A message id of a DATA message: the frame contradicts its sender.
@@ -495,13 +495,10 @@ impl<'a, S> Engine<'a, S> {
         if a.discard {
             self.stats.rx_rejected += 1;
             if let Some(ch) = self.chans.get_mut(a.chan as usize) {
-                if ch.ctrl_len < CTRL_QUEUE {
-                    ch.ctrl[ch.ctrl_len] = Slot::Reject {
-                        msg: a.msg_id,
-                        port: a.src.src_port,
-                    };
-                    ch.ctrl_len += 1;
-                }
+                ch.queue_ctrl(Slot::Reject {
+                    msg: a.msg_id,
+                    port: a.src.src_port,
+                });
             }
             return;
         }

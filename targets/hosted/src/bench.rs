@@ -458,6 +458,21 @@ pub fn pair(boot: &Boot, fabric: Fabric, quick: bool) -> Result<Vec<Row>, HostEr
     Ok(if me == 0 { rows } else { Vec::new() })
 }
 
+/// A latency row (microseconds) against the reference median `lm`.
+fn latency_row(fabric: &'static str, test: &str, bytes: usize, v: Vec<f64>, lm: f64) -> Row {
+    let (m, p90, p99) = stats(v);
+    Row {
+        fabric,
+        test: test.into(),
+        bytes,
+        unit: "us",
+        median: m,
+        p90,
+        p99,
+        ratio: Some(m / lm),
+    }
+}
+
 /// What the LFC upcall in the benchmark shares with the program.
 #[derive(Debug, Default)]
 struct LfcBench {
@@ -509,19 +524,7 @@ fn lfc_rows(
     let me = l.my_proc();
     let peer = 1 - me;
     let mut rows = Vec::new();
-    let row = |test: &str, bytes, v: Vec<f64>| {
-        let (m, p90, p99) = stats(v);
-        Row {
-            fabric: name,
-            test: test.into(),
-            bytes,
-            unit: "us",
-            median: m,
-            p90,
-            p99,
-            ratio: Some(m / lm),
-        }
-    };
+    let row = |test: &str, bytes, v: Vec<f64>| latency_row(name, test, bytes, v, lm);
     let send = |l: &mut HostLfc<LfcBench>| -> Result<(), HostError> {
         let p = l.send_alloc(true)?;
         l.packet_mut(p)
@@ -667,19 +670,7 @@ fn cheetah_rows(
     let me = c.mycontext();
     let peer = 1 - me;
     let mut rows = Vec::new();
-    let row = |test: &str, bytes, v: Vec<f64>| {
-        let (m, p90, p99) = stats(v);
-        Row {
-            fabric: name,
-            test: test.into(),
-            bytes,
-            unit: "us",
-            median: m,
-            p90,
-            p99,
-            ratio: Some(m / lm),
-        }
-    };
+    let row = |test: &str, bytes, v: Vec<f64>| latency_row(name, test, bytes, v, lm);
 
     progress("cheetah put latency");
     let iters = 20_000 / scale;
