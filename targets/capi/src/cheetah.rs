@@ -237,8 +237,10 @@ pub unsafe extern "C" fn cheetah_core_setup(argc: *mut c_int, argv: *mut c_void)
         let c =
             hosted::cheetah(&boot, fabric, ProcessMemory::default()).unwrap_or_else(|e| die(&e.0));
         *lock(&STATE) = Some(c);
-        // Contexts start together, as the seed's setup does.
-        barrier("cheetah_core_setup");
+        // Contexts start together, as the seed's setup does. No handler is
+        // registered yet: an invocation that comes meanwhile waits for the first
+        // poll after setup instead of finding none.
+        barrier("cheetah_core_setup", false);
     })
 }
 
@@ -246,7 +248,7 @@ pub unsafe extern "C" fn cheetah_core_setup(argc: *mut c_int, argv: *mut c_void)
 #[no_mangle]
 pub extern "C" fn cheetah_core_finalize() {
     guard("cheetah_core_finalize", (), || {
-        barrier("cheetah_core_finalize");
+        barrier("cheetah_core_finalize", true);
         with("cheetah_core_finalize", |c| c.shutdown());
         *lock(&STATE) = None;
     })
@@ -307,25 +309,16 @@ pub extern "C" fn cheetah_core_put(
     local_bell: *mut c_int,
     remote_bell: *mut c_int,
 ) {
-    const CALL: &str = "cheetah_core_put";
-    guard(CALL, (), || {
-        let len = length(CALL, len);
-        with(CALL, |c| {
-            let n = context(CALL, c, ctx);
-            let r = c.put(
-                n,
-                remote as u64,
-                local as u64,
-                len,
-                local_bell as u64,
-                remote_bell as u64,
-            );
-            if let Err(e) = r {
-                report(CALL, c, e);
-            }
-        })
-    });
-    run_handlers();
+    transfer(
+        "cheetah_core_put",
+        true,
+        ctx,
+        remote,
+        local,
+        len,
+        local_bell,
+        remote_bell,
+    );
 }
 
 /// `void cheetah_core_get(int context, void *remote, void *local, int length,
@@ -339,21 +332,43 @@ pub extern "C" fn cheetah_core_get(
     local_bell: *mut c_int,
     remote_bell: *mut c_int,
 ) {
-    const CALL: &str = "cheetah_core_get";
-    guard(CALL, (), || {
-        let len = length(CALL, len);
-        with(CALL, |c| {
-            let n = context(CALL, c, ctx);
-            let r = c.get(
-                n,
-                remote as u64,
-                local as u64,
-                len,
-                local_bell as u64,
-                remote_bell as u64,
-            );
+    transfer(
+        "cheetah_core_get",
+        false,
+        ctx,
+        remote,
+        local,
+        len,
+        local_bell,
+        remote_bell,
+    );
+}
+
+/// A put (`put`) or get with the seed's arguments; then the handlers that came.
+#[allow(clippy::too_many_arguments)]
+fn transfer(
+    call: &str,
+    put: bool,
+    ctx: c_int,
+    remote: *mut c_void,
+    local: *mut c_void,
+    len: c_int,
+    local_bell: *mut c_int,
+    remote_bell: *mut c_int,
+) {
+    guard(call, (), || {
+        let len = length(call, len);
+        with(call, |c| {
+            let n = context(call, c, ctx);
+            let (remote, local) = (remote as u64, local as u64);
+            let (lb, rb) = (local_bell as u64, remote_bell as u64);
+            let r = if put {
+                c.put(n, remote, local, len, lb, rb)
+            } else {
+                c.get(n, remote, local, len, lb, rb)
+            };
             if let Err(e) = r {
-                report(CALL, c, e);
+                report(call, c, e);
             }
         })
     });
@@ -445,8 +460,10 @@ fn run_handlers() -> usize {
     }
 }
 
-/// One round: the network, failures, handlers. Whether anything happened.
-fn progress(call: &str) -> bool {
+/// One round: the network, failures and, with `handlers`, the handlers of the
+/// invocations that came (without, they wait for a later round). Whether anything
+/// happened.
+fn progress(call: &str, handlers: bool) -> bool {
     let busy = with(call, |c| {
         let busy = c.poll_network();
         if let Err(e) = c.check_failure() {
@@ -454,14 +471,14 @@ fn progress(call: &str) -> bool {
         }
         busy
     });
-    run_handlers() > 0 || busy
+    (handlers && run_handlers() > 0) || busy
 }
 
 /// `void cheetah_core_poll(void)`.
 #[no_mangle]
 pub extern "C" fn cheetah_core_poll() {
     guard("cheetah_core_poll", (), || {
-        progress("cheetah_core_poll");
+        progress("cheetah_core_poll", true);
     })
 }
 
@@ -485,14 +502,15 @@ pub unsafe extern "C" fn cheetah_core_wait(bell: *mut c_int, value: c_int) {
             if let Some(n) = with(CALL, |c| c.dead_context()) {
                 fatal(CALL, format!("context {n} died"));
             }
-            if !progress(CALL) {
+            if !progress(CALL, true) {
                 std::thread::yield_now();
             }
         }
     })
 }
 
-fn barrier(call: &str) {
+/// A barrier; with `handlers`, invocations are served meanwhile.
+fn barrier(call: &str, handlers: bool) {
     with(call, |c| {
         if let Err(e) = c.engine_mut().start_barrier() {
             fatal(call, e);
@@ -505,7 +523,7 @@ fn barrier(call: &str) {
             Ok(false) => {}
             Err(e) => fatal(call, format!("barrier failed: {e}")),
         }
-        if !progress(call) {
+        if !progress(call, handlers) {
             std::thread::yield_now();
         }
     }
@@ -515,7 +533,7 @@ fn barrier(call: &str) {
 #[no_mangle]
 pub extern "C" fn cheetah_core_barrier() {
     guard("cheetah_core_barrier", (), || {
-        barrier("cheetah_core_barrier")
+        barrier("cheetah_core_barrier", true)
     })
 }
 
