@@ -12,7 +12,7 @@
 //! - [`engine`]: per-peer channels (sliding window, cumulative and selective
 //!   acks, retransmission with back-off, credits), fragmentation straight into
 //!   posted user buffers, ports, semaphores, handlers, groups and the barrier.
-//! - [`gamma`], [`lfc`], `cheetah` (with `alloc`): the personalities, named after
+//! - [`gamma`], [`lfc`], `cheetah` and `qnix` (with `alloc`): the personalities, named after
 //!   the functions of their seeds.
 //! - [`sim`] (with `std`): the deterministic multi-node simulator used by tests.
 #![no_std]
@@ -38,6 +38,8 @@ pub mod engine;
 pub mod gamma;
 pub mod lfc;
 pub mod phy;
+#[cfg(feature = "alloc")]
+pub mod qnix;
 pub mod rng;
 #[cfg(feature = "std")]
 pub mod sim;

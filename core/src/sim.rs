@@ -270,6 +270,18 @@ impl<M: crate::engine::Memory> SimNode for SimCheetah<'_, M> {
     }
 }
 
+/// A QNIX process inside the simulator, reaching memory `M`.
+pub type SimQnix<'a, M> = crate::qnix::Qnix<'a, SimDevice, SimClock, M>;
+
+impl<M: crate::engine::Memory> SimNode for SimQnix<'_, M> {
+    fn poll(&mut self) -> bool {
+        self.step()
+    }
+    fn wake_at(&self) -> Option<Instant> {
+        wake_at(self.poll_at(), self.device())
+    }
+}
+
 /// A run that did not reach its goal in virtual time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SimTimeout {

@@ -1,0 +1,1773 @@
+//! The QNIX personality (A. De Vivo's communication system for the QNIX system area
+//! network), in Rust: processes named by (application, process), send and receive
+//! contexts with tags, a command queue consumed by the "NIC", doorbells, short and
+//! long sends, broadcast and multicast, groups and barriers.
+//!
+//! - **Names.** A process is `(AI, PI)`: application id and process id. [`Qnix::init`]
+//!   registers the name with every endpoint of the fabric and returns once all
+//!   `group_size` processes of the application have registered. Several
+//!   applications may share a fabric; a process only reaches processes of its own
+//!   application ([`QxError::OtherApplication`]), and frames that claim otherwise are
+//!   dropped at the receiver.
+//! - **Contexts.** [`Qnix::send_context`] and [`Qnix::recv_context`] fill the first
+//!   free entry of the send or receive context list ([`CONTEXTS`] each) and return
+//!   its index. The data of a context is its [`Region`]: pages of the buffer pool,
+//!   a list of memory segments (what a page table resolves to), or bytes copied into
+//!   the context region (short messages, at most [`SHORT_MAX`]).
+//! - **Commands.** `send`, `send_short`, `broadcast(_short)`, `multicast(_short)`,
+//!   `receive`, `join_group` and `barrier` check their arguments, post a command in
+//!   the process's command queue ([`QUEUE`] entries) and return; the NIC step
+//!   ([`Qnix::step`], run by every call and by the simulator's poll) consumes the
+//!   queue, packetises sends straight out of program memory, matches arriving
+//!   messages to posted receives by (sender, tag) in posting order and writes them
+//!   straight into the receive region. A message that arrives before its receive is
+//!   posted is kept (at most [`UNEXPECTED_MAX`] bytes; beyond that the NIC stops
+//!   taking packets and the senders are held back at the wire: nothing is lost).
+//! - **Doorbells.** Each context has one, an `i32`: [`FREE`], [`BUSY`] once a
+//!   command is posted, [`DONE`] when it completes (a send: its buffer may be
+//!   reused; a receive: the data is in place), or a negative [`QxError`] code.
+//!   `poll_for_send`/`poll_for_receive` wait for it, set it back to free and free
+//!   the context. A context whose doorbell flag is off is freed when its operation
+//!   completes.
+//! - **Groups.** The application is the group named by its AI. `join_group` forms a
+//!   new group of the application once `group_size` members have joined it;
+//!   `barrier` is a dissemination barrier over a group's members in PI order;
+//!   `broadcast` sends to every member but the sender, `multicast` to a list.
+//! - **Dead peers** become errors: a send to, a receive from, or a barrier with a
+//!   process that stops answering completes with [`QxError::Dead`].
+
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+
+use crate::engine::{Access, Capacity, Config, Delivery, Engine, Error, Group, Memory, Storage};
+use crate::phy::Device;
+use crate::time::{Clock, Duration, Instant};
+use crate::NodeId;
+
+/// Entries in each of the send and receive context lists.
+pub const CONTEXTS: usize = 64;
+/// Entries in the command queue.
+pub const QUEUE: usize = 64;
+/// Longest short message (it is copied into the context region).
+pub const SHORT_MAX: usize = 4096;
+/// Page size of the buffer pool and of page tables.
+pub const PAGE: usize = 4096;
+/// Largest buffer pool (the seed: 8 MB).
+pub const POOL_MAX: usize = 8 << 20;
+/// Longest buffer one page table describes (the seed: 2 MB).
+pub const TRANSLATE_MAX: usize = 2 << 20;
+/// Longest message.
+pub const MESSAGE_MAX: usize = POOL_MAX;
+/// Bytes of early messages kept while no receive matches them.
+pub const UNEXPECTED_MAX: usize = 64 << 20;
+
+/// Doorbell: the context has no operation.
+pub const FREE: i32 = 0;
+/// Doorbell: the operation is posted and not finished.
+pub const BUSY: i32 = 1;
+/// Doorbell: the operation completed.
+pub const DONE: i32 = 2;
+
+/// Bytes in front of a message's first packet and of every control packet:
+/// kind (u8), three reserved bytes, then three big-endian 32-bit fields.
+const HEAD: usize = 16;
+const K_MSG: u8 = 1;
+const K_REG: u8 = 2;
+const K_JOIN: u8 = 3;
+const K_BAR: u8 = 4;
+
+/// Why a QNIX call or operation failed. The seed defines only "a negative number";
+/// these are Volley's, one per cause, with [`QxError::code`] the number returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QxError {
+    /// An argument is out of range or contradicts another.
+    Invalid = -1,
+    /// No free context, or the index names no context in use.
+    NoContext = -2,
+    /// The context already has an operation posted.
+    Busy = -3,
+    /// No registered process or formed group has that name.
+    Unknown = -4,
+    /// The process belongs to another application.
+    OtherApplication = -5,
+    /// The length exceeds what the operation allows.
+    TooLong = -6,
+    /// Physical addresses are not available on this platform or to this user.
+    NoPhysical = -7,
+    /// The memory is not mapped, not locked and translated, or not writable.
+    Fault = -8,
+    /// Memory could not be allocated or locked.
+    NoMemory = -9,
+    /// The peer stopped answering.
+    Dead = -10,
+    /// The message was longer than the receive buffer (the buffer holds its start).
+    Truncated = -11,
+    /// Registration did not complete in time.
+    TimedOut = -12,
+    /// `qx_init` has not succeeded, or `qx_end` was called.
+    NotInitialized = -13,
+    /// The name, group or buffer pool exists already.
+    Exists = -14,
+    /// A group size disagrees with the group's.
+    Size = -15,
+    /// The context was set up without a doorbell.
+    NoDoorbell = -16,
+    /// The network failed in a way not listed here.
+    Network = -17,
+}
+
+impl QxError {
+    const ALL: [QxError; 17] = [
+        QxError::Invalid,
+        QxError::NoContext,
+        QxError::Busy,
+        QxError::Unknown,
+        QxError::OtherApplication,
+        QxError::TooLong,
+        QxError::NoPhysical,
+        QxError::Fault,
+        QxError::NoMemory,
+        QxError::Dead,
+        QxError::Truncated,
+        QxError::TimedOut,
+        QxError::NotInitialized,
+        QxError::Exists,
+        QxError::Size,
+        QxError::NoDoorbell,
+        QxError::Network,
+    ];
+
+    /// The negative number the C API returns.
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+
+    /// The error a negative number stands for.
+    pub fn from_code(code: i32) -> Option<QxError> {
+        Self::ALL.iter().copied().find(|e| e.code() == code)
+    }
+
+    /// One line saying what went wrong.
+    pub fn message(self) -> &'static str {
+        match self {
+            QxError::Invalid => "invalid argument",
+            QxError::NoContext => "no such context (or none free)",
+            QxError::Busy => "the context has an operation posted",
+            QxError::Unknown => "no registered process or formed group by that name",
+            QxError::OtherApplication => "the process belongs to another application",
+            QxError::TooLong => "length above the operation's limit",
+            QxError::NoPhysical => "physical addresses are not available here",
+            QxError::Fault => "memory not mapped, not translated or not writable",
+            QxError::NoMemory => "memory could not be allocated or locked",
+            QxError::Dead => "the peer stopped answering",
+            QxError::Truncated => "message longer than the receive buffer",
+            QxError::TimedOut => "registration did not complete in time",
+            QxError::NotInitialized => "qx_init has not succeeded (or qx_end was called)",
+            QxError::Exists => "already registered or created",
+            QxError::Size => "group size disagrees with the group's",
+            QxError::NoDoorbell => "the context has no doorbell",
+            QxError::Network => "network failure",
+        }
+    }
+}
+
+impl core::fmt::Display for QxError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+impl From<Error> for QxError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::SendFailure => QxError::Dead,
+            Error::BadAddress => QxError::Fault,
+            Error::MessageTooLong => QxError::TooLong,
+            Error::UnknownNode | Error::UnknownGroup => QxError::Unknown,
+            Error::BadConfig => QxError::Invalid,
+            Error::Timeout => QxError::TimedOut,
+            _ => QxError::Network,
+        }
+    }
+}
+
+/// A process name: (application id, process id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Name {
+    /// Application id (AI).
+    pub ai: i32,
+    /// Process id within the application (PI), `0..group_size`.
+    pub pi: i32,
+}
+
+impl Name {
+    /// `(ai, pi)`.
+    pub const fn new(ai: i32, pi: i32) -> Self {
+        Name { ai, pi }
+    }
+}
+
+/// Where a context's data is.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Region {
+    /// Not given yet (a C facade resolves the context region when the command is posted).
+    #[default]
+    None,
+    /// The buffer pool, from this page on.
+    Pool(usize),
+    /// Memory segments `(address, length)` in order (a resolved page table).
+    Segments(Vec<(u64, usize)>),
+    /// Bytes copied into the context region.
+    Data(Vec<u8>),
+}
+
+#[derive(Debug, Default)]
+struct SendCtx {
+    used: bool,
+    to: Name,
+    tag: i32,
+    doorbell: bool,
+    len: usize,
+    region: Region,
+}
+
+#[derive(Debug, Default)]
+struct RecvCtx {
+    used: bool,
+    from: Name,
+    tag: i32,
+    doorbell: bool,
+    len: usize,
+    region: Region,
+    /// Resolved when posted.
+    segs: Vec<(u64, usize)>,
+    /// Bytes received by the last completed receive.
+    got: usize,
+}
+
+#[derive(Debug)]
+enum Command {
+    Send {
+        ctx: usize,
+        to: Vec<NodeId>,
+        data: TxData,
+    },
+    Receive {
+        ctx: usize,
+    },
+    Join {
+        ctx: usize,
+        group: i32,
+        size: i32,
+    },
+    Barrier {
+        ctx: usize,
+        group: usize,
+    },
+}
+
+#[derive(Debug)]
+enum TxData {
+    Owned(Vec<u8>),
+    Segments(Vec<(u64, usize)>),
+}
+
+/// One message (or control packet) on its way out, to one destination after another.
+#[derive(Debug)]
+struct TxJob {
+    dests: Vec<NodeId>,
+    at: usize,
+    off: usize,
+    started: bool,
+    head: [u8; HEAD],
+    len: usize,
+    data: TxData,
+    ctx: Option<usize>,
+    failed: Option<QxError>,
+}
+
+#[derive(Debug, Default)]
+enum Target {
+    #[default]
+    Discard,
+    Direct(usize),
+    Buffer(Vec<u8>),
+}
+
+/// A message arriving from one source.
+#[derive(Debug, Default)]
+struct RxPartial {
+    active: bool,
+    tag: i32,
+    len: usize,
+    got: usize,
+    /// A write into the receive region failed.
+    fault: bool,
+    target: Target,
+}
+
+#[derive(Debug)]
+struct Unexpected {
+    src: NodeId,
+    tag: i32,
+    data: Vec<u8>,
+}
+
+#[derive(Debug, Default)]
+struct GroupState {
+    name: i32,
+    /// Declared size (from the first join seen).
+    size: Option<i32>,
+    /// Members as (PI, endpoint), in PI order.
+    members: Vec<(i32, NodeId)>,
+    bad: bool,
+    /// Barrier tokens received, per round.
+    tokens: Vec<u32>,
+    /// Barriers this process has started on the group.
+    epoch: u32,
+    barrier_active: bool,
+}
+
+impl GroupState {
+    fn formed(&self) -> bool {
+        !self.bad && self.size == Some(self.members.len() as i32)
+    }
+}
+
+#[derive(Debug)]
+struct BarrierOp {
+    ctx: usize,
+    group: usize,
+    epoch: u32,
+    round: u32,
+    sent: bool,
+}
+
+/// Counters of one process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QnixStats {
+    /// Commands consumed by the NIC step.
+    pub commands: u64,
+    /// Messages sent (one per destination).
+    pub messages_sent: u64,
+    /// Messages received into a posted receive.
+    pub messages_received: u64,
+    /// Messages that arrived before their receive was posted.
+    pub unexpected: u64,
+    /// Messages dropped: unknown sender or another application.
+    pub dropped: u64,
+    /// Barriers completed.
+    pub barriers: u64,
+}
+
+/// One QNIX process.
+pub struct Qnix<'a, D, C, M> {
+    engine: Engine<'a>,
+    dev: D,
+    clock: C,
+    mem: M,
+    me: Name,
+    app_size: i32,
+    registered: bool,
+    ended: bool,
+    /// Per endpoint: its name and application size, once registered.
+    names: Vec<Option<(Name, i32)>>,
+    conflict: bool,
+    dead: Vec<bool>,
+    send: Vec<SendCtx>,
+    recv: Vec<RecvCtx>,
+    send_bells: [i32; CONTEXTS],
+    recv_bells: [i32; CONTEXTS],
+    queue: VecDeque<Command>,
+    tx: VecDeque<TxJob>,
+    rx: Vec<RxPartial>,
+    posted: Vec<usize>,
+    unexpected: VecDeque<Unexpected>,
+    unexpected_bytes: usize,
+    groups: Vec<GroupState>,
+    joins: Vec<(usize, usize)>,
+    barriers: Vec<BarrierOp>,
+    pool: Option<(u64, usize)>,
+    stats: QnixStats,
+    last_keepalive: Instant,
+    init_timeout: Duration,
+    idle: Option<fn()>,
+}
+
+impl<D, C, M> core::fmt::Debug for Qnix<'_, D, C, M> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Qnix")
+            .field("me", &self.me)
+            .field("engine", &self.engine)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Writes `data` at byte `off` of the region made of `segs`.
+fn write_at<M: Memory>(
+    mem: &mut M,
+    segs: &[(u64, usize)],
+    mut off: usize,
+    mut data: &[u8],
+) -> Result<(), Error> {
+    for &(addr, len) in segs {
+        if data.is_empty() {
+            break;
+        }
+        if off >= len {
+            off -= len;
+            continue;
+        }
+        let n = (len - off).min(data.len());
+        mem.write(addr + off as u64, &data[..n])?;
+        data = &data[n..];
+        off = 0;
+    }
+    if data.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::BadAddress)
+    }
+}
+
+/// Reads `out.len()` bytes from byte `off` of the region made of `segs`.
+fn read_at<M: Memory>(
+    mem: &mut M,
+    segs: &[(u64, usize)],
+    mut off: usize,
+    mut out: &mut [u8],
+) -> Result<(), Error> {
+    for &(addr, len) in segs {
+        if out.is_empty() {
+            break;
+        }
+        if off >= len {
+            off -= len;
+            continue;
+        }
+        let n = (len - off).min(out.len());
+        let (now, rest) = out.split_at_mut(n);
+        mem.read(addr + off as u64, now)?;
+        out = rest;
+        off = 0;
+    }
+    if out.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::BadAddress)
+    }
+}
+
+fn head(kind: u8, a: i32, b: i32, c: u32) -> [u8; HEAD] {
+    let mut h = [0u8; HEAD];
+    h[0] = kind;
+    h[4..8].copy_from_slice(&a.to_be_bytes());
+    h[8..12].copy_from_slice(&b.to_be_bytes());
+    h[12..16].copy_from_slice(&c.to_be_bytes());
+    h
+}
+
+fn parse_head(p: &[u8]) -> Option<(u8, i32, i32, u32)> {
+    let h = p.get(..HEAD)?;
+    let f = |i: usize| [h[i], h[i + 1], h[i + 2], h[i + 3]];
+    Some((
+        h[0],
+        i32::from_be_bytes(f(4)),
+        i32::from_be_bytes(f(8)),
+        u32::from_be_bytes(f(12)),
+    ))
+}
+
+impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
+    /// A process on endpoint `cfg.node` of a fabric of `fabric_nodes` endpoints,
+    /// reaching program memory through `mem`; not registered yet ([`Qnix::register`]).
+    pub fn new(
+        cfg: Config,
+        groups: &'a [Group<'a>],
+        fabric_nodes: usize,
+        dev: D,
+        clock: C,
+        mem: M,
+    ) -> Result<Self, QxError> {
+        let cap = Capacity {
+            ports: 1,
+            channels: fabric_nodes,
+            fabric_nodes,
+            ops: (256 + 8 * fabric_nodes).min(0xFFF0),
+            assemblies: 16 + 2 * fabric_nodes,
+            eager: 0,
+        };
+        let storage: Storage<'a, ()> = Storage::with_capacity(cap).with_packets(64, 256, 0, 0);
+        let mut engine = Engine::new(cfg, groups, storage, ())?;
+        engine.set_capabilities(dev.capabilities());
+        if engine.packet_size() <= HEAD {
+            return Err(QxError::Invalid);
+        }
+        let now = clock.now();
+        let mut send = Vec::with_capacity(CONTEXTS);
+        send.resize_with(CONTEXTS, SendCtx::default);
+        let mut recv = Vec::with_capacity(CONTEXTS);
+        recv.resize_with(CONTEXTS, RecvCtx::default);
+        let mut rx = Vec::with_capacity(fabric_nodes);
+        rx.resize_with(fabric_nodes, RxPartial::default);
+        Ok(Qnix {
+            engine,
+            dev,
+            clock,
+            mem,
+            me: Name::new(0, 0),
+            app_size: 0,
+            registered: false,
+            ended: false,
+            names: alloc::vec![None; fabric_nodes],
+            conflict: false,
+            dead: alloc::vec![false; fabric_nodes],
+            send,
+            recv,
+            send_bells: [FREE; CONTEXTS],
+            recv_bells: [FREE; CONTEXTS],
+            queue: VecDeque::with_capacity(QUEUE),
+            tx: VecDeque::new(),
+            rx,
+            posted: Vec::new(),
+            unexpected: VecDeque::new(),
+            unexpected_bytes: 0,
+            groups: Vec::new(),
+            joins: Vec::new(),
+            barriers: Vec::new(),
+            pool: None,
+            stats: QnixStats::default(),
+            last_keepalive: now,
+            init_timeout: Duration::from_secs(60),
+            idle: None,
+        })
+    }
+
+    /// A hook waiting calls run when a step finds nothing to do.
+    pub fn set_idle(&mut self, idle: Option<fn()>) {
+        self.idle = idle;
+    }
+
+    /// How long [`Qnix::init`] waits for the application (60 s by default).
+    pub fn set_init_timeout(&mut self, t: Duration) {
+        self.init_timeout = t;
+    }
+
+    /// `qx_init`: registers as `name` of application `group_name` (which must be
+    /// `name.ai`) of `group_size` processes and waits until all have registered.
+    pub fn init(&mut self, name: Name, group_name: i32, group_size: i32) -> Result<(), QxError> {
+        self.register(name, group_name, group_size)?;
+        let deadline = self.clock.now() + self.init_timeout;
+        loop {
+            if self.registered()? {
+                return Ok(());
+            }
+            if self.clock.now() >= deadline {
+                return Err(QxError::TimedOut);
+            }
+        }
+    }
+
+    /// The first half of [`Qnix::init`]: tells every endpoint this process's name.
+    pub fn register(
+        &mut self,
+        name: Name,
+        group_name: i32,
+        group_size: i32,
+    ) -> Result<(), QxError> {
+        if self.app_size != 0 || self.ended {
+            return Err(QxError::Exists);
+        }
+        if group_name != name.ai || group_size < 1 || name.pi < 0 || name.pi >= group_size {
+            return Err(QxError::Invalid);
+        }
+        if group_size as usize > self.names.len() {
+            return Err(QxError::Size);
+        }
+        let me = self.engine.config().node;
+        if self
+            .names
+            .iter()
+            .any(|n| matches!(n, Some((n, _)) if *n == name))
+        {
+            return Err(QxError::Exists);
+        }
+        self.me = name;
+        self.app_size = group_size;
+        self.names[me as usize] = Some((name, group_size));
+        let others: Vec<NodeId> = (0..self.names.len() as NodeId)
+            .filter(|&n| n != me)
+            .collect();
+        self.tx.push_back(TxJob::control(
+            others,
+            head(K_REG, name.ai, name.pi, group_size as u32),
+        ));
+        self.step();
+        Ok(())
+    }
+
+    /// The second half of [`Qnix::init`]: whether the whole application has
+    /// registered (one step first).
+    pub fn registered(&mut self) -> Result<bool, QxError> {
+        if self.registered {
+            return Ok(true);
+        }
+        if self.app_size == 0 {
+            return Err(QxError::NotInitialized);
+        }
+        let busy = self.step();
+        if self.conflict {
+            return Err(QxError::Exists);
+        }
+        let mut seen = alloc::vec![false; self.app_size as usize];
+        let mut count = 0;
+        for (name, size) in self.names.iter().flatten().copied() {
+            if name.ai != self.me.ai {
+                continue;
+            }
+            if size != self.app_size {
+                return Err(QxError::Size);
+            }
+            let Some(s) = seen.get_mut(name.pi as usize) else {
+                return Err(QxError::Size);
+            };
+            if !*s {
+                *s = true;
+                count += 1;
+            }
+        }
+        if count == self.app_size {
+            let mut app = GroupState {
+                name: self.me.ai,
+                size: Some(self.app_size),
+                ..GroupState::default()
+            };
+            for (n, v) in self.names.iter().enumerate() {
+                if let Some((name, _)) = v.filter(|(name, _)| name.ai == self.me.ai) {
+                    app.members.push((name.pi, n as NodeId));
+                }
+            }
+            app.members.sort_unstable();
+            match self.groups.iter_mut().find(|g| g.name == self.me.ai) {
+                Some(g) => {
+                    app.tokens = core::mem::take(&mut g.tokens);
+                    *g = app;
+                }
+                None => self.groups.push(app),
+            }
+            self.registered = true;
+            return Ok(true);
+        }
+        if self.dead.iter().any(|&d| d) {
+            return Err(QxError::Dead);
+        }
+        self.idle_step(busy);
+        Ok(false)
+    }
+
+    fn ready(&self) -> Result<(), QxError> {
+        if self.registered && !self.ended {
+            Ok(())
+        } else {
+            Err(QxError::NotInitialized)
+        }
+    }
+
+    /// `qx_end`: finishes what was posted (at most 10 s) and de-registers.
+    pub fn end(&mut self) -> Result<(), QxError> {
+        self.ready()?;
+        let deadline = self.clock.now() + Duration::from_secs(10);
+        self.engine.flush_acks();
+        loop {
+            let busy = self.step();
+            let idle = self.queue.is_empty() && self.tx.is_empty() && self.engine.is_quiescent();
+            if idle || self.clock.now() >= deadline {
+                break;
+            }
+            self.idle_step(busy);
+        }
+        self.ended = true;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ names
+
+    /// This process's name.
+    pub fn name(&self) -> Name {
+        self.me
+    }
+
+    /// Processes in this process's application.
+    pub fn app_size(&self) -> i32 {
+        self.app_size
+    }
+
+    /// The endpoint of a registered process of this application.
+    pub fn lookup(&self, name: Name) -> Result<NodeId, QxError> {
+        if name.ai != self.me.ai {
+            return Err(QxError::OtherApplication);
+        }
+        self.names
+            .iter()
+            .position(|n| matches!(n, Some((n, _)) if *n == name))
+            .map(|n| n as NodeId)
+            .ok_or(QxError::Unknown)
+    }
+
+    fn name_of(&self, node: NodeId) -> Option<Name> {
+        self.names
+            .get(node as usize)
+            .copied()
+            .flatten()
+            .map(|(n, _)| n)
+    }
+
+    fn formed_group(&self, name: i32) -> Result<usize, QxError> {
+        self.groups
+            .iter()
+            .position(|g| g.name == name && g.formed())
+            .ok_or(QxError::Unknown)
+    }
+
+    // ------------------------------------------------------------ memory
+
+    /// `qx_buffer_pool`: the buffer pool is `len` bytes of program memory at `base`
+    /// (page-aligned, at most [`POOL_MAX`]); contexts name its pages by index.
+    pub fn set_pool(&mut self, base: u64, len: usize) -> Result<(), QxError> {
+        if self.pool.is_some() {
+            return Err(QxError::Exists);
+        }
+        if len == 0 || len > POOL_MAX || !base.is_multiple_of(PAGE as u64) {
+            return Err(QxError::Invalid);
+        }
+        self.mem.check(base, len as u64, Access::Write)?;
+        self.pool = Some((base, len));
+        Ok(())
+    }
+
+    /// The buffer pool, if any: (address, length).
+    pub fn pool(&self) -> Option<(u64, usize)> {
+        self.pool
+    }
+
+    /// The segments of `region` holding `len` bytes, checked for `access`.
+    fn resolve(
+        &mut self,
+        region: &Region,
+        len: usize,
+        access: Access,
+    ) -> Result<Vec<(u64, usize)>, QxError> {
+        let segs = match region {
+            Region::None => return Err(QxError::Invalid),
+            Region::Data(_) => return Err(QxError::Invalid),
+            Region::Pool(page) => {
+                let (base, size) = self.pool.ok_or(QxError::Invalid)?;
+                let off = page.checked_mul(PAGE).ok_or(QxError::Invalid)?;
+                if off.checked_add(len).is_none_or(|end| end > size) {
+                    return Err(QxError::TooLong);
+                }
+                alloc::vec![(base + off as u64, len)]
+            }
+            Region::Segments(s) => {
+                let mut out = Vec::with_capacity(s.len());
+                let mut left = len;
+                for &(addr, n) in s {
+                    if left == 0 {
+                        break;
+                    }
+                    let n = n.min(left);
+                    out.push((addr, n));
+                    left -= n;
+                }
+                if left != 0 {
+                    return Err(QxError::TooLong);
+                }
+                out
+            }
+        };
+        for &(addr, n) in &segs {
+            if n > 0 {
+                self.mem
+                    .check(addr, n as u64, access)
+                    .map_err(|_| QxError::Fault)?;
+            }
+        }
+        Ok(segs)
+    }
+
+    // ------------------------------------------------------------ contexts
+
+    /// `qx_send_context`: fills the first free send context; returns its index.
+    /// `size` (packets) is checked for sign only: Volley derives packets from `len`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_context(
+        &mut self,
+        to: Name,
+        tag: i32,
+        doorbell: bool,
+        size: i32,
+        len: usize,
+        region: Region,
+    ) -> Result<usize, QxError> {
+        self.ready()?;
+        if size < 0 {
+            return Err(QxError::Invalid);
+        }
+        if len > MESSAGE_MAX {
+            return Err(QxError::TooLong);
+        }
+        if let Region::Data(d) = &region {
+            if d.len() < len {
+                return Err(QxError::Invalid);
+            }
+        }
+        let i = self
+            .send
+            .iter()
+            .position(|c| !c.used)
+            .ok_or(QxError::NoContext)?;
+        self.send[i] = SendCtx {
+            used: true,
+            to,
+            tag,
+            doorbell,
+            len,
+            region,
+        };
+        self.send_bells[i] = FREE;
+        Ok(i)
+    }
+
+    /// `qx_recv_context`: fills the first free receive context; returns its index.
+    /// `size` (pages) is checked for sign only.
+    #[allow(clippy::too_many_arguments)]
+    pub fn recv_context(
+        &mut self,
+        from: Name,
+        tag: i32,
+        doorbell: bool,
+        size: i32,
+        len: usize,
+        region: Region,
+    ) -> Result<usize, QxError> {
+        self.ready()?;
+        if size < 0 {
+            return Err(QxError::Invalid);
+        }
+        if len > MESSAGE_MAX {
+            return Err(QxError::TooLong);
+        }
+        if matches!(region, Region::Data(_)) {
+            return Err(QxError::Invalid);
+        }
+        let i = self
+            .recv
+            .iter()
+            .position(|c| !c.used)
+            .ok_or(QxError::NoContext)?;
+        self.recv[i] = RecvCtx {
+            used: true,
+            from,
+            tag,
+            doorbell,
+            len,
+            region,
+            segs: Vec::new(),
+            got: 0,
+        };
+        self.recv_bells[i] = FREE;
+        Ok(i)
+    }
+
+    /// Replaces a send context's region (a C facade resolves page tables and copies
+    /// short data when the command is posted).
+    pub fn set_send_region(&mut self, ctx: usize, region: Region) -> Result<(), QxError> {
+        self.idle_send(ctx)?;
+        self.send[ctx].region = region;
+        Ok(())
+    }
+
+    /// Replaces a receive context's region.
+    pub fn set_recv_region(&mut self, ctx: usize, region: Region) -> Result<(), QxError> {
+        self.idle_recv(ctx)?;
+        self.recv[ctx].region = region;
+        Ok(())
+    }
+
+    /// A send context's length and region.
+    pub fn send_context_info(&self, ctx: usize) -> Option<(usize, &Region)> {
+        self.send
+            .get(ctx)
+            .filter(|c| c.used)
+            .map(|c| (c.len, &c.region))
+    }
+
+    /// A receive context's length and region.
+    pub fn recv_context_info(&self, ctx: usize) -> Option<(usize, &Region)> {
+        self.recv
+            .get(ctx)
+            .filter(|c| c.used)
+            .map(|c| (c.len, &c.region))
+    }
+
+    fn idle_send(&self, ctx: usize) -> Result<(), QxError> {
+        self.ready()?;
+        match self.send.get(ctx) {
+            Some(c) if c.used => {}
+            _ => return Err(QxError::NoContext),
+        }
+        if self.send_bells[ctx] != FREE {
+            return Err(QxError::Busy);
+        }
+        Ok(())
+    }
+
+    fn idle_recv(&self, ctx: usize) -> Result<(), QxError> {
+        self.ready()?;
+        match self.recv.get(ctx) {
+            Some(c) if c.used => {}
+            _ => return Err(QxError::NoContext),
+        }
+        if self.recv_bells[ctx] != FREE {
+            return Err(QxError::Busy);
+        }
+        Ok(())
+    }
+
+    /// A send context's doorbell.
+    pub fn send_doorbell(&self, ctx: usize) -> i32 {
+        self.send_bells.get(ctx).copied().unwrap_or(FREE)
+    }
+
+    /// A receive context's doorbell.
+    pub fn recv_doorbell(&self, ctx: usize) -> i32 {
+        self.recv_bells.get(ctx).copied().unwrap_or(FREE)
+    }
+
+    // ------------------------------------------------------------ commands
+
+    fn post(&mut self, cmd: Command) {
+        while self.queue.len() >= QUEUE {
+            let busy = self.step();
+            self.idle_step(busy);
+        }
+        self.queue.push_back(cmd);
+        self.step();
+    }
+
+    /// The data a send of `ctx` carries: a short send's bytes are copied now, a
+    /// long send's segments are checked now and read by the NIC step.
+    fn prepare_send(&mut self, ctx: usize, short: bool) -> Result<TxData, QxError> {
+        self.idle_send(ctx)?;
+        let len = self.send[ctx].len;
+        if short && len > SHORT_MAX {
+            return Err(QxError::TooLong);
+        }
+        if let Region::Data(d) = &self.send[ctx].region {
+            return Ok(TxData::Owned(d[..len].to_vec()));
+        }
+        let region = self.send[ctx].region.clone();
+        let segs = self.resolve(&region, len, Access::Read)?;
+        if !short {
+            return Ok(TxData::Segments(segs));
+        }
+        let mut d = alloc::vec![0u8; len];
+        read_at(&mut self.mem, &segs, 0, &mut d).map_err(|_| QxError::Fault)?;
+        Ok(TxData::Owned(d))
+    }
+
+    fn post_send(&mut self, ctx: usize, short: bool, to: Vec<NodeId>) -> Result<(), QxError> {
+        let data = self.prepare_send(ctx, short)?;
+        self.send_bells[ctx] = BUSY;
+        self.post(Command::Send { ctx, to, data });
+        Ok(())
+    }
+
+    /// `qx_send`: sends the context's data to its receiver straight out of its
+    /// region, which must stay as it is until the send completes.
+    pub fn send(&mut self, ctx: usize) -> Result<(), QxError> {
+        self.unicast(ctx, false)
+    }
+
+    /// `qx_send_short`: copies the data (at most [`SHORT_MAX`] bytes) now and sends it.
+    pub fn send_short(&mut self, ctx: usize) -> Result<(), QxError> {
+        self.unicast(ctx, true)
+    }
+
+    fn unicast(&mut self, ctx: usize, short: bool) -> Result<(), QxError> {
+        self.idle_send(ctx)?;
+        let to = self.lookup(self.send[ctx].to)?;
+        self.post_send(ctx, short, alloc::vec![to])
+    }
+
+    /// `qx_broadcast`: sends to every member of formed group `group` but this process.
+    pub fn broadcast(&mut self, ctx: usize, group: i32) -> Result<(), QxError> {
+        self.bcast(ctx, group, false)
+    }
+
+    /// `qx_broadcast_short`.
+    pub fn broadcast_short(&mut self, ctx: usize, group: i32) -> Result<(), QxError> {
+        self.bcast(ctx, group, true)
+    }
+
+    fn bcast(&mut self, ctx: usize, group: i32, short: bool) -> Result<(), QxError> {
+        self.idle_send(ctx)?;
+        let gi = self.formed_group(group)?;
+        let me = self.engine.config().node;
+        let to = self.groups[gi]
+            .members
+            .iter()
+            .map(|m| m.1)
+            .filter(|&n| n != me)
+            .collect();
+        self.post_send(ctx, short, to)
+    }
+
+    /// `qx_multicast`: sends to each process of `to` (of this application).
+    pub fn multicast(&mut self, ctx: usize, to: &[Name]) -> Result<(), QxError> {
+        self.mcast(ctx, to, false)
+    }
+
+    /// `qx_multicast_short`.
+    pub fn multicast_short(&mut self, ctx: usize, to: &[Name]) -> Result<(), QxError> {
+        self.mcast(ctx, to, true)
+    }
+
+    fn mcast(&mut self, ctx: usize, to: &[Name], short: bool) -> Result<(), QxError> {
+        self.idle_send(ctx)?;
+        if to.is_empty() {
+            return Err(QxError::Invalid);
+        }
+        let nodes = to
+            .iter()
+            .map(|&n| self.lookup(n))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.post_send(ctx, short, nodes)
+    }
+
+    /// `qx_receive`: the next message from the context's sender with its tag lands
+    /// in its region (messages match receives in the order both were posted).
+    pub fn receive(&mut self, ctx: usize) -> Result<(), QxError> {
+        self.idle_recv(ctx)?;
+        self.lookup(self.recv[ctx].from)?;
+        let (len, region) = (self.recv[ctx].len, self.recv[ctx].region.clone());
+        let segs = self.resolve(&region, len, Access::Write)?;
+        self.recv[ctx].segs = segs;
+        self.recv_bells[ctx] = BUSY;
+        self.post(Command::Receive { ctx });
+        Ok(())
+    }
+
+    /// `qx_join_group`: this process joins group `group` of `size` processes of its
+    /// application; the context's doorbell rings when all have joined.
+    pub fn join_group(&mut self, ctx: usize, group: i32, size: i32) -> Result<(), QxError> {
+        self.idle_send(ctx)?;
+        if group == self.me.ai {
+            return Err(QxError::Exists);
+        }
+        if size < 1 || size > self.app_size {
+            return Err(QxError::Size);
+        }
+        let me = self.engine.config().node;
+        if self
+            .groups
+            .iter()
+            .any(|g| g.name == group && g.members.iter().any(|m| m.1 == me))
+        {
+            return Err(QxError::Exists);
+        }
+        self.send_bells[ctx] = BUSY;
+        self.post(Command::Join { ctx, group, size });
+        Ok(())
+    }
+
+    /// `qx_barrier`: the context's doorbell rings once every member of formed group
+    /// `group` (of `size`, which must match) has reached the barrier.
+    pub fn barrier(&mut self, ctx: usize, group: i32, size: i32) -> Result<(), QxError> {
+        self.idle_send(ctx)?;
+        let gi = self.formed_group(group)?;
+        let me = self.engine.config().node;
+        let g = &self.groups[gi];
+        if g.size != Some(size) {
+            return Err(QxError::Size);
+        }
+        if !g.members.iter().any(|m| m.1 == me) {
+            return Err(QxError::Unknown);
+        }
+        if g.barrier_active {
+            return Err(QxError::Busy);
+        }
+        self.groups[gi].barrier_active = true;
+        self.send_bells[ctx] = BUSY;
+        self.post(Command::Barrier { ctx, group: gi });
+        Ok(())
+    }
+
+    /// `qx_poll_for_send`: waits (stepping the NIC) until the send context's
+    /// operation completes, then frees its doorbell and the context.
+    pub fn poll_for_send(&mut self, ctx: usize) -> Result<(), QxError> {
+        self.ready()?;
+        match self.send.get(ctx) {
+            Some(c) if c.used && c.doorbell => {}
+            Some(c) if c.used => return Err(QxError::NoDoorbell),
+            _ => return Err(QxError::NoContext),
+        }
+        if self.send_bells[ctx] == FREE {
+            return Err(QxError::Invalid);
+        }
+        loop {
+            let b = self.send_bells[ctx];
+            if b != BUSY {
+                self.send_bells[ctx] = FREE;
+                self.send[ctx] = SendCtx::default();
+                return match b {
+                    DONE => Ok(()),
+                    e => Err(QxError::from_code(e).unwrap_or(QxError::Network)),
+                };
+            }
+            let busy = self.step();
+            self.idle_step(busy);
+        }
+    }
+
+    /// `qx_poll_for_receive`: waits until the receive completes, frees its doorbell
+    /// and the context; returns the bytes received.
+    pub fn poll_for_receive(&mut self, ctx: usize) -> Result<usize, QxError> {
+        self.ready()?;
+        match self.recv.get(ctx) {
+            Some(c) if c.used && c.doorbell => {}
+            Some(c) if c.used => return Err(QxError::NoDoorbell),
+            _ => return Err(QxError::NoContext),
+        }
+        if self.recv_bells[ctx] == FREE {
+            return Err(QxError::Invalid);
+        }
+        loop {
+            let b = self.recv_bells[ctx];
+            if b != BUSY {
+                let got = self.recv[ctx].got;
+                self.recv_bells[ctx] = FREE;
+                self.recv[ctx] = RecvCtx::default();
+                return match b {
+                    DONE => Ok(got),
+                    e => Err(QxError::from_code(e).unwrap_or(QxError::Network)),
+                };
+            }
+            let busy = self.step();
+            self.idle_step(busy);
+        }
+    }
+
+    fn complete_send(&mut self, ctx: usize, r: Result<(), QxError>) {
+        if !self.send[ctx].doorbell {
+            self.send[ctx] = SendCtx::default();
+            self.send_bells[ctx] = FREE;
+            return;
+        }
+        self.send_bells[ctx] = r.map_or_else(QxError::code, |()| DONE);
+    }
+
+    fn complete_recv(&mut self, ctx: usize, got: usize, r: Result<(), QxError>) {
+        if !self.recv[ctx].doorbell {
+            self.recv[ctx] = RecvCtx::default();
+            self.recv_bells[ctx] = FREE;
+            return;
+        }
+        self.recv[ctx].got = got;
+        self.recv_bells[ctx] = r.map_or_else(QxError::code, |()| DONE);
+    }
+
+    // ------------------------------------------------------------ the NIC
+
+    /// The NIC step: consumes the command queue, receives, transmits, advances joins
+    /// and barriers and notices dead peers. Whether anything happened.
+    pub fn step(&mut self) -> bool {
+        let now = self.clock.now();
+        if now.saturating_since(self.last_keepalive) >= self.engine.config().keepalive {
+            self.last_keepalive = now;
+            self.engine.keepalive_all(now);
+        }
+        let mut busy = false;
+        while let Some(cmd) = self.queue.pop_front() {
+            self.stats.commands += 1;
+            self.consume(cmd);
+            busy = true;
+        }
+        busy |= self.engine.poll(now, &mut self.dev, None);
+        busy |= self.receive_packets();
+        self.notice_dead();
+        busy |= self.advance_barriers();
+        self.check_joins();
+        if self.transmit() {
+            busy = true;
+            self.engine.poll_transmit(now, &mut self.dev, None);
+        }
+        busy
+    }
+
+    fn consume(&mut self, cmd: Command) {
+        match cmd {
+            Command::Send { ctx, to, data } => {
+                let c = &self.send[ctx];
+                self.tx.push_back(TxJob {
+                    dests: to,
+                    at: 0,
+                    off: 0,
+                    started: false,
+                    head: head(K_MSG, c.tag, 0, c.len as u32),
+                    len: c.len,
+                    data,
+                    ctx: Some(ctx),
+                    failed: None,
+                });
+            }
+            Command::Receive { ctx } => {
+                let (from, tag) = (self.recv[ctx].from, self.recv[ctx].tag);
+                let early = self
+                    .unexpected
+                    .iter()
+                    .position(|u| u.tag == tag && self.name_of(u.src) == Some(from));
+                if let Some(u) = early.and_then(|i| self.unexpected.remove(i)) {
+                    self.unexpected_bytes -= u.data.len();
+                    self.fill(ctx, &u.data);
+                } else if self.lookup(from).is_ok_and(|n| self.dead[n as usize]) {
+                    self.complete_recv(ctx, 0, Err(QxError::Dead));
+                } else {
+                    self.posted.push(ctx);
+                }
+            }
+            Command::Join { ctx, group, size } => {
+                let members = self.app_members();
+                self.tx
+                    .push_back(TxJob::control(members, head(K_JOIN, group, size, 0)));
+                match self.group_index(group) {
+                    Some(gi) => self.joins.push((ctx, gi)),
+                    None => self.complete_send(ctx, Err(QxError::NoMemory)),
+                }
+            }
+            Command::Barrier { ctx, group } => {
+                let g = &mut self.groups[group];
+                let epoch = g.epoch;
+                g.epoch = g.epoch.wrapping_add(1);
+                self.barriers.push(BarrierOp {
+                    ctx,
+                    group,
+                    epoch,
+                    round: 0,
+                    sent: false,
+                });
+            }
+        }
+    }
+
+    fn app_members(&self) -> Vec<NodeId> {
+        (0..self.names.len())
+            .filter(|&n| matches!(self.names[n], Some((name, _)) if name.ai == self.me.ai))
+            .map(|n| n as NodeId)
+            .collect()
+    }
+
+    /// Packetises the transmit queue in order, while the engine has packets.
+    fn transmit(&mut self) -> bool {
+        let me = self.engine.config().node;
+        let size = self.engine.packet_size();
+        let mut busy = false;
+        while let Some(job) = self.tx.front_mut() {
+            if job.at == job.dests.len() {
+                let (ctx, failed) = (job.ctx, job.failed);
+                self.tx.pop_front();
+                if let Some(ctx) = ctx {
+                    self.complete_send(ctx, failed.map_or(Ok(()), Err));
+                }
+                busy = true;
+                continue;
+            }
+            let dest = job.dests[job.at];
+            let Some((kind, a, b, c)) = parse_head(&job.head) else {
+                break;
+            };
+            if dest == me {
+                job.at += 1;
+                busy = true;
+                if kind != K_MSG {
+                    self.control(me, kind, a, b, c);
+                    continue;
+                }
+                let mut d = alloc::vec![0u8; job.len];
+                let ok = match &job.data {
+                    TxData::Owned(v) => {
+                        d.copy_from_slice(&v[..job.len]);
+                        true
+                    }
+                    TxData::Segments(s) => read_at(&mut self.mem, s, 0, &mut d).is_ok(),
+                };
+                if !ok {
+                    job.failed = Some(QxError::Fault);
+                }
+                self.stats.messages_sent += 1;
+                self.arrived(me, a, d);
+                continue;
+            }
+            if self.dead.get(dest as usize).copied().unwrap_or(true) {
+                job.failed = Some(QxError::Dead);
+                job.next_dest();
+                continue;
+            }
+            let Ok(id) = self.engine.packet_alloc() else {
+                break;
+            };
+            let h = if job.started { 0 } else { HEAD };
+            let n = (job.len - job.off).min(size - h);
+            let Some(p) = self.engine.packet_mut(id) else {
+                break;
+            };
+            p[..h].copy_from_slice(&job.head[..h]);
+            let body = &mut p[h..h + n];
+            let ok = match &job.data {
+                TxData::Owned(v) => {
+                    body.copy_from_slice(&v[job.off..job.off + n]);
+                    true
+                }
+                TxData::Segments(s) => read_at(&mut self.mem, s, job.off, body).is_ok(),
+            };
+            if !ok {
+                // The receiver still gets every byte it was told of.
+                body.fill(0);
+                job.failed = Some(QxError::Fault);
+            }
+            match self.engine.launch_unicast(id, dest, h + n) {
+                Ok(()) => {}
+                Err(Error::NoResources) => {
+                    let _ = self.engine.packet_free(id);
+                    break;
+                }
+                Err(e) => {
+                    let _ = self.engine.packet_free(id);
+                    job.failed = Some(e.into());
+                    job.next_dest();
+                    continue;
+                }
+            }
+            busy = true;
+            job.started = true;
+            job.off += n;
+            if job.off >= job.len {
+                job.next_dest();
+                if kind == K_MSG {
+                    self.stats.messages_sent += 1;
+                }
+            }
+        }
+        busy
+    }
+
+    fn receive_packets(&mut self) -> bool {
+        let mut busy = false;
+        // Over the early-message budget, packets stay in the engine's slots and the
+        // senders are held back at the wire.
+        while self.unexpected_bytes < UNEXPECTED_MAX {
+            let Some(d) = self.engine.next_delivery() else {
+                break;
+            };
+            busy = true;
+            self.take(d);
+        }
+        busy
+    }
+
+    fn take(&mut self, d: Delivery) {
+        let src = d.src as usize;
+        if src >= self.rx.len() {
+            let _ = self.engine.packet_free(d.packet);
+            return;
+        }
+        if self.rx[src].active {
+            self.body(d, 0);
+            return;
+        }
+        let h = self
+            .engine
+            .packet(d.packet)
+            .and_then(|p| p.get(..d.len))
+            .and_then(parse_head);
+        let Some((kind, a, b, c)) = h else {
+            let _ = self.engine.packet_free(d.packet);
+            return;
+        };
+        if kind != K_MSG {
+            let _ = self.engine.packet_free(d.packet);
+            self.control(d.src, kind, a, b, c);
+            return;
+        }
+        let len = c as usize;
+        let target = match self.name_of(d.src) {
+            Some(n) if n.ai == self.me.ai && len <= MESSAGE_MAX => match self.match_posted(n, a) {
+                Some(ctx) => Target::Direct(ctx),
+                None => Target::Buffer(Vec::with_capacity(len.min(1 << 20))),
+            },
+            _ => {
+                self.stats.dropped += 1;
+                Target::Discard
+            }
+        };
+        self.rx[src] = RxPartial {
+            active: true,
+            tag: a,
+            len,
+            got: 0,
+            fault: false,
+            target,
+        };
+        self.body(d, HEAD);
+    }
+
+    /// The bytes of a message's packet, straight to their place.
+    fn body(&mut self, d: Delivery, skip: usize) {
+        let src = d.src as usize;
+        let st = &mut self.rx[src];
+        if let Some(p) = self
+            .engine
+            .packet(d.packet)
+            .and_then(|p| p.get(skip..d.len))
+        {
+            let n = p.len().min(st.len - st.got);
+            let p = &p[..n];
+            match &mut st.target {
+                Target::Direct(ctx) => {
+                    let c = &self.recv[*ctx];
+                    let room = c.len.saturating_sub(st.got).min(n);
+                    if room > 0 && write_at(&mut self.mem, &c.segs, st.got, &p[..room]).is_err() {
+                        st.fault = true;
+                    }
+                }
+                Target::Buffer(v) => {
+                    v.extend_from_slice(p);
+                    self.unexpected_bytes += n;
+                }
+                Target::Discard => {}
+            }
+            st.got += n;
+        }
+        let _ = self.engine.packet_free(d.packet);
+        if self.rx[src].got >= self.rx[src].len {
+            self.finish_message(src);
+        }
+    }
+
+    fn finish_message(&mut self, src: usize) {
+        let st = core::mem::take(&mut self.rx[src]);
+        match st.target {
+            Target::Direct(ctx) => {
+                let room = self.recv[ctx].len;
+                let r = if st.fault {
+                    Err(QxError::Fault)
+                } else if st.len > room {
+                    Err(QxError::Truncated)
+                } else {
+                    Ok(())
+                };
+                self.stats.messages_received += 1;
+                self.complete_recv(ctx, st.len.min(room), r);
+            }
+            Target::Buffer(v) => {
+                self.unexpected_bytes -= v.len();
+                self.arrived(src as NodeId, st.tag, v);
+            }
+            Target::Discard => {}
+        }
+    }
+
+    fn match_posted(&mut self, from: Name, tag: i32) -> Option<usize> {
+        let i = self
+            .posted
+            .iter()
+            .position(|&c| self.recv[c].from == from && self.recv[c].tag == tag)?;
+        Some(self.posted.remove(i))
+    }
+
+    /// A whole message from `src`: into its posted receive, else kept until one is.
+    fn arrived(&mut self, src: NodeId, tag: i32, data: Vec<u8>) {
+        let Some(from) = self.name_of(src) else {
+            self.stats.dropped += 1;
+            return;
+        };
+        match self.match_posted(from, tag) {
+            Some(ctx) => self.fill(ctx, &data),
+            None => {
+                self.stats.unexpected += 1;
+                self.unexpected_bytes += data.len();
+                self.unexpected.push_back(Unexpected { src, tag, data });
+            }
+        }
+    }
+
+    /// Completes receive `ctx` with a whole message.
+    fn fill(&mut self, ctx: usize, data: &[u8]) {
+        let c = &self.recv[ctx];
+        let n = data.len().min(c.len);
+        let r = match write_at(&mut self.mem, &c.segs, 0, &data[..n]) {
+            Err(_) => Err(QxError::Fault),
+            Ok(()) if data.len() > c.len => Err(QxError::Truncated),
+            Ok(()) => Ok(()),
+        };
+        self.stats.messages_received += 1;
+        self.complete_recv(ctx, n, r);
+    }
+
+    /// A registration, join or barrier token from `src`.
+    fn control(&mut self, src: NodeId, kind: u8, a: i32, b: i32, c: u32) {
+        let me = self.engine.config().node;
+        match kind {
+            K_REG => {
+                let name = Name::new(a, b);
+                if src != me && self.app_size != 0 && name == self.me {
+                    self.conflict = true;
+                }
+                if let Some(slot) = self.names.get_mut(src as usize) {
+                    if slot.is_none() {
+                        *slot = Some((name, c as i32));
+                    }
+                }
+            }
+            K_JOIN => {
+                let Some(from) = self.name_of(src).filter(|n| n.ai == self.me.ai) else {
+                    self.stats.dropped += 1;
+                    return;
+                };
+                let Some(gi) = self.group_index(a) else {
+                    return;
+                };
+                let g = &mut self.groups[gi];
+                match g.size {
+                    None => g.size = Some(b),
+                    Some(s) if s != b => g.bad = true,
+                    _ => {}
+                }
+                if let Err(at) = g.members.binary_search(&(from.pi, src)) {
+                    g.members.insert(at, (from.pi, src));
+                }
+                if g.members.len() as i32 > b {
+                    g.bad = true;
+                }
+            }
+            K_BAR => {
+                if self.name_of(src).is_none_or(|n| n.ai != self.me.ai) {
+                    self.stats.dropped += 1;
+                    return;
+                }
+                let Ok(round) = usize::try_from(b) else {
+                    return;
+                };
+                if round >= 32 {
+                    return;
+                }
+                if let Some(gi) = self.group_index(a) {
+                    let t = &mut self.groups[gi].tokens;
+                    if t.len() <= round {
+                        t.resize(round + 1, 0);
+                    }
+                    t[round] = t[round].wrapping_add(1);
+                }
+            }
+            _ => self.stats.dropped += 1,
+        }
+    }
+
+    fn group_index(&mut self, name: i32) -> Option<usize> {
+        if let Some(i) = self.groups.iter().position(|g| g.name == name) {
+            return Some(i);
+        }
+        // Groups come from frames: a bound keeps a flood of names from growing it.
+        if self.groups.len() >= 1024 {
+            return None;
+        }
+        self.groups.push(GroupState {
+            name,
+            ..GroupState::default()
+        });
+        Some(self.groups.len() - 1)
+    }
+
+    fn check_joins(&mut self) {
+        let mut i = 0;
+        while i < self.joins.len() {
+            let (ctx, gi) = self.joins[i];
+            let g = &self.groups[gi];
+            let r = if g.bad {
+                Some(Err(QxError::Size))
+            } else if g.formed() {
+                Some(Ok(()))
+            } else if self.app_members().iter().any(|&n| self.dead[n as usize]) {
+                Some(Err(QxError::Dead))
+            } else {
+                None
+            };
+            match r {
+                Some(r) => {
+                    self.joins.swap_remove(i);
+                    self.complete_send(ctx, r);
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    /// Dissemination barrier: in round k, a token to the member 2^k after this one
+    /// (in PI order), and wait for the one from the member 2^k before.
+    fn advance_barriers(&mut self) -> bool {
+        let me = self.engine.config().node;
+        let mut busy = false;
+        let mut i = 0;
+        while i < self.barriers.len() {
+            let b = &mut self.barriers[i];
+            let g = &mut self.groups[b.group];
+            let n = g.members.len();
+            let my = g.members.iter().position(|m| m.1 == me).unwrap_or(0);
+            let result = loop {
+                let step = 1usize << b.round;
+                if step >= n {
+                    break Some(Ok(()));
+                }
+                if !b.sent {
+                    let to = g.members[(my + step) % n].1;
+                    let h = head(K_BAR, g.name, b.round as i32, b.epoch);
+                    self.tx.push_back(TxJob::control(alloc::vec![to], h));
+                    b.sent = true;
+                    busy = true;
+                }
+                let from = g.members[(my + n - step) % n].1;
+                if self.dead[from as usize] {
+                    break Some(Err(QxError::Dead));
+                }
+                if g.tokens.get(b.round as usize).copied().unwrap_or(0) > b.epoch {
+                    b.round += 1;
+                    b.sent = false;
+                    busy = true;
+                } else {
+                    break None;
+                }
+            };
+            match result {
+                Some(r) => {
+                    g.barrier_active = false;
+                    let ctx = b.ctx;
+                    self.barriers.swap_remove(i);
+                    if r.is_ok() {
+                        self.stats.barriers += 1;
+                    }
+                    self.complete_send(ctx, r);
+                    busy = true;
+                }
+                None => i += 1,
+            }
+        }
+        busy
+    }
+
+    fn notice_dead(&mut self) {
+        while let Some(n) = self.engine.take_packet_failure() {
+            let Some(d) = self.dead.get_mut(n as usize) else {
+                continue;
+            };
+            *d = true;
+            if let Some(name) = self.name_of(n) {
+                let mut k = 0;
+                while k < self.posted.len() {
+                    let ctx = self.posted[k];
+                    if self.recv[ctx].from == name {
+                        self.posted.remove(k);
+                        self.complete_recv(ctx, 0, Err(QxError::Dead));
+                    } else {
+                        k += 1;
+                    }
+                }
+            }
+            let st = core::mem::take(&mut self.rx[n as usize]);
+            match st.target {
+                Target::Direct(ctx) if st.active => {
+                    self.complete_recv(ctx, 0, Err(QxError::Dead));
+                }
+                Target::Buffer(v) => self.unexpected_bytes -= v.len(),
+                _ => {}
+            }
+        }
+    }
+
+    fn idle_step(&mut self, busy: bool) {
+        if !busy {
+            if let Some(f) = self.idle {
+                f();
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ accessors
+
+    /// Whether [`Qnix::register`] has completed.
+    pub fn is_registered(&self) -> bool {
+        self.registered
+    }
+    /// Whether `node` was found dead.
+    pub fn is_dead(&self, node: NodeId) -> bool {
+        self.dead.get(node as usize).copied().unwrap_or(false)
+    }
+    /// Counters.
+    pub fn stats(&self) -> QnixStats {
+        self.stats
+    }
+    /// The memory the NIC reaches.
+    pub fn memory(&self) -> &M {
+        &self.mem
+    }
+    /// The memory the NIC reaches, to change.
+    pub fn memory_mut(&mut self) -> &mut M {
+        &mut self.mem
+    }
+    /// The engine.
+    pub fn engine(&self) -> &Engine<'a> {
+        &self.engine
+    }
+    /// The device.
+    pub fn device(&self) -> &D {
+        &self.dev
+    }
+    /// The device, to change.
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.dev
+    }
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+    /// When the engine next needs a step (`None`: only when a frame comes).
+    pub fn poll_at(&self) -> Option<Instant> {
+        let now = self.clock.now();
+        if !self.queue.is_empty() || !self.tx.is_empty() {
+            return Some(now);
+        }
+        self.engine.poll_at(now)
+    }
+}
+
+impl TxJob {
+    fn control(dests: Vec<NodeId>, head: [u8; HEAD]) -> Self {
+        TxJob {
+            dests,
+            at: 0,
+            off: 0,
+            started: false,
+            head,
+            len: 0,
+            data: TxData::Owned(Vec::new()),
+            ctx: None,
+            failed: None,
+        }
+    }
+
+    fn next_dest(&mut self) {
+        self.at += 1;
+        self.off = 0;
+        self.started = false;
+    }
+}

@@ -1,0 +1,679 @@
+//! QNIX in the simulator: registration, contexts with tags matched across four
+//! processes under loss (receives posted before and after the messages), short and
+//! long sends from the pool and from segments, truncation, broadcast and multicast,
+//! join_group and barrier, two applications on one fabric, a dead peer, and misuse.
+//! Every test prints its seed when it fails.
+
+// Processes are indexed by endpoint throughout.
+#![allow(clippy::needless_range_loop)]
+
+use volley_core::cheetah::Segments;
+use volley_core::engine::{Config, Group, Members};
+use volley_core::phy::FaultConfig;
+use volley_core::qnix::{Name, QxError, Region, BUSY, DONE, FREE, PAGE, SHORT_MAX};
+use volley_core::sim::{Sim, SimConfig, SimQnix};
+use volley_core::time::{Duration, Instant};
+
+type Node = SimQnix<'static, Segments<'static>>;
+
+/// Segment 1 of every process: the buffer pool; segment 2: other memory.
+const POOL: u64 = 1 << 40;
+const MEM: u64 = 2 << 40;
+const POOL_LEN: usize = 256 * PAGE;
+const MEM_LEN: usize = 4 << 20;
+
+fn groups(n: u16) -> &'static [Group<'static>] {
+    Vec::leak(vec![Group {
+        id: 1,
+        members: Members::Range { first: 0, count: n },
+    }])
+}
+
+fn lossy() -> FaultConfig {
+    FaultConfig {
+        loss: 0.05,
+        duplicate: 0.02,
+        reorder: 0.05,
+        corrupt: 0.01,
+        reorder_delay: Duration::from_micros(30),
+    }
+}
+
+/// One process per `(ai, pi, size)`, registered.
+fn make_sim(names: &[(i32, i32, i32)], seed: u64, faults: FaultConfig) -> Sim<Node> {
+    let n = names.len() as u16;
+    let g = groups(n);
+    let mut cfg = SimConfig::lan(seed);
+    cfg.faults = faults;
+    let mut sim = Sim::new(n as usize, cfg, |i, dev, clock| {
+        let mut mem = Segments::new();
+        assert_eq!(mem.expose(Vec::leak(vec![0u8; POOL_LEN])), POOL);
+        assert_eq!(mem.expose(Vec::leak(vec![0u8; MEM_LEN])), MEM);
+        let c = Config::new(9, 1, i as u16);
+        let mut q = SimQnix::new(c, g, n as usize, dev, clock, mem).unwrap();
+        q.set_pool(POOL, POOL_LEN).unwrap();
+        q
+    });
+    for (q, &(ai, pi, size)) in sim.nodes.iter_mut().zip(names) {
+        q.register(Name::new(ai, pi), ai, size).unwrap();
+    }
+    until(&mut sim, seed, 30, |nodes, _| {
+        nodes.iter_mut().all(|q| q.registered().unwrap())
+    });
+    sim
+}
+
+fn app(n: i32) -> Vec<(i32, i32, i32)> {
+    (0..n).map(|i| (5, i, n)).collect()
+}
+
+fn until(
+    sim: &mut Sim<Node>,
+    seed: u64,
+    secs: u64,
+    goal: impl FnMut(&mut [Node], Instant) -> bool,
+) {
+    let limit = sim.now() + Duration::from_secs(secs);
+    if let Err(t) = sim.run_until(limit, goal) {
+        panic!(
+            "no progress: seed {seed:#x} (sim {:#x}) at {:?}",
+            t.seed, t.at
+        );
+    }
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn pool(q: &Node) -> &[u8] {
+    q.memory().segment(POOL).unwrap()
+}
+fn pool_mut(q: &mut Node) -> &mut [u8] {
+    q.memory_mut().segment_mut(POOL).unwrap()
+}
+fn mem(q: &Node) -> &[u8] {
+    q.memory().segment(MEM).unwrap()
+}
+fn mem_mut(q: &mut Node) -> &mut [u8] {
+    q.memory_mut().segment_mut(MEM).unwrap()
+}
+
+fn recv_done(q: &Node, ctx: usize) -> bool {
+    q.recv_doorbell(ctx) != BUSY
+}
+
+#[test]
+fn tags_are_matched_across_four_processes_under_loss() {
+    for seed in [0x9a1_u64, 0x51d] {
+        let n = 4usize;
+        let mut sim = make_sim(&app(n as i32), seed, lossy());
+        // Every process sends three messages to every other: tag 7 (short), tag 3
+        // (from segments, 20 KB) and tag 7 again (from the pool, 9000 bytes).
+        // Receivers post slots 1 (tag 3) and 2 (tag 7) first: tag-7 messages match
+        // tag-7 receives in posting order, so slot 2 gets the short message and the
+        // pooled one arrives early, kept until slot 0 is posted at the end.
+        let msg = |from: usize, to: usize, k: usize, len: usize| {
+            pattern(seed ^ ((from * 16 + to) * 4 + k) as u64, len)
+        };
+        let mut recvs = vec![vec![]; n];
+        for i in 0..n {
+            let q = &mut sim.nodes[i];
+            for j in (0..n).filter(|&j| j != i) {
+                // Receive side: one 32 KB slot of MEM per sender and message.
+                for (k, tag) in [(1, 3), (0, 7), (2, 7)] {
+                    let at = MEM + ((j * 3 + k) * 32 * 1024) as u64;
+                    let r = q
+                        .recv_context(
+                            Name::new(5, j as i32),
+                            tag,
+                            true,
+                            8,
+                            32 * 1024,
+                            Region::Segments(vec![(at, 32 * 1024)]),
+                        )
+                        .unwrap();
+                    recvs[i].push((j, k, r));
+                    if k != 0 {
+                        q.receive(r).unwrap();
+                    }
+                }
+            }
+        }
+        let mut sends = vec![vec![]; n];
+        for i in 0..n {
+            for j in (0..n).filter(|&j| j != i) {
+                let q = &mut sim.nodes[i];
+                let to = Name::new(5, j as i32);
+                let short = msg(i, j, 0, 300);
+                let s0 = q
+                    .send_context(to, 7, true, 1, 300, Region::Data(short))
+                    .unwrap();
+                q.send_short(s0).unwrap();
+                let long = msg(i, j, 1, 20_000);
+                let at = MEM + (2 << 20) + (j * 32 * 1024) as u64;
+                mem_mut(q)[(at - MEM) as usize..][..20_000].copy_from_slice(&long);
+                let s1 = q
+                    .send_context(
+                        to,
+                        3,
+                        true,
+                        5,
+                        20_000,
+                        Region::Segments(vec![(at, 12_000), (at + 12_000, 8_000)]),
+                    )
+                    .unwrap();
+                q.send(s1).unwrap();
+                let pooled = msg(i, j, 2, 9000);
+                let page = j * 4;
+                pool_mut(q)[page * PAGE..][..9000].copy_from_slice(&pooled);
+                let s2 = q
+                    .send_context(to, 7, true, 3, 9000, Region::Pool(page))
+                    .unwrap();
+                q.send(s2).unwrap();
+                sends[i].extend([s0, s1, s2]);
+            }
+        }
+        until(&mut sim, seed, 60, |nodes, _| {
+            nodes.iter().enumerate().all(|(i, q)| {
+                sends[i].iter().all(|&s| q.send_doorbell(s) == DONE)
+                    && q.stats().unexpected == n as u64 - 1
+            })
+        });
+        // The first tag-7 receive is posted only now: its message waited.
+        for i in 0..n {
+            for &(_, k, r) in &recvs[i] {
+                if k == 0 {
+                    sim.nodes[i].receive(r).unwrap();
+                }
+            }
+        }
+        until(&mut sim, seed, 60, |nodes, _| {
+            nodes
+                .iter()
+                .enumerate()
+                .all(|(i, q)| recvs[i].iter().all(|&(_, _, r)| recv_done(q, r)))
+        });
+        for i in 0..n {
+            for &(j, k, r) in &recvs[i] {
+                let m = [2, 1, 0][k];
+                let len = [300, 20_000, 9000][m];
+                let q = &mut sim.nodes[i];
+                assert_eq!(
+                    q.poll_for_receive(r),
+                    Ok(len),
+                    "seed {seed:#x}: {j}->{i} #{k}"
+                );
+                let at = (j * 3 + k) * 32 * 1024;
+                assert!(
+                    mem(q)[at..at + len] == msg(j, i, m, len),
+                    "seed {seed:#x}: message {m} from {j} to {i} differs"
+                );
+            }
+            for &s in &sends[i] {
+                assert_eq!(sim.nodes[i].poll_for_send(s), Ok(()));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_long_message_lands_in_the_pool_and_a_short_buffer_is_truncated() {
+    let seed = 0x10c;
+    let mut sim = make_sim(&app(2), seed, lossy());
+    let len = 600_000;
+    let data = pattern(seed, len);
+    mem_mut(&mut sim.nodes[0])[..len].copy_from_slice(&data);
+    let r = sim.nodes[1]
+        .recv_context(Name::new(5, 0), 1, true, 0, len, Region::Pool(10))
+        .unwrap();
+    sim.nodes[1].receive(r).unwrap();
+    let small = sim.nodes[1]
+        .recv_context(
+            Name::new(5, 0),
+            2,
+            true,
+            0,
+            100,
+            Region::Segments(vec![(MEM, 100)]),
+        )
+        .unwrap();
+    sim.nodes[1].receive(small).unwrap();
+    let q = &mut sim.nodes[0];
+    let s = q
+        .send_context(
+            Name::new(5, 1),
+            1,
+            true,
+            0,
+            len,
+            Region::Segments(vec![(MEM, len)]),
+        )
+        .unwrap();
+    q.send(s).unwrap();
+    let s2 = q
+        .send_context(
+            Name::new(5, 1),
+            2,
+            false,
+            0,
+            1000,
+            Region::Segments(vec![(MEM, 1000)]),
+        )
+        .unwrap();
+    q.send(s2).unwrap();
+    until(&mut sim, seed, 60, |nodes, _| {
+        recv_done(&nodes[1], r) && recv_done(&nodes[1], small)
+    });
+    assert_eq!(sim.nodes[1].poll_for_receive(r), Ok(len));
+    assert!(pool(&sim.nodes[1])[10 * PAGE..10 * PAGE + len] == data[..]);
+    assert_eq!(
+        sim.nodes[1].poll_for_receive(small),
+        Err(QxError::Truncated)
+    );
+    assert!(mem(&sim.nodes[1])[..100] == data[..100]);
+    assert_eq!(mem(&sim.nodes[1])[100], 0, "nothing past the buffer");
+    assert_eq!(sim.nodes[0].poll_for_send(s), Ok(()));
+    // No doorbell: the context was freed when the send completed.
+    assert_eq!(sim.nodes[0].poll_for_send(s2), Err(QxError::NoContext));
+}
+
+#[test]
+fn broadcast_and_multicast_reach_three_receivers() {
+    let seed = 0xb0c;
+    let mut sim = make_sim(&app(5), seed, lossy());
+    let big = pattern(seed, 50_000);
+    let small = pattern(seed + 1, 64);
+    pool_mut(&mut sim.nodes[0])[..big.len()].copy_from_slice(&big);
+    let mut rs = vec![];
+    for i in 1..5 {
+        let q = &mut sim.nodes[i];
+        let b = q
+            .recv_context(
+                Name::new(5, 0),
+                40,
+                true,
+                0,
+                64 * 1024,
+                Region::Segments(vec![(MEM, 64 * 1024)]),
+            )
+            .unwrap();
+        q.receive(b).unwrap();
+        let m = q
+            .recv_context(
+                Name::new(5, 0),
+                41,
+                true,
+                0,
+                64,
+                Region::Segments(vec![(MEM + 100_000, 64)]),
+            )
+            .unwrap();
+        // Process 4 is not in the multicast: its receive stays posted.
+        q.receive(m).unwrap();
+        rs.push((b, m));
+    }
+    let q = &mut sim.nodes[0];
+    let b = q
+        .send_context(Name::new(5, 0), 40, true, 0, big.len(), Region::Pool(0))
+        .unwrap();
+    q.broadcast(b, 5).unwrap();
+    let m = q
+        .send_context(
+            Name::new(5, 0),
+            41,
+            true,
+            0,
+            64,
+            Region::Data(small.clone()),
+        )
+        .unwrap();
+    let to = [Name::new(5, 1), Name::new(5, 2), Name::new(5, 3)];
+    q.multicast_short(m, &to).unwrap();
+    until(&mut sim, seed, 60, |nodes, _| {
+        (1..5).all(|i| recv_done(&nodes[i], rs[i - 1].0))
+            && (1..4).all(|i| recv_done(&nodes[i], rs[i - 1].1))
+    });
+    for i in 1..5 {
+        let (b, m) = rs[i - 1];
+        assert_eq!(
+            sim.nodes[i].poll_for_receive(b),
+            Ok(big.len()),
+            "seed {seed:#x}"
+        );
+        assert!(mem(&sim.nodes[i])[..big.len()] == big[..]);
+        if i < 4 {
+            assert_eq!(sim.nodes[i].poll_for_receive(m), Ok(64));
+            assert!(mem(&sim.nodes[i])[100_000..100_064] == small[..]);
+        } else {
+            assert_eq!(sim.nodes[i].recv_doorbell(m), BUSY);
+        }
+    }
+    assert_eq!(sim.nodes[0].poll_for_send(b), Ok(()));
+    assert_eq!(sim.nodes[0].poll_for_send(m), Ok(()));
+}
+
+#[test]
+fn join_group_then_barrier_and_broadcast_in_it() {
+    let seed = 0x901;
+    let mut sim = make_sim(&app(5), seed, lossy());
+    // Processes 1, 2 and 4 form group 77.
+    let members = [1usize, 2, 4];
+    let mut ctx = [0; 5];
+    for &i in &members {
+        let q = &mut sim.nodes[i];
+        ctx[i] = q
+            .send_context(Name::new(5, i as i32), 0, true, 0, 0, Region::None)
+            .unwrap();
+        q.join_group(ctx[i], 77, 3).unwrap();
+    }
+    until(&mut sim, seed, 30, |nodes, _| {
+        members
+            .iter()
+            .all(|&i| nodes[i].send_doorbell(ctx[i]) == DONE)
+    });
+    for &i in &members {
+        assert_eq!(sim.nodes[i].poll_for_send(ctx[i]), Ok(()));
+    }
+    // A barrier: nobody's doorbell rings until the last member arrives.
+    for round in 0..3 {
+        for &i in &members[..2] {
+            let q = &mut sim.nodes[i];
+            ctx[i] = q
+                .send_context(Name::new(5, 0), 0, true, 0, 0, Region::None)
+                .unwrap();
+            q.barrier(ctx[i], 77, 3).unwrap();
+        }
+        let later = sim.now() + Duration::from_millis(20);
+        let _ = sim.run_until(later, |_, _| false);
+        for &i in &members[..2] {
+            assert_eq!(
+                sim.nodes[i].send_doorbell(ctx[i]),
+                BUSY,
+                "round {round}: left early"
+            );
+        }
+        let q = &mut sim.nodes[4];
+        ctx[4] = q
+            .send_context(Name::new(5, 0), 0, true, 0, 0, Region::None)
+            .unwrap();
+        q.barrier(ctx[4], 77, 3).unwrap();
+        until(&mut sim, seed, 30, |nodes, _| {
+            members
+                .iter()
+                .all(|&i| nodes[i].send_doorbell(ctx[i]) == DONE)
+        });
+        for &i in &members {
+            assert_eq!(sim.nodes[i].poll_for_send(ctx[i]), Ok(()));
+        }
+    }
+    // The whole application is a group too, named by its AI.
+    for i in 0..5 {
+        let q = &mut sim.nodes[i];
+        ctx[i] = q
+            .send_context(Name::new(5, 0), 0, true, 0, 0, Region::None)
+            .unwrap();
+        q.barrier(ctx[i], 5, 5).unwrap();
+    }
+    until(&mut sim, seed, 30, |nodes, _| {
+        (0..5).all(|i| nodes[i].send_doorbell(ctx[i]) == DONE)
+    });
+    // Misuse: a non-member, a wrong size, an unformed group.
+    let q = &mut sim.nodes[0];
+    let c = q
+        .send_context(Name::new(5, 0), 0, true, 0, 0, Region::None)
+        .unwrap();
+    assert_eq!(q.barrier(c, 77, 3), Err(QxError::Unknown));
+    assert_eq!(sim.nodes[1].barrier(ctx[1], 77, 4), Err(QxError::Busy));
+    let q = &mut sim.nodes[2];
+    let c = q
+        .send_context(Name::new(5, 0), 0, true, 0, 0, Region::None)
+        .unwrap();
+    assert_eq!(q.barrier(c, 77, 4), Err(QxError::Size));
+    assert_eq!(q.barrier(c, 78, 3), Err(QxError::Unknown));
+    assert_eq!(q.join_group(c, 77, 3), Err(QxError::Exists));
+    // Broadcast in the group: to 1 and 4.
+    let r1 = sim.nodes[1]
+        .recv_context(
+            Name::new(5, 2),
+            9,
+            true,
+            0,
+            8,
+            Region::Segments(vec![(MEM, 8)]),
+        )
+        .unwrap();
+    sim.nodes[1].receive(r1).unwrap();
+    let r4 = sim.nodes[4]
+        .recv_context(
+            Name::new(5, 2),
+            9,
+            true,
+            0,
+            8,
+            Region::Segments(vec![(MEM, 8)]),
+        )
+        .unwrap();
+    sim.nodes[4].receive(r4).unwrap();
+    let q = &mut sim.nodes[2];
+    let s = q
+        .send_context(
+            Name::new(5, 0),
+            9,
+            true,
+            0,
+            8,
+            Region::Data(b"group 77".to_vec()),
+        )
+        .unwrap();
+    q.broadcast_short(s, 77).unwrap();
+    until(&mut sim, seed, 30, |nodes, _| {
+        recv_done(&nodes[1], r1) && recv_done(&nodes[4], r4)
+    });
+    assert_eq!(&mem(&sim.nodes[4])[..8], b"group 77");
+    assert_eq!(sim.nodes[0].stats().messages_received, 0);
+}
+
+#[test]
+fn two_applications_on_one_fabric_never_see_each_other() {
+    let seed = 0xa99;
+    // Endpoints 0 and 1 are application 7; 2 and 3 application 9, PIs swapped.
+    let mut sim = make_sim(&[(7, 0, 2), (7, 1, 2), (9, 1, 2), (9, 0, 2)], seed, lossy());
+    let mut rs = vec![];
+    for i in 0..4 {
+        let ai = if i < 2 { 7 } else { 9 };
+        let me = sim.nodes[i].name();
+        let peer = Name::new(ai, 1 - me.pi);
+        let q = &mut sim.nodes[i];
+        let r = q
+            .recv_context(peer, 1, true, 0, 64, Region::Segments(vec![(MEM, 64)]))
+            .unwrap();
+        q.receive(r).unwrap();
+        let text = format!("from {ai}:{}", me.pi).into_bytes();
+        let s = q
+            .send_context(peer, 1, false, 0, text.len(), Region::Data(text))
+            .unwrap();
+        q.send_short(s).unwrap();
+        // The other application's process of the same PI is out of reach.
+        let other = Name::new(if ai == 7 { 9 } else { 7 }, 1 - me.pi);
+        let bad = q
+            .send_context(other, 1, true, 0, 4, Region::Data(vec![1; 4]))
+            .unwrap();
+        assert_eq!(q.send_short(bad), Err(QxError::OtherApplication));
+        let rbad = q
+            .recv_context(other, 1, true, 0, 4, Region::Segments(vec![(MEM + 100, 4)]))
+            .unwrap();
+        assert_eq!(q.receive(rbad), Err(QxError::OtherApplication));
+        rs.push(r);
+    }
+    until(&mut sim, seed, 30, |nodes, _| {
+        (0..4).all(|i| recv_done(&nodes[i], rs[i]))
+    });
+    for i in 0..4 {
+        let ai = if i < 2 { 7 } else { 9 };
+        let want = format!("from {ai}:{}", 1 - sim.nodes[i].name().pi);
+        let got = sim.nodes[i].poll_for_receive(rs[i]).unwrap();
+        assert_eq!(
+            &mem(&sim.nodes[i])[..got],
+            want.as_bytes(),
+            "seed {seed:#x}"
+        );
+        assert_eq!(sim.nodes[i].app_size(), 2);
+    }
+    // Each application's group has only its own members.
+    for i in 0..4 {
+        let ai = if i < 2 { 7 } else { 9 };
+        let q = &mut sim.nodes[i];
+        let c = q
+            .send_context(Name::new(ai, 0), 0, true, 0, 0, Region::None)
+            .unwrap();
+        q.barrier(c, ai, 2).unwrap();
+        rs[i] = c;
+    }
+    until(&mut sim, seed, 30, |nodes, _| {
+        (0..4).all(|i| nodes[i].send_doorbell(rs[i]) == DONE)
+    });
+}
+
+#[test]
+fn registration_conflicts_and_sizes_are_errors() {
+    let seed = 0xc0f;
+    let n = 2u16;
+    let g = groups(n);
+    let mut sim: Sim<Node> = Sim::new(2, SimConfig::lan(seed), |i, dev, clock| {
+        SimQnix::new(
+            Config::new(9, 1, i as u16),
+            g,
+            2,
+            dev,
+            clock,
+            Segments::new(),
+        )
+        .unwrap()
+    });
+    assert_eq!(
+        sim.nodes[0].register(Name::new(3, 2), 3, 2),
+        Err(QxError::Invalid)
+    );
+    assert_eq!(
+        sim.nodes[0].register(Name::new(3, 0), 4, 2),
+        Err(QxError::Invalid)
+    );
+    assert_eq!(
+        sim.nodes[0].register(Name::new(3, 0), 3, 3),
+        Err(QxError::Size)
+    );
+    sim.nodes[0].register(Name::new(3, 0), 3, 2).unwrap();
+    sim.nodes[1].register(Name::new(3, 0), 3, 2).unwrap();
+    let later = sim.now() + Duration::from_millis(50);
+    let _ = sim.run_until(later, |_, _| false);
+    assert_eq!(sim.nodes[0].registered(), Err(QxError::Exists));
+    assert_eq!(sim.nodes[1].registered(), Err(QxError::Exists));
+}
+
+#[test]
+fn a_dead_peer_fails_receives_sends_and_barriers() {
+    let seed = 0xdead;
+    let mut sim = make_sim(&app(3), seed, FaultConfig::default());
+    let r = sim.nodes[0]
+        .recv_context(
+            Name::new(5, 2),
+            1,
+            true,
+            0,
+            8,
+            Region::Segments(vec![(MEM, 8)]),
+        )
+        .unwrap();
+    sim.nodes[0].receive(r).unwrap();
+    let c = sim.nodes[0]
+        .send_context(Name::new(5, 0), 0, true, 0, 0, Region::None)
+        .unwrap();
+    sim.nodes[0].barrier(c, 5, 3).unwrap();
+    sim.net.kill(2);
+    until(&mut sim, seed, 120, |nodes, _| {
+        recv_done(&nodes[0], r) && nodes[0].send_doorbell(c) != BUSY
+    });
+    assert_eq!(
+        sim.nodes[0].poll_for_receive(r),
+        Err(QxError::Dead),
+        "seed {seed:#x}"
+    );
+    assert_eq!(sim.nodes[0].poll_for_send(c), Err(QxError::Dead));
+    let s = sim.nodes[0]
+        .send_context(Name::new(5, 2), 1, true, 0, 4, Region::Data(vec![0; 4]))
+        .unwrap();
+    sim.nodes[0].send_short(s).unwrap();
+    assert_eq!(sim.nodes[0].poll_for_send(s), Err(QxError::Dead));
+}
+
+#[test]
+fn misuse_is_a_typed_error() {
+    let seed = 0x315;
+    let mut sim = make_sim(&app(2), seed, FaultConfig::default());
+    let q = &mut sim.nodes[0];
+    let to = Name::new(5, 1);
+    assert_eq!(q.send(3), Err(QxError::NoContext));
+    assert_eq!(q.poll_for_receive(70), Err(QxError::NoContext));
+    let big = q
+        .send_context(to, 1, true, 0, SHORT_MAX + 1, Region::Pool(0))
+        .unwrap();
+    assert_eq!(q.send_short(big), Err(QxError::TooLong));
+    let outside = q
+        .send_context(to, 1, true, 0, 2 * PAGE, Region::Pool(255))
+        .unwrap();
+    assert_eq!(q.send(outside), Err(QxError::TooLong));
+    let unmapped = q
+        .send_context(to, 1, true, 0, 10, Region::Segments(vec![(7 << 40, 10)]))
+        .unwrap();
+    assert_eq!(q.send(unmapped), Err(QxError::Fault));
+    let none = q.send_context(to, 1, true, 0, 10, Region::None).unwrap();
+    assert_eq!(q.send(none), Err(QxError::Invalid));
+    assert_eq!(
+        q.poll_for_send(none),
+        Err(QxError::Invalid),
+        "nothing posted"
+    );
+    let nobody = q
+        .send_context(Name::new(5, 9), 1, true, 0, 1, Region::Data(vec![1]))
+        .unwrap();
+    assert_eq!(q.send_short(nobody), Err(QxError::Unknown));
+    let ok = q
+        .send_context(to, 1, true, 0, 1, Region::Data(vec![1]))
+        .unwrap();
+    q.send_short(ok).unwrap();
+    assert_eq!(q.send_short(ok), Err(QxError::Busy));
+    assert_eq!(
+        q.send_context(to, 1, true, -1, 1, Region::None),
+        Err(QxError::Invalid)
+    );
+    let quiet = q
+        .send_context(to, 1, false, 0, 1, Region::Data(vec![1]))
+        .unwrap();
+    assert_eq!(q.poll_for_send(quiet), Err(QxError::NoDoorbell));
+    assert_eq!(q.send_doorbell(quiet), FREE);
+    // The context lists run out.
+    let mut n = 0;
+    while q.recv_context(to, 1, true, 0, 0, Region::Pool(0)).is_ok() {
+        n += 1;
+    }
+    assert!(n > 10);
+    assert_eq!(
+        q.recv_context(to, 1, true, 0, 0, Region::Pool(0)),
+        Err(QxError::NoContext)
+    );
+    for code in -17..=-1 {
+        let e = QxError::from_code(code).unwrap();
+        assert_eq!(e.code(), code);
+        assert!(!e.message().is_empty());
+    }
+    assert_eq!(QxError::from_code(0), None);
+}
