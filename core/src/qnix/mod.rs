@@ -117,7 +117,9 @@ pub enum QxError {
 }
 
 impl QxError {
-    const ALL: [QxError; 17] = [
+    /// How many errors there are: their codes are `-1..=-COUNT`.
+    pub const COUNT: usize = 17;
+    const ALL: [QxError; Self::COUNT] = [
         QxError::Invalid,
         QxError::NoContext,
         QxError::Busy,

@@ -27,7 +27,10 @@ pub use cheetah::{
     cheetah_core_put, cheetah_core_register, cheetah_core_setup, cheetah_core_wait,
 };
 pub mod lfc;
+mod procmem;
+pub mod qnix;
 pub use lfc::*;
+pub use qnix::*;
 
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, c_long, c_uchar, c_ulong, c_ushort, c_void, CStr};

@@ -20,11 +20,12 @@ fn include() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("include")
 }
 
-const HEADERS: [&str; 4] = [
+const HEADERS: [&str; 5] = [
     "gamma.h",
     "linux/gamma/libgamma.h",
     "lfc.h",
     "cheetah_core.h",
+    "qnix.h",
 ];
 
 /// Declared by a header for the program to define, not by the library.
@@ -91,6 +92,9 @@ fn c_type(rust: &str) -> String {
         "Option<CHandler>" => "void (*)(void)",
         "Option<cheetah::CHandler>" => "void (*)(int who, int tag, void *buffer, int length)",
         "c_long" => "long",
+        "*mutc_ulong" => "unsigned long *",
+        "*mut*mutc_int" => "int **",
+        "*constc_char" => "const char *",
         // `time_586` is an array type: as a parameter it is a pointer to its element.
         "*mutTime586" | "*constTime586" => "time_586",
         other => panic!("no C spelling for {other}"),
@@ -210,6 +214,27 @@ fn rust_signatures() -> BTreeMap<String, Sig> {
         cheetah_core_wait: (*mut c_int, c_int) -> ();
         cheetah_core_barrier: () -> ();
         cheetah_core_expose: (*mut c_void, c_long) -> c_int;
+        qx_init: (*mut c_int, c_int, c_int) -> *mut c_void;
+        qx_buffer_lock: (*mut c_char, c_long) -> c_int;
+        qx_buffer_unlock: (*mut c_char, c_long) -> c_int;
+        qx_buffer_pool: (c_int) -> c_int;
+        qx_buffer_translate: (*mut c_char, c_long, *mut c_ulong) -> c_int;
+        qx_send_context: (*mut c_int, c_int, c_int, c_int, c_long, c_int, *mut c_ulong) -> c_int;
+        qx_recv_context: (*mut c_int, c_int, c_int, c_int, c_long, c_int, *mut c_ulong) -> c_int;
+        qx_send: (c_int) -> c_int;
+        qx_send_short: (c_int) -> c_int;
+        qx_broadcast: (c_int, c_int) -> c_int;
+        qx_broadcast_short: (c_int, c_int) -> c_int;
+        qx_multicast: (c_int, c_int, *mut *mut c_int) -> c_int;
+        qx_multicast_short: (c_int, c_int, *mut *mut c_int) -> c_int;
+        qx_receive: (c_int) -> c_int;
+        qx_join_group: (c_int, c_int, c_int) -> c_int;
+        qx_barrier: (c_int, c_int, c_int) -> c_int;
+        qx_poll_for_send: (c_int) -> c_int;
+        qx_poll_for_receive: (c_int) -> c_int;
+        qx_end: (*mut c_int) -> c_int;
+        qx_strerror: (c_int) -> *const c_char;
+        qx_last_error: () -> c_int;
     }
 }
 
@@ -366,8 +391,13 @@ fn every_declaration_is_exported_with_a_matching_signature() {
     for h in HEADERS {
         let text = std::fs::read_to_string(include().join(h)).unwrap();
         let parsed = parse(&text);
-        // Every header declares its whole API (Cheetah core's is twelve calls).
-        let least = if h == "cheetah_core.h" { 12 } else { 30 };
+        // Every header declares its whole API (Cheetah core's is twelve calls, QNIX's
+        // nineteen and two extensions).
+        let least = match h {
+            "cheetah_core.h" => 12,
+            "qnix.h" => 21,
+            _ => 30,
+        };
         assert!(
             parsed.functions.len() >= least,
             "{h}: {:?}",

@@ -19,6 +19,7 @@ pub mod lfc;
 pub mod node;
 pub mod pmi;
 pub mod programs;
+pub mod qnix;
 pub mod secret;
 pub mod settings;
 pub mod shm;
