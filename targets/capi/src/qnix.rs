@@ -150,9 +150,11 @@ fn page_table(table: *const c_ulong, len: usize) -> Result<Vec<(u64, usize)>, Qx
         return Err(QxError::TooLong);
     }
     let page = PAGE as u64;
+    // `unsigned long` is 64 bits on every target the hosted library builds for.
+    #[allow(clippy::useless_conversion)]
     // SAFETY: the seed's contract: the table qx_buffer_translate wrote, one entry
     // per page plus the trailer (its length follows from the first entry).
-    let at = |k: usize| unsafe { *table.add(k) } as u64;
+    let at = |k: usize| u64::from(unsafe { *table.add(k) });
     let frames = lock(&FRAMES);
     let virt = |phys: u64| frames.get(&(phys / page)).copied().ok_or(QxError::Fault);
     let first = at(0);

@@ -556,3 +556,62 @@ fn cheetah_bad_np_is_one_line() {
     ];
     one_line_errors(&prog, &cases);
 }
+
+/// QNIX (`qnix_test.c`): contexts and tags across five processes with short and
+/// long sends (page tables where the kernel gives physical addresses, the pool
+/// otherwise), early messages, broadcast, multicast to three, join_group and
+/// barriers, misuse; on both fabrics, under both launchers.
+#[test]
+fn qnix_contexts_tags_broadcast_multicast_groups() {
+    let prog = program("qnix_test");
+    let _g = serial();
+    for fabric in ["shm", "udp"] {
+        let o = launch("5", fabric, &prog, &[]);
+        let t = text(&o);
+        assert!(o.status.success(), "volley run {fabric}:\n{t}");
+        assert_eq!(t.matches("qnix ok").count(), 5, "{fabric}:\n{t}");
+        assert!(t.contains("translate: "), "{fabric}:\n{t}");
+    }
+    let o = mpiexec("5", "shm", &prog);
+    let t = text(&o);
+    assert!(o.status.success(), "mpiexec:\n{t}");
+    assert_eq!(t.matches("qnix ok").count(), 5, "mpiexec:\n{t}");
+}
+
+/// Two applications (AI 7 and 9, process ids swapped) in one job, using the same
+/// tags: each process hears only its own application, and cannot reach the other.
+#[test]
+fn qnix_two_applications_on_one_host_are_apart() {
+    let prog = program("qnix_test");
+    let _g = serial();
+    for fabric in ["shm", "udp"] {
+        let o = launch("4", fabric, &prog, &["apps"]);
+        let t = text(&o);
+        assert!(o.status.success(), "{fabric}:\n{t}");
+        for (ai, pi) in [(7, 0), (7, 1), (9, 0), (9, 1)] {
+            assert!(
+                t.contains(&format!("apps ok: application {ai} process {pi}")),
+                "{fabric}: {ai}:{pi}\n{t}"
+            );
+        }
+    }
+}
+
+/// Started by hand, a QNIX program is a job of one: asking for two processes is
+/// one line saying how to start the job, and qx_init returns NULL.
+#[test]
+fn qnix_group_larger_than_the_job_is_one_line() {
+    let prog = program("qnix_test");
+    let _g = serial();
+    let o = Command::new(&prog)
+        .arg("alone")
+        .env_remove("VOLLEY_RANK")
+        .env_remove("VOLLEY_SIZE")
+        .output()
+        .expect("runs");
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("volley run -n 2"), "{t}");
+    assert!(t.contains("qx_init: group size disagrees"), "{t}");
+    assert!(!t.contains("panicked"), "{t}");
+}
