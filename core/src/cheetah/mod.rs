@@ -767,6 +767,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
     pub fn device(&self) -> &D {
         &self.dev
     }
+    /// Ends the context, giving back its device (after [`Cheetah::finalize`]).
+    pub fn into_device(self) -> D {
+        self.dev
+    }
     /// The device, to change.
     pub fn device_mut(&mut self) -> &mut D {
         &mut self.dev

@@ -454,7 +454,9 @@ pub fn pair(boot: &Boot, fabric: Fabric, quick: bool) -> Result<Vec<Row>, HostEr
     let (dev, _) = g.exit();
     let (lrows, dev) = lfc_rows(boot, fabric, dev, lm, quick)?;
     rows.extend(lrows);
-    rows.extend(cheetah_rows(boot, fabric, dev, lm, ref_mbs, quick)?);
+    let (crows, dev) = cheetah_rows(boot, fabric, dev, lm, ref_mbs, quick)?;
+    rows.extend(crows);
+    rows.extend(qnix_rows(boot, fabric, dev, lm, ref_mbs, quick)?);
     Ok(if me == 0 { rows } else { Vec::new() })
 }
 
@@ -645,7 +647,7 @@ fn cheetah_rows(
     lm: f64,
     ref_mbs: Option<f64>,
     quick: bool,
-) -> Result<Vec<Row>, HostError> {
+) -> Result<(Vec<Row>, HostDevice), HostError> {
     let name = fabric.name();
     let scale = if quick { 10 } else { 1 };
     let groups = node::groups(boot.size)?;
@@ -745,6 +747,144 @@ fn cheetah_rows(
         });
     }
     c.finalize().map_err(e)?;
+    Ok((rows, c.into_device()))
+}
+
+type BenchQnix = volley_core::qnix::Qnix<'static, HostDevice, StdClock, Segments<'static>>;
+
+/// QNIX on the same device, same run: `send_short` one-way latency (ping-pong / 2,
+/// receives posted first) and `send` bandwidth (8 sends of 512 KiB from the pool
+/// into posted pool receives, then a short acknowledgement).
+fn qnix_rows(
+    boot: &Boot,
+    fabric: Fabric,
+    dev: HostDevice,
+    lm: f64,
+    ref_mbs: Option<f64>,
+    quick: bool,
+) -> Result<Vec<Row>, HostError> {
+    use volley_core::qnix::{Name, QxError, Region};
+    let name = fabric.name();
+    let groups = node::groups(boot.size)?;
+    let mut cfg = node::engine_config(boot, fabric, groups)?;
+    cfg.job_key ^= 0x9a1c;
+    let pool_len = 8 << 20;
+    let mut mem = Segments::new();
+    let pool = mem.expose(Vec::leak(vec![0u8; pool_len]));
+    let e = |e: QxError| HostError(format!("qnix: {e}"));
+    let mut q: BenchQnix = volley_core::qnix::Qnix::new(
+        cfg,
+        groups,
+        boot.size as usize,
+        dev,
+        StdClock::default(),
+        mem,
+    )
+    .map_err(e)?;
+    q.set_idle(Some(std::thread::yield_now));
+    q.set_pool(pool, pool_len).map_err(e)?;
+    let me = boot.rank as i32;
+    q.init(Name::new(1, me), 1, boot.size as i32).map_err(e)?;
+    let peer = Name::new(1, 1 - me);
+    let mut rows = Vec::new();
+    let barrier = |q: &mut BenchQnix| -> Result<(), HostError> {
+        let c = q
+            .send_context(peer, 0, true, 0, 0, Region::None)
+            .map_err(e)?;
+        q.barrier(c, 1, 2).map_err(e)?;
+        q.poll_for_send(c).map_err(e)
+    };
+    let recv = |q: &mut BenchQnix, tag: i32, len: usize, page: usize| {
+        let r = q
+            .recv_context(peer, tag, true, 0, len, Region::Pool(page))
+            .map_err(e)?;
+        q.receive(r).map_err(e)?;
+        Ok::<usize, HostError>(r)
+    };
+    let short = |q: &mut BenchQnix, tag: i32| -> Result<(), HostError> {
+        let s = q
+            .send_context(peer, tag, false, 1, 8, Region::Data(vec![7; 8]))
+            .map_err(e)?;
+        q.send_short(s).map_err(e)
+    };
+    barrier(&mut q)?;
+
+    progress("qnix send_short latency");
+    let iters = if quick { 2000 } else { 20_000 };
+    let mut samples = Vec::with_capacity(iters);
+    let mut r = recv(&mut q, 1, 8, 0)?;
+    for i in 0..iters + iters / 10 {
+        let t0 = StdInstant::now();
+        if me == 0 {
+            short(&mut q, 1)?;
+        }
+        q.poll_for_receive(r).map_err(e)?;
+        r = recv(&mut q, 1, 8, 0)?;
+        if me == 1 {
+            short(&mut q, 1)?;
+        } else if i >= iters / 10 {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    if me == 0 {
+        rows.push(latency_row(
+            name,
+            "qnix send_short, one-way",
+            8,
+            samples,
+            lm,
+        ));
+    }
+    barrier(&mut q)?;
+
+    progress("qnix send bandwidth");
+    let len = 512 << 10;
+    let window = 8;
+    let pages = len / volley_core::qnix::PAGE;
+    let reps = if quick { 5 } else { 30 };
+    let mut samples = Vec::with_capacity(reps);
+    let mut ack = recv(&mut q, 3, 8, 0)?;
+    for _ in 0..reps {
+        if me == 1 {
+            let rs = (0..window)
+                .map(|k| recv(&mut q, 2, len, 1 + k * pages))
+                .collect::<Result<Vec<_>, _>>()?;
+            short(&mut q, 3)?;
+            for r in rs {
+                q.poll_for_receive(r).map_err(e)?;
+            }
+            short(&mut q, 3)?;
+        } else {
+            // Ready: the receives are posted.
+            q.poll_for_receive(ack).map_err(e)?;
+            ack = recv(&mut q, 3, 8, 0)?;
+            let t0 = StdInstant::now();
+            for k in 0..window {
+                let s = q
+                    .send_context(peer, 2, false, 0, len, Region::Pool(1 + k * pages))
+                    .map_err(e)?;
+                q.send(s).map_err(e)?;
+            }
+            q.poll_for_receive(ack).map_err(e)?;
+            ack = recv(&mut q, 3, 8, 0)?;
+            samples.push((len * window) as f64 / t0.elapsed().as_secs_f64() / 1e6);
+        }
+    }
+    if me == 0 {
+        let (m, p90, p99) = stats(samples);
+        rows.push(Row {
+            fabric: name,
+            test: "qnix send bandwidth, 8 in flight".into(),
+            bytes: len,
+            unit: "MB/s",
+            median: m,
+            p90,
+            p99,
+            ratio: ref_mbs.map(|r| m / r),
+        });
+    }
+    barrier(&mut q)?;
+    q.end().map_err(e)?;
     Ok(rows)
 }
 
