@@ -223,25 +223,21 @@ pub enum Region {
     Data(Vec<u8>),
 }
 
-#[derive(Debug, Default)]
-struct SendCtx {
-    used: bool,
-    to: Name,
-    tag: i32,
-    doorbell: bool,
-    len: usize,
-    region: Region,
-}
+/// Which context list: send or receive.
+const SEND: usize = 0;
+const RECV: usize = 1;
 
+/// A send or receive context.
 #[derive(Debug, Default)]
-struct RecvCtx {
+struct Ctx {
     used: bool,
-    from: Name,
+    /// The receiver of a send, the sender of a receive.
+    peer: Name,
     tag: i32,
     doorbell: bool,
     len: usize,
     region: Region,
-    /// Resolved when posted.
+    /// A posted receive's region, resolved.
     segs: Vec<(u64, usize)>,
     /// Bytes received by the last completed receive.
     got: usize,
@@ -376,10 +372,9 @@ pub struct Qnix<'a, D, C, M> {
     names: Vec<Option<(Name, i32)>>,
     conflict: bool,
     dead: Vec<bool>,
-    send: Vec<SendCtx>,
-    recv: Vec<RecvCtx>,
-    send_bells: [i32; CONTEXTS],
-    recv_bells: [i32; CONTEXTS],
+    /// The send and receive context lists ([`SEND`], [`RECV`]).
+    ctxs: [Vec<Ctx>; 2],
+    bells: [[i32; CONTEXTS]; 2],
     queue: VecDeque<Command>,
     tx: VecDeque<TxJob>,
     rx: Vec<RxPartial>,
@@ -507,10 +502,11 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             return Err(QxError::Invalid);
         }
         let now = clock.now();
-        let mut send = Vec::with_capacity(CONTEXTS);
-        send.resize_with(CONTEXTS, SendCtx::default);
-        let mut recv = Vec::with_capacity(CONTEXTS);
-        recv.resize_with(CONTEXTS, RecvCtx::default);
+        let list = || {
+            let mut v = Vec::with_capacity(CONTEXTS);
+            v.resize_with(CONTEXTS, Ctx::default);
+            v
+        };
         let mut rx = Vec::with_capacity(fabric_nodes);
         rx.resize_with(fabric_nodes, RxPartial::default);
         Ok(Qnix {
@@ -525,10 +521,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             names: alloc::vec![None; fabric_nodes],
             conflict: false,
             dead: alloc::vec![false; fabric_nodes],
-            send,
-            recv,
-            send_bells: [FREE; CONTEXTS],
-            recv_bells: [FREE; CONTEXTS],
+            ctxs: [list(), list()],
+            bells: [[FREE; CONTEXTS]; 2],
             queue: VecDeque::with_capacity(QUEUE),
             tx: VecDeque::new(),
             rx,
@@ -812,33 +806,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         len: usize,
         region: Region,
     ) -> Result<usize, QxError> {
-        self.ready()?;
-        if size < 0 {
+        if matches!(&region, Region::Data(d) if d.len() < len) {
             return Err(QxError::Invalid);
         }
-        if len > MESSAGE_MAX {
-            return Err(QxError::TooLong);
-        }
-        if let Region::Data(d) = &region {
-            if d.len() < len {
-                return Err(QxError::Invalid);
-            }
-        }
-        let i = self
-            .send
-            .iter()
-            .position(|c| !c.used)
-            .ok_or(QxError::NoContext)?;
-        self.send[i] = SendCtx {
-            used: true,
-            to,
-            tag,
-            doorbell,
-            len,
-            region,
-        };
-        self.send_bells[i] = FREE;
-        Ok(i)
+        self.new_context(SEND, to, tag, doorbell, size, len, region)
     }
 
     /// `qx_recv_context`: fills the first free receive context; returns its index.
@@ -853,6 +824,23 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         len: usize,
         region: Region,
     ) -> Result<usize, QxError> {
+        if matches!(region, Region::Data(_)) {
+            return Err(QxError::Invalid);
+        }
+        self.new_context(RECV, from, tag, doorbell, size, len, region)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new_context(
+        &mut self,
+        side: usize,
+        peer: Name,
+        tag: i32,
+        doorbell: bool,
+        size: i32,
+        len: usize,
+        region: Region,
+    ) -> Result<usize, QxError> {
         self.ready()?;
         if size < 0 {
             return Err(QxError::Invalid);
@@ -860,78 +848,63 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         if len > MESSAGE_MAX {
             return Err(QxError::TooLong);
         }
-        if matches!(region, Region::Data(_)) {
-            return Err(QxError::Invalid);
-        }
-        let i = self
-            .recv
+        let i = self.ctxs[side]
             .iter()
             .position(|c| !c.used)
             .ok_or(QxError::NoContext)?;
-        self.recv[i] = RecvCtx {
+        self.ctxs[side][i] = Ctx {
             used: true,
-            from,
+            peer,
             tag,
             doorbell,
             len,
             region,
-            segs: Vec::new(),
-            got: 0,
+            ..Ctx::default()
         };
-        self.recv_bells[i] = FREE;
+        self.bells[side][i] = FREE;
         Ok(i)
     }
 
     /// Replaces a send context's region (a C facade resolves page tables and copies
     /// short data when the command is posted).
     pub fn set_send_region(&mut self, ctx: usize, region: Region) -> Result<(), QxError> {
-        self.idle_send(ctx)?;
-        self.send[ctx].region = region;
+        self.idle(SEND, ctx)?;
+        self.ctxs[SEND][ctx].region = region;
         Ok(())
     }
 
     /// Replaces a receive context's region.
     pub fn set_recv_region(&mut self, ctx: usize, region: Region) -> Result<(), QxError> {
-        self.idle_recv(ctx)?;
-        self.recv[ctx].region = region;
+        self.idle(RECV, ctx)?;
+        self.ctxs[RECV][ctx].region = region;
         Ok(())
     }
 
     /// A send context's length and region.
     pub fn send_context_info(&self, ctx: usize) -> Option<(usize, &Region)> {
-        self.send
-            .get(ctx)
-            .filter(|c| c.used)
-            .map(|c| (c.len, &c.region))
+        self.context_info(SEND, ctx)
     }
 
     /// A receive context's length and region.
     pub fn recv_context_info(&self, ctx: usize) -> Option<(usize, &Region)> {
-        self.recv
+        self.context_info(RECV, ctx)
+    }
+
+    fn context_info(&self, side: usize, ctx: usize) -> Option<(usize, &Region)> {
+        self.ctxs[side]
             .get(ctx)
             .filter(|c| c.used)
             .map(|c| (c.len, &c.region))
     }
 
-    fn idle_send(&self, ctx: usize) -> Result<(), QxError> {
+    /// Context `ctx` of `side` is in use and has nothing posted.
+    fn idle(&self, side: usize, ctx: usize) -> Result<(), QxError> {
         self.ready()?;
-        match self.send.get(ctx) {
+        match self.ctxs[side].get(ctx) {
             Some(c) if c.used => {}
             _ => return Err(QxError::NoContext),
         }
-        if self.send_bells[ctx] != FREE {
-            return Err(QxError::Busy);
-        }
-        Ok(())
-    }
-
-    fn idle_recv(&self, ctx: usize) -> Result<(), QxError> {
-        self.ready()?;
-        match self.recv.get(ctx) {
-            Some(c) if c.used => {}
-            _ => return Err(QxError::NoContext),
-        }
-        if self.recv_bells[ctx] != FREE {
+        if self.bells[side][ctx] != FREE {
             return Err(QxError::Busy);
         }
         Ok(())
@@ -939,12 +912,12 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
 
     /// A send context's doorbell.
     pub fn send_doorbell(&self, ctx: usize) -> i32 {
-        self.send_bells.get(ctx).copied().unwrap_or(FREE)
+        self.bells[SEND].get(ctx).copied().unwrap_or(FREE)
     }
 
     /// A receive context's doorbell.
     pub fn recv_doorbell(&self, ctx: usize) -> i32 {
-        self.recv_bells.get(ctx).copied().unwrap_or(FREE)
+        self.bells[RECV].get(ctx).copied().unwrap_or(FREE)
     }
 
     // ------------------------------------------------------------ commands
@@ -961,15 +934,15 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// The data a send of `ctx` carries: a short send's bytes are copied now, a
     /// long send's segments are checked now and read by the NIC step.
     fn prepare_send(&mut self, ctx: usize, short: bool) -> Result<TxData, QxError> {
-        self.idle_send(ctx)?;
-        let len = self.send[ctx].len;
+        self.idle(SEND, ctx)?;
+        let len = self.ctxs[SEND][ctx].len;
         if short && len > SHORT_MAX {
             return Err(QxError::TooLong);
         }
-        if let Region::Data(d) = &self.send[ctx].region {
+        if let Region::Data(d) = &self.ctxs[SEND][ctx].region {
             return Ok(TxData::Owned(d[..len].to_vec()));
         }
-        let region = self.send[ctx].region.clone();
+        let region = self.ctxs[SEND][ctx].region.clone();
         let segs = self.resolve(&region, len, Access::Read)?;
         if !short {
             return Ok(TxData::Segments(segs));
@@ -981,7 +954,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
 
     fn post_send(&mut self, ctx: usize, short: bool, to: Vec<NodeId>) -> Result<(), QxError> {
         let data = self.prepare_send(ctx, short)?;
-        self.send_bells[ctx] = BUSY;
+        self.bells[SEND][ctx] = BUSY;
         self.post(Command::Send { ctx, to, data });
         Ok(())
     }
@@ -998,8 +971,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     }
 
     fn unicast(&mut self, ctx: usize, short: bool) -> Result<(), QxError> {
-        self.idle_send(ctx)?;
-        let to = self.lookup(self.send[ctx].to)?;
+        self.idle(SEND, ctx)?;
+        let to = self.lookup(self.ctxs[SEND][ctx].peer)?;
         self.post_send(ctx, short, alloc::vec![to])
     }
 
@@ -1014,7 +987,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     }
 
     fn bcast(&mut self, ctx: usize, group: i32, short: bool) -> Result<(), QxError> {
-        self.idle_send(ctx)?;
+        self.idle(SEND, ctx)?;
         let gi = self.formed_group(group)?;
         let me = self.engine.config().node;
         let to = self.groups[gi]
@@ -1037,7 +1010,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     }
 
     fn mcast(&mut self, ctx: usize, to: &[Name], short: bool) -> Result<(), QxError> {
-        self.idle_send(ctx)?;
+        self.idle(SEND, ctx)?;
         if to.is_empty() {
             return Err(QxError::Invalid);
         }
@@ -1051,12 +1024,15 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// `qx_receive`: the next message from the context's sender with its tag lands
     /// in its region (messages match receives in the order both were posted).
     pub fn receive(&mut self, ctx: usize) -> Result<(), QxError> {
-        self.idle_recv(ctx)?;
-        self.lookup(self.recv[ctx].from)?;
-        let (len, region) = (self.recv[ctx].len, self.recv[ctx].region.clone());
+        self.idle(RECV, ctx)?;
+        self.lookup(self.ctxs[RECV][ctx].peer)?;
+        let (len, region) = (
+            self.ctxs[RECV][ctx].len,
+            self.ctxs[RECV][ctx].region.clone(),
+        );
         let segs = self.resolve(&region, len, Access::Write)?;
-        self.recv[ctx].segs = segs;
-        self.recv_bells[ctx] = BUSY;
+        self.ctxs[RECV][ctx].segs = segs;
+        self.bells[RECV][ctx] = BUSY;
         self.post(Command::Receive { ctx });
         Ok(())
     }
@@ -1064,7 +1040,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// `qx_join_group`: this process joins group `group` of `size` processes of its
     /// application; the context's doorbell rings when all have joined.
     pub fn join_group(&mut self, ctx: usize, group: i32, size: i32) -> Result<(), QxError> {
-        self.idle_send(ctx)?;
+        self.idle(SEND, ctx)?;
         if group == self.me.ai {
             return Err(QxError::Exists);
         }
@@ -1079,7 +1055,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         {
             return Err(QxError::Exists);
         }
-        self.send_bells[ctx] = BUSY;
+        self.bells[SEND][ctx] = BUSY;
         self.post(Command::Join { ctx, group, size });
         Ok(())
     }
@@ -1087,7 +1063,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// `qx_barrier`: the context's doorbell rings once every member of formed group
     /// `group` (of `size`, which must match) has reached the barrier.
     pub fn barrier(&mut self, ctx: usize, group: i32, size: i32) -> Result<(), QxError> {
-        self.idle_send(ctx)?;
+        self.idle(SEND, ctx)?;
         let gi = self.formed_group(group)?;
         let me = self.engine.config().node;
         let g = &self.groups[gi];
@@ -1101,7 +1077,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             return Err(QxError::Busy);
         }
         self.groups[gi].barrier_active = true;
-        self.send_bells[ctx] = BUSY;
+        self.bells[SEND][ctx] = BUSY;
         self.post(Command::Barrier { ctx, group: gi });
         Ok(())
     }
@@ -1109,48 +1085,31 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// `qx_poll_for_send`: waits (stepping the NIC) until the send context's
     /// operation completes, then frees its doorbell and the context.
     pub fn poll_for_send(&mut self, ctx: usize) -> Result<(), QxError> {
-        self.ready()?;
-        match self.send.get(ctx) {
-            Some(c) if c.used && c.doorbell => {}
-            Some(c) if c.used => return Err(QxError::NoDoorbell),
-            _ => return Err(QxError::NoContext),
-        }
-        if self.send_bells[ctx] == FREE {
-            return Err(QxError::Invalid);
-        }
-        loop {
-            let b = self.send_bells[ctx];
-            if b != BUSY {
-                self.send_bells[ctx] = FREE;
-                self.send[ctx] = SendCtx::default();
-                return match b {
-                    DONE => Ok(()),
-                    e => Err(QxError::from_code(e).unwrap_or(QxError::Network)),
-                };
-            }
-            let busy = self.step();
-            self.idle_step(busy);
-        }
+        self.poll_for(SEND, ctx).map(|_| ())
     }
 
     /// `qx_poll_for_receive`: waits until the receive completes, frees its doorbell
     /// and the context; returns the bytes received.
     pub fn poll_for_receive(&mut self, ctx: usize) -> Result<usize, QxError> {
+        self.poll_for(RECV, ctx)
+    }
+
+    fn poll_for(&mut self, side: usize, ctx: usize) -> Result<usize, QxError> {
         self.ready()?;
-        match self.recv.get(ctx) {
+        match self.ctxs[side].get(ctx) {
             Some(c) if c.used && c.doorbell => {}
             Some(c) if c.used => return Err(QxError::NoDoorbell),
             _ => return Err(QxError::NoContext),
         }
-        if self.recv_bells[ctx] == FREE {
+        if self.bells[side][ctx] == FREE {
             return Err(QxError::Invalid);
         }
         loop {
-            let b = self.recv_bells[ctx];
+            let b = self.bells[side][ctx];
             if b != BUSY {
-                let got = self.recv[ctx].got;
-                self.recv_bells[ctx] = FREE;
-                self.recv[ctx] = RecvCtx::default();
+                let got = self.ctxs[side][ctx].got;
+                self.bells[side][ctx] = FREE;
+                self.ctxs[side][ctx] = Ctx::default();
                 return match b {
                     DONE => Ok(got),
                     e => Err(QxError::from_code(e).unwrap_or(QxError::Network)),
@@ -1162,22 +1121,22 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     }
 
     fn complete_send(&mut self, ctx: usize, r: Result<(), QxError>) {
-        if !self.send[ctx].doorbell {
-            self.send[ctx] = SendCtx::default();
-            self.send_bells[ctx] = FREE;
-            return;
-        }
-        self.send_bells[ctx] = r.map_or_else(QxError::code, |()| DONE);
+        self.complete(SEND, ctx, 0, r);
     }
 
     fn complete_recv(&mut self, ctx: usize, got: usize, r: Result<(), QxError>) {
-        if !self.recv[ctx].doorbell {
-            self.recv[ctx] = RecvCtx::default();
-            self.recv_bells[ctx] = FREE;
+        self.complete(RECV, ctx, got, r);
+    }
+
+    /// Rings the doorbell of `ctx` of `side`, or frees a context without one.
+    fn complete(&mut self, side: usize, ctx: usize, got: usize, r: Result<(), QxError>) {
+        if !self.ctxs[side][ctx].doorbell {
+            self.ctxs[side][ctx] = Ctx::default();
+            self.bells[side][ctx] = FREE;
             return;
         }
-        self.recv[ctx].got = got;
-        self.recv_bells[ctx] = r.map_or_else(QxError::code, |()| DONE);
+        self.ctxs[side][ctx].got = got;
+        self.bells[side][ctx] = r.map_or_else(QxError::code, |()| DONE);
     }
 
     // ------------------------------------------------------------ the NIC
@@ -1211,7 +1170,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     fn consume(&mut self, cmd: Command) {
         match cmd {
             Command::Send { ctx, to, data } => {
-                let c = &self.send[ctx];
+                let c = &self.ctxs[SEND][ctx];
                 self.tx.push_back(TxJob {
                     dests: to,
                     at: 0,
@@ -1225,7 +1184,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 });
             }
             Command::Receive { ctx } => {
-                let (from, tag) = (self.recv[ctx].from, self.recv[ctx].tag);
+                let (from, tag) = (self.ctxs[RECV][ctx].peer, self.ctxs[RECV][ctx].tag);
                 let early = self
                     .unexpected
                     .iter()
@@ -1437,7 +1396,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             let p = &p[..n];
             match &mut st.target {
                 Target::Direct(ctx) => {
-                    let c = &self.recv[*ctx];
+                    let c = &self.ctxs[RECV][*ctx];
                     let room = c.len.saturating_sub(st.got).min(n);
                     if room > 0 && write_at(&mut self.mem, &c.segs, st.got, &p[..room]).is_err() {
                         st.fault = true;
@@ -1461,7 +1420,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         let st = core::mem::take(&mut self.rx[src]);
         match st.target {
             Target::Direct(ctx) => {
-                let room = self.recv[ctx].len;
+                let room = self.ctxs[RECV][ctx].len;
                 let r = if st.fault {
                     Err(QxError::Fault)
                 } else if st.len > room {
@@ -1484,7 +1443,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         let i = self
             .posted
             .iter()
-            .position(|&c| self.recv[c].from == from && self.recv[c].tag == tag)?;
+            .position(|&c| self.ctxs[RECV][c].peer == from && self.ctxs[RECV][c].tag == tag)?;
         Some(self.posted.remove(i))
     }
 
@@ -1506,7 +1465,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
 
     /// Completes receive `ctx` with a whole message.
     fn fill(&mut self, ctx: usize, data: &[u8]) {
-        let c = &self.recv[ctx];
+        let c = &self.ctxs[RECV][ctx];
         let n = data.len().min(c.len);
         let r = match write_at(&mut self.mem, &c.segs, 0, &data[..n]) {
             Err(_) => Err(QxError::Fault),
@@ -1677,7 +1636,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 let mut k = 0;
                 while k < self.posted.len() {
                     let ctx = self.posted[k];
-                    if self.recv[ctx].from == name {
+                    if self.ctxs[RECV][ctx].peer == name {
                         self.posted.remove(k);
                         self.complete_recv(ctx, 0, Err(QxError::Dead));
                     } else {

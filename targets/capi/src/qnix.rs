@@ -573,6 +573,14 @@ fn names(size: c_int, list: *mut *mut c_int) -> Result<Vec<Name>, QxError> {
         .collect()
 }
 
+fn multicast(call: &str, ctx: c_int, size: c_int, list: *mut *mut c_int, short: bool) -> c_int {
+    guard(call, QxError::Network.code(), || match names(size, list) {
+        Ok(to) if short => sending(ctx, true, |q, i| q.multicast_short(i, &to)),
+        Ok(to) => sending(ctx, false, |q, i| q.multicast(i, &to)),
+        Err(e) => ret(Err(e)),
+    })
+}
+
 /// `int qx_multicast(int context_index, int size, int **recv_proc_name_list)`.
 ///
 /// # Safety
@@ -583,12 +591,13 @@ pub unsafe extern "C" fn qx_multicast(
     size: c_int,
     recv_proc_name_list: *mut *mut c_int,
 ) -> c_int {
-    guard("qx_multicast", QxError::Network.code(), || {
-        match names(size, recv_proc_name_list) {
-            Ok(to) => sending(context_index, false, |q, i| q.multicast(i, &to)),
-            Err(e) => ret(Err(e)),
-        }
-    })
+    multicast(
+        "qx_multicast",
+        context_index,
+        size,
+        recv_proc_name_list,
+        false,
+    )
 }
 
 /// `int qx_multicast_short(int context_index, int size, int **recv_proc_name_list)`.
@@ -601,13 +610,12 @@ pub unsafe extern "C" fn qx_multicast_short(
     size: c_int,
     recv_proc_name_list: *mut *mut c_int,
 ) -> c_int {
-    guard(
+    multicast(
         "qx_multicast_short",
-        QxError::Network.code(),
-        || match names(size, recv_proc_name_list) {
-            Ok(to) => sending(context_index, true, |q, i| q.multicast_short(i, &to)),
-            Err(e) => ret(Err(e)),
-        },
+        context_index,
+        size,
+        recv_proc_name_list,
+        true,
     )
 }
 
