@@ -636,6 +636,14 @@ fn misuse_is_a_typed_error() {
         .unwrap();
     assert_eq!(q.send(unmapped), Err(QxError::Fault));
     let none = q.send_context(to, 1, true, 0, 10, Region::None).unwrap();
+    let short_data = q.send_context(to, 1, true, 0, 10, Region::None).unwrap();
+    q.set_send_region(short_data, Region::Data(vec![1; 3]))
+        .unwrap();
+    assert_eq!(
+        q.send_short(short_data),
+        Err(QxError::Invalid),
+        "fewer bytes than len"
+    );
     assert_eq!(q.send(none), Err(QxError::Invalid));
     assert_eq!(
         q.poll_for_send(none),

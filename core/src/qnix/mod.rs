@@ -940,7 +940,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             return Err(QxError::TooLong);
         }
         if let Region::Data(d) = &self.ctxs[SEND][ctx].region {
-            return Ok(TxData::Owned(d[..len].to_vec()));
+            let d = d.get(..len).ok_or(QxError::Invalid)?;
+            return Ok(TxData::Owned(d.to_vec()));
         }
         let region = self.ctxs[SEND][ctx].region.clone();
         let segs = self.resolve(&region, len, Access::Read)?;
