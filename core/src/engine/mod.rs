@@ -117,7 +117,7 @@ pub struct Config {
     /// A barrier waiting this long for a round's token probes the member it waits
     /// for (and again every such period): a dead one fails the barrier.
     pub barrier_probe: Duration,
-    /// The job's authentication key: every frame sent carries a SipHash-2-4 tag under
+    /// The job's authentication key: every frame sent carries a tag ([`wire::tag`]) under
     /// it, and a frame without a valid one is dropped before anything else looks at
     /// it (`rx_unauthenticated`). `None` on fabrics no other party can write to
     /// (shared memory private to the job's user).

@@ -71,12 +71,24 @@ enum Cmd {
         /// Which fabrics.
         #[arg(long, value_enum, default_value_t = BenchFabric::All)]
         fabric: BenchFabric,
-        /// CSV instead of a table.
-        #[arg(long)]
+        /// CSV (RFC 4180, with a header line) instead of a table.
+        #[arg(long, conflicts_with = "json")]
         csv: bool,
+        /// One JSON document (machine, notes, rows) instead of a table.
+        #[arg(long)]
+        json: bool,
         /// Ten times fewer iterations (a smoke run).
         #[arg(long)]
         quick: bool,
+        /// Iterations of each small-message latency test (1 to 10000000); larger
+        /// messages and the other tests keep their proportion to it.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+        iters: Option<u64>,
+        /// Also measure MPICH (a bundled MPI ping-pong) and UCX (ucx_perftest) where
+        /// installed, in rounds interleaved with Volley's, and print Volley's ratio to
+        /// each.
+        #[arg(long)]
+        peers: bool,
     },
     /// Runs one program inside a rank (under `volley run`, mpiexec or srun).
     Worker {
@@ -98,6 +110,13 @@ enum Cmd {
         /// Fewer iterations (bench programs).
         #[arg(long)]
         quick: bool,
+        /// Iterations of small-message latency tests (bench programs).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+        iters: Option<u64>,
+        /// Rank 0 appends its rows to this file as JSON lines instead of printing
+        /// them (bench programs; what `volley bench` collects).
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
 }
 
@@ -146,6 +165,8 @@ enum Program {
     BenchPair,
     /// The barrier part of `volley bench`.
     BenchBarrier,
+    /// Volley's part of a `volley bench --peers` round.
+    BenchPeer,
 }
 
 fn timeout_secs(s: &str) -> Result<Duration, String> {
@@ -183,22 +204,32 @@ fn launch(ranks: u16, fabric: Fabric, args: &[&str], rank0_only: bool) -> i32 {
     })
 }
 
+/// How a worker reports bench rows.
+#[derive(Debug, Clone, Default)]
+struct RowSink {
+    csv: bool,
+    out: Option<PathBuf>,
+}
+
 fn worker(
     program: Program,
     fabric: Option<Fabric>,
     hosts: Option<Vec<String>>,
-    csv: bool,
-    quick: bool,
+    sink: RowSink,
+    sweep: bench::Sweep,
 ) -> Result<i32, HostError> {
     let boot: Boot = bootstrap::from_env(hosts).map_err(|e| HostError(e.to_string()))?;
     let fabric = match fabric {
         Some(f) => f,
         None => Fabric::from_env()?,
     };
-    let print = |rows: Vec<bench::Row>| {
-        for r in rows {
-            println!("{}", if csv { r.csv() } else { r.line() });
+    let print = |rows: Vec<bench::Row>| -> Result<(), HostError> {
+        match &sink.out {
+            Some(path) => bench::append_rows(path, &rows)?,
+            None if sink.csv => print!("{}", bench::csv(&rows, false)),
+            None => rows.iter().for_each(|r| println!("{}", r.line())),
         }
+        Ok(())
     };
     match program {
         Program::Demo => programs::demo(&boot, fabric)?,
@@ -208,10 +239,133 @@ fn worker(
         Program::FlowctlExact => programs::flowctl_exact(&boot, fabric)?,
         Program::Attach => programs::attach(&boot, fabric)?,
         Program::FetchAdd => programs::fetch_add(&boot, fabric)?,
-        Program::BenchPair => print(bench::pair(&boot, fabric, quick)?),
-        Program::BenchBarrier => print(bench::barrier(&boot, fabric, quick)?),
+        Program::BenchPair => print(bench::pair(&boot, fabric, sweep)?)?,
+        Program::BenchBarrier => print(bench::barrier(&boot, fabric, sweep)?)?,
+        Program::BenchPeer => print(bench::peer_round(&boot, fabric, sweep)?)?,
     }
     Ok(0)
+}
+
+/// How `volley bench` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Table,
+    Csv,
+    Json,
+}
+
+/// `volley bench`: runs each part as a local job whose rank 0 appends its rows to a
+/// file in a private temporary directory, and prints them as they come (table, CSV)
+/// or at the end (JSON).
+fn bench_command(fabrics: &[Fabric], format: Format, sweep: bench::Sweep, peers: bool) -> i32 {
+    let dir = match tempfile::Builder::new().prefix("volley-bench-").tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("volley: bench: cannot create a private directory: {e}");
+            return 1;
+        }
+    };
+    let path = dir.path().join("rows.jsonl");
+    if let Err(e) = std::fs::File::create(&path) {
+        eprintln!("volley: bench: {}: {e}", path.display());
+        return 1;
+    }
+    match format {
+        Format::Table => println!("{}", bench::header()),
+        Format::Csv => print!("{}", bench::csv(&[], true)),
+        Format::Json => {}
+    }
+    let (iters, out) = (
+        sweep.iters.map(|n| n.to_string()),
+        path.display().to_string(),
+    );
+    let mut code = 0;
+    let mut seen = 0;
+    let mut all = Vec::new();
+    for &f in fabrics {
+        for (ranks, prog) in [(2u16, "bench-pair"), (4, "bench-barrier")] {
+            let mut args = vec!["worker", prog, "--out", &out];
+            if sweep.quick {
+                args.push("--quick");
+            }
+            if let Some(n) = &iters {
+                args.extend(["--iters", n]);
+            }
+            code = code.max(launch(ranks, f, &args, true));
+            let rows = match bench::read_rows(&path) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("volley: {e}");
+                    return 1;
+                }
+            };
+            let new = &rows[seen.min(rows.len())..];
+            match format {
+                Format::Table => new.iter().for_each(|r| println!("{}", r.line())),
+                Format::Csv => print!("{}", bench::csv(new, false)),
+                Format::Json => {}
+            }
+            seen = rows.len();
+            all = rows;
+        }
+    }
+    let mut notes = Vec::new();
+    if peers {
+        let (rows, n, c) = peer_rounds(dir.path(), fabrics, sweep);
+        code = code.max(c);
+        match format {
+            Format::Table => {
+                println!("# peers, {} interleaved rounds: figures over the rounds' medians; vs ref = Volley's median / the peer's", sweep.rounds(5));
+                rows.iter().for_each(|r| println!("{}", r.line()));
+            }
+            Format::Csv => print!("{}", bench::csv(&rows, false)),
+            Format::Json => {}
+        }
+        for m in &n {
+            eprintln!("volley: bench --peers: {m}");
+        }
+        notes.extend(n);
+        all.extend(rows);
+    }
+    if format == Format::Json {
+        println!("{}", bench::json(&all, &notes));
+    }
+    code
+}
+
+/// `--peers`: rounds of Volley's 8-byte latency and 1 MiB streaming on each fabric,
+/// each followed by the peers beside it; per test the median (p90, p99) of the rounds'
+/// medians, and on each peer's row Volley's ratio to it. Returns rows, notes (peers
+/// missing) and the worst exit code.
+fn peer_rounds(
+    dir: &std::path::Path,
+    fabrics: &[Fabric],
+    sweep: bench::Sweep,
+) -> (Vec<bench::Row>, Vec<String>, i32) {
+    use volley_hosted::peers::Peers;
+    let found = Peers::find(dir);
+    let path = dir.join("peers.jsonl");
+    let mut code = 0;
+    if let Err(e) = std::fs::File::create(&path) {
+        return (Vec::new(), vec![format!("{}: {e}", path.display())], 1);
+    }
+    let out = path.display().to_string();
+    let iters = sweep.iters(20_000).to_string();
+    let mut per_round: Vec<bench::Row> = Vec::new();
+    for _ in 0..sweep.rounds(5) {
+        for &f in fabrics {
+            let args = ["worker", "bench-peer", "--out", &out, "--iters", &iters];
+            code = code.max(launch(2, f, &args, true));
+            per_round.extend(found.round(f.name(), sweep.iters(20_000), sweep.rounds(20)));
+        }
+    }
+    match bench::read_rows(&path) {
+        Ok(r) => per_round.extend(r),
+        Err(e) => return (Vec::new(), vec![e.to_string()], 1),
+    }
+    let mut rows = bench::over_rounds(&per_round);
+    bench::ratios_to_peers(&mut rows);
+    (rows, found.missing, code)
 }
 
 fn main() -> ExitCode {
@@ -247,36 +401,29 @@ fn main() -> ExitCode {
                 .collect(),
             rank0_only: false,
         }),
-        Cmd::Bench { fabric, csv, quick } => {
+        Cmd::Bench {
+            fabric,
+            csv,
+            json,
+            quick,
+            iters,
+            peers,
+        } => {
             let fabrics: &[Fabric] = match fabric {
                 BenchFabric::All => &[Fabric::Shm, Fabric::Udp],
                 BenchFabric::Shm => &[Fabric::Shm],
                 BenchFabric::Udp => &[Fabric::Udp],
             };
-            println!(
-                "{}",
-                if csv {
-                    bench::CSV_HEADER.to_string()
-                } else {
-                    bench::header()
-                }
-            );
-            let mut code = 0;
-            let mut args = vec!["worker"];
-            for &f in fabrics {
-                for (ranks, prog) in [(2u16, "bench-pair"), (4, "bench-barrier")] {
-                    args.truncate(1);
-                    args.push(prog);
-                    if csv {
-                        args.push("--csv");
-                    }
-                    if quick {
-                        args.push("--quick");
-                    }
-                    code = code.max(launch(ranks, f, &args, true));
-                }
-            }
-            code
+            let format = match (csv, json) {
+                (true, _) => Format::Csv,
+                (_, true) => Format::Json,
+                _ => Format::Table,
+            };
+            let sweep = bench::Sweep {
+                quick,
+                iters: iters.map(|n| n as usize),
+            };
+            bench_command(fabrics, format, sweep, peers)
         }
         Cmd::Worker {
             program,
@@ -285,6 +432,8 @@ fn main() -> ExitCode {
             hostfile,
             csv,
             quick,
+            iters,
+            out,
         } => {
             let hosts = match (hosts, hostfile) {
                 (Some(h), _) => Some(parse_hosts(&h)),
@@ -297,7 +446,17 @@ fn main() -> ExitCode {
                 },
                 (None, None) => None,
             };
-            match worker(program, fabric.map(Fabric::from), hosts, csv, quick) {
+            let sweep = bench::Sweep {
+                quick,
+                iters: iters.map(|n| n as usize),
+            };
+            match worker(
+                program,
+                fabric.map(Fabric::from),
+                hosts,
+                RowSink { csv, out },
+                sweep,
+            ) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("volley: {e}");

@@ -248,43 +248,57 @@ fn a_killed_rank_fails_the_barrier_at_every_survivor() {
     }
 }
 
+/// Exactly once through a relay that drops 10%, duplicates 5% and reorders 5%:
+/// Ethernet-sized datagrams (1472 bytes, as across a network), then loopback's
+/// 64 KiB ones (the default there, found from the path MTU).
 #[test]
 fn flowctl_over_a_lossy_udp_relay_arrives_exactly_once() {
-    let _g = serial();
-    let real = vec![free_port(), free_port()];
-    let relay = Relay::start(real.clone(), 0xC0FFEE);
-    let peers = relay
-        .relay_addrs
-        .iter()
-        .map(|a| a.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
-    let binds = real
-        .iter()
-        .map(|a| a.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
-    let env = [
-        ("VOLLEY_UDP_PEERS", peers.as_str()),
-        ("VOLLEY_UDP_BIND", binds.as_str()),
-        ("VOLLEY_MESSAGES", "300"),
-    ];
-    let (out, took) = launch("2", "udp", job_id(7), &["flowctl-exact"], &env);
-    let t = text(&out);
-    assert!(out.status.success(), "after {took:?}:\n{t}");
-    assert!(
-        t.contains("flowctl-exact ok: 300 messages exactly once, in order"),
-        "{t}"
-    );
-    let (d, u, r) = (
-        relay.dropped.load(Ordering::Relaxed),
-        relay.duplicated.load(Ordering::Relaxed),
-        relay.reordered.load(Ordering::Relaxed),
-    );
-    assert!(
-        d > 50 && u > 20 && r > 20,
-        "the relay must have misbehaved: dropped {d}, duplicated {u}, reordered {r}"
-    );
+    for (salt, mtu, messages) in [(7, Some("1472"), "300"), (11, None, "1000")] {
+        let _g = serial();
+        let real = vec![free_port(), free_port()];
+        let relay = Relay::start(real.clone(), 0xC0FFEE + salt);
+        let list = |v: &[SocketAddr]| {
+            v.iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let (peers, binds) = (list(&relay.relay_addrs), list(&real));
+        let mut env = vec![
+            ("VOLLEY_UDP_PEERS", peers.as_str()),
+            ("VOLLEY_UDP_BIND", binds.as_str()),
+            ("VOLLEY_MESSAGES", messages),
+        ];
+        if let Some(m) = mtu {
+            env.push(("VOLLEY_UDP_MTU", m));
+        }
+        let (out, took) = launch("2", "udp", job_id(salt), &["flowctl-exact"], &env);
+        let t = text(&out);
+        assert!(out.status.success(), "mtu {mtu:?}, after {took:?}:\n{t}");
+        assert!(
+            t.contains(&format!(
+                "flowctl-exact ok: {messages} messages exactly once, in order"
+            )),
+            "{t}"
+        );
+        let (d, u, r, big) = (
+            relay.dropped.load(Ordering::Relaxed),
+            relay.duplicated.load(Ordering::Relaxed),
+            relay.reordered.load(Ordering::Relaxed),
+            relay.largest.load(Ordering::Relaxed),
+        );
+        assert!(
+            d > 50 && u > 20 && r > 20,
+            "mtu {mtu:?}: the relay must have misbehaved: dropped {d}, duplicated {u}, reordered {r}"
+        );
+        match mtu {
+            Some(m) => assert!(
+                big <= m.parse().unwrap(),
+                "a {big}-byte datagram over mtu {m}"
+            ),
+            None => assert!(big > 60_000, "loopback frames are 64 KiB, not {big} bytes"),
+        }
+    }
 }
 
 /// 50 datagrams in a row lost in the ack direction (towards the sender), again and
@@ -400,9 +414,11 @@ fn a_rank_stopped_for_five_seconds_is_survived() {
             "worker",
             "flowctl-exact",
         ];
+        // Enough to last well past the stop on either fabric (64 KiB datagrams make
+        // udp fast on loopback).
         let child = Command::new(VOLLEY)
             .args(args)
-            .env("VOLLEY_MESSAGES", "3000")
+            .env("VOLLEY_MESSAGES", "40000")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -436,7 +452,7 @@ fn a_rank_stopped_for_five_seconds_is_survived() {
             t0.elapsed()
         );
         assert!(
-            t.contains("flowctl-exact ok: 3000 messages"),
+            t.contains("flowctl-exact ok: 40000 messages"),
             "{fabric}: {t}"
         );
     }

@@ -4,7 +4,10 @@
 //! udp: a bare UDP ping-pong of 8 bytes. Every row reports medians and percentiles
 //! and its ratio to the reference.
 
+use std::borrow::Cow;
 use std::net::UdpSocket;
+
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
@@ -23,16 +26,16 @@ use crate::programs::{pattern, percentiles, pin, State};
 use crate::{Fabric, HostDevice, HostError};
 
 /// One result row.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Row {
     /// Fabric.
-    pub fabric: &'static str,
+    pub fabric: Cow<'static, str>,
     /// What was measured.
     pub test: String,
     /// Message size in bytes.
     pub bytes: usize,
     /// Unit of the figures.
-    pub unit: &'static str,
+    pub unit: Cow<'static, str>,
     /// Median.
     pub median: f64,
     /// 90th percentile.
@@ -41,29 +44,15 @@ pub struct Row {
     pub p99: f64,
     /// Median divided by the reference's (latency: above 1 is slower; bandwidth: below
     /// 1 is slower).
+    #[serde(rename = "ratio_to_reference")]
     pub ratio: Option<f64>,
 }
 
 impl Row {
-    /// The row as CSV.
-    pub fn csv(&self) -> String {
-        format!(
-            "{},{},{},{},{:.3},{:.3},{:.3},{}",
-            self.fabric,
-            self.test,
-            self.bytes,
-            self.unit,
-            self.median,
-            self.p90,
-            self.p99,
-            self.ratio.map_or(String::new(), |r| format!("{r:.3}"))
-        )
-    }
-
     /// The row as a table line.
     pub fn line(&self) -> String {
         format!(
-            "{:<4} {:<34} {:>9} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>7}",
+            "{:<4} {:<38} {:>9} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>7}",
             self.fabric,
             self.test,
             self.bytes,
@@ -79,13 +68,109 @@ impl Row {
 /// Header for [`Row::line`].
 pub fn header() -> String {
     format!(
-        "{:<4} {:<34} {:>9} {:>6} {:>10} {:>10} {:>10} {:>7}",
+        "{:<4} {:<38} {:>9} {:>6} {:>10} {:>10} {:>10} {:>7}",
         "fab", "test", "bytes", "unit", "median", "p90", "p99", "vs ref"
     )
 }
 
-/// CSV header.
-pub const CSV_HEADER: &str = "fabric,test,bytes,unit,median,p90,p99,ratio_to_reference";
+/// Rows as RFC 4180 CSV (fields with commas or quotes quoted), with a header line
+/// when `header` is set.
+pub fn csv(rows: &[Row], header: bool) -> String {
+    let mut w = csv::WriterBuilder::new()
+        .has_headers(header)
+        .terminator(csv::Terminator::CRLF)
+        .from_writer(Vec::new());
+    for r in rows {
+        // Writing to memory fails only on a serialiser bug: the row would be lost.
+        w.serialize(r).expect("a row serialises");
+    }
+    if rows.is_empty() && header {
+        w.write_record(CSV_FIELDS).expect("a header serialises");
+    }
+    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+}
+
+/// Column names of [`csv`].
+pub const CSV_FIELDS: [&str; 8] = [
+    "fabric",
+    "test",
+    "bytes",
+    "unit",
+    "median",
+    "p90",
+    "p99",
+    "ratio_to_reference",
+];
+
+/// A whole run as one JSON document: what ran where, then the rows.
+pub fn json(rows: &[Row], notes: &[String]) -> String {
+    let doc = serde_json::json!({
+        "volley": env!("CARGO_PKG_VERSION"),
+        "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "notes": notes,
+        "rows": rows,
+    });
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
+}
+
+/// Appends rows to the file the `volley bench` command collects them from (one JSON
+/// object per line).
+pub fn append_rows(path: &std::path::Path, rows: &[Row]) -> Result<(), HostError> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(|e| HostError(format!("bench rows {}: {e}", path.display())))?;
+    let mut text = String::new();
+    for r in rows {
+        text.push_str(&serde_json::to_string(r).unwrap_or_default());
+        text.push('\n');
+    }
+    f.write_all(text.as_bytes())
+        .map_err(|e| HostError(format!("bench rows {}: {e}", path.display())))
+}
+
+/// Reads the rows [`append_rows`] wrote.
+pub fn read_rows(path: &std::path::Path) -> Result<Vec<Row>, HostError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| HostError(format!("bench rows {}: {e}", path.display())))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).map_err(|e| HostError(format!("bench row {l:?}: {e}"))))
+        .collect()
+}
+
+/// How long the sweep runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sweep {
+    /// Ten times fewer iterations, five times fewer bandwidth rounds (a smoke run).
+    pub quick: bool,
+    /// Iterations of each small-message latency test (`--iters`); the other tests
+    /// keep their proportion to it (20000 small : 2000 medium : 200 large, as in the
+    /// OSU benchmarks).
+    pub iters: Option<usize>,
+}
+
+impl Sweep {
+    /// Iterations of a test whose full-run count is `default` (of 20000 for small
+    /// messages).
+    pub fn iters(&self, default: usize) -> usize {
+        match self.iters {
+            Some(n) => (n as u64 * default as u64 / 20_000).max(1) as usize,
+            None if self.quick => (default / 10).max(1),
+            None => default,
+        }
+    }
+
+    /// Bandwidth rounds or repetitions whose full-run count is `default`.
+    pub fn rounds(&self, default: usize) -> usize {
+        if self.quick {
+            (default / 5).max(2)
+        } else {
+            default
+        }
+    }
+}
 
 fn progress(step: &str) {
     eprintln!("bench: {step}");
@@ -95,20 +180,21 @@ fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
     percentiles(&mut v)
 }
 
-/// Time to compute the authentication tag of one frame carrying 8 bytes, in batches
-/// of 1000 (microseconds per frame).
-fn tag_cost(batches: usize) -> Vec<f64> {
+/// Time to compute the authentication tag of one frame carrying `len` bytes, in
+/// batches of frames (microseconds per frame).
+fn tag_cost(len: usize, batches: usize) -> Vec<f64> {
     let key = [7u8; 16];
     let mut h = [0u8; volley_core::wire::HEADER_LEN];
-    let payload = [1u8; 8];
+    let payload = pattern(0, 0, len);
+    let per = (1 << 20) / (len + 64) + 1;
     (0..batches.max(1))
         .map(|b| {
             let t0 = StdInstant::now();
-            for i in 0..1000u32 {
+            for i in 0..per as u32 {
                 h[20..24].copy_from_slice(&(i ^ b as u32).to_be_bytes());
                 std::hint::black_box(volley_core::wire::tag(&key, &h, &payload));
             }
-            t0.elapsed().as_nanos() as f64 / 1000.0 / 1000.0
+            t0.elapsed().as_nanos() as f64 / per as f64 / 1000.0
         })
         .collect()
 }
@@ -239,6 +325,62 @@ fn udp_pingpong(boot: &Boot, len: usize, iters: usize) -> Result<Vec<f64>, HostE
     Ok(out)
 }
 
+/// The bare bulk reference on `udp`: a TCP stream on loopback (what UCX's and MPICH's
+/// TCP transports ride on). Per round rank 0 writes `window` messages of `len` bytes
+/// and waits for a one-byte ack, like the streaming rows; MB/s samples on rank 0.
+fn tcp_stream(
+    boot: &Boot,
+    len: usize,
+    window: usize,
+    rounds: usize,
+) -> Result<Vec<f64>, HostError> {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let base = crate::udp::base_port(boot.job, boot.size)?;
+    let port = if base < 55_000 {
+        base + 7_000
+    } else {
+        base - 7_000
+    };
+    let err = |e: std::io::Error| HostError(format!("tcp reference: {e}"));
+    let deadline = StdInstant::now() + StdDuration::from_secs(10);
+    let mut s = if boot.rank == 1 {
+        let l = TcpListener::bind(("127.0.0.1", port)).map_err(err)?;
+        l.accept().map_err(err)?.0
+    } else {
+        loop {
+            match TcpStream::connect(("127.0.0.1", port)) {
+                Ok(s) => break s,
+                Err(_) if StdInstant::now() < deadline => {
+                    std::thread::sleep(StdDuration::from_millis(2))
+                }
+                Err(e) => return Err(err(e)),
+            }
+        }
+    };
+    s.set_nodelay(true).map_err(err)?;
+    let mut buf = pattern(0, 0, len);
+    let mut out = Vec::with_capacity(rounds);
+    for r in 0..rounds + 2 {
+        if boot.rank == 0 {
+            let t0 = StdInstant::now();
+            for _ in 0..window {
+                s.write_all(&buf).map_err(err)?;
+            }
+            s.read_exact(&mut buf[..1]).map_err(err)?;
+            if r >= 2 {
+                out.push((len * window) as f64 / t0.elapsed().as_secs_f64() / 1e6);
+            }
+        } else {
+            for _ in 0..window {
+                s.read_exact(&mut buf).map_err(err)?;
+            }
+            s.write_all(&buf[..1]).map_err(err)?;
+        }
+    }
+    Ok(out)
+}
+
 /// `memcpy` bandwidth of `len`-byte copies, MB/s samples (rank 0 alone).
 fn memcpy_bw(len: usize, samples: usize) -> Vec<f64> {
     let src = pattern(0, 0, len);
@@ -261,16 +403,15 @@ fn on_count(u: &mut volley_core::gamma::Upcall<'_, '_, State>) {
 }
 
 /// The 2-rank part of the sweep. Rank 0 returns the rows.
-pub fn pair(boot: &Boot, fabric: Fabric, quick: bool) -> Result<Vec<Row>, HostError> {
+pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostError> {
     pin(boot.rank);
     let name = fabric.name();
-    let scale = if quick { 10 } else { 1 };
     let mut rows = Vec::new();
     // References first, before the engine is up, with nothing else running.
     progress("reference");
     let (ref_lat, ref_bw) = match fabric {
         Fabric::Shm => {
-            let lat = flag_pingpong(boot, 200_000 / scale)?;
+            let lat = flag_pingpong(boot, sw.iters(200_000))?;
             let bw = if boot.rank == 0 {
                 memcpy_bw(1 << 20, 15)
             } else {
@@ -278,8 +419,12 @@ pub fn pair(boot: &Boot, fabric: Fabric, quick: bool) -> Result<Vec<Row>, HostEr
             };
             (lat, Some(bw))
         }
-        Fabric::Udp => (udp_pingpong(boot, 8, 20_000 / scale)?, None),
+        Fabric::Udp => {
+            let bw = tcp_stream(boot, 1 << 20, 32, sw.rounds(20))?;
+            (udp_pingpong(boot, 8, sw.iters(20_000))?, Some(bw))
+        }
     };
+    let me0 = boot.rank == 0;
     let (lm, lp90, lp99) = stats(ref_lat);
     let ref_name = if fabric == Fabric::Shm {
         "reference: bare flag ping-pong"
@@ -287,22 +432,26 @@ pub fn pair(boot: &Boot, fabric: Fabric, quick: bool) -> Result<Vec<Row>, HostEr
         "reference: bare UDP ping-pong"
     };
     rows.push(Row {
-        fabric: name,
+        fabric: name.into(),
         test: ref_name.into(),
         bytes: 8,
-        unit: "us",
+        unit: "us".into(),
         median: lm,
         p90: lp90,
         p99: lp99,
         ratio: Some(1.0),
     });
-    let ref_mbs = ref_bw.map(|bw| {
+    let ref_mbs = ref_bw.filter(|_| me0).map(|bw| {
         let (m, p90, p99) = stats(bw);
         rows.push(Row {
-            fabric: name,
-            test: "reference: memcpy".into(),
+            fabric: name.into(),
+            test: if fabric == Fabric::Shm {
+                "reference: memcpy".into()
+            } else {
+                "reference: bare TCP stream, loopback".into()
+            },
             bytes: 1 << 20,
-            unit: "MB/s",
+            unit: "MB/s".into(),
             median: m,
             p90,
             p99,
@@ -314,46 +463,29 @@ pub fn pair(boot: &Boot, fabric: Fabric, quick: bool) -> Result<Vec<Row>, HostEr
     if fabric == Fabric::Udp {
         // What authenticating a frame costs (both ends do it once per frame), in the
         // same run: compare with the reference and the 8-byte latency rows below.
-        let (m, p90, p99) = stats(tag_cost(200 / scale));
-        rows.push(Row {
-            fabric: name,
-            test: "frame tag, SipHash-2-4".into(),
-            bytes: 8,
-            unit: "us",
-            median: m,
-            p90,
-            p99,
-            ratio: Some(m / lm),
-        });
+        for (len, what) in [
+            (8, "frame tag, SipHash-2-4"),
+            (65_000, "frame tag, keyed BLAKE3"),
+        ] {
+            let (m, p90, p99) = stats(tag_cost(len, sw.rounds(100)));
+            rows.push(Row {
+                fabric: name.into(),
+                test: what.into(),
+                bytes: len,
+                unit: "us".into(),
+                median: m,
+                p90,
+                p99,
+                ratio: Some(m / lm),
+            });
+        }
     }
 
-    let mut g: HostGamma<State> = node::gamma(boot, fabric, State::default())?;
+    let mut g = gamma_pair(boot, fabric)?;
+    if let (HostDevice::Udp(d), true) = (g.device(), me0) {
+        progress(&d.shape().describe());
+    }
     let me = g.my_node();
-    let peer = 1 - me;
-    let pid = g.my_par_pid();
-    g.set_active_port(
-        1,
-        peer,
-        pid,
-        1,
-        Some(on_count),
-        None,
-        1,
-        GO_BACK,
-        Some(Vec::leak(vec![0u8; 1 << 20])),
-    )?;
-    g.set_active_port(
-        2,
-        peer,
-        pid,
-        2,
-        Some(on_count),
-        None,
-        2,
-        GO_BACK,
-        Some(Vec::leak(vec![0u8; 64])),
-    )?;
-    g.sync()?;
     let sizes = [0usize, 8, 64, 512, 4096, 32_768, 262_144, 1 << 20];
     for (reliable, label) in [(true, "send_flowctl"), (false, "send")] {
         for &len in &sizes {
@@ -362,45 +494,21 @@ pub fn pair(boot: &Boot, fabric: Fabric, quick: bool) -> Result<Vec<Row>, HostEr
                 continue;
             }
             progress(&format!("latency {label} {len} B"));
-            let data = pattern(me, 0, len);
-            let iters = (if len <= 4096 {
+            let iters = sw.iters(if len <= 4096 {
                 20_000
             } else if len <= 65_536 {
                 2_000
             } else {
                 200
-            }) / scale;
-            let mut samples = Vec::with_capacity(iters);
-            for i in 0..iters + iters / 10 {
-                let t0 = g.time();
-                if me == 0 {
-                    if reliable {
-                        g.send_flowctl(1, &data)?
-                    } else {
-                        g.send(1, &data)?
-                    };
-                    g.wait(1, 1)?;
-                    if i >= iters / 10 {
-                        samples.push(
-                            Gamma::<HostDevice, StdClock, State>::time_diff(g.time(), t0) / 2.0,
-                        );
-                    }
-                } else {
-                    g.wait(1, 1)?;
-                    if reliable {
-                        g.send_flowctl(1, &data)?
-                    } else {
-                        g.send(1, &data)?
-                    };
-                }
-            }
+            });
+            let samples = gamma_latency(&mut g, len, iters, reliable)?;
             if me == 0 {
                 let (m, p90, p99) = stats(samples);
                 rows.push(Row {
-                    fabric: name,
+                    fabric: name.into(),
                     test: format!("latency, one-way, {label}"),
                     bytes: len,
-                    unit: "us",
+                    unit: "us".into(),
                     median: m,
                     p90,
                     p99,
@@ -409,39 +517,17 @@ pub fn pair(boot: &Boot, fabric: Fabric, quick: bool) -> Result<Vec<Row>, HostEr
             }
         }
     }
-    // Streaming bandwidth: a window of non-blocking sends, then a short ack (OSU).
-    let window = 32;
     for &len in &[4096usize, 65_536, 1 << 20] {
         progress(&format!("bandwidth {len} B"));
-        let msg: &'static [u8] = Vec::leak(pattern(me, 0, len));
-        let rounds = (if len >= 1 << 20 { 20 } else { 50 }) / scale.min(5);
-        let mut samples = Vec::new();
-        for r in 0..rounds + 2 {
-            let t0 = g.time();
-            if me == 0 {
-                let hs: Vec<_> = (0..window)
-                    .map(|_| g.isend_flowctl(1, msg))
-                    .collect::<Result<_, _>>()?;
-                for h in hs {
-                    g.wsend(h)?;
-                }
-                g.wait(2, 1)?;
-                if r >= 2 {
-                    let secs = Gamma::<HostDevice, StdClock, State>::time_diff(g.time(), t0) / 1e6;
-                    samples.push((len * window) as f64 / secs / 1e6);
-                }
-            } else {
-                g.wait(1, window as u32)?;
-                g.send_flowctl(2, b"ack")?;
-            }
-        }
+        let rounds = sw.rounds(if len >= 1 << 20 { 20 } else { 50 });
+        let samples = gamma_stream(&mut g, len, rounds)?;
         if me == 0 {
             let (m, p90, p99) = stats(samples);
             rows.push(Row {
-                fabric: name,
+                fabric: name.into(),
                 test: "bandwidth, streaming, isend_flowctl".into(),
                 bytes: len,
-                unit: "MB/s",
+                unit: "MB/s".into(),
                 median: m,
                 p90,
                 p99,
@@ -449,25 +535,194 @@ pub fn pair(boot: &Boot, fabric: Fabric, quick: bool) -> Result<Vec<Row>, HostEr
             });
         }
     }
-    rows.extend(barrier_rows(&mut g, name, 2, lm, quick)?);
+    rows.extend(barrier_rows(&mut g, name, 2, lm, sw)?);
     g.sync()?;
     let (dev, _) = g.exit();
-    let (lrows, dev) = lfc_rows(boot, fabric, dev, lm, quick)?;
+    let (lrows, dev) = lfc_rows(boot, fabric, dev, lm, sw)?;
     rows.extend(lrows);
-    let (crows, dev) = cheetah_rows(boot, fabric, dev, lm, ref_mbs, quick)?;
+    let (crows, dev) = cheetah_rows(boot, fabric, dev, lm, ref_mbs, sw)?;
     rows.extend(crows);
-    rows.extend(qnix_rows(boot, fabric, dev, lm, ref_mbs, quick)?);
+    rows.extend(qnix_rows(boot, fabric, dev, lm, ref_mbs, sw)?);
     Ok(if me == 0 { rows } else { Vec::new() })
+}
+
+/// A GAMMA process of a 2-rank bench job, with port 1 (up to 1 MiB, counted) and
+/// port 2 (acks) bound to the other rank, after a barrier.
+fn gamma_pair(boot: &Boot, fabric: Fabric) -> Result<HostGamma<State>, HostError> {
+    let mut g: HostGamma<State> = node::gamma(boot, fabric, State::default())?;
+    let peer = 1 - g.my_node();
+    let pid = g.my_par_pid();
+    for (port, size) in [(1u16, 1usize << 20), (2, 64)] {
+        g.set_active_port(
+            port,
+            peer,
+            pid,
+            port,
+            Some(on_count),
+            None,
+            port,
+            GO_BACK,
+            Some(Vec::leak(vec![0u8; size])),
+        )?;
+    }
+    g.sync()?;
+    Ok(g)
+}
+
+/// One-way latency of `len`-byte messages, half of each ping-pong after a tenth as
+/// warm-up (microseconds, on rank 0; rank 1 echoes).
+fn gamma_latency(
+    g: &mut HostGamma<State>,
+    len: usize,
+    iters: usize,
+    reliable: bool,
+) -> Result<Vec<f64>, HostError> {
+    let me = g.my_node();
+    let data = pattern(me, 0, len);
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..iters + iters / 10 {
+        let t0 = g.time();
+        if me == 0 {
+            if reliable {
+                g.send_flowctl(1, &data)?
+            } else {
+                g.send(1, &data)?
+            };
+            g.wait(1, 1)?;
+            if i >= iters / 10 {
+                samples.push(Gamma::<HostDevice, StdClock, State>::time_diff(g.time(), t0) / 2.0);
+            }
+        } else {
+            g.wait(1, 1)?;
+            if reliable {
+                g.send_flowctl(1, &data)?
+            } else {
+                g.send(1, &data)?
+            };
+        }
+    }
+    Ok(samples)
+}
+
+/// Streaming bandwidth, OSU style: per round a window of 32 non-blocking sends of
+/// `len` bytes, then a short ack; MB/s per round on rank 0, after two warm-up rounds.
+fn gamma_stream(
+    g: &mut HostGamma<State>,
+    len: usize,
+    rounds: usize,
+) -> Result<Vec<f64>, HostError> {
+    const WINDOW: usize = 32;
+    let me = g.my_node();
+    let msg: &'static [u8] = Vec::leak(pattern(me, 0, len));
+    let mut samples = Vec::new();
+    for r in 0..rounds + 2 {
+        let t0 = g.time();
+        if me == 0 {
+            let hs: Vec<_> = (0..WINDOW)
+                .map(|_| g.isend_flowctl(1, msg))
+                .collect::<Result<_, _>>()?;
+            for h in hs {
+                g.wsend(h)?;
+            }
+            g.wait(2, 1)?;
+            if r >= 2 {
+                let secs = Gamma::<HostDevice, StdClock, State>::time_diff(g.time(), t0) / 1e6;
+                samples.push((len * WINDOW) as f64 / secs / 1e6);
+            }
+        } else {
+            g.wait(1, WINDOW as u32)?;
+            g.send_flowctl(2, b"ack")?;
+        }
+    }
+    Ok(samples)
+}
+
+/// `volley bench --peers`, Volley's part of one round: 8-byte one-way latency and
+/// 1 MiB streaming, the figures the peers' programs measure. Rank 0 returns the rows.
+pub fn peer_round(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostError> {
+    pin(boot.rank);
+    let mut g = gamma_pair(boot, fabric)?;
+    let lat = gamma_latency(&mut g, 8, sw.iters(20_000), true)?;
+    let bw = gamma_stream(&mut g, 1 << 20, sw.rounds(20))?;
+    g.sync()?;
+    g.exit();
+    if boot.rank != 0 {
+        return Ok(Vec::new());
+    }
+    let name = fabric.name();
+    let (m, p90, p99) = stats(bw);
+    Ok(vec![
+        Row {
+            ratio: None,
+            ..latency_row(name, "latency, one-way, send_flowctl", 8, lat, 1.0)
+        },
+        Row {
+            fabric: name.into(),
+            test: "bandwidth, streaming, isend_flowctl".into(),
+            bytes: 1 << 20,
+            unit: "MB/s".into(),
+            median: m,
+            p90,
+            p99,
+            ratio: None,
+        },
+    ])
+}
+
+/// Rows measured in several rounds folded into one per (fabric, test, size): the
+/// median, 90th and 99th percentiles of the rounds' medians, in first-seen order.
+pub fn over_rounds(rows: &[Row]) -> Vec<Row> {
+    let mut out: Vec<(Row, Vec<f64>)> = Vec::new();
+    for r in rows {
+        match out
+            .iter_mut()
+            .find(|(o, _)| o.fabric == r.fabric && o.test == r.test && o.bytes == r.bytes)
+        {
+            Some((_, v)) => v.push(r.median),
+            None => out.push((r.clone(), vec![r.median])),
+        }
+    }
+    out.into_iter()
+        .map(|(r, v)| {
+            let (median, p90, p99) = stats(v);
+            Row {
+                median,
+                p90,
+                p99,
+                ratio: None,
+                ..r
+            }
+        })
+        .collect()
+}
+
+/// On each peer's row (a test not Volley's own), Volley's median over the peer's for
+/// the same fabric, unit and size: latency above 1 and bandwidth below 1 mean
+/// Volley is behind.
+pub fn ratios_to_peers(rows: &mut [Row]) {
+    // Per fabric, Volley's rows first.
+    rows.sort_by_key(|r| (r.fabric.clone(), !is_volley(r)));
+    let ours: Vec<Row> = rows.iter().filter(|r| is_volley(r)).cloned().collect();
+    for r in rows.iter_mut().filter(|r| !is_volley(r)) {
+        r.ratio = ours
+            .iter()
+            .find(|o| o.fabric == r.fabric && o.unit == r.unit && o.bytes == r.bytes)
+            .map(|o| o.median / r.median);
+    }
+}
+
+fn is_volley(r: &Row) -> bool {
+    !(r.test.starts_with("MPICH") || r.test.starts_with("UCX"))
 }
 
 /// A latency row (microseconds) against the reference median `lm`.
 fn latency_row(fabric: &'static str, test: &str, bytes: usize, v: Vec<f64>, lm: f64) -> Row {
     let (m, p90, p99) = stats(v);
     Row {
-        fabric,
+        fabric: fabric.into(),
         test: test.into(),
         bytes,
-        unit: "us",
+        unit: "us".into(),
         median: m,
         p90,
         p99,
@@ -503,12 +758,11 @@ fn lfc_rows(
     fabric: Fabric,
     dev: HostDevice,
     lm: f64,
-    quick: bool,
+    sw: Sweep,
 ) -> Result<(Vec<Row>, HostDevice), HostError> {
     let name = fabric.name();
-    let scale = if quick { 10 } else { 1 };
     let groups = node::groups(boot.size)?;
-    let mut cfg = node::engine_config(boot, fabric, groups)?;
+    let mut cfg = node::engine_config(boot, fabric, groups, &dev)?;
     // Frames the GAMMA engine still had in flight are another job's to this one.
     cfg.job_key ^= 0x1fc;
     let mut l = Lfc::init_alloc(
@@ -537,7 +791,7 @@ fn lfc_rows(
     };
 
     progress("lfc latency, polling");
-    let iters = 20_000 / scale;
+    let iters = sw.iters(20_000);
     let count = l.state().received.clone();
     let mut samples = Vec::with_capacity(iters);
     let mut want = 0;
@@ -568,7 +822,7 @@ fn lfc_rows(
     let intr = Interrupts::start(shared.clone(), period, lfc_interrupt);
     lock_lfc(&shared).intr_enable();
     intr.enabled();
-    let iters = 2_000 / scale;
+    let iters = sw.iters(2_000);
     let mut samples = Vec::with_capacity(iters);
     for i in 0..iters + iters / 10 {
         let t0 = StdInstant::now();
@@ -597,7 +851,7 @@ fn lfc_rows(
 
     progress("lfc fetch-and-add");
     l.barrier()?;
-    let iters = 20_000 / scale;
+    let iters = sw.iters(20_000);
     if me == 0 {
         let mut samples = Vec::with_capacity(iters);
         for _ in 0..iters {
@@ -646,12 +900,11 @@ fn cheetah_rows(
     dev: HostDevice,
     lm: f64,
     ref_mbs: Option<f64>,
-    quick: bool,
+    sw: Sweep,
 ) -> Result<(Vec<Row>, HostDevice), HostError> {
     let name = fabric.name();
-    let scale = if quick { 10 } else { 1 };
     let groups = node::groups(boot.size)?;
-    let mut cfg = node::engine_config(boot, fabric, groups)?;
+    let mut cfg = node::engine_config(boot, fabric, groups, &dev)?;
     cfg.job_key ^= 0xc4ee;
     let mut mem = Segments::new();
     mem.expose(Vec::leak(vec![0u8; 2 << 20]));
@@ -675,7 +928,7 @@ fn cheetah_rows(
     let row = |test: &str, bytes, v: Vec<f64>| latency_row(name, test, bytes, v, lm);
 
     progress("cheetah put latency");
-    let iters = 20_000 / scale;
+    let iters = sw.iters(20_000);
     let mut samples = Vec::with_capacity(iters);
     for i in 0..(iters + iters / 10) as i32 {
         let t0 = StdInstant::now();
@@ -719,7 +972,7 @@ fn cheetah_rows(
     progress("cheetah put bandwidth");
     let len = 1 << 20;
     let window = 8;
-    let reps = if quick { 5 } else { 30 };
+    let reps = sw.rounds(30);
     if me == 0 {
         let mut samples = Vec::with_capacity(reps);
         let mut rung = c.bell(BELL_LOCAL).map_err(e)?;
@@ -736,10 +989,10 @@ fn cheetah_rows(
         }
         let (m, p90, p99) = stats(samples);
         rows.push(Row {
-            fabric: name,
+            fabric: name.into(),
             test: "cheetah put bandwidth, 8 in flight".into(),
             bytes: len,
-            unit: "MB/s",
+            unit: "MB/s".into(),
             median: m,
             p90,
             p99,
@@ -761,12 +1014,12 @@ fn qnix_rows(
     dev: HostDevice,
     lm: f64,
     ref_mbs: Option<f64>,
-    quick: bool,
+    sw: Sweep,
 ) -> Result<Vec<Row>, HostError> {
     use volley_core::qnix::{Name, QxError, Region};
     let name = fabric.name();
     let groups = node::groups(boot.size)?;
-    let mut cfg = node::engine_config(boot, fabric, groups)?;
+    let mut cfg = node::engine_config(boot, fabric, groups, &dev)?;
     cfg.job_key ^= 0x9a1c;
     let pool_len = 8 << 20;
     let mut mem = Segments::new();
@@ -810,7 +1063,7 @@ fn qnix_rows(
     barrier(&mut q)?;
 
     progress("qnix send_short latency");
-    let iters = if quick { 2000 } else { 20_000 };
+    let iters = sw.iters(20_000);
     let mut samples = Vec::with_capacity(iters);
     let mut r = recv(&mut q, 1, 8, 0)?;
     for i in 0..iters + iters / 10 {
@@ -841,7 +1094,7 @@ fn qnix_rows(
     let len = 512 << 10;
     let window = 8;
     let pages = len / volley_core::qnix::PAGE;
-    let reps = if quick { 5 } else { 30 };
+    let reps = sw.rounds(30);
     let mut samples = Vec::with_capacity(reps);
     let mut ack = recv(&mut q, 3, 8, 0)?;
     for _ in 0..reps {
@@ -873,10 +1126,10 @@ fn qnix_rows(
     if me == 0 {
         let (m, p90, p99) = stats(samples);
         rows.push(Row {
-            fabric: name,
+            fabric: name.into(),
             test: "qnix send bandwidth, 8 in flight".into(),
             bytes: len,
-            unit: "MB/s",
+            unit: "MB/s".into(),
             median: m,
             p90,
             p99,
@@ -893,10 +1146,10 @@ fn barrier_rows(
     name: &'static str,
     n: u16,
     reference: f64,
-    quick: bool,
+    sw: Sweep,
 ) -> Result<Vec<Row>, HostError> {
     progress(&format!("barrier {n} ranks"));
-    let iters = if quick { 500 } else { 5000 };
+    let iters = sw.iters(5_000);
     let mut samples = Vec::with_capacity(iters);
     for i in 0..iters + iters / 10 {
         let t0 = g.time();
@@ -910,10 +1163,10 @@ fn barrier_rows(
     }
     let (m, p90, p99) = stats(samples);
     Ok(vec![Row {
-        fabric: name,
+        fabric: name.into(),
         test: format!("barrier, {n} ranks"),
         bytes: 0,
-        unit: "us",
+        unit: "us".into(),
         median: m,
         p90,
         p99,
@@ -922,7 +1175,7 @@ fn barrier_rows(
 }
 
 /// The barrier part of the sweep with every rank of the job (4 in `volley bench`).
-pub fn barrier(boot: &Boot, fabric: Fabric, quick: bool) -> Result<Vec<Row>, HostError> {
+pub fn barrier(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostError> {
     pin(boot.rank);
     let reference = match fabric {
         Fabric::Shm if boot.rank < 2 => {
@@ -949,7 +1202,7 @@ pub fn barrier(boot: &Boot, fabric: Fabric, quick: bool) -> Result<Vec<Row>, Hos
         _ => 1.0,
     };
     let mut g: HostGamma<State> = node::gamma(boot, fabric, State::default())?;
-    let rows = barrier_rows(&mut g, fabric.name(), boot.size, reference, quick)?;
+    let rows = barrier_rows(&mut g, fabric.name(), boot.size, reference, sw)?;
     g.sync()?;
     g.exit();
     Ok(if boot.rank == 0 { rows } else { Vec::new() })

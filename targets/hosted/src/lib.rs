@@ -17,6 +17,7 @@ pub mod cheetah;
 pub mod launcher;
 pub mod lfc;
 pub mod node;
+pub mod peers;
 pub mod pmi;
 pub mod programs;
 pub mod qnix;

@@ -209,7 +209,7 @@ pub fn engine_setup(
     // In this order, so that each setting's error comes before the next one's.
     let groups = groups(boot.size)?;
     let dev = open_device(boot, fabric)?;
-    let cfg = engine_config(boot, fabric, groups)?;
+    let cfg = engine_config(boot, fabric, groups, &dev)?;
     Ok((groups, cfg, dev))
 }
 
@@ -219,6 +219,7 @@ pub fn engine_config(
     boot: &Boot,
     fabric: Fabric,
     groups: &[Group<'_>],
+    dev: &HostDevice,
 ) -> Result<Config, HostError> {
     let (group, node) = my_group(groups, boot.rank);
     let job_key = match &boot.secret {
@@ -236,6 +237,10 @@ pub fn engine_config(
             )
         })?;
         cfg.auth_key = Some(s.frame_key(boot.job));
+    }
+    // The window a UDP socket's receive buffer holds (frames of up to 64 KiB).
+    if let HostDevice::Udp(d) = dev {
+        cfg.window = d.shape().window();
     }
     Ok(cfg)
 }

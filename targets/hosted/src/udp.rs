@@ -17,9 +17,73 @@ use volley_core::NodeAddr;
 use crate::bootstrap::Boot;
 use crate::HostError;
 
-/// Largest frame by default: an Ethernet MTU's worth of UDP payload, so no IP
-/// fragmentation across real networks. `VOLLEY_UDP_MTU` raises it (e.g. on loopback).
+/// Largest frame when the path's MTU cannot be learnt: an Ethernet MTU's worth of
+/// UDP payload, so no IP fragmentation across real networks.
 pub const DEFAULT_MTU: usize = 1472;
+
+/// The largest UDP payload IPv4 carries (65535 minus IP and UDP headers).
+pub const MAX_DATAGRAM: usize = 65_507;
+
+/// Socket buffer size asked for, each way: a window of 64 KiB frames from a few
+/// peers at once.
+pub const SOCKET_BUFFER: usize = 8 << 20;
+
+/// The largest datagram that reaches every peer without IP fragmentation: the
+/// smallest route MTU to any of them (the kernel's `IP_MTU` of a socket connected
+/// to it; loopback's is 64 KiB) less 28 bytes of IP and UDP header. `None` when a
+/// route cannot be asked.
+pub fn path_mtu(peers: &[SocketAddr]) -> Option<usize> {
+    let mut best = MAX_DATAGRAM;
+    for p in peers {
+        let s = UdpSocket::bind(("0.0.0.0", 0)).ok()?;
+        // Connecting a UDP socket sends nothing: it picks the route.
+        s.connect(p).ok()?;
+        let mut mtu: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: a valid socket, and an int with its length for the kernel to fill.
+        let r = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_MTU,
+                &mut mtu as *mut libc::c_int as *mut libc::c_void,
+                &mut len,
+            )
+        };
+        if r != 0 || mtu < 576 {
+            return None;
+        }
+        best = best.min(mtu as usize - 28);
+    }
+    Some(best)
+}
+
+/// Sets a socket buffer to `want` bytes, past `net.core.[rw]mem_max` where this
+/// process may (`SO_*BUFFORCE`, CAP_NET_ADMIN); returns what the kernel granted, in
+/// bytes of datagrams (the kernel reports twice that, for its bookkeeping).
+fn size_buffer(fd: libc::c_int, force: libc::c_int, plain: libc::c_int, want: usize) -> usize {
+    let v = want as libc::c_int;
+    let size = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    let p = &v as *const libc::c_int as *const libc::c_void;
+    // SAFETY: a valid socket and an int option of the right size.
+    if unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, force, p, size) } != 0 {
+        // SAFETY: as above.
+        unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, plain, p, size) };
+    }
+    let mut got: libc::c_int = 0;
+    let mut len = size;
+    // SAFETY: a valid socket, and an int with its length for the kernel to fill.
+    unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            plain,
+            &mut got as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    got.max(0) as usize / 2
+}
 
 /// The base port of a job: `VOLLEY_PORT`, or one derived from the job id; ranks use
 /// `base..base + size`.
@@ -79,6 +143,47 @@ pub struct UdpStats {
     pub unreachable: u64,
 }
 
+/// What the socket was given: frame size and buffer sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpShape {
+    /// Largest datagram sent.
+    pub mtu: usize,
+    /// Where `mtu` came from.
+    pub mtu_from: &'static str,
+    /// Receive buffer granted, bytes of datagrams.
+    pub rcvbuf: usize,
+    /// Send buffer granted.
+    pub sndbuf: usize,
+}
+
+impl UdpShape {
+    /// The receive window to advertise, in frames: what half the receive buffer
+    /// holds, so that two peers sending at full window do not overflow it; 4 to 64.
+    pub fn window(&self) -> u16 {
+        (self.rcvbuf / 2 / self.mtu.max(1)).clamp(4, 64) as u16
+    }
+
+    /// One line on what the kernel granted, with a hint where it granted less than
+    /// asked.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "udp: {}-byte datagrams ({}), socket buffers {} KiB receive / {} KiB send, window {} frames",
+            self.mtu,
+            self.mtu_from,
+            self.rcvbuf >> 10,
+            self.sndbuf >> 10,
+            self.window()
+        );
+        if self.rcvbuf < SOCKET_BUFFER || self.sndbuf < SOCKET_BUFFER {
+            s.push_str(&format!(
+                "; the kernel capped the {} KiB asked for: raise net.core.rmem_max and net.core.wmem_max",
+                SOCKET_BUFFER >> 10
+            ));
+        }
+        s
+    }
+}
+
 /// A rank's UDP socket.
 #[derive(Debug)]
 pub struct UdpDevice {
@@ -90,7 +195,7 @@ pub struct UdpDevice {
     life: Liveness,
     rx: Vec<u8>,
     tx: Vec<u8>,
-    mtu: usize,
+    shape: UdpShape,
     stats: UdpStats,
 }
 
@@ -127,13 +232,20 @@ impl UdpDevice {
                 a
             }
         };
-        let mtu = crate::settings::env_integer("VOLLEY_UDP_MTU", 256, 65_000)?
-            .map_or(DEFAULT_MTU, |m| m as usize);
+        let (mtu, mtu_from) =
+            match crate::settings::env_integer("VOLLEY_UDP_MTU", 256, MAX_DATAGRAM as u64)? {
+                Some(m) => (m as usize, "VOLLEY_UDP_MTU"),
+                None => match path_mtu(&peers) {
+                    Some(m) => (m, "path MTU"),
+                    None => (DEFAULT_MTU, "default"),
+                },
+            };
         let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
             .map_err(|e| HostError(format!("udp socket: {e}")))?;
-        // Deep buffers absorb a window of frames from every peer at once.
-        let _ = s.set_recv_buffer_size(8 << 20);
-        let _ = s.set_send_buffer_size(8 << 20);
+        // Deep buffers absorb a window of frames from a few peers at once.
+        let fd = s.as_raw_fd();
+        let rcvbuf = size_buffer(fd, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, SOCKET_BUFFER);
+        let sndbuf = size_buffer(fd, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, SOCKET_BUFFER);
         s.bind(&bind.into())
             .map_err(|e| HostError(format!("cannot bind udp {bind}: {e}")))?;
         s.set_nonblocking(true)
@@ -170,7 +282,12 @@ impl UdpDevice {
             },
             rx: vec![0; 65_536],
             tx: vec![0; 65_536],
-            mtu,
+            shape: UdpShape {
+                mtu,
+                mtu_from,
+                rcvbuf,
+                sndbuf,
+            },
             stats: UdpStats::default(),
         })
     }
@@ -178,6 +295,11 @@ impl UdpDevice {
     /// Counters.
     pub fn stats(&self) -> UdpStats {
         self.stats
+    }
+
+    /// Frame and buffer sizes.
+    pub fn shape(&self) -> UdpShape {
+        self.shape
     }
 }
 
@@ -347,7 +469,7 @@ impl Device for UdpDevice {
         let to = *self.peers.get(dst.0 as usize)?;
         Some(UdpTx {
             sock: &self.sock,
-            buf: &mut self.tx[..self.mtu],
+            buf: &mut self.tx[..self.shape.mtu],
             to,
             life: &mut self.life,
             stats: &mut self.stats,
@@ -356,7 +478,7 @@ impl Device for UdpDevice {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            mtu: self.mtu,
+            mtu: self.shape.mtu,
             reliable: false,
             integrity: false,
         }

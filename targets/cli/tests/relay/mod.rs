@@ -15,6 +15,8 @@ pub struct Relay {
     pub dropped: Arc<AtomicU64>,
     pub duplicated: Arc<AtomicU64>,
     pub reordered: Arc<AtomicU64>,
+    /// The largest datagram that passed through.
+    pub largest: Arc<AtomicU64>,
     threads: Vec<thread::JoinHandle<()>>,
     pub relay_addrs: Vec<SocketAddr>,
 }
@@ -36,7 +38,8 @@ impl Relay {
 
     pub fn with(targets: Vec<SocketAddr>, seed: u64, faults: Faults) -> Relay {
         let stop = Arc::new(AtomicBool::new(false));
-        let (dropped, duplicated, reordered) = (
+        let (dropped, duplicated, reordered, largest) = (
+            Arc::new(AtomicU64::new(0)),
             Arc::new(AtomicU64::new(0)),
             Arc::new(AtomicU64::new(0)),
             Arc::new(AtomicU64::new(0)),
@@ -48,11 +51,12 @@ impl Relay {
             sock.set_read_timeout(Some(Duration::from_millis(20)))
                 .unwrap();
             relay_addrs.push(sock.local_addr().unwrap());
-            let (stop, dropped, duplicated, reordered) = (
+            let (stop, dropped, duplicated, reordered, largest) = (
                 stop.clone(),
                 dropped.clone(),
                 duplicated.clone(),
                 reordered.clone(),
+                largest.clone(),
             );
             threads.push(thread::spawn(move || {
                 let mut x = seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -75,6 +79,7 @@ impl Relay {
                         continue;
                     };
                     let frame = &buf[..n];
+                    largest.fetch_max(n as u64, Ordering::Relaxed);
                     if let Faults::Bursts { to, every, burst } = faults {
                         count += 1;
                         if to == i && count % every < burst {
@@ -112,6 +117,7 @@ impl Relay {
             dropped,
             duplicated,
             reordered,
+            largest,
             threads,
             relay_addrs,
         }

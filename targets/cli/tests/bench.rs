@@ -1,0 +1,98 @@
+//! `volley bench` output formats: the CSV is RFC 4180 (names with commas quoted) and
+//! the JSON one document, both with every row of the run. Formats only: figures are
+//! never judged here (a slow machine must not fail a test).
+
+use std::process::Command;
+
+const VOLLEY: &str = env!("CARGO_BIN_EXE_volley");
+
+fn bench(args: &[&str]) -> String {
+    let out = Command::new(VOLLEY)
+        .args(["bench", "--quick", "--iters", "40"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "volley bench {args:?}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+const FIELDS: [&str; 8] = [
+    "fabric",
+    "test",
+    "bytes",
+    "unit",
+    "median",
+    "p90",
+    "p99",
+    "ratio_to_reference",
+];
+
+#[test]
+fn csv_is_rfc4180_and_json_one_document_with_the_same_rows() {
+    let text = bench(&["--csv"]);
+    assert!(text.contains("\r\n"), "RFC 4180 ends records with CRLF");
+    let mut r = csv::ReaderBuilder::new().from_reader(text.as_bytes());
+    assert_eq!(r.headers().unwrap().iter().collect::<Vec<_>>(), FIELDS);
+    let rows: Vec<csv::StringRecord> = r.records().map(|x| x.unwrap()).collect();
+    assert!(rows.len() > 30, "{text}");
+    let mut tests = Vec::new();
+    for row in &rows {
+        assert_eq!(row.len(), 8, "{row:?}");
+        assert!(["shm", "udp"].contains(&&row[0]), "{row:?}");
+        assert!(["us", "MB/s"].contains(&&row[3]), "{row:?}");
+        row[2].parse::<u64>().unwrap();
+        for f in 4..7 {
+            assert!(row[f].parse::<f64>().unwrap() >= 0.0, "{row:?}");
+        }
+        if !row[7].is_empty() {
+            row[7].parse::<f64>().unwrap();
+        }
+        tests.push((row[0].to_string(), row[1].to_string()));
+    }
+    // Names with commas come back whole.
+    assert!(tests.contains(&("shm".into(), "latency, one-way, send_flowctl".into())));
+    assert!(text.contains("\"latency, one-way, send_flowctl\""));
+    for (fabric, reference) in [
+        ("shm", "reference: bare flag ping-pong"),
+        ("shm", "reference: memcpy"),
+        ("udp", "reference: bare UDP ping-pong"),
+        ("udp", "reference: bare TCP stream, loopback"),
+    ] {
+        assert!(
+            tests.contains(&(fabric.into(), reference.into())),
+            "{reference}"
+        );
+    }
+
+    let doc: serde_json::Value = serde_json::from_str(&bench(&["--json"])).unwrap();
+    let jrows = doc["rows"].as_array().unwrap();
+    assert_eq!(
+        jrows.len(),
+        rows.len(),
+        "the same sweep gives the same rows"
+    );
+    for (j, (fabric, test)) in jrows.iter().zip(&tests) {
+        assert_eq!(j["fabric"], fabric.as_str());
+        assert_eq!(j["test"], test.as_str());
+        assert!(j["median"].as_f64().unwrap() >= 0.0);
+    }
+    assert!(doc["cpus"].as_u64().unwrap() >= 1);
+}
+
+#[test]
+fn bad_bench_options_are_one_line() {
+    for args in [
+        &["bench", "--iters", "0"][..],
+        &["bench", "--csv", "--json"],
+        &["bench", "--fabric", "tcp"],
+    ] {
+        let out = Command::new(VOLLEY).args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("error: "), "{args:?}: {err}");
+    }
+}

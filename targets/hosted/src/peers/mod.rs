@@ -1,0 +1,227 @@
+//! `volley bench --peers`: MPICH and UCX measured on this machine beside Volley, in
+//! interleaved rounds. MPICH runs a bundled MPI ping-pong ([`MPI_PINGPONG`], built
+//! with `mpicc.mpich`); UCX runs `ucx_perftest` (`ucp_am_lat`, `tag_bw`) over
+//! `posix,self` (beside `shm`) and `tcp` (beside `udp`). A peer that is not installed
+//! is named, with its Debian package, and skipped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::bench::Row;
+
+/// The MPI side: 8-byte one-way latency and 1 MiB streaming, as Volley's rows.
+pub const MPI_PINGPONG: &str = include_str!("mpi_pingpong.c");
+
+/// A program on `PATH`.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// The peers found on this machine.
+#[derive(Debug)]
+pub struct Peers {
+    /// The built MPI program and `mpiexec.mpich`.
+    mpi: Option<(PathBuf, PathBuf)>,
+    /// `ucx_perftest`.
+    ucx: Option<PathBuf>,
+    /// One line per peer that cannot run, saying why.
+    pub missing: Vec<String>,
+}
+
+impl Peers {
+    /// Looks for the peers and builds the MPI program in `dir` (private to this run).
+    pub fn find(dir: &Path) -> Peers {
+        let mut missing = Vec::new();
+        let mpi = match (on_path("mpicc.mpich"), on_path("mpiexec.mpich")) {
+            (Some(cc), Some(exec)) => match build_mpi(dir, &cc) {
+                Ok(p) => Some((p, exec)),
+                Err(e) => {
+                    missing.push(format!("MPICH: {e}"));
+                    None
+                }
+            },
+            _ => {
+                missing.push(
+                    "MPICH: mpicc.mpich or mpiexec.mpich not installed (Debian: mpich, libmpich-dev)"
+                        .into(),
+                );
+                None
+            }
+        };
+        let ucx = on_path("ucx_perftest");
+        if ucx.is_none() {
+            missing.push("UCX: ucx_perftest not installed (Debian: ucx-utils)".into());
+        }
+        Peers { mpi, ucx, missing }
+    }
+
+    /// One round of the peers that run beside `fabric`: their rows (per-round
+    /// medians), each test named after the peer.
+    pub fn round(&self, fabric: &'static str, iters: usize, rounds: usize) -> Vec<Row> {
+        let mut rows = Vec::new();
+        if fabric == "shm" {
+            if let Some((prog, exec)) = &self.mpi {
+                match mpich(prog, exec, iters, rounds) {
+                    Ok(r) => rows.extend(r),
+                    Err(e) => eprintln!("bench: MPICH: {e}"),
+                }
+            }
+        }
+        if let Some(ucx) = &self.ucx {
+            let tls = if fabric == "shm" { "posix,self" } else { "tcp" };
+            for (test, bytes, n) in [("ucp_am_lat", 8, iters), ("tag_bw", 1 << 20, rounds * 32)] {
+                match ucx_perftest(ucx, tls, test, bytes, n) {
+                    Ok(v) => rows.push(Row {
+                        fabric: fabric.into(),
+                        test: format!("UCX {test}, UCX_TLS={tls}"),
+                        bytes,
+                        unit: if bytes == 8 { "us" } else { "MB/s" }.into(),
+                        median: v,
+                        p90: v,
+                        p99: v,
+                        ratio: None,
+                    }),
+                    Err(e) => eprintln!("bench: UCX {test} over {tls}: {e}"),
+                }
+            }
+        }
+        rows
+    }
+}
+
+fn build_mpi(dir: &Path, cc: &Path) -> Result<PathBuf, String> {
+    let src = dir.join("mpi_pingpong.c");
+    let bin = dir.join("mpi_pingpong");
+    std::fs::write(&src, MPI_PINGPONG).map_err(|e| format!("{}: {e}", src.display()))?;
+    let o = Command::new(cc)
+        .args(["-O2", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .map_err(|e| format!("{}: {e}", cc.display()))?;
+    if !o.status.success() {
+        return Err(format!(
+            "cannot build the MPI ping-pong: {}",
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .next()
+                .unwrap_or("")
+        ));
+    }
+    Ok(bin)
+}
+
+/// Waits for `child` at most `limit`, killing it past that.
+fn wait_bounded(mut child: Child, limit: Duration) -> Result<Output, String> {
+    let end = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return child.wait_with_output().map_err(|e| e.to_string()),
+            Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(5)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("no answer within {limit:?}"));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// The MPI program under `mpiexec.mpich -n 2`: rows for latency and bandwidth.
+fn mpich(prog: &Path, exec: &Path, iters: usize, rounds: usize) -> Result<Vec<Row>, String> {
+    let child = Command::new(exec)
+        .args(["-n", "2"])
+        .arg(prog)
+        .args([iters.to_string(), rounds.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", exec.display()))?;
+    let o = wait_bounded(child, Duration::from_secs(300))?;
+    if !o.status.success() {
+        return Err(String::from_utf8_lossy(&o.stderr).trim().to_string());
+    }
+    let text = String::from_utf8_lossy(&o.stdout);
+    let rows: Vec<Row> = text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let [what, bytes, m, p90, p99] = f[..] else {
+                return None;
+            };
+            let (test, unit) = match what {
+                "lat" => ("MPICH MPI_Send/MPI_Recv ping-pong", "us"),
+                "bw" => ("MPICH MPI_Isend window of 32", "MB/s"),
+                _ => return None,
+            };
+            Some(Row {
+                fabric: "shm".into(),
+                test: test.into(),
+                bytes: bytes.parse().ok()?,
+                unit: unit.into(),
+                median: m.parse().ok()?,
+                p90: p90.parse().ok()?,
+                p99: p99.parse().ok()?,
+                ratio: None,
+            })
+        })
+        .collect();
+    if rows.len() != 2 {
+        return Err(format!("unexpected output: {text:?}"));
+    }
+    Ok(rows)
+}
+
+/// One `ucx_perftest` test between a server and a client on loopback: the median
+/// latency (microseconds) of a latency test, the average bandwidth (MB/s, from
+/// UCX's MiB/s) of a bandwidth test.
+fn ucx_perftest(exe: &Path, tls: &str, test: &str, bytes: usize, n: usize) -> Result<f64, String> {
+    let mut last = String::new();
+    for _ in 0..3 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| e.to_string())?
+            .port()
+            .to_string();
+        let server = Command::new(exe)
+            .args(["-p", &port])
+            .env("UCX_TLS", tls)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", exe.display()))?;
+        std::thread::sleep(Duration::from_millis(300));
+        let client = Command::new(exe)
+            .args(["127.0.0.1", "-p", &port, "-t", test])
+            .args(["-s", &bytes.to_string(), "-n", &n.to_string()])
+            .env("UCX_TLS", tls)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", exe.display()))?;
+        let out = wait_bounded(client, Duration::from_secs(120));
+        let _ = wait_bounded(server, Duration::from_secs(5));
+        let out = out?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        // "Final: iters lat50 lat_avg lat_overall bw_avg bw_overall rate_avg rate_overall"
+        if let Some(f) = text.lines().find_map(|l| l.trim().strip_prefix("Final:")) {
+            let v: Vec<f64> = f
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            if v.len() >= 6 {
+                return Ok(if bytes == 8 { v[1] } else { v[4] * 1.048_576 });
+            }
+        }
+        last = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    }
+    Err(format!("no result: {last}"))
+}
