@@ -354,7 +354,10 @@ fn peer_rounds(
     let mut per_round: Vec<bench::Row> = Vec::new();
     for _ in 0..sweep.rounds(5) {
         for &f in fabrics {
-            let args = ["worker", "bench-peer", "--out", &out, "--iters", &iters];
+            let mut args = vec!["worker", "bench-peer", "--out", &out, "--iters", &iters];
+            if sweep.quick {
+                args.push("--quick");
+            }
             code = code.max(launch(2, f, &args, true));
             per_round.extend(found.round(f.name(), sweep.iters(20_000), sweep.rounds(20)));
         }

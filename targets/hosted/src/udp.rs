@@ -34,7 +34,12 @@ pub const SOCKET_BUFFER: usize = 8 << 20;
 /// route cannot be asked.
 pub fn path_mtu(peers: &[SocketAddr]) -> Option<usize> {
     let mut best = MAX_DATAGRAM;
-    for p in peers {
+    // One route per host, not per rank.
+    let mut hosts: Vec<std::net::IpAddr> = peers.iter().map(SocketAddr::ip).collect();
+    hosts.sort();
+    hosts.dedup();
+    for ip in hosts {
+        let p = SocketAddr::new(ip, 9);
         let s = UdpSocket::bind(("0.0.0.0", 0)).ok()?;
         // Connecting a UDP socket sends nothing: it picks the route.
         s.connect(p).ok()?;
