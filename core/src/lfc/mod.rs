@@ -350,12 +350,22 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     /// `lfc_exit`: finishes the packets still in flight (at most 10 s) and hands back
     /// the device and the program's state.
     pub fn exit(mut self) -> (D, S) {
-        self.engine.flush_acks();
-        let deadline = self.clock.now() + Duration::from_secs(10);
+        let start = self.clock.now();
+        let deadline = start + Duration::from_secs(10);
+        // Besides our own packets, peers may still wait on acks for theirs (the last
+        // barrier or gather): stay and answer until the network has been quiet for
+        // 20 ms, so that a process leaving first does not look dead to them.
+        let (mut heard, mut seen) = (start, self.engine.stats().rx_frames);
         loop {
             let now = self.clock.now();
+            self.engine.flush_acks();
             self.engine.poll(now, &mut self.dev, None);
-            if self.engine.is_quiescent() || now >= deadline {
+            let rx = self.engine.stats().rx_frames;
+            if rx != seen {
+                (heard, seen) = (now, rx);
+            }
+            let quiet = now >= heard + Duration::from_millis(20);
+            if (self.engine.is_quiescent() && quiet) || now >= deadline {
                 break;
             }
             self.idle_step(false);
