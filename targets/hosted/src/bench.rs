@@ -522,17 +522,13 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
         let rounds = sw.rounds(if len >= 1 << 20 { 20 } else { 50 });
         let samples = gamma_stream(&mut g, len, rounds)?;
         if me == 0 {
-            let (m, p90, p99) = stats(samples);
-            rows.push(Row {
-                fabric: name.into(),
-                test: "bandwidth, streaming, isend_flowctl".into(),
-                bytes: len,
-                unit: "MB/s".into(),
-                median: m,
-                p90,
-                p99,
-                ratio: ref_mbs.map(|r| m / r),
-            });
+            rows.push(bandwidth_row(
+                name,
+                "bandwidth, streaming, isend_flowctl",
+                len,
+                samples,
+                ref_mbs,
+            ));
         }
     }
     rows.extend(barrier_rows(&mut g, name, 2, lm, sw)?);
@@ -650,22 +646,18 @@ pub fn peer_round(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, Ho
         return Ok(Vec::new());
     }
     let name = fabric.name();
-    let (m, p90, p99) = stats(bw);
     Ok(vec![
         Row {
             ratio: None,
             ..latency_row(name, "latency, one-way, send_flowctl", 8, lat, 1.0)
         },
-        Row {
-            fabric: name.into(),
-            test: "bandwidth, streaming, isend_flowctl".into(),
-            bytes: 1 << 20,
-            unit: "MB/s".into(),
-            median: m,
-            p90,
-            p99,
-            ratio: None,
-        },
+        bandwidth_row(
+            name,
+            "bandwidth, streaming, isend_flowctl",
+            1 << 20,
+            bw,
+            None,
+        ),
     ])
 }
 
@@ -727,6 +719,27 @@ fn latency_row(fabric: &'static str, test: &str, bytes: usize, v: Vec<f64>, lm: 
         p90,
         p99,
         ratio: Some(m / lm),
+    }
+}
+
+/// A bandwidth row (MB/s) against the reference median `reference`, if any.
+fn bandwidth_row(
+    fabric: &'static str,
+    test: &str,
+    bytes: usize,
+    v: Vec<f64>,
+    reference: Option<f64>,
+) -> Row {
+    let (m, p90, p99) = stats(v);
+    Row {
+        fabric: fabric.into(),
+        test: test.into(),
+        bytes,
+        unit: "MB/s".into(),
+        median: m,
+        p90,
+        p99,
+        ratio: reference.map(|r| m / r),
     }
 }
 
@@ -987,17 +1000,13 @@ fn cheetah_rows(
             let secs = t0.elapsed().as_secs_f64();
             samples.push((len * window as usize) as f64 / secs / 1e6);
         }
-        let (m, p90, p99) = stats(samples);
-        rows.push(Row {
-            fabric: name.into(),
-            test: "cheetah put bandwidth, 8 in flight".into(),
-            bytes: len,
-            unit: "MB/s".into(),
-            median: m,
-            p90,
-            p99,
-            ratio: ref_mbs.map(|r| m / r),
-        });
+        rows.push(bandwidth_row(
+            name,
+            "cheetah put bandwidth, 8 in flight",
+            len,
+            samples,
+            ref_mbs,
+        ));
     }
     c.finalize().map_err(e)?;
     Ok((rows, c.into_device()))
@@ -1124,17 +1133,13 @@ fn qnix_rows(
         }
     }
     if me == 0 {
-        let (m, p90, p99) = stats(samples);
-        rows.push(Row {
-            fabric: name.into(),
-            test: "qnix send bandwidth, 8 in flight".into(),
-            bytes: len,
-            unit: "MB/s".into(),
-            median: m,
-            p90,
-            p99,
-            ratio: ref_mbs.map(|r| m / r),
-        });
+        rows.push(bandwidth_row(
+            name,
+            "qnix send bandwidth, 8 in flight",
+            len,
+            samples,
+            ref_mbs,
+        ));
     }
     barrier(&mut q)?;
     q.end().map_err(e)?;
