@@ -1,5 +1,6 @@
-//! The dissemination barrier: rounds, tokens, probes of the member waited for, and
-//! aborts passed along when a member died.
+//! The barrier: in device memory where the device has one (the Myrinet-like model's
+//! combining tree of flags), else the dissemination barrier: rounds, tokens, probes
+//! of the member waited for, and aborts passed along when a member died.
 
 use super::*;
 
@@ -67,19 +68,64 @@ impl<'a, S> Engine<'a, S> {
         }
     }
 
-    pub(super) fn advance_barrier(&mut self, now: Instant) {
+    /// Completes the running barrier.
+    fn barrier_complete(&mut self) {
+        self.bar.active = false;
+        self.bar.epoch = self.bar.epoch.wrapping_add(1);
+        self.bar.arrivals = [self.bar.arrivals[1], 0];
+        self.bar.aborted = [self.bar.aborted[1], false];
+        self.stats.barriers += 1;
+    }
+
+    /// Runs the barrier in device memory. `false` when the device has none (every
+    /// member's device answers alike, so all of them take the frame path then).
+    fn advance_device_barrier<D: Device>(&mut self, now: Instant, dev: &mut D) -> bool {
+        let group = self.group(self.cfg.group).map(|g| g.members);
+        let Some(members) = group else { return false };
+        let addr = |i: u16| members.addr(i);
+        let who = BarrierMembers {
+            me: self.cfg.node,
+            n: self.size,
+            addr: &addr,
+        };
+        match dev.barrier(now, &who) {
+            BarrierPoll::Unsupported => false,
+            BarrierPoll::Done => {
+                self.stats.device_barriers += 1;
+                self.barrier_complete();
+                true
+            }
+            BarrierPoll::Pending => {
+                // Nobody sends tokens, so nobody can pass an abort along: every
+                // waiting member checks every other one itself, and a dead member
+                // fails the barrier everywhere within one probe interval.
+                if now.saturating_since(self.bar.since) >= self.cfg.barrier_probe {
+                    self.bar.since = now;
+                    let dead = (0..self.size)
+                        .filter(|&i| i != self.cfg.node)
+                        .filter_map(|i| members.addr(i))
+                        .any(|a| !dev.peer_alive(now, a));
+                    if dead {
+                        self.bar.failed = Some(Error::SendFailure);
+                        self.bar.active = false;
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    pub(super) fn advance_barrier<D: Device>(&mut self, now: Instant, dev: &mut D) {
+        if self.bar.round == 0 && !self.bar.sent && self.advance_device_barrier(now, dev) {
+            return;
+        }
         let rounds = self.rounds();
         while self.bar.active {
             if self.bar.aborted[0] {
                 return self.fail_barrier(Error::SendFailure);
             }
             if self.bar.round >= rounds {
-                self.bar.active = false;
-                self.bar.epoch = self.bar.epoch.wrapping_add(1);
-                self.bar.arrivals = [self.bar.arrivals[1], 0];
-                self.bar.aborted = [self.bar.aborted[1], false];
-                self.stats.barriers += 1;
-                return;
+                return self.barrier_complete();
             }
             let n = self.size as u32;
             let me = self.cfg.node as u32;

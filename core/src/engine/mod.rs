@@ -36,7 +36,7 @@
 
 use managed::ManagedSlice;
 
-use crate::phy::{Capabilities, Device, RxToken, TxToken};
+use crate::phy::{BarrierMembers, BarrierPoll, Capabilities, Device, RxToken, TxToken};
 use crate::time::{Duration, Instant};
 use crate::wire::{self, AckInfo, Endpoints, Flags, Kind, Repr, WireError, HEADER_LEN};
 use crate::{GroupId, NodeAddr, NodeId, PortId};
@@ -589,6 +589,8 @@ pub struct Stats {
     pub peers_failed: u64,
     /// Barriers completed.
     pub barriers: u64,
+    /// Of those, barriers the device ran in its own memory (no frames).
+    pub device_barriers: u64,
     /// Gets answered from our memory.
     pub rma_served: u64,
     /// Puts and gets whose address we refused (or that failed to copy).
@@ -940,11 +942,11 @@ impl<'a, S> Engine<'a, S> {
             self.check_liveness(now, dev);
         }
         if self.bar.active {
-            self.advance_barrier(now);
+            self.advance_barrier(now, dev);
         }
         busy |= self.poll_transmit_mem(now, dev, ext, mem) > 0;
         if self.bar.active {
-            self.advance_barrier(now);
+            self.advance_barrier(now, dev);
         }
         self.settle_rma(mem);
         busy

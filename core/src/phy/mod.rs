@@ -34,6 +34,38 @@ pub struct Capabilities {
     pub integrity: bool,
 }
 
+/// Where a barrier that the device runs in its own memory stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BarrierPoll {
+    /// The device has no barrier of its own: the engine exchanges frames instead.
+    Unsupported,
+    /// Not every member has arrived yet.
+    Pending,
+    /// Every member has arrived: the barrier is over for this member.
+    Done,
+}
+
+/// The members of a barrier, as the device sees them: `n` positions, the caller at
+/// position `me`, position `i` at fabric address `addr(i)`. Every member passes the
+/// same list, so a device can lay a tree over the positions without talking.
+pub struct BarrierMembers<'a> {
+    /// The caller's position.
+    pub me: u16,
+    /// Number of members.
+    pub n: u16,
+    /// Fabric address of a position (`None` outside `0..n`).
+    pub addr: &'a dyn Fn(u16) -> Option<NodeAddr>,
+}
+
+impl core::fmt::Debug for BarrierMembers<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("BarrierMembers")
+            .field("me", &self.me)
+            .field("n", &self.n)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A received frame, lent until consumed.
 pub trait RxToken {
     /// Hands the frame bytes to `f`, then releases the slot.
@@ -83,6 +115,16 @@ pub trait Device {
     fn fetch_add(&mut self, _peer: NodeAddr, _var: u16, _delta: u32) -> Option<u32> {
         None
     }
+    /// Advances this member's next barrier among `members`, if the device runs
+    /// barriers itself (the Myrinet-like model: a combining tree of flags in NIC
+    /// memory, no frames). Called again on every poll until it answers `Done`; the
+    /// call after that starts the next barrier. The device numbers the barriers, so
+    /// engines that take turns on one device continue one sequence. Liveness stays
+    /// the engine's job. Devices without one answer `Unsupported`, and every member
+    /// of a job must answer alike.
+    fn barrier(&mut self, _now: Instant, _members: &BarrierMembers<'_>) -> BarrierPoll {
+        BarrierPoll::Unsupported
+    }
 }
 
 impl<D: Device> Device for &mut D {
@@ -108,5 +150,8 @@ impl<D: Device> Device for &mut D {
     }
     fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
         (**self).fetch_add(peer, var, delta)
+    }
+    fn barrier(&mut self, now: Instant, members: &BarrierMembers<'_>) -> BarrierPoll {
+        (**self).barrier(now, members)
     }
 }

@@ -16,7 +16,8 @@
 //! | 20 | 4 | `slot_size` (a multiple of 64) |
 //! | 24 | 8 | `generation`: the job this region belongs to |
 //! | 64 + 64 i | 64 | node *i*: `state` u32 (0 absent, 1 alive, 2 exited, 3 dead), `pid` u32, `generation` u64, `heartbeat` u64 |
-//! | `H` = align4096(64 + 64 nodes) | | NIC memory of node 0, then node 1, ... |
+//! | 64 + 64 nodes + 128 i | 128 | node *i*'s barrier words: `arrived` u32 at 0, `released` u32 at 64 (each on its own cache line) |
+//! | `H` = align4096(64 + 192 nodes) | | NIC memory of node 0, then node 1, ... |
 //!
 //! NIC memory of node *d* (`nic_size = 64 + nodes * ring_size`):
 //!
@@ -36,6 +37,20 @@
 //! release. Credits are the free slots, `slots - (tail - head)`; the producer reloads
 //! `head` only when its cached copy says the ring is full.
 //!
+//! # Barrier
+//!
+//! The barrier runs in NIC memory, without frames: a combining tree of fan-in
+//! [`BARRIER_FANIN`] laid over the members' positions (position `p`'s children are
+//! `4p + 1 ..= 4p + 4`). Barrier number `e` (counted from 0) has the target `e + 1`.
+//! A member stores the target into its `arrived` word once every child's `arrived`
+//! word has reached it (so the word speaks for the whole subtree); the root then
+//! stores it into its `released` word, which every member polls. The NIC counts the
+//! barriers its node has completed (engines taking turns on one NIC continue one
+//! sequence). Each word has one
+//! writer and its own cache line: a member's arrival costs its parent one line
+//! transfer, and the release one more per member. Counting instead of flipping a
+//! sense bit means no word is ever reset; comparisons wrap.
+//!
 //! # Start-up and liveness
 //!
 //! The creator (rank 0) clears the magic, zeroes the region, writes the geometry and
@@ -53,7 +68,7 @@
 use core::fmt;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use volley_core::phy::{Capabilities, Device, RxToken, TxToken};
+use volley_core::phy::{BarrierMembers, BarrierPoll, Capabilities, Device, RxToken, TxToken};
 use volley_core::time::{Duration, Instant};
 use volley_core::NodeAddr;
 
@@ -63,11 +78,13 @@ pub use region::Region;
 /// `"VOLLEYMY"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYMY");
 /// Layout version.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Most nodes a region can hold.
 pub const MAX_NODES: usize = 256;
 /// Fetch-and-add counters per node.
 pub const COUNTERS: usize = 8;
+/// Children per position in the barrier's combining tree.
+pub const BARRIER_FANIN: u16 = 4;
 const SLOT_HEADER: usize = 16;
 const PAGE: usize = 4096;
 
@@ -83,6 +100,9 @@ mod off {
     pub const NODE_PID: usize = 4;
     pub const NODE_GENERATION: usize = 8;
     pub const NODE_HEARTBEAT: usize = 16;
+    pub const BARRIER_STRIDE: usize = 128;
+    pub const BARRIER_ARRIVED: usize = 0;
+    pub const BARRIER_RELEASED: usize = 64;
     pub const RING_TAIL: usize = 0;
     pub const RING_HEAD: usize = 64;
     pub const RING_SLOTS: usize = 128;
@@ -207,8 +227,12 @@ impl Geometry {
     }
 
     fn header_len(&self) -> usize {
-        let raw = off::NODE_TABLE + 64 * self.nodes as usize;
+        let raw = self.barrier_table() + off::BARRIER_STRIDE * self.nodes as usize;
         raw.div_ceil(PAGE) * PAGE
+    }
+
+    fn barrier_table(&self) -> usize {
+        off::NODE_TABLE + 64 * self.nodes as usize
     }
 
     fn ring_len(&self) -> Option<usize> {
@@ -266,6 +290,10 @@ impl Geometry {
     fn node_entry(&self, node: u32) -> usize {
         off::NODE_TABLE + 64 * node as usize
     }
+
+    fn barrier_entry(&self, node: u32) -> usize {
+        self.barrier_table() + off::BARRIER_STRIDE * node as usize
+    }
 }
 
 /// Tunables of a node's NIC.
@@ -319,6 +347,8 @@ pub struct MyriNic {
     watch: [Watch; MAX_NODES],
     /// Consumer `head` of each peer's ring as last read: credits without a cache miss.
     tx_head: [u64; MAX_NODES],
+    /// Barriers this node has completed (its `arrived` word when it attached).
+    barriers: u32,
     stats: NicStats,
 }
 
@@ -398,8 +428,13 @@ impl MyriNic {
                 seen: false,
             }; MAX_NODES],
             tx_head: [0; MAX_NODES],
+            barriers: 0,
             stats: NicStats::default(),
         };
+        let mut nic = nic;
+        if let Some(w) = nic.barrier_word(me, off::BARRIER_ARRIVED) {
+            nic.barriers = w.load(Ordering::Acquire);
+        }
         let e = geo.node_entry(me);
         nic.region
             .u32_at(e + off::NODE_PID)?
@@ -503,6 +538,61 @@ impl MyriNic {
         }
         let c = self.region.u64_at(self.geo.nic(node) + 8 * counter)?;
         Ok(c.fetch_add(delta, Ordering::AcqRel))
+    }
+
+    fn barrier_word(&self, node: u32, field: usize) -> Option<&AtomicU32> {
+        if node >= self.geo.nodes {
+            return None;
+        }
+        self.region
+            .u32_at(self.geo.barrier_entry(node) + field)
+            .ok()
+    }
+
+    /// Advances this node's next barrier among `n` members, this node at position
+    /// `me`, position `i` being node `node(i)` (see the module documentation).
+    /// `Ok(true)` once every member has arrived; the next call starts the next
+    /// barrier. The count lives with the NIC, not with whoever calls, so engines
+    /// that take turns on one NIC continue one sequence. A member list that does not
+    /// put this node at `me`, or names a node outside the region, is `BadNode`.
+    pub fn barrier_step(
+        &mut self,
+        me: u16,
+        n: u16,
+        node: impl Fn(u16) -> Option<u32>,
+    ) -> Result<bool, MyriError> {
+        let target = self.barriers.wrapping_add(1);
+        // Wrapping comparison: a word is at most one barrier ahead of a reader.
+        let reached = |w: &AtomicU32| (w.load(Ordering::Acquire).wrapping_sub(target) as i32) >= 0;
+        let word = |p: u16, field: usize| {
+            node(p)
+                .and_then(|a| self.barrier_word(a, field))
+                .ok_or(MyriError::BadNode)
+        };
+        if me >= n || node(me) != Some(self.me) {
+            return Err(MyriError::BadNode);
+        }
+        let arrived = word(me, off::BARRIER_ARRIVED)?;
+        let done = if reached(arrived) {
+            reached(word(0, off::BARRIER_RELEASED)?)
+        } else {
+            let first = me as u32 * BARRIER_FANIN as u32 + 1;
+            for c in first..(first + BARRIER_FANIN as u32).min(n as u32) {
+                if !reached(word(c as u16, off::BARRIER_ARRIVED)?) {
+                    return Ok(false);
+                }
+            }
+            // The subtree is in: its arrival happens-before the parent's acquire.
+            arrived.store(target, Ordering::Release);
+            if me == 0 {
+                word(0, off::BARRIER_RELEASED)?.store(target, Ordering::Release);
+            }
+            me == 0 || reached(word(0, off::BARRIER_RELEASED)?)
+        };
+        if done {
+            self.barriers = target;
+        }
+        Ok(done)
     }
 
     fn heartbeat(&mut self) {
@@ -680,6 +770,17 @@ impl Device for MyriNic {
         self.fetch_and_add(peer.0 as u32, var as usize, delta as u64)
             .ok()
             .map(|v| v as u32)
+    }
+
+    fn barrier(&mut self, _now: Instant, m: &BarrierMembers<'_>) -> BarrierPoll {
+        // Fabric addresses on this device are node numbers.
+        let node = |i: u16| (m.addr)(i).map(|a| a.0 as u32);
+        match self.barrier_step(m.me, m.n, node) {
+            Ok(true) => BarrierPoll::Done,
+            Ok(false) => BarrierPoll::Pending,
+            // Members outside this region: the engine's frame barrier can reach them.
+            Err(_) => BarrierPoll::Unsupported,
+        }
     }
 
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {

@@ -3,6 +3,7 @@
 extern crate std;
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::vec;
 use std::vec::Vec;
 
 use super::*;
@@ -419,4 +420,203 @@ fn fetch_and_add_is_served_in_nic_memory_without_the_owner() {
         gb.fetch_add(0, 8, 1),
         Err(volley_core::engine::Error::InvalidCounter)
     );
+}
+
+/// `n` NICs on one fresh region with the smallest rings.
+fn cluster(n: u32) -> (Mem, Vec<MyriNic>) {
+    let g = Geometry::new(n, 2, 128).unwrap();
+    let mem = Mem::new(g.region_len().unwrap());
+    let mut nics = vec![MyriNic::create(mem.region(), g, 0, 3, NicConfig::default()).unwrap()];
+    for i in 1..n {
+        nics.push(MyriNic::attach(mem.region(), i, 3, NicConfig::default()).unwrap());
+    }
+    (mem, nics)
+}
+
+fn step(nic: &mut MyriNic, n: u32) -> bool {
+    let me = nic.node() as u16;
+    nic.barrier_step(me, n as u16, |i| Some(i as u32)).unwrap()
+}
+
+/// Nobody leaves barrier `e` before the last member has arrived, whoever is last and
+/// however often the others poll; then everybody does. Over several epochs, because
+/// the words are never reset.
+#[test]
+fn the_nic_barrier_waits_for_every_member() {
+    for n in [1u32, 2, 3, 5, 6, 17, 64] {
+        let (_mem, mut nics) = cluster(n);
+        for epoch in 0..(n + 2) {
+            let late = (epoch * 7 + 3) % n;
+            for _ in 0..3 {
+                for nic in nics.iter_mut().filter(|c| c.node() != late) {
+                    assert!(
+                        !step(nic, n),
+                        "n {n} epoch {epoch}: node {} left before node {late} arrived",
+                        nic.node()
+                    );
+                }
+            }
+            // Leaves arrive at once; inner members need their subtree, so the
+            // release takes as many sweeps as the tree is deep.
+            let mut done = vec![false; n as usize];
+            done[late as usize] = step(&mut nics[late as usize], n);
+            for _ in 0..8 {
+                for nic in nics.iter_mut().rev() {
+                    let i = nic.node() as usize;
+                    if !done[i] {
+                        done[i] = step(nic, n);
+                    }
+                }
+            }
+            assert!(done.iter().all(|&d| d), "n {n} epoch {epoch}: {done:?}");
+        }
+    }
+}
+
+/// Words near `u32::MAX` wrap without a false release.
+#[test]
+fn the_nic_barrier_counts_through_the_wrap() {
+    let (mut mem, nics) = cluster(6);
+    let g = nics[0].geometry();
+    drop(nics);
+    let start = u32::MAX - 2;
+    for node in 0..6 {
+        for field in [off::BARRIER_ARRIVED, off::BARRIER_RELEASED] {
+            let at = g.barrier_entry(node) + field;
+            mem.bytes()[at..at + 4].copy_from_slice(&start.to_le_bytes());
+        }
+    }
+    // Attaching picks the count up from the node's own word.
+    let mut nics: Vec<_> = (0..6)
+        .map(|i| MyriNic::attach(mem.region(), i, 3, NicConfig::default()).unwrap())
+        .collect();
+    for epoch in 0..6 {
+        assert!(!step(&mut nics[0], 6) && !step(&mut nics[1], 6));
+        let mut done = [false; 6];
+        for _ in 0..4 {
+            for (i, nic) in nics.iter_mut().enumerate().rev() {
+                done[i] = done[i] || step(nic, 6);
+            }
+        }
+        assert!(
+            done.iter().all(|&d| d),
+            "barrier {epoch} after the start: {done:?}"
+        );
+    }
+    assert_eq!(nics[3].barriers, 3, "went through 0");
+}
+
+/// Threads standing for processes: whatever the interleaving, no member passes
+/// barrier `e` before every member has done its work for `e`.
+#[test]
+fn the_nic_barrier_separates_phases_across_threads() {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    const N: u32 = 6;
+    const BARRIERS: u32 = 300;
+    let (_mem, nics) = cluster(N);
+    let work = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = nics
+        .into_iter()
+        .map(|mut nic| {
+            let work = Arc::clone(&work);
+            std::thread::spawn(move || {
+                for e in 0..BARRIERS {
+                    work.fetch_add(1, Ordering::SeqCst);
+                    while !step(&mut nic, N) {
+                        std::thread::yield_now();
+                    }
+                    let seen = work.load(Ordering::SeqCst);
+                    assert!(
+                        seen >= ((e + 1) * N) as usize,
+                        "node {} left barrier {e} having seen {seen} arrivals",
+                        nic.node()
+                    );
+                }
+                nic
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a member failed");
+    }
+}
+
+/// GAMMA's `gamma_sync` over the NIC: no frame sent, every barrier counted as the
+/// device's; a member that leaves makes the others' barrier fail, not hang.
+#[test]
+fn gamma_sync_runs_in_nic_memory_and_fails_on_a_departed_member() {
+    use volley_core::engine::{Config, Error, Group, Members};
+    use volley_core::gamma::Gamma;
+    use volley_core::time::StdClock;
+    static GROUPS: &[Group<'static>] = &[Group {
+        id: 1,
+        members: Members::Range { first: 0, count: 5 },
+    }];
+    let (_mem, nics) = cluster(5);
+    let start = |nics: Vec<MyriNic>| -> Vec<_> {
+        nics.into_iter()
+            .enumerate()
+            .map(|(i, nic)| {
+                let cfg = Config::new(7, 1, i as u16);
+                Gamma::init_alloc(cfg, GROUPS, 5, nic, StdClock::default(), ()).unwrap()
+            })
+            .collect()
+    };
+    let mut gs = start(nics);
+    for _ in 0..50 {
+        for g in gs.iter_mut() {
+            g.sync_start().unwrap();
+        }
+        let mut done = [false; 5];
+        for _ in 0..100 {
+            for (i, g) in gs.iter_mut().enumerate() {
+                done[i] |= g.sync_test().unwrap();
+            }
+        }
+        assert!(done.iter().all(|&d| d), "{done:?}");
+    }
+    for g in &gs {
+        let s = g.engine().stats();
+        assert_eq!((s.barriers, s.device_barriers, s.tx_frames), (50, 50, 0));
+    }
+    // New engines on the same NICs (another personality, say) continue the NICs'
+    // count: the first barrier still waits for the last member.
+    let mut gs = start(gs.into_iter().map(|g| g.exit().0).collect());
+    for g in gs.iter_mut().take(4) {
+        g.sync_start().unwrap();
+    }
+    for _ in 0..20 {
+        for g in gs.iter_mut().take(4) {
+            assert!(!g.sync_test().unwrap(), "passed without node 4");
+        }
+    }
+    gs[4].sync_start().unwrap();
+    let mut done = [false; 5];
+    for _ in 0..100 {
+        for (i, g) in gs.iter_mut().enumerate() {
+            done[i] |= g.sync_test().unwrap();
+        }
+    }
+    assert!(done.iter().all(|&d| d), "{done:?}");
+    drop(gs.pop()); // leaves the region: its state word says so
+    for g in gs.iter_mut() {
+        g.sync_start().unwrap();
+    }
+    let t0 = std::time::Instant::now();
+    let mut failed = [false; 4];
+    while !failed.iter().all(|&f| f) {
+        assert!(t0.elapsed().as_secs() < 10, "a barrier hung: {failed:?}");
+        for (i, g) in gs.iter_mut().enumerate() {
+            if !failed[i] {
+                match g.sync_test() {
+                    Ok(done) => assert!(!done, "node {i} passed a barrier without node 4"),
+                    Err(e) => {
+                        assert_eq!(e, Error::SendFailure);
+                        failed[i] = true;
+                    }
+                }
+            }
+        }
+    }
 }

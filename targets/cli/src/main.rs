@@ -163,8 +163,8 @@ enum Program {
     FetchAdd,
     /// The 2-rank part of `volley bench`.
     BenchPair,
-    /// The barrier part of `volley bench`.
-    BenchBarrier,
+    /// The collective part of `volley bench` (barrier, broadcast).
+    BenchCollectives,
     /// Volley's part of a `volley bench --peers` round.
     BenchPeer,
 }
@@ -240,7 +240,7 @@ fn worker(
         Program::Attach => programs::attach(&boot, fabric)?,
         Program::FetchAdd => programs::fetch_add(&boot, fabric)?,
         Program::BenchPair => print(bench::pair(&boot, fabric, sweep)?)?,
-        Program::BenchBarrier => print(bench::barrier(&boot, fabric, sweep)?)?,
+        Program::BenchCollectives => print(bench::collectives(&boot, fabric, sweep)?)?,
         Program::BenchPeer => print(bench::peer_round(&boot, fabric, sweep)?)?,
     }
     Ok(0)
@@ -279,11 +279,23 @@ fn bench_command(fabrics: &[Fabric], format: Format, sweep: bench::Sweep, peers:
         sweep.iters.map(|n| n.to_string()),
         path.display().to_string(),
     );
+    let found = volley_hosted::peers::Peers::find(dir.path());
+    let mut notes = Vec::new();
     let mut code = 0;
     let mut seen = 0;
-    let mut all = Vec::new();
+    let mut all: Vec<bench::Row> = Vec::new();
+    let show = |rows: &[bench::Row]| match format {
+        Format::Table => rows.iter().for_each(|r| println!("{}", r.line())),
+        Format::Csv => print!("{}", bench::csv(rows, false)),
+        Format::Json => {}
+    };
+    let parts = std::iter::once((2u16, "bench-pair")).chain(
+        bench::collective_ranks()
+            .into_iter()
+            .map(|r| (r, "bench-collectives")),
+    );
     for &f in fabrics {
-        for (ranks, prog) in [(2u16, "bench-pair"), (4, "bench-barrier")] {
+        for (ranks, prog) in parts.clone() {
             let mut args = vec!["worker", prog, "--out", &out];
             if sweep.quick {
                 args.push("--quick");
@@ -299,19 +311,29 @@ fn bench_command(fabrics: &[Fabric], format: Format, sweep: bench::Sweep, peers:
                     return 1;
                 }
             };
-            let new = &rows[seen.min(rows.len())..];
-            match format {
-                Format::Table => new.iter().for_each(|r| println!("{}", r.line())),
-                Format::Csv => print!("{}", bench::csv(new, false)),
-                Format::Json => {}
-            }
+            let new = rows[seen.min(rows.len())..].to_vec();
             seen = rows.len();
-            all = rows;
+            show(&new);
+            all.extend(new.iter().cloned());
+            // MPICH's collectives beside Volley's, same run: on one host MPICH
+            // always takes its own shared memory, so only beside shm.
+            if prog == "bench-collectives" && f == Fabric::Shm && found.has_mpich() {
+                match found.mpich_collectives(ranks, bench::collective_iters(sweep)) {
+                    Ok(mut m) => {
+                        bench::ratios_to_mpich(&new, &mut m);
+                        show(&m);
+                        all.extend(m);
+                    }
+                    Err(e) => {
+                        eprintln!("volley: bench: MPICH collectives, {ranks} ranks: {e}");
+                        notes.push(format!("MPICH collectives, {ranks} ranks: {e}"));
+                    }
+                }
+            }
         }
     }
-    let mut notes = Vec::new();
     if peers {
-        let (rows, n, c) = peer_rounds(dir.path(), fabrics, sweep);
+        let (rows, n, c) = peer_rounds(dir.path(), &found, fabrics, sweep);
         code = code.max(c);
         match format {
             Format::Table => {
@@ -326,6 +348,14 @@ fn bench_command(fabrics: &[Fabric], format: Format, sweep: bench::Sweep, peers:
         }
         notes.extend(n);
         all.extend(rows);
+    } else if !found.has_mpich() {
+        notes.extend(
+            found
+                .missing
+                .iter()
+                .filter(|m| m.starts_with("MPICH"))
+                .cloned(),
+        );
     }
     if format == Format::Json {
         println!("{}", bench::json(&all, &notes));
@@ -339,11 +369,10 @@ fn bench_command(fabrics: &[Fabric], format: Format, sweep: bench::Sweep, peers:
 /// missing) and the worst exit code.
 fn peer_rounds(
     dir: &std::path::Path,
+    found: &volley_hosted::peers::Peers,
     fabrics: &[Fabric],
     sweep: bench::Sweep,
 ) -> (Vec<bench::Row>, Vec<String>, i32) {
-    use volley_hosted::peers::Peers;
-    let found = Peers::find(dir);
     let path = dir.join("peers.jsonl");
     let mut code = 0;
     if let Err(e) = std::fs::File::create(&path) {
@@ -368,7 +397,7 @@ fn peer_rounds(
     }
     let mut rows = bench::over_rounds(&per_round);
     bench::ratios_to_peers(&mut rows);
-    (rows, found.missing, code)
+    (rows, found.missing.clone(), code)
 }
 
 fn main() -> ExitCode {

@@ -67,6 +67,33 @@ fn csv_is_rfc4180_and_json_one_document_with_the_same_rows() {
             "{reference}"
         );
     }
+    // Collective rows at 2 and 4 ranks on both fabrics (a label says when the ranks
+    // outnumber the cores), three broadcast sizes; MPICH beside shm when installed,
+    // with Volley's ratio to it.
+    let has = |fabric: &str, prefix: &str, bytes: &str| {
+        rows.iter()
+            .any(|r| &r[0] == fabric && r[1].starts_with(prefix) && &r[2] == bytes)
+    };
+    for fabric in ["shm", "udp"] {
+        for n in ["2 ranks", "4 ranks"] {
+            assert!(has(fabric, &format!("barrier, {n}"), "0"), "{fabric} {n}");
+            for bytes in ["8", "16384", "1048576"] {
+                assert!(
+                    has(fabric, &format!("broadcast, {n}"), bytes),
+                    "{fabric} {n} {bytes}"
+                );
+            }
+        }
+    }
+    if volley_hosted::peers::on_path("mpiexec.mpich").is_some() {
+        for prefix in ["MPICH MPI_Barrier, 2 ranks", "MPICH MPI_Bcast, 4 ranks"] {
+            let row = rows
+                .iter()
+                .find(|r| &r[0] == "shm" && r[1].starts_with(prefix))
+                .unwrap_or_else(|| panic!("no {prefix} row:\n{text}"));
+            row[7].parse::<f64>().expect("a ratio to MPICH");
+        }
+    }
 
     let doc: serde_json::Value = serde_json::from_str(&bench(&["--json"])).unwrap();
     let jrows = doc["rows"].as_array().unwrap();

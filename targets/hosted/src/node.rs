@@ -2,7 +2,7 @@
 
 use volley_core::engine::{Config, Group, Members};
 use volley_core::gamma::{Gamma, StdClock};
-use volley_core::phy::{Capabilities, Device, RxToken, TxToken};
+use volley_core::phy::{BarrierMembers, BarrierPoll, Capabilities, Device, RxToken, TxToken};
 use volley_core::time::Instant;
 use volley_core::NodeAddr;
 
@@ -98,6 +98,13 @@ impl Device for HostDevice {
         match self {
             HostDevice::Shm(d) => d.fetch_add(peer, var, delta),
             HostDevice::Udp(_) => None,
+        }
+    }
+
+    fn barrier(&mut self, now: Instant, members: &BarrierMembers<'_>) -> BarrierPoll {
+        match self {
+            HostDevice::Shm(d) => d.barrier(now, members),
+            HostDevice::Udp(_) => BarrierPoll::Unsupported,
         }
     }
 }

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use memmap2::MmapMut;
-use volley_core::phy::{Capabilities, Device};
+use volley_core::phy::{BarrierMembers, BarrierPoll, Capabilities, Device};
 use volley_core::time::Instant;
 use volley_core::NodeAddr;
 use volley_myri::{Geometry, MyriError, MyriNic, MyriRx, MyriTx, NicConfig, Region};
@@ -535,6 +535,10 @@ impl Device for ShmDevice {
 
     fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
         self.nic.fetch_add(peer, var, delta)
+    }
+
+    fn barrier(&mut self, now: Instant, members: &BarrierMembers<'_>) -> BarrierPoll {
+        self.nic.barrier(now, members)
     }
 
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {

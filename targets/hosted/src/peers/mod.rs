@@ -12,6 +12,8 @@ use crate::bench::Row;
 
 /// The MPI side: 8-byte one-way latency and 1 MiB streaming, as Volley's rows.
 pub const MPI_PINGPONG: &str = include_str!("mpi_pingpong.c");
+/// The MPI side of the collective rows: `MPI_Barrier`, `MPI_Bcast`.
+pub const MPI_COLL: &str = include_str!("mpi_coll.c");
 
 /// A program on `PATH`.
 pub fn on_path(name: &str) -> Option<PathBuf> {
@@ -24,8 +26,8 @@ pub fn on_path(name: &str) -> Option<PathBuf> {
 /// The peers found on this machine.
 #[derive(Debug)]
 pub struct Peers {
-    /// The built MPI program and `mpiexec.mpich`.
-    mpi: Option<(PathBuf, PathBuf)>,
+    /// The built MPI programs (ping-pong, collectives) and `mpiexec.mpich`.
+    mpi: Option<(PathBuf, PathBuf, PathBuf)>,
     /// `ucx_perftest`.
     ucx: Option<PathBuf>,
     /// One line per peer that cannot run, saying why.
@@ -37,8 +39,10 @@ impl Peers {
     pub fn find(dir: &Path) -> Peers {
         let mut missing = Vec::new();
         let mpi = match (on_path("mpicc.mpich"), on_path("mpiexec.mpich")) {
-            (Some(cc), Some(exec)) => match build_mpi(dir, &cc) {
-                Ok(p) => Some((p, exec)),
+            (Some(cc), Some(exec)) => match build_mpi(dir, &cc, "mpi_pingpong", MPI_PINGPONG)
+                .and_then(|p| Ok((p, build_mpi(dir, &cc, "mpi_coll", MPI_COLL)?)))
+            {
+                Ok((p, c)) => Some((p, c, exec)),
                 Err(e) => {
                     missing.push(format!("MPICH: {e}"));
                     None
@@ -64,7 +68,7 @@ impl Peers {
     pub fn round(&self, fabric: &'static str, iters: usize, rounds: usize) -> Vec<Row> {
         let mut rows = Vec::new();
         if fabric == "shm" {
-            if let Some((prog, exec)) = &self.mpi {
+            if let Some((prog, _, exec)) = &self.mpi {
                 match mpich(prog, exec, iters, rounds) {
                     Ok(r) => rows.extend(r),
                     Err(e) => eprintln!("bench: MPICH: {e}"),
@@ -93,10 +97,10 @@ impl Peers {
     }
 }
 
-fn build_mpi(dir: &Path, cc: &Path) -> Result<PathBuf, String> {
-    let src = dir.join("mpi_pingpong.c");
-    let bin = dir.join("mpi_pingpong");
-    std::fs::write(&src, MPI_PINGPONG).map_err(|e| format!("{}: {e}", src.display()))?;
+fn build_mpi(dir: &Path, cc: &Path, name: &str, text: &str) -> Result<PathBuf, String> {
+    let src = dir.join(format!("{name}.c"));
+    let bin = dir.join(name);
+    std::fs::write(&src, text).map_err(|e| format!("{}: {e}", src.display()))?;
     let o = Command::new(cc)
         .args(["-O2", "-o"])
         .arg(&bin)
@@ -105,7 +109,7 @@ fn build_mpi(dir: &Path, cc: &Path) -> Result<PathBuf, String> {
         .map_err(|e| format!("{}: {e}", cc.display()))?;
     if !o.status.success() {
         return Err(format!(
-            "cannot build the MPI ping-pong: {}",
+            "cannot build {name}.c: {}",
             String::from_utf8_lossy(&o.stderr)
                 .lines()
                 .next()
@@ -113,6 +117,65 @@ fn build_mpi(dir: &Path, cc: &Path) -> Result<PathBuf, String> {
         ));
     }
     Ok(bin)
+}
+
+impl Peers {
+    /// Whether MPICH can run.
+    pub fn has_mpich(&self) -> bool {
+        self.mpi.is_some()
+    }
+
+    /// MPICH's `MPI_Barrier` and `MPI_Bcast` (8 B, 16 KiB, 1 MiB) over `ranks`
+    /// processes, measured as Volley's collective rows (`mpi_coll.c`), with
+    /// `iters` iterations of barrier, small, medium and large broadcast.
+    pub fn mpich_collectives(&self, ranks: u16, iters: [usize; 4]) -> Result<Vec<Row>, String> {
+        let Some((_, prog, exec)) = &self.mpi else {
+            return Err("MPICH is not installed".into());
+        };
+        let child = Command::new(exec)
+            .args(["-n", &ranks.to_string()])
+            .arg(prog)
+            .args(iters.map(|n| n.to_string()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", exec.display()))?;
+        let o = wait_bounded(child, Duration::from_secs(300))?;
+        if !o.status.success() {
+            return Err(String::from_utf8_lossy(&o.stderr).trim().to_string());
+        }
+        let label = crate::bench::ranks_label(ranks);
+        let text = String::from_utf8_lossy(&o.stdout);
+        let rows: Vec<Row> = text
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let [what, bytes, m, p90, p99] = f[..] else {
+                    return None;
+                };
+                let test = match what {
+                    "barrier" => format!("MPICH MPI_Barrier{label}"),
+                    "bcast" => format!("MPICH MPI_Bcast{label}"),
+                    _ => return None,
+                };
+                Some(Row {
+                    fabric: "shm".into(),
+                    test,
+                    bytes: bytes.parse().ok()?,
+                    unit: "us".into(),
+                    median: m.parse().ok()?,
+                    p90: p90.parse().ok()?,
+                    p99: p99.parse().ok()?,
+                    ratio: None,
+                })
+            })
+            .collect();
+        if rows.len() != 4 {
+            return Err(format!("unexpected output: {text:?}"));
+        }
+        Ok(rows)
+    }
 }
 
 /// Waits for `child` at most `limit`, killing it past that.
