@@ -20,6 +20,17 @@ impl<'a, S> Engine<'a, S> {
         Ok(())
     }
 
+    /// Chooses between the device's barrier and the frame barrier
+    /// ([`Config::device_barrier`]) between barriers; every member must switch at
+    /// the same point of its sequence. `BarrierInProgress` while one runs.
+    pub fn set_device_barrier(&mut self, on: bool) -> Result<(), Error> {
+        if self.bar.active {
+            return Err(Error::BarrierInProgress);
+        }
+        self.cfg.device_barrier = on;
+        Ok(())
+    }
+
     /// `Ok(true)` once the barrier started last has completed, `Ok(false)` while it runs,
     /// `Err(SendFailure)` if a peer it needed is dead (`NoResources` if the channel
     /// table has no room for one).
@@ -116,7 +127,11 @@ impl<'a, S> Engine<'a, S> {
     }
 
     pub(super) fn advance_barrier<D: Device>(&mut self, now: Instant, dev: &mut D) {
-        if self.bar.round == 0 && !self.bar.sent && self.advance_device_barrier(now, dev) {
+        if self.cfg.device_barrier
+            && self.bar.round == 0
+            && !self.bar.sent
+            && self.advance_device_barrier(now, dev)
+        {
             return;
         }
         let rounds = self.rounds();

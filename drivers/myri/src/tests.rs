@@ -580,6 +580,24 @@ fn gamma_sync_runs_in_nic_memory_and_fails_on_a_departed_member() {
         let s = g.engine().stats();
         assert_eq!((s.barriers, s.device_barriers, s.tx_frames), (50, 50, 0));
     }
+    // The frame barrier on the same rings when asked (`Config::device_barrier`).
+    for g in gs.iter_mut() {
+        g.engine_mut().set_device_barrier(false).unwrap();
+        g.sync_start().unwrap();
+    }
+    let mut done = [false; 5];
+    for _ in 0..1000 {
+        for (i, g) in gs.iter_mut().enumerate() {
+            done[i] |= g.sync_test().unwrap();
+        }
+    }
+    assert!(done.iter().all(|&d| d), "frame barrier: {done:?}");
+    for g in gs.iter_mut() {
+        let s = g.engine().stats();
+        assert_eq!((s.barriers, s.device_barriers), (51, 50));
+        assert!(s.tx_frames > 0, "tokens went as frames");
+        g.engine_mut().set_device_barrier(true).unwrap();
+    }
     // New engines on the same NICs (another personality, say) continue the NICs'
     // count: the first barrier still waits for the last member.
     let mut gs = start(gs.into_iter().map(|g| g.exit().0).collect());

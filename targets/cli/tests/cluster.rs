@@ -812,6 +812,11 @@ fn bad_settings_are_one_line_naming_the_setting() {
             &[("VOLLEY_SIZE", "300"), ("VOLLEY_RANK", "0")],
             "at most 256 ranks",
         ),
+        (
+            &["worker", "attach"],
+            &[("VOLLEY_BARRIER", "sometimes")],
+            "VOLLEY_BARRIER",
+        ),
     ];
     for (args, env, want) in cases {
         let out = Command::new(VOLLEY)

@@ -132,6 +132,18 @@ pub fn peer_timeout() -> Result<volley_core::time::Duration, HostError> {
     Ok(volley_core::time::Duration::from_nanos(d.as_nanos() as u64))
 }
 
+/// `VOLLEY_BARRIER`: `device` (the default: in NIC memory on shm, frames elsewhere)
+/// or `frames` (the dissemination barrier everywhere). Every rank must agree.
+pub fn device_barrier() -> Result<bool, HostError> {
+    match std::env::var("VOLLEY_BARRIER").as_deref() {
+        Err(_) | Ok("device") => Ok(true),
+        Ok("frames") => Ok(false),
+        Ok(v) => Err(HostError(format!(
+            "VOLLEY_BARRIER={v}: expected device or frames"
+        ))),
+    }
+}
+
 fn shm_options() -> Result<ShmOptions, HostError> {
     use crate::settings::{env_integer, env_seconds};
     let mut o = ShmOptions {
@@ -235,6 +247,7 @@ pub fn engine_config(
     };
     let mut cfg = Config::new(job_key, group, node);
     cfg.peer_timeout = peer_timeout()?;
+    cfg.device_barrier = device_barrier()?;
     // Frames that cross a network are authenticated under the job secret; shared
     // memory is private to this user (and checked), and needs none.
     if fabric == Fabric::Udp {
