@@ -46,10 +46,10 @@
 //! word has reached it (so the word speaks for the whole subtree); the root then
 //! stores it into its `released` word, which every member polls. The NIC counts the
 //! barriers its node has completed (engines taking turns on one NIC continue one
-//! sequence). Each word has one
-//! writer and its own cache line: a member's arrival costs its parent one line
-//! transfer, and the release one more per member. Counting instead of flipping a
-//! sense bit means no word is ever reset; comparisons wrap.
+//! sequence). Each word has one writer and its own cache line: a member's arrival
+//! costs its parent one line transfer, and the release one more per member.
+//! Counting instead of flipping a sense bit means no word is ever reset;
+//! comparisons wrap.
 //!
 //! # Start-up and liveness
 //!
@@ -414,7 +414,7 @@ impl MyriNic {
         if me >= geo.nodes {
             return Err(MyriError::BadNode);
         }
-        let nic = MyriNic {
+        let mut nic = MyriNic {
             region,
             geo,
             me,
@@ -431,7 +431,6 @@ impl MyriNic {
             barriers: 0,
             stats: NicStats::default(),
         };
-        let mut nic = nic;
         if let Some(w) = nic.barrier_word(me, off::BARRIER_ARRIVED) {
             nic.barriers = w.load(Ordering::Acquire);
         }
