@@ -127,9 +127,10 @@ pub struct Config {
     /// [`Error::PortClosed`]. Ports bound late (no barrier after setting up) still get
     /// their messages within it.
     pub unbound_grace: Duration,
-    /// Barriers run in device memory where the device can ([`Device::barrier`]; the
-    /// default); `false` forces the frame (dissemination) barrier. Every member of a
-    /// group must have the same setting.
+    /// Barriers run in device memory where the device can ([`Device::barrier`]);
+    /// `false` (the default) keeps the frame (dissemination) barrier, whose tokens
+    /// travel behind earlier frames on the same channels. Every member of a group
+    /// must have the same setting.
     pub device_barrier: bool,
 }
 
@@ -150,7 +151,7 @@ impl Config {
             barrier_probe: Duration::from_millis(50),
             unbound_grace: Duration::from_secs(10),
             auth_key: None,
-            device_barrier: true,
+            device_barrier: false,
         }
     }
 }

@@ -558,7 +558,8 @@ fn gamma_sync_runs_in_nic_memory_and_fails_on_a_departed_member() {
         nics.into_iter()
             .enumerate()
             .map(|(i, nic)| {
-                let cfg = Config::new(7, 1, i as u16);
+                let mut cfg = Config::new(7, 1, i as u16);
+                cfg.device_barrier = true;
                 Gamma::init_alloc(cfg, GROUPS, 5, nic, StdClock::default(), ()).unwrap()
             })
             .collect()

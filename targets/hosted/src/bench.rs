@@ -1346,15 +1346,21 @@ pub fn collectives(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, H
     };
     let mut g: HostGamma<State> = node::gamma(boot, fabric, State::default())?;
     let mut rows = barrier_rows(&mut g, fabric.name(), boot.size, reference, sw)?;
-    if fabric == Fabric::Shm && g.engine().config().device_barrier {
-        // The frame barrier on the same rings, same run: what the NIC's saves.
-        g.engine_mut().set_device_barrier(false)?;
-        let mut frames = barrier_rows(&mut g, fabric.name(), boot.size, reference, sw)?;
-        g.engine_mut().set_device_barrier(true)?;
-        for r in &mut frames {
-            r.test = r.test.replacen("barrier", "barrier over frames", 1);
+    if fabric == Fabric::Shm {
+        // The other barrier on the same rings, same run.
+        let on = g.engine().config().device_barrier;
+        g.engine_mut().set_device_barrier(!on)?;
+        let mut other = barrier_rows(&mut g, fabric.name(), boot.size, reference, sw)?;
+        g.engine_mut().set_device_barrier(on)?;
+        let name = if on {
+            "barrier over frames"
+        } else {
+            "barrier in NIC memory"
+        };
+        for r in &mut other {
+            r.test = r.test.replacen("barrier", name, 1);
         }
-        rows.extend(frames);
+        rows.extend(other);
     }
     rows.extend(bcast_rows(&mut g, fabric.name(), boot.size, reference, sw)?);
     g.sync()?;
