@@ -52,8 +52,16 @@ fn job_key() -> Option<[u8; 16]> {
     Some(key)
 }
 
-/// Runs `app` as instance `rank` of `nodes`; returns whether every check passed.
-pub fn run(app: &str, nic: E1000<Bar0>, clock: TscClock, rank: u16, nodes: u16) -> bool {
+/// Runs `app` as instance `rank` of `nodes` of job `job`; returns whether every check
+/// passed.
+pub fn run(
+    app: &str,
+    nic: E1000<Bar0>,
+    clock: TscClock,
+    rank: u16,
+    nodes: u16,
+    job: u64,
+) -> bool {
     let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
         id: 1,
         members: Members::Range {
@@ -70,15 +78,10 @@ pub fn run(app: &str, nic: E1000<Bar0>, clock: TscClock, rank: u16, nodes: u16) 
         );
         return false;
     };
-    // The job key in every header is a PRF of the secret key, so that the wire does
-    // not show any of the key's own bits.
-    let prf = volley_core::wire::tag(&key, &[0; volley_core::wire::HEADER_LEN], b"job key");
-    let mut cfg = Config::new(
-        u32::from_le_bytes([prf[0], prf[1], prf[2], prf[3]]),
-        1,
-        rank,
-    );
-    cfg.auth_key = Some(key);
+    // Keys derived from the secret as hosted ranks derive them (`job=` on the
+    // command line names the job), so both kinds of node can share one job.
+    let mut cfg = Config::new(volley_core::wire::job_key(&key, job), 1, rank);
+    cfg.auth_key = Some(volley_core::wire::frame_key(&key, job));
     // QEMU holds reception off for about a second after RCTL is written: the first
     // frames are retransmitted, so allow a few seconds before declaring a peer dead.
     cfg.peer_timeout = volley_core::time::Duration::from_secs(4);

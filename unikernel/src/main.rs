@@ -128,6 +128,14 @@ extern "C" fn rust_main(start_info: u32) -> ! {
     }
 }
 
+/// Parses a job id: decimal, or hexadecimal after `0x`.
+fn parse_job(s: &str) -> Option<u64> {
+    match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
 /// Parses a MAC address `aa:bb:cc:dd:ee:ff`.
 fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
@@ -138,7 +146,7 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
     parts.next().is_none().then_some(mac)
 }
 
-/// `app=NAME rank=R macs=M0,M1,... [fabric=e1000]`: brings the e1000 up and runs the
+/// `app=NAME rank=R macs=M0,M1,... [job=ID] [fabric=e1000]`: brings the e1000 up and runs the
 /// application.
 fn net_app(app: &str, cmdline: &str) -> bool {
     match pvh::arg(cmdline, "fabric").unwrap_or("e1000") {
@@ -157,6 +165,18 @@ fn net_app(app: &str, cmdline: &str) -> bool {
             println!("volley unikernel: app needs rank=N");
             return false;
         }
+    };
+    // The job id (`job=`, decimal or 0x-hex, as VOLLEY_JOB for hosted ranks): the
+    // keys are derived per job. 0 when absent.
+    let job = match pvh::arg(cmdline, "job") {
+        None => 0,
+        Some(j) => match parse_job(j) {
+            Some(j) => j,
+            None => {
+                println!("volley unikernel: job={:?} is not a job id", j);
+                return false;
+            }
+        },
     };
     let mut macs = alloc::vec::Vec::new();
     for m in pvh::arg(cmdline, "macs").unwrap_or("").split(',') {
@@ -207,7 +227,7 @@ fn net_app(app: &str, cmdline: &str) -> bool {
         let mut nic = nic;
         return app::rawpong(&mut nic, &clock, rank);
     }
-    app::run(app, nic, clock, rank, macs.len() as u16)
+    app::run(app, nic, clock, rank, macs.len() as u16, job)
 }
 
 #[panic_handler]

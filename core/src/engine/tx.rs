@@ -74,6 +74,9 @@ impl<'a, S> Engine<'a, S> {
                 sent += self.transmit_chan(now, dev, ci, ext, mem);
             }
         }
+        if sent > 0 {
+            dev.flush(now);
+        }
         sent
     }
 

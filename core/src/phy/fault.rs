@@ -220,6 +220,10 @@ impl<D: Device, const BUF: usize> Device for FaultInjector<D, BUF> {
         self.inner.peer_alive(now, peer)
     }
 
+    fn flush(&mut self, now: Instant) {
+        self.inner.flush(now)
+    }
+
     fn capabilities(&self) -> Capabilities {
         if self.injects_nothing() {
             return self.inner.capabilities();

@@ -125,6 +125,10 @@ pub trait Device {
     fn barrier(&mut self, _now: Instant, _members: &BarrierMembers<'_>) -> BarrierPoll {
         BarrierPoll::Unsupported
     }
+    /// Sends what earlier transmit tokens queued. Devices that batch frames and tell
+    /// the hardware once per batch (a kernel packet ring: one system call) do it
+    /// here; the engine calls it at the end of each transmit pass.
+    fn flush(&mut self, _now: Instant) {}
 }
 
 impl<D: Device> Device for &mut D {
@@ -153,5 +157,8 @@ impl<D: Device> Device for &mut D {
     }
     fn barrier(&mut self, now: Instant, members: &BarrierMembers<'_>) -> BarrierPoll {
         (**self).barrier(now, members)
+    }
+    fn flush(&mut self, now: Instant) {
+        (**self).flush(now)
     }
 }

@@ -140,6 +140,10 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
         self.inner.peer_alive(now, peer)
     }
+
+    fn flush(&mut self, now: Instant) {
+        self.inner.flush(now)
+    }
 }
 
 #[cfg(test)]

@@ -326,6 +326,30 @@ pub const TAG_LEN: usize = 16;
 /// A job's 128-bit authentication key.
 pub type AuthKey = [u8; 16];
 
+/// A key derived from a job secret for one purpose (`what`) and one job, so that the
+/// key that authenticates frames, the job key in headers and anything else taken
+/// from the secret are unrelated (SipHash-2-4, 128-bit output, keyed by the secret).
+/// Hosted ranks and unikernel nodes derive alike, so they can share a job.
+pub fn derive_key(secret: &AuthKey, what: &[u8], job: u64) -> [u8; 16] {
+    use core::hash::Hasher;
+    use siphasher::sip128::{Hasher128, SipHasher24};
+    let mut h = SipHasher24::new_with_key(secret);
+    h.write(what);
+    h.write(&job.to_le_bytes());
+    h.finish128().as_bytes()
+}
+
+/// The frame key of job `job` under `secret` (see [`derive_key`]).
+pub fn frame_key(secret: &AuthKey, job: u64) -> AuthKey {
+    derive_key(secret, b"volley frame key", job)
+}
+
+/// The 32-bit job key carried in every header of job `job` under `secret`.
+pub fn job_key(secret: &AuthKey, job: u64) -> u32 {
+    let d = derive_key(secret, b"volley job key", job);
+    u32::from_le_bytes([d[0], d[1], d[2], d[3]])
+}
+
 /// Payloads from this length on are tagged with BLAKE3, shorter ones with SipHash.
 pub const LONG_TAG_FROM: usize = 2048;
 

@@ -31,7 +31,8 @@ enum Cmd {
         /// Number of ranks (1 to 65535).
         #[arg(short = 'n', long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
         ranks: u16,
-        /// Fabric: shm (Myrinet-like NIC model on /dev/shm) or udp (loopback sockets).
+        /// Fabric: shm (Myrinet-like NIC model on /dev/shm), udp (loopback sockets) or
+        /// eth (raw Ethernet: VOLLEY_ETH_IF names each rank's interface).
         #[arg(long, value_enum, default_value_t = FabricArg::Shm)]
         fabric: FabricArg,
     },
@@ -68,9 +69,9 @@ enum Cmd {
     /// latency for 2 and 4 ranks; medians and percentiles, each fabric starting with a
     /// reference row (the bare path) measured in the same run, and the ratio to it.
     Bench {
-        /// Which fabrics.
-        #[arg(long, value_enum, default_value_t = BenchFabric::All)]
-        fabric: BenchFabric,
+        /// Which fabrics, comma-separated (`eth,udp`).
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+        fabric: Vec<BenchFabric>,
         /// CSV (RFC 4180, with a header line) instead of a table.
         #[arg(long, conflicts_with = "json")]
         csv: bool,
@@ -127,6 +128,8 @@ enum FabricArg {
     Shm,
     /// UDP sockets (loopback or across machines).
     Udp,
+    /// Raw Ethernet frames (VOLLEY_ETH_IF; each rank its own interface).
+    Eth,
 }
 
 impl From<FabricArg> for Fabric {
@@ -134,15 +137,19 @@ impl From<FabricArg> for Fabric {
         match f {
             FabricArg::Shm => Fabric::Shm,
             FabricArg::Udp => Fabric::Udp,
+            FabricArg::Eth => Fabric::Eth,
         }
     }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum BenchFabric {
+    /// shm and udp.
     All,
     Shm,
     Udp,
+    /// On the interfaces VOLLEY_ETH_IF lists, or a veth pair made for the run (root).
+    Eth,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -438,11 +445,20 @@ fn main() -> ExitCode {
             iters,
             peers,
         } => {
-            let fabrics: &[Fabric] = match fabric {
-                BenchFabric::All => &[Fabric::Shm, Fabric::Udp],
-                BenchFabric::Shm => &[Fabric::Shm],
-                BenchFabric::Udp => &[Fabric::Udp],
-            };
+            let mut fabrics: Vec<Fabric> = Vec::new();
+            for f in fabric {
+                let add: &[Fabric] = match f {
+                    BenchFabric::All => &[Fabric::Shm, Fabric::Udp],
+                    BenchFabric::Shm => &[Fabric::Shm],
+                    BenchFabric::Udp => &[Fabric::Udp],
+                    BenchFabric::Eth => &[Fabric::Eth],
+                };
+                for &a in add {
+                    if !fabrics.contains(&a) {
+                        fabrics.push(a);
+                    }
+                }
+            }
             let format = match (csv, json) {
                 (true, _) => Format::Csv,
                 (_, true) => Format::Json,
@@ -452,7 +468,7 @@ fn main() -> ExitCode {
                 quick,
                 iters: iters.map(|n| n as usize),
             };
-            bench_command(fabrics, format, sweep, peers)
+            bench_command(&fabrics, format, sweep, peers)
         }
         Cmd::Worker {
             program,

@@ -262,6 +262,76 @@ fn flag_pingpong(boot: &Boot, iters: usize) -> Result<Vec<f64>, HostError> {
 /// The bare reference: a plain UDP ping-pong of `len` bytes on two spare ports. Rank 1
 /// echoes whatever arrives; rank 0 numbers its pings, resends one that got no echo
 /// within 100 ms (start-up, a lost datagram), and ends with a stop datagram.
+/// The eth fabric's reference: `len`-byte frames bounced between ranks 0 and 1
+/// through the same packet rings the fabric uses, with no protocol on top.
+fn eth_pingpong(boot: &Boot, len: usize, iters: usize) -> Result<Vec<f64>, HostError> {
+    use volley_core::phy::{Device, RxToken, TxToken};
+    let s = boot
+        .secret
+        .ok_or_else(|| HostError("eth reference: no job secret".into()))?;
+    let mut dev = crate::eth::EthDevice::open(
+        boot,
+        s.job_key(boot.job),
+        volley_core::wire::derive_key(&s.0, b"volley eth hello", boot.job),
+    )?;
+    let peer = volley_core::NodeAddr(1 - boot.rank);
+    let epoch = StdInstant::now();
+    let now = |e: StdInstant| volley_core::time::Instant::from_nanos(e.elapsed().as_nanos() as u64);
+    let send = |dev: &mut crate::eth::EthDevice, i: u64| {
+        let t = now(epoch);
+        if let Some(tok) = dev.transmit(t, peer) {
+            tok.consume(len.max(8), |b| b[..8].copy_from_slice(&i.to_le_bytes()));
+        }
+        dev.flush(t);
+    };
+    // The number in the next frame, if one came.
+    let recv = |dev: &mut crate::eth::EthDevice| -> Option<u64> {
+        let tok = dev.receive(now(epoch))?;
+        tok.consume(|f| {
+            f.get(..8)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+        })
+    };
+    const STOP: u64 = u64::MAX;
+    let deadline = StdInstant::now() + StdDuration::from_secs(60);
+    let mut out = Vec::with_capacity(iters);
+    if boot.rank == 1 {
+        loop {
+            if StdInstant::now() > deadline {
+                return Err(HostError("eth reference: no stop from rank 0".into()));
+            }
+            match recv(&mut dev) {
+                Some(STOP) => return Ok(out),
+                Some(i) => send(&mut dev, i),
+                None => {}
+            }
+        }
+    }
+    let warm = iters / 10 + 1;
+    for i in 0..(warm + iters) as u64 {
+        let t0 = StdInstant::now();
+        let mut sent = t0;
+        send(&mut dev, i);
+        // Frames may be lost: resend after 100 ms.
+        while recv(&mut dev) != Some(i) {
+            if sent.elapsed() > StdDuration::from_millis(100) {
+                if StdInstant::now() > deadline {
+                    return Err(HostError("eth reference: rank 1 does not answer".into()));
+                }
+                sent = StdInstant::now();
+                send(&mut dev, i);
+            }
+        }
+        if i >= warm as u64 {
+            out.push(t0.elapsed().as_nanos() as f64 / 2_000.0);
+        }
+    }
+    for _ in 0..20 {
+        send(&mut dev, STOP);
+    }
+    Ok(out)
+}
+
 fn udp_pingpong(boot: &Boot, len: usize, iters: usize) -> Result<Vec<f64>, HostError> {
     const STOP: u64 = u64::MAX;
     // Spare ports beside the job's (wrapping below 65536 if the job's are high).
@@ -423,13 +493,14 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
             let bw = tcp_stream(boot, 1 << 20, 32, sw.rounds(20))?;
             (udp_pingpong(boot, 8, sw.iters(20_000))?, Some(bw))
         }
+        Fabric::Eth => (eth_pingpong(boot, 8, sw.iters(20_000))?, None),
     };
     let me0 = boot.rank == 0;
     let (lm, lp90, lp99) = stats(ref_lat);
-    let ref_name = if fabric == Fabric::Shm {
-        "reference: bare flag ping-pong"
-    } else {
-        "reference: bare UDP ping-pong"
+    let ref_name = match fabric {
+        Fabric::Shm => "reference: bare flag ping-pong",
+        Fabric::Udp => "reference: bare UDP ping-pong",
+        Fabric::Eth => "reference: bare AF_PACKET ping-pong",
     };
     rows.push(Row {
         fabric: name.into(),

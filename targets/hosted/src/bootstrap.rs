@@ -47,7 +47,8 @@ pub struct Boot {
     pub job: u64,
     /// Where the rank came from.
     pub source: Source,
-    /// Host of each rank, if a hosts list was given (UDP peers live there).
+    /// Host of each rank, if a hosts list was given (UDP peers live there), as
+    /// written: `name` or `name=MAC` ([`host_name`]).
     pub hosts: Vec<String>,
     /// The job secret ([`crate::secret`]), if one reached this rank.
     pub secret: Option<crate::secret::Secret>,
@@ -86,6 +87,12 @@ pub fn parse_job(v: &str) -> Option<u64> {
         Some(h) => u64::from_str_radix(h, 16).ok(),
         None => v.parse().ok(),
     }
+}
+
+/// The host name of a hosts-list entry: `name`, or `name=MAC` where the entry also
+/// gives the MAC address the `eth` fabric reaches that rank at.
+pub fn host_name(entry: &str) -> &str {
+    entry.split_once('=').map_or(entry, |(name, _)| name)
 }
 
 /// Splits a hosts list: commas or whitespace (one per line in a file), `#` comments.
@@ -139,7 +146,9 @@ pub fn detect(
         match (found, &hosts) {
             (Some(f), _) => f,
             (None, Some(list)) => {
-                let mine: Vec<usize> = (0..list.len()).filter(|&i| list[i] == hostname).collect();
+                let mine: Vec<usize> = (0..list.len())
+                    .filter(|&i| host_name(&list[i]) == hostname)
+                    .collect();
                 match mine.as_slice() {
                     [i] => (Source::Hosts, *i as u64, list.len() as u64),
                     [] => {

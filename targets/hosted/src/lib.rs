@@ -14,6 +14,7 @@ use std::fmt;
 pub mod bench;
 pub mod bootstrap;
 pub mod cheetah;
+pub mod eth;
 pub mod launcher;
 pub mod lfc;
 pub mod node;
@@ -51,6 +52,8 @@ pub enum Fabric {
     Shm,
     /// UDP sockets (loopback or across machines).
     Udp,
+    /// Raw Ethernet frames through a packet socket (across machines on one LAN).
+    Eth,
 }
 
 impl Fabric {
@@ -59,6 +62,7 @@ impl Fabric {
         match self {
             Fabric::Shm => "shm",
             Fabric::Udp => "udp",
+            Fabric::Eth => "eth",
         }
     }
 
@@ -67,6 +71,7 @@ impl Fabric {
         match name {
             "shm" => Some(Fabric::Shm),
             "udp" => Some(Fabric::Udp),
+            "eth" => Some(Fabric::Eth),
             _ => None,
         }
     }
@@ -76,7 +81,7 @@ impl Fabric {
         match std::env::var("VOLLEY_FABRIC") {
             Err(_) => Ok(Fabric::Shm),
             Ok(v) => Fabric::parse(&v)
-                .ok_or_else(|| HostError(format!("VOLLEY_FABRIC={v:?}: expected shm or udp"))),
+                .ok_or_else(|| HostError(format!("VOLLEY_FABRIC={v:?}: expected shm, udp or eth"))),
         }
     }
 }

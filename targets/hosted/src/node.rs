@@ -7,6 +7,7 @@ use volley_core::time::Instant;
 use volley_core::NodeAddr;
 
 use crate::bootstrap::Boot;
+use crate::eth::{EthDevice, EthRx, EthTx};
 use crate::shm::{ShmDevice, ShmOptions};
 use crate::udp::{UdpDevice, UdpRx, UdpTx};
 use crate::{Fabric, HostError};
@@ -18,6 +19,8 @@ pub enum HostDevice {
     Shm(Box<ShmDevice>),
     /// UDP.
     Udp(Box<UdpDevice>),
+    /// Raw Ethernet.
+    Eth(Box<EthDevice>),
 }
 
 /// A received frame from either fabric.
@@ -27,6 +30,8 @@ pub enum HostRx<'a> {
     Shm(volley_myri::MyriRx<'a>),
     /// From UDP.
     Udp(UdpRx<'a>),
+    /// From a packet ring.
+    Eth(EthRx<'a>),
 }
 
 /// Room for a frame on either fabric.
@@ -36,6 +41,8 @@ pub enum HostTx<'a> {
     Shm(volley_myri::MyriTx<'a>),
     /// In a datagram.
     Udp(UdpTx<'a>),
+    /// In a packet ring.
+    Eth(EthTx<'a>),
 }
 
 impl RxToken for HostRx<'_> {
@@ -43,12 +50,14 @@ impl RxToken for HostRx<'_> {
         match self {
             HostRx::Shm(t) => t.consume(f),
             HostRx::Udp(t) => t.consume(f),
+            HostRx::Eth(t) => t.consume(f),
         }
     }
     fn source(&self) -> Option<NodeAddr> {
         match self {
             HostRx::Shm(t) => t.source(),
             HostRx::Udp(t) => t.source(),
+            HostRx::Eth(t) => t.source(),
         }
     }
 }
@@ -58,6 +67,7 @@ impl TxToken for HostTx<'_> {
         match self {
             HostTx::Shm(t) => t.consume(len, f),
             HostTx::Udp(t) => t.consume(len, f),
+            HostTx::Eth(t) => t.consume(len, f),
         }
     }
 }
@@ -70,6 +80,7 @@ impl Device for HostDevice {
         match self {
             HostDevice::Shm(d) => d.receive(now).map(HostRx::Shm),
             HostDevice::Udp(d) => d.receive(now).map(HostRx::Udp),
+            HostDevice::Eth(d) => d.receive(now).map(HostRx::Eth),
         }
     }
 
@@ -77,6 +88,7 @@ impl Device for HostDevice {
         match self {
             HostDevice::Shm(d) => d.transmit(now, dst).map(HostTx::Shm),
             HostDevice::Udp(d) => d.transmit(now, dst).map(HostTx::Udp),
+            HostDevice::Eth(d) => d.transmit(now, dst).map(HostTx::Eth),
         }
     }
 
@@ -84,6 +96,7 @@ impl Device for HostDevice {
         match self {
             HostDevice::Shm(d) => d.capabilities(),
             HostDevice::Udp(d) => d.capabilities(),
+            HostDevice::Eth(d) => d.capabilities(),
         }
     }
 
@@ -91,20 +104,27 @@ impl Device for HostDevice {
         match self {
             HostDevice::Shm(d) => d.peer_alive(now, peer),
             HostDevice::Udp(d) => d.peer_alive(now, peer),
+            HostDevice::Eth(d) => d.peer_alive(now, peer),
         }
     }
 
     fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
         match self {
             HostDevice::Shm(d) => d.fetch_add(peer, var, delta),
-            HostDevice::Udp(_) => None,
+            HostDevice::Udp(_) | HostDevice::Eth(_) => None,
         }
     }
 
     fn barrier(&mut self, now: Instant, members: &BarrierMembers<'_>) -> BarrierPoll {
         match self {
             HostDevice::Shm(d) => d.barrier(now, members),
-            HostDevice::Udp(_) => BarrierPoll::Unsupported,
+            HostDevice::Udp(_) | HostDevice::Eth(_) => BarrierPoll::Unsupported,
+        }
+    }
+
+    fn flush(&mut self, now: Instant) {
+        if let HostDevice::Eth(d) = self {
+            d.flush(now)
         }
     }
 }
@@ -117,6 +137,14 @@ pub fn open_device(boot: &Boot, fabric: Fabric) -> Result<HostDevice, HostError>
     Ok(match fabric {
         Fabric::Shm => HostDevice::Shm(Box::new(ShmDevice::open(boot, shm_options()?)?)),
         Fabric::Udp => HostDevice::Udp(Box::new(UdpDevice::open(boot)?)),
+        Fabric::Eth => {
+            let s = secret_for(boot, fabric)?;
+            HostDevice::Eth(Box::new(EthDevice::open(
+                boot,
+                s.job_key(boot.job),
+                volley_core::wire::derive_key(&s.0, b"volley eth hello", boot.job),
+            )?))
+        }
     })
 }
 
@@ -250,19 +278,26 @@ pub fn engine_config(
     cfg.device_barrier = device_barrier()?;
     // Frames that cross a network are authenticated under the job secret; shared
     // memory is private to this user (and checked), and needs none.
-    if fabric == Fabric::Udp {
-        let s = boot.secret.ok_or_else(|| {
-            HostError(
-                "the udp fabric needs a job secret: start under `volley run` or mpiexec, or set VOLLEY_KEY_FILE to a 0600 file of 32 hex digits".into(),
-            )
-        })?;
-        cfg.auth_key = Some(s.frame_key(boot.job));
+    if fabric != Fabric::Shm {
+        cfg.auth_key = Some(secret_for(boot, fabric)?.frame_key(boot.job));
     }
-    // The window a UDP socket's receive buffer holds (frames of up to 64 KiB).
-    if let HostDevice::Udp(d) = dev {
-        cfg.window = d.shape().window();
+    // The window the receive buffer or ring holds.
+    match dev {
+        HostDevice::Udp(d) => cfg.window = d.shape().window(),
+        HostDevice::Eth(d) => cfg.window = d.window(),
+        HostDevice::Shm(_) => {}
     }
     Ok(cfg)
+}
+
+/// The job secret, which fabrics that cross a network cannot do without.
+fn secret_for(boot: &Boot, fabric: Fabric) -> Result<crate::secret::Secret, HostError> {
+    boot.secret.ok_or_else(|| {
+        HostError(format!(
+            "the {} fabric needs a job secret: start under `volley run` or mpiexec, or set VOLLEY_KEY_FILE to a 0600 file of 32 hex digits",
+            fabric.name()
+        ))
+    })
 }
 
 /// `gamma_init` for this rank: bootstrap, fabric, groups.

@@ -399,6 +399,7 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
         let s = g.engine().stats();
         let strangers = match g.device() {
             crate::HostDevice::Udp(d) => d.stats().rx_foreign,
+            crate::HostDevice::Eth(d) => d.stats().rx_foreign,
             crate::HostDevice::Shm(_) => 0,
         };
         println!(

@@ -63,23 +63,17 @@ impl Secret {
     /// A value derived from the secret for one purpose (`what`), so that the key that
     /// authenticates frames, the job key and the directory name are unrelated.
     fn derive(&self, what: &[u8], job: u64) -> [u8; 16] {
-        use siphasher::sip128::{Hasher128, SipHasher24};
-        use std::hash::Hasher;
-        let mut h = SipHasher24::new_with_key(&self.0);
-        h.write(what);
-        h.write(&job.to_le_bytes());
-        h.finish128().as_bytes()
+        volley_core::wire::derive_key(&self.0, what, job)
     }
 
     /// The key frames are authenticated under.
     pub fn frame_key(&self, job: u64) -> [u8; 16] {
-        self.derive(b"volley frame key", job)
+        volley_core::wire::frame_key(&self.0, job)
     }
 
     /// The 32-bit job key carried in every frame header.
     pub fn job_key(&self, job: u64) -> u32 {
-        let d = self.derive(b"volley job key", job);
-        u32::from_le_bytes([d[0], d[1], d[2], d[3]])
+        volley_core::wire::job_key(&self.0, job)
     }
 
     /// A name for the job's shared-memory directory nobody without the secret can

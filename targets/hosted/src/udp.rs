@@ -120,7 +120,7 @@ pub fn peer_addrs(boot: &Boot) -> Result<Vec<SocketAddr>, HostError> {
             let host = boot
                 .hosts
                 .get(i as usize)
-                .map_or("127.0.0.1", String::as_str);
+                .map_or("127.0.0.1", |h| crate::bootstrap::host_name(h));
             let port = base
                 .checked_add(i)
                 .ok_or_else(|| HostError(format!("port {base} + rank {i} overflows")))?;
