@@ -54,14 +54,7 @@ fn job_key() -> Option<[u8; 16]> {
 
 /// Runs `app` as instance `rank` of `nodes` of job `job`; returns whether every check
 /// passed.
-pub fn run(
-    app: &str,
-    nic: E1000<Bar0>,
-    clock: TscClock,
-    rank: u16,
-    nodes: u16,
-    job: u64,
-) -> bool {
+pub fn run(app: &str, nic: E1000<Bar0>, clock: TscClock, rank: u16, nodes: u16, job: u64) -> bool {
     let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
         id: 1,
         members: Members::Range {

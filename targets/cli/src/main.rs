@@ -296,6 +296,27 @@ fn bench_command(fabrics: &[Fabric], format: Format, sweep: bench::Sweep, peers:
         Format::Csv => print!("{}", bench::csv(rows, false)),
         Format::Json => {}
     };
+    // The eth fabric needs an interface per rank: those VOLLEY_ETH_IF lists, else a
+    // veth pair made for this run (and removed after it).
+    let mut _veth = None;
+    let mut eth_ifs = usize::MAX;
+    if fabrics.contains(&Fabric::Eth) {
+        match std::env::var("VOLLEY_ETH_IF") {
+            Ok(list) => eth_ifs = list.split(',').count(),
+            Err(_) => match VethPair::create() {
+                Ok(v) => {
+                    // Single-threaded here: the ranks inherit it.
+                    std::env::set_var("VOLLEY_ETH_IF", format!("{},{}", v.a, v.b));
+                    eth_ifs = 2;
+                    _veth = Some(v);
+                }
+                Err(e) => {
+                    eprintln!("volley: bench: eth: {e}");
+                    return 1;
+                }
+            },
+        }
+    }
     let parts = std::iter::once((2u16, "bench-pair")).chain(
         bench::collective_ranks()
             .into_iter()
@@ -303,6 +324,12 @@ fn bench_command(fabrics: &[Fabric], format: Format, sweep: bench::Sweep, peers:
     );
     for &f in fabrics {
         for (ranks, prog) in parts.clone() {
+            if f == Fabric::Eth && ranks as usize > eth_ifs {
+                notes.push(format!(
+                    "eth: {ranks}-rank collectives skipped: VOLLEY_ETH_IF lists {eth_ifs} interfaces"
+                ));
+                continue;
+            }
             let mut args = vec!["worker", prog, "--out", &out];
             if sweep.quick {
                 args.push("--quick");
@@ -365,6 +392,59 @@ fn bench_command(fabrics: &[Fabric], format: Format, sweep: bench::Sweep, peers:
         println!("{}", bench::json(&all, &notes));
     }
     code
+}
+
+/// A veth pair made for a benchmark of the eth fabric, deleted when dropped.
+struct VethPair {
+    a: String,
+    b: String,
+}
+
+impl VethPair {
+    fn create() -> Result<VethPair, String> {
+        let id = std::process::id();
+        let (a, b) = (format!("vlyb{id}a"), format!("vlyb{id}b"));
+        let ip = |args: &[&str]| {
+            std::process::Command::new("ip")
+                .args(args)
+                .output()
+                .map_err(|e| format!("cannot run ip: {e}"))
+                .and_then(|o| {
+                    if o.status.success() {
+                        Ok(())
+                    } else {
+                        Err(String::from_utf8_lossy(&o.stderr).trim().to_owned())
+                    }
+                })
+        };
+        ip(&["link", "add", &a, "type", "veth", "peer", "name", &b]).map_err(|e| {
+            format!("cannot create a veth pair ({e}): run as root, or set VOLLEY_ETH_IF to two interfaces joined by a link, one per rank")
+        })?;
+        let v = VethPair { a, b };
+        ip(&["link", "set", &v.a, "up"])?;
+        ip(&["link", "set", &v.b, "up"])?;
+        // Carrier comes up a moment after both ends are up.
+        for _ in 0..200 {
+            let up = [&v.a, &v.b].iter().all(|n| {
+                std::fs::read_to_string(format!("/sys/class/net/{n}/operstate"))
+                    .is_ok_and(|s| s.trim() == "up")
+            });
+            if up {
+                return Ok(v);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err(format!("the veth pair {} / {} did not come up", v.a, v.b))
+    }
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        // Deleting one end deletes both.
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &self.a])
+            .output();
+    }
 }
 
 /// `--peers`: rounds of Volley's 8-byte latency and 1 MiB streaming on each fabric,

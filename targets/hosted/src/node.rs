@@ -284,7 +284,13 @@ pub fn engine_config(
     // The window the receive buffer or ring holds.
     match dev {
         HostDevice::Udp(d) => cfg.window = d.shape().window(),
-        HostDevice::Eth(d) => cfg.window = d.window(),
+        HostDevice::Eth(d) => {
+            cfg.window = d.window();
+            // A window of Ethernet-sized frames takes a receiver on a busy host longer
+            // to authenticate than the default first timeout: 2 ms keeps the sender
+            // from resending windows that are still being read.
+            cfg.rto_initial = volley_core::time::Duration::from_millis(2);
+        }
         HostDevice::Shm(_) => {}
     }
     Ok(cfg)
