@@ -52,6 +52,9 @@ pub struct Boot {
     /// The file QEMU hands the node as its job key (fw_cfg `opt/volley/key`); `None`
     /// for this process's shared one ([`job_key_file`]).
     pub key_file: Option<PathBuf>,
+    /// A command QEMU runs under (`ip netns exec NS`, for a node whose tap device
+    /// lives in a network namespace); empty for none.
+    pub prefix: Vec<String>,
 }
 
 impl Boot {
@@ -63,6 +66,7 @@ impl Boot {
             extra: Vec::new(),
             exit_device: true,
             key_file: None,
+            prefix: Vec::new(),
         }
     }
 }
@@ -118,7 +122,14 @@ pub fn accel() -> String {
 
 /// The QEMU command line for a node (without starting it).
 pub fn command(boot: &Boot) -> Command {
-    let mut c = Command::new("qemu-system-x86_64");
+    let mut c = match boot.prefix.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg("qemu-system-x86_64");
+            c
+        }
+        None => Command::new("qemu-system-x86_64"),
+    };
     c.args([
         "-machine",
         "pc",

@@ -1,6 +1,7 @@
 //! The application linked into the image: ordinary GAMMA code, SPMD style, running
 //! over the e1000. `app=pingpong` bounces messages of 8 B to 1 MiB between instances
-//! 0 and 1 with every byte checked; `app=barrier` runs barriers.
+//! 0 and 1 with every byte checked; `app=barrier` runs barriers and a broadcast;
+//! `app=mixed` both, as `volley worker mixed` does in processes that share the job.
 
 extern crate alloc;
 
@@ -109,6 +110,8 @@ pub fn run(app: &str, nic: E1000<Bar0>, clock: TscClock, rank: u16, nodes: u16, 
     let ok = match app {
         "pingpong" => pingpong(&mut g, rank),
         "barrier" => barriers(&mut g, rank),
+        // Processes on the same LAN run `volley worker mixed`, the same steps.
+        "mixed" => pingpong(&mut g, rank) && barriers(&mut g, rank),
         "latency" => latency(&mut g, rank),
         other => {
             println!("volley unikernel: unknown app {:?}", other);
@@ -150,7 +153,13 @@ fn pingpong(g: &mut Node, rank: u16) -> bool {
         }
         let rtt = g.time() - t0;
         if g.buffer(1).map(|b| &b[..len]) != Some(&theirs[..]) {
-            println!("volley unikernel: pingpong {} B: wrong contents", len);
+            let got = g.buffer(1).map(|b| &b[..len.min(8)]);
+            println!(
+                "volley unikernel: pingpong {} B: wrong contents ({:02x?}, expected {:02x?})",
+                len,
+                got,
+                &theirs[..len.min(8)]
+            );
             return false;
         }
         if rank == 0 {

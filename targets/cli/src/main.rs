@@ -160,6 +160,8 @@ enum Program {
     Suite,
     /// Two groups (VOLLEY_GROUPS=2,2) sending to each other.
     Intergroup,
+    /// What the unikernel's app=mixed does, for jobs of processes and unikernel nodes.
+    Mixed,
     /// The last rank kills itself; the others must see SENDFAILURE (exit code 4).
     Victim,
     /// Instance 0 sends VOLLEY_MESSAGES flowctl messages; instance 1 checks each once.
@@ -242,6 +244,7 @@ fn worker(
         Program::Demo => programs::demo(&boot, fabric)?,
         Program::Suite => programs::suite(&boot, fabric)?,
         Program::Intergroup => programs::intergroup(&boot, fabric)?,
+        Program::Mixed => programs::mixed(&boot, fabric)?,
         Program::Victim => return programs::victim(&boot, fabric),
         Program::FlowctlExact => programs::flowctl_exact(&boot, fabric)?,
         Program::Attach => programs::attach(&boot, fabric)?,

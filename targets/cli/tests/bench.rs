@@ -123,3 +123,35 @@ fn bad_bench_options_are_one_line() {
         assert!(err.starts_with("error: "), "{args:?}: {err}");
     }
 }
+
+/// `--fabric eth` as root makes a veth pair for the run, measures the bare
+/// AF_PACKET ping-pong as its reference and Volley's rows against it, and removes
+/// the pair afterwards.
+#[test]
+fn eth_rows_start_with_the_bare_af_packet_reference() {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("not root: no veth pair can be made (CI runs as root)");
+        return;
+    }
+    let before = std::fs::read_dir("/sys/class/net").unwrap().count();
+    let text = bench(&["--fabric", "eth", "--csv"]);
+    let mut r = csv::ReaderBuilder::new().from_reader(text.as_bytes());
+    let rows: Vec<csv::StringRecord> = r.records().map(|x| x.unwrap()).collect();
+    assert_eq!(&rows[0][0], "eth", "{text}");
+    assert_eq!(&rows[0][1], "reference: bare AF_PACKET ping-pong", "{text}");
+    let lat = rows
+        .iter()
+        .find(|r| &r[1] == "latency, one-way, send_flowctl" && &r[2] == "8")
+        .unwrap_or_else(|| panic!("no 8-byte latency row:\n{text}"));
+    let ratio: f64 = lat[7].parse().unwrap();
+    assert!(ratio > 0.0, "{text}");
+    assert!(rows.iter().all(|r| &r[0] == "eth"), "{text}");
+    assert!(
+        rows.iter()
+            .any(|r| r[1].starts_with("bandwidth, streaming")),
+        "{text}"
+    );
+    let after = std::fs::read_dir("/sys/class/net").unwrap().count();
+    assert_eq!(before, after, "the veth pair must be gone");
+}

@@ -52,6 +52,12 @@ struct Lan {
 
 impl Lan {
     fn new(n: usize, bridged: bool) -> Lan {
+        Lan::with_taps(n, bridged, &[])
+    }
+
+    /// As [`Lan::new`], but the ranks in `taps` get a tap device `pN` on the bridge
+    /// instead, for a QEMU node.
+    fn with_taps(n: usize, bridged: bool, taps: &[usize]) -> Lan {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let tag = format!(
             "vly{}x{}",
@@ -67,6 +73,12 @@ impl Lan {
         }
         for r in 0..n {
             let (ns, port, mac) = (lan.ns(r), format!("p{r}"), lan.mac(r));
+            if taps.contains(&r) {
+                ip(&["-n", &hub, "tuntap", "add", "dev", &port, "mode", "tap"]);
+                ip(&["-n", &hub, "link", "set", &port, "master", "br0"]);
+                ip(&["-n", &hub, "link", "set", &port, "up"]);
+                continue;
+            }
             ip(&["netns", "add", &ns]);
             ip(&[
                 "link", "add", &port, "netns", &hub, "type", "veth", "peer", "name", "eth0",
@@ -92,6 +104,13 @@ impl Lan {
 
     fn mac(&self, r: usize) -> String {
         format!("02:76:6c:79:00:{r:02x}")
+    }
+
+    fn macs(&self) -> String {
+        (0..self.n)
+            .map(|r| self.mac(r))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     fn mac_bytes(&self, r: usize) -> [u8; 6] {
@@ -618,4 +637,94 @@ fn start_up_errors_are_one_line() {
         .output()
         .expect("setpriv (util-linux) runs");
     one_line_error(o, "needs CAP_NET_RAW to open a packet socket: run as root, or grant it once with `sudo setcap cap_net_raw+ep");
+}
+
+/// A layer-2 mixed cluster: ranks 0 and 2 are Linux processes on veth pairs, ranks 1
+/// and 3 unikernel nodes whose e1000s are QEMU tap devices, all on one bridge, one
+/// job (one secret, one job id): ping-pong between a process and a unikernel node,
+/// barriers across both kinds, and a broadcast from a process to everyone.
+#[test]
+fn processes_and_unikernel_nodes_share_a_job_on_one_lan() {
+    if !root() {
+        return;
+    }
+    let _g = serial();
+    // Built before the clock starts.
+    volley_qemu::image();
+    let lan = Lan::with_taps(4, true, &[1, 3]);
+    let job = job_id(7);
+    let key = volley_qemu::job_key_file().display().to_string();
+    let macs = lan.macs();
+    let nodes: Vec<volley_qemu::Boot> = [1usize, 3]
+        .iter()
+        .map(|&r| {
+            let mut b =
+                volley_qemu::Boot::new(&format!("app=mixed rank={r} macs={macs} job={job:#x}"));
+            b.timeout = Duration::from_secs(240);
+            b.prefix = vec!["ip".into(), "netns".into(), "exec".into(), lan.hub()];
+            b.extra = vec![
+                "-netdev".into(),
+                format!("tap,id=n0,ifname=p{r},script=no,downscript=no"),
+                "-device".into(),
+                format!("e1000,netdev=n0,mac={},romfile=", lan.mac(r)),
+            ];
+            b
+        })
+        .collect();
+    let qemu = thread::spawn(move || volley_qemu::run_all(&nodes));
+    let ranks: Vec<_> = [0usize, 2]
+        .iter()
+        .map(|&r| {
+            Command::new("ip")
+                .args(["netns", "exec", &lan.ns(r), "timeout", "240", VOLLEY])
+                .args(["worker", "mixed"])
+                .env("VOLLEY_RANK", r.to_string())
+                .env("VOLLEY_SIZE", "4")
+                .env("VOLLEY_JOB", format!("{job:#x}"))
+                .env_remove("VOLLEY_SECRET")
+                .env("VOLLEY_KEY_FILE", &key)
+                .env("VOLLEY_FABRIC", "eth")
+                .env("VOLLEY_ETH_IF", "eth0")
+                .env("VOLLEY_ETH_MACS", &macs)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("ip netns exec runs")
+        })
+        .collect();
+    let outs: Vec<Output> = ranks
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let nodes = qemu.join().unwrap();
+    let consoles = nodes
+        .iter()
+        .map(|n| n.console.as_str())
+        .collect::<Vec<_>>()
+        .join("\n----\n");
+    for (o, r) in outs.iter().zip([0, 2]) {
+        let t = text(o);
+        assert!(
+            o.status.success(),
+            "rank {r}:\n{t}\nunikernel nodes:\n{consoles}"
+        );
+        assert!(
+            t.contains(&format!("mixed ok: rank {r} of 4 on eth")),
+            "rank {r}:\n{t}"
+        );
+    }
+    for (n, r) in nodes.iter().zip([1, 3]) {
+        assert_eq!(
+            n.verdict,
+            volley_qemu::Verdict::Success,
+            "node {r}:\n{}",
+            n.console
+        );
+    }
+    // Rank 1 (a unikernel node) answered rank 0 (a process) at every size; rank 3 got
+    // rank 0's broadcast.
+    assert!(
+        nodes[1].console.contains("node 3 got the broadcast"),
+        "{consoles}"
+    );
 }

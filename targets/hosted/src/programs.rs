@@ -247,6 +247,64 @@ pub fn suite(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     Ok(())
 }
 
+// ------------------------------------------------------------------- mixed
+
+/// What the unikernel's `app=mixed` does, step for step, so that processes and
+/// unikernel nodes can share one job: instances 0 and 1 ping-pong 8 B to 1 MiB (every
+/// byte checked), then everyone runs 20 barriers and instance 0 broadcasts 4 KiB.
+pub fn mixed(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
+    let mut g = node::gamma(
+        boot,
+        fabric,
+        State {
+            check: true,
+            ..State::default()
+        },
+    )?;
+    let me = g.my_node();
+    let sizes = [8usize, 1000, 65_536, 1 << 20];
+    setup_pair(&mut g, 1 << 20)?;
+    setup_bcast(&mut g, 4096)?;
+    g.sync()?;
+    if me < 2 {
+        for (k, &len) in sizes.iter().enumerate() {
+            let data = pattern(me, k as u64, len);
+            if me == 0 {
+                g.send_flowctl(1, &data)?;
+                wait1(&mut g, 1, 60)?;
+            } else {
+                wait1(&mut g, 1, 60)?;
+                g.send_flowctl(1, &data)?;
+            }
+        }
+    }
+    for _ in 0..20 {
+        g.sync()?;
+    }
+    g.sync()?;
+    let bcast = pattern(0, 7, 4096);
+    if me == 0 {
+        g.send_flowctl(2, &bcast)?;
+    } else {
+        wait1(&mut g, 2, 60)?;
+        if g.buffer(2) != Some(&bcast[..]) {
+            return Err(fail("broadcast arrived with wrong contents"));
+        }
+    }
+    g.sync()?;
+    let st = g.state();
+    if !st.bad.is_empty() {
+        return Err(fail(format!("content errors: {:?}", st.bad)));
+    }
+    println!(
+        "mixed ok: rank {me} of {} on {}: ping-pong, 20 barriers, broadcast",
+        g.how_many_nodes(),
+        fabric.name()
+    );
+    g.exit();
+    Ok(())
+}
+
 // -------------------------------------------------------------- intergroup
 
 /// Two groups (`VOLLEY_GROUPS=2,2`) each run their own SPMD program; instance 0 of
