@@ -453,12 +453,6 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
             st.handled, st.bad, st.errnos
         )));
     }
-    if std::env::var_os("VOLLEY_DEBUG_STATS").is_some() {
-        eprintln!("rank {me}: {:?}", g.engine().stats());
-        if let crate::HostDevice::Eth(d) = g.device() {
-            eprintln!("rank {me}: {:?}", d.stats());
-        }
-    }
     if me == 1 {
         let s = g.engine().stats();
         let strangers = match g.device() {
