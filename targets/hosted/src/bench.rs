@@ -269,11 +269,7 @@ fn eth_pingpong(boot: &Boot, len: usize, iters: usize) -> Result<Vec<f64>, HostE
     let s = boot
         .secret
         .ok_or_else(|| HostError("eth reference: no job secret".into()))?;
-    let mut dev = crate::eth::EthDevice::open(
-        boot,
-        s.job_key(boot.job),
-        volley_core::wire::derive_key(&s.0, b"volley eth hello", boot.job),
-    )?;
+    let mut dev = crate::eth::EthDevice::open(boot, &s)?;
     let peer = volley_core::NodeAddr(1 - boot.rank);
     let epoch = StdInstant::now();
     let now = |e: StdInstant| volley_core::time::Instant::from_nanos(e.elapsed().as_nanos() as u64);

@@ -589,11 +589,12 @@ impl Rings {
         unsafe { self.base.add((self.rx_frames + i) * self.frame) }
     }
 
-    /// The status word at the start of a slot, shared with the kernel.
-    fn status(slot: *mut u8) -> &'static AtomicU32 {
+    /// The status word at the start of `slot` (one of this mapping's), shared with
+    /// the kernel.
+    fn status(&self, slot: *mut u8) -> &AtomicU32 {
         // SAFETY: every slot starts with the 4-byte-aligned `tp_status` of a
         // tpacket2_hdr, which the kernel and this process hand each other; the mapping
-        // lives as long as the device, which outlives every use of the reference.
+        // lives as long as `self`.
         unsafe { &*(slot as *const AtomicU32) }
     }
 }
@@ -657,8 +658,10 @@ fn setup_ring(
 
 impl EthDevice {
     /// Opens this rank's socket on `VOLLEY_ETH_IF` and learns the peers' MAC
-    /// addresses (given, or by hellos under `hello_key`).
-    pub fn open(boot: &Boot, job_key: u32, hello_key: [u8; 16]) -> Result<EthDevice, HostError> {
+    /// addresses (given, or by hellos under a key derived from the job secret).
+    pub fn open(boot: &Boot, secret: &crate::secret::Secret) -> Result<EthDevice, HostError> {
+        let job_key = secret.job_key(boot.job);
+        let hello_key = volley_core::wire::derive_key(&secret.0, b"volley eth hello", boot.job);
         let name = interface_name(boot.rank)?;
         let fd = packet_socket(0)?;
         let iface = check_interface(&fd, &name)?;
@@ -859,7 +862,10 @@ impl RxToken for EthRx<'_> {
         // `off + len` was checked to lie inside the slot.
         let frame = unsafe { std::slice::from_raw_parts(self.slot.add(self.off), self.len) };
         let r = f(&frame[ETH_HEADER..]);
-        Rings::status(self.slot).store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        self.dev
+            .rings
+            .status(self.slot)
+            .store(libc::TP_STATUS_KERNEL, Ordering::Release);
         self.dev.stats.rx += 1;
         r
     }
@@ -886,7 +892,9 @@ impl TxToken for EthTx<'_> {
         b[ETH_HEADER + len..].fill(0);
         // SAFETY: `tp_len` is the second word of the slot's tpacket2_hdr.
         unsafe { (slot.add(4) as *mut u32).write_volatile(total as u32) };
-        Rings::status(slot).store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+        d.rings
+            .status(slot)
+            .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
         d.tx_next = (d.tx_next + 1) % d.rings.tx_frames;
         d.tx_pending += 1;
         d.stats.tx += 1;
@@ -908,7 +916,7 @@ impl Device for EthDevice {
         }
         loop {
             let slot = self.rings.rx_slot(self.rx_next);
-            let status = Rings::status(slot).load(Ordering::Acquire);
+            let status = self.rings.status(slot).load(Ordering::Acquire);
             if status & libc::TP_STATUS_USER == 0 {
                 return None;
             }
@@ -945,22 +953,26 @@ impl Device for EthDevice {
                 }
             }
             self.stats.rx_foreign += 1;
-            Rings::status(slot).store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            self.rings
+                .status(slot)
+                .store(libc::TP_STATUS_KERNEL, Ordering::Release);
         }
     }
 
     fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<EthTx<'_>> {
         let to = *self.macs.get(dst.0 as usize)?;
         let slot = self.rings.tx_slot(self.tx_next);
-        let mut status = Rings::status(slot).load(Ordering::Acquire);
+        let mut status = self.rings.status(slot).load(Ordering::Acquire);
         if status != libc::TP_STATUS_AVAILABLE && self.tx_pending > 0 {
             // The ring is full of frames not yet handed over.
             self.kick();
-            status = Rings::status(slot).load(Ordering::Acquire);
+            status = self.rings.status(slot).load(Ordering::Acquire);
         }
         if status & libc::TP_STATUS_WRONG_FORMAT != 0 {
             self.stats.tx_errors += 1;
-            Rings::status(slot).store(libc::TP_STATUS_AVAILABLE, Ordering::Release);
+            self.rings
+                .status(slot)
+                .store(libc::TP_STATUS_AVAILABLE, Ordering::Release);
         } else if status != libc::TP_STATUS_AVAILABLE {
             return None;
         }

@@ -12,7 +12,7 @@ use crate::shm::{ShmDevice, ShmOptions};
 use crate::udp::{UdpDevice, UdpRx, UdpTx};
 use crate::{Fabric, HostError};
 
-/// Either fabric, as one device type.
+/// Any fabric, as one device type.
 #[derive(Debug)]
 pub enum HostDevice {
     /// Shared memory.
@@ -23,7 +23,7 @@ pub enum HostDevice {
     Eth(Box<EthDevice>),
 }
 
-/// A received frame from either fabric.
+/// A received frame from any fabric.
 #[derive(Debug)]
 pub enum HostRx<'a> {
     /// From shared memory.
@@ -34,7 +34,7 @@ pub enum HostRx<'a> {
     Eth(EthRx<'a>),
 }
 
-/// Room for a frame on either fabric.
+/// Room for a frame on any fabric.
 #[derive(Debug)]
 pub enum HostTx<'a> {
     /// In a shared-memory ring.
@@ -138,12 +138,7 @@ pub fn open_device(boot: &Boot, fabric: Fabric) -> Result<HostDevice, HostError>
         Fabric::Shm => HostDevice::Shm(Box::new(ShmDevice::open(boot, shm_options()?)?)),
         Fabric::Udp => HostDevice::Udp(Box::new(UdpDevice::open(boot)?)),
         Fabric::Eth => {
-            let s = secret_for(boot, fabric)?;
-            HostDevice::Eth(Box::new(EthDevice::open(
-                boot,
-                s.job_key(boot.job),
-                volley_core::wire::derive_key(&s.0, b"volley eth hello", boot.job),
-            )?))
+            HostDevice::Eth(Box::new(EthDevice::open(boot, &secret_for(boot, fabric)?)?))
         }
     })
 }
