@@ -136,23 +136,13 @@ fn pingpong(g: &mut Node, rank: u16) -> bool {
         let mine = pattern(rank, k, len);
         let theirs = pattern(1 - rank, k, len);
         let t0 = g.time();
-        let step = |g: &mut Node| -> Result<(), volley_core::engine::Error> {
-            let deadline = g.time() + Duration::from_secs(30);
-            if rank == 0 {
-                g.send_flowctl(1, &mine)?;
-                g.wait_deadline(1, 1, deadline)?;
-            } else {
-                g.wait_deadline(1, 1, deadline)?;
-                g.send_flowctl(1, &mine)?;
+        // The contents are checked as soon as the message is in, before instance 1
+        // answers: once it has, instance 0 may send the next message into the same
+        // buffer while instance 1 is still sending.
+        let check = |g: &Node| -> bool {
+            if g.buffer(1).map(|b| &b[..len]) == Some(&theirs[..]) {
+                return true;
             }
-            Ok(())
-        };
-        if let Err(e) = step(g) {
-            report("pingpong", e);
-            return false;
-        }
-        let rtt = g.time() - t0;
-        if g.buffer(1).map(|b| &b[..len]) != Some(&theirs[..]) {
             let got = g.buffer(1).map(|b| &b[..len.min(8)]);
             println!(
                 "volley unikernel: pingpong {} B: wrong contents ({:02x?}, expected {:02x?})",
@@ -160,7 +150,26 @@ fn pingpong(g: &mut Node, rank: u16) -> bool {
                 got,
                 &theirs[..len.min(8)]
             );
-            return false;
+            false
+        };
+        let deadline = g.time() + Duration::from_secs(30);
+        let r = if rank == 0 {
+            g.send_flowctl(1, &mine)
+                .and_then(|_| g.wait_deadline(1, 1, deadline))
+                .map(|_| check(g))
+        } else {
+            g.wait_deadline(1, 1, deadline)
+                .map(|_| check(g))
+                .and_then(|ok| g.send_flowctl(1, &mine).map(|_| ok))
+        };
+        let rtt = g.time() - t0;
+        match r {
+            Ok(true) => {}
+            Ok(false) => return false,
+            Err(e) => {
+                report("pingpong", e);
+                return false;
+            }
         }
         if rank == 0 {
             println!(

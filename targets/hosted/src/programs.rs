@@ -184,6 +184,39 @@ fn setup_bcast(g: &mut HostGamma<State>, max: usize) -> Result<(), HostError> {
 
 // ------------------------------------------------------------------ suite
 
+/// Instances 0 and 1 exchange message k of each size in turn on port 1: instance 0
+/// sends, instance 1 answers with its own (checked by `on_recv`).
+fn pingpong_sizes(g: &mut HostGamma<State>, sizes: &[usize]) -> Result<(), HostError> {
+    let me = g.my_node();
+    if me >= 2 {
+        return Ok(());
+    }
+    for (k, &len) in sizes.iter().enumerate() {
+        let data = pattern(me, k as u64, len);
+        if me == 0 {
+            g.send_flowctl(1, &data)?;
+            wait1(g, 1, 60)?;
+        } else {
+            wait1(g, 1, 60)?;
+            g.send_flowctl(1, &data)?;
+        }
+    }
+    Ok(())
+}
+
+/// Instance 0 broadcasts `data` on port 2; every other instance checks it arrived.
+fn broadcast_checked(g: &mut HostGamma<State>, data: &[u8]) -> Result<(), HostError> {
+    if g.my_node() == 0 {
+        g.send_flowctl(2, data)?;
+    } else {
+        wait1(g, 2, 60)?;
+        if g.buffer(2).map(|b| &b[..data.len()]) != Some(data) {
+            return Err(fail("broadcast arrived with wrong contents"));
+        }
+    }
+    Ok(())
+}
+
 /// Ping-pong of sizes up to 16 MiB with every byte checked, barriers and a broadcast.
 pub fn suite(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     let mut g = node::gamma(
@@ -200,31 +233,11 @@ pub fn suite(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     setup_pair(&mut g, 16 << 20)?;
     setup_bcast(&mut g, 100_000)?;
     g.sync()?;
-    if me < 2 {
-        for (k, &len) in sizes.iter().enumerate() {
-            // Instance 0 sends message k, instance 1 answers with its own message k.
-            let data = pattern(me, k as u64, len);
-            if me == 0 {
-                g.send_flowctl(1, &data)?;
-                wait1(&mut g, 1, 60)?;
-            } else {
-                wait1(&mut g, 1, 60)?;
-                g.send_flowctl(1, &data)?;
-            }
-        }
-    }
+    pingpong_sizes(&mut g, &sizes)?;
     for _ in 0..20 {
         g.sync()?;
     }
-    let bcast = pattern(0, 99, 100_000);
-    if me == 0 {
-        g.send_flowctl(2, &bcast)?;
-    } else {
-        wait1(&mut g, 2, 60)?;
-        if g.buffer(2).map(|b| &b[..bcast.len()]) != Some(&bcast[..]) {
-            return Err(fail("broadcast arrived with wrong contents"));
-        }
-    }
+    broadcast_checked(&mut g, &pattern(0, 99, 100_000))?;
     g.sync()?;
     let st = g.state();
     if !st.bad.is_empty() {
@@ -266,31 +279,12 @@ pub fn mixed(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     setup_pair(&mut g, 1 << 20)?;
     setup_bcast(&mut g, 4096)?;
     g.sync()?;
-    if me < 2 {
-        for (k, &len) in sizes.iter().enumerate() {
-            let data = pattern(me, k as u64, len);
-            if me == 0 {
-                g.send_flowctl(1, &data)?;
-                wait1(&mut g, 1, 60)?;
-            } else {
-                wait1(&mut g, 1, 60)?;
-                g.send_flowctl(1, &data)?;
-            }
-        }
-    }
+    pingpong_sizes(&mut g, &sizes)?;
     for _ in 0..20 {
         g.sync()?;
     }
     g.sync()?;
-    let bcast = pattern(0, 7, 4096);
-    if me == 0 {
-        g.send_flowctl(2, &bcast)?;
-    } else {
-        wait1(&mut g, 2, 60)?;
-        if g.buffer(2) != Some(&bcast[..]) {
-            return Err(fail("broadcast arrived with wrong contents"));
-        }
-    }
+    broadcast_checked(&mut g, &pattern(0, 7, 4096))?;
     g.sync()?;
     let st = g.state();
     if !st.bad.is_empty() {
