@@ -310,6 +310,10 @@ fn bench_command(fabrics: &[Fabric], format: Format, sweep: bench::Sweep, peers:
                 Ok(v) => {
                     // Single-threaded here: the ranks inherit it.
                     std::env::set_var("VOLLEY_ETH_IF", format!("{},{}", v.a, v.b));
+                    notes.push(format!(
+                        "eth: on a veth pair made for the run ({} and {}, MTU {VETH_MTU}); VOLLEY_ETH_IF picks other interfaces",
+                        v.a, v.b
+                    ));
                     eth_ifs = 2;
                     _veth = Some(v);
                 }
@@ -398,6 +402,9 @@ fn bench_command(fabrics: &[Fabric], format: Format, sweep: bench::Sweep, peers:
 }
 
 /// A veth pair made for a benchmark of the eth fabric, deleted when dropped.
+/// MTU of the veth pair `volley bench --fabric eth` makes (the kernel's largest).
+const VETH_MTU: u32 = 65_535;
+
 struct VethPair {
     a: String,
     b: String,
@@ -424,8 +431,12 @@ impl VethPair {
             format!("cannot create a veth pair ({e}): run as root, or set VOLLEY_ETH_IF to two interfaces joined by a link, one per rank")
         })?;
         let v = VethPair { a, b };
-        ip(&["link", "set", &v.a, "up"])?;
-        ip(&["link", "set", &v.b, "up"])?;
+        for end in [&v.a, &v.b] {
+            // The largest frames a veth carries, as loopback carries the udp fabric's
+            // 64 KiB datagrams: the two fabrics are compared at the same frame size.
+            ip(&["link", "set", end, "mtu", &VETH_MTU.to_string()])?;
+            ip(&["link", "set", end, "up"])?;
+        }
         // Carrier comes up a moment after both ends are up.
         for _ in 0..200 {
             let up = [&v.a, &v.b].iter().all(|n| {

@@ -125,8 +125,8 @@ fn bad_bench_options_are_one_line() {
 }
 
 /// `--fabric eth` as root makes a veth pair for the run, measures the bare
-/// AF_PACKET ping-pong as its reference and Volley's rows against it, and removes
-/// the pair afterwards.
+/// AF_PACKET ping-pong and stream as its references and Volley's rows against them,
+/// and removes the pair afterwards.
 #[test]
 fn eth_rows_start_with_the_bare_af_packet_reference() {
     // SAFETY: getuid has no preconditions.
@@ -147,11 +147,27 @@ fn eth_rows_start_with_the_bare_af_packet_reference() {
     let ratio: f64 = lat[7].parse().unwrap();
     assert!(ratio > 0.0, "{text}");
     assert!(rows.iter().all(|r| &r[0] == "eth"), "{text}");
-    assert!(
-        rows.iter()
-            .any(|r| r[1].starts_with("bandwidth, streaming")),
-        "{text}"
-    );
+    assert_eq!(&rows[1][1], "reference: bare AF_PACKET stream", "{text}");
+    let stream: f64 = rows[1][4].parse().unwrap();
+    assert!(stream > 0.0, "{text}");
+    // Bandwidth against the stream; the barrier against the collective run's own
+    // bare ping-pong, which measures what row 0 does (within the noise).
+    let ping: f64 = rows[0][4].parse().unwrap();
+    for (test, reference, slack) in [
+        ("bandwidth, streaming", stream, 1.01),
+        ("barrier, 2 ranks", ping, 4.0),
+    ] {
+        let row = rows
+            .iter()
+            .find(|r| r[1].starts_with(test))
+            .unwrap_or_else(|| panic!("no {test} row:\n{text}"));
+        let (median, ratio): (f64, f64) = (row[4].parse().unwrap(), row[7].parse().unwrap());
+        let implied = median / ratio;
+        assert!(
+            implied < reference * slack && implied > reference / slack,
+            "{test}: ratio {ratio} means a reference of {implied}, not about {reference}:\n{text}"
+        );
+    }
     let after = std::fs::read_dir("/sys/class/net").unwrap().count();
     assert_eq!(before, after, "the veth pair must be gone");
 }

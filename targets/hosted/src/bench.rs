@@ -259,12 +259,16 @@ fn flag_pingpong(boot: &Boot, iters: usize) -> Result<Vec<f64>, HostError> {
     Ok(out)
 }
 
-/// The bare reference: a plain UDP ping-pong of `len` bytes on two spare ports. Rank 1
-/// echoes whatever arrives; rank 0 numbers its pings, resends one that got no echo
-/// within 100 ms (start-up, a lost datagram), and ends with a stop datagram.
-/// The eth fabric's reference: `len`-byte frames bounced between ranks 0 and 1
-/// through the same packet rings the fabric uses, with no protocol on top.
-fn eth_pingpong(boot: &Boot, len: usize, iters: usize) -> Result<Vec<f64>, HostError> {
+/// The eth fabric's references through the same packet rings the fabric uses, with no
+/// protocol on top: `len`-byte frames bounced between ranks 0 and 1 (one-way
+/// microseconds), then, when `rounds` > 0, MTU-sized frames streamed from rank 0 to
+/// rank 1 ([`eth_stream`]). Rank 0 returns the samples.
+fn eth_reference(
+    boot: &Boot,
+    len: usize,
+    iters: usize,
+    rounds: usize,
+) -> Result<(Vec<f64>, Vec<f64>), HostError> {
     use volley_core::phy::{Device, RxToken, TxToken};
     let s = boot
         .secret
@@ -288,7 +292,6 @@ fn eth_pingpong(boot: &Boot, len: usize, iters: usize) -> Result<Vec<f64>, HostE
                 .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
         })
     };
-    const STOP: u64 = u64::MAX;
     let deadline = StdInstant::now() + StdDuration::from_secs(60);
     let mut out = Vec::with_capacity(iters);
     if boot.rank == 1 {
@@ -297,37 +300,201 @@ fn eth_pingpong(boot: &Boot, len: usize, iters: usize) -> Result<Vec<f64>, HostE
                 return Err(HostError("eth reference: no stop from rank 0".into()));
             }
             match recv(&mut dev) {
-                Some(STOP) => return Ok(out),
+                Some(ETH_STOP) => {
+                    send(&mut dev, ETH_STOP);
+                    break;
+                }
                 Some(i) => send(&mut dev, i),
                 None => {}
             }
         }
-    }
-    let warm = iters / 10 + 1;
-    for i in 0..(warm + iters) as u64 {
-        let t0 = StdInstant::now();
-        let mut sent = t0;
-        send(&mut dev, i);
-        // Frames may be lost: resend after 100 ms.
-        while recv(&mut dev) != Some(i) {
-            if sent.elapsed() > StdDuration::from_millis(100) {
-                if StdInstant::now() > deadline {
-                    return Err(HostError("eth reference: rank 1 does not answer".into()));
+    } else {
+        let warm = iters / 10 + 1;
+        // Then a stop, which rank 1 echoes.
+        for i in (0..(warm + iters) as u64).chain([ETH_STOP]) {
+            let t0 = StdInstant::now();
+            let mut sent = t0;
+            send(&mut dev, i);
+            // Frames may be lost: resend after 100 ms.
+            while recv(&mut dev) != Some(i) {
+                if sent.elapsed() > StdDuration::from_millis(100) {
+                    if StdInstant::now() > deadline {
+                        return Err(HostError("eth reference: rank 1 does not answer".into()));
+                    }
+                    sent = StdInstant::now();
+                    send(&mut dev, i);
                 }
-                sent = StdInstant::now();
-                send(&mut dev, i);
+            }
+            if i >= warm as u64 && i != ETH_STOP {
+                out.push(t0.elapsed().as_nanos() as f64 / 2_000.0);
             }
         }
-        if i >= warm as u64 {
-            out.push(t0.elapsed().as_nanos() as f64 / 2_000.0);
+    }
+    let bw = if rounds > 0 {
+        eth_stream(&mut dev, boot.rank, 1 << 20, 32, rounds)?
+    } else {
+        Vec::new()
+    };
+    Ok((out, bw))
+}
+
+/// The last ping of [`eth_reference`].
+const ETH_STOP: u64 = u64::MAX;
+
+/// Bare streaming on an eth device, the same shape as [`tcp_stream`]: per round a
+/// stream of `window` times `len` bytes from rank 0 to rank 1 in MTU-sized frames,
+/// which rank 1 copies into its `len`-byte buffer; MB/s per round on rank 0 after two
+/// warm-up rounds. With the least that keeps it lossless: rank 1 acks every eighth of
+/// its ring and rank 0 keeps at most half a ring in flight; should a frame be lost
+/// anyway, rank 0 goes back to the last ack after 20 ms without one.
+fn eth_stream(
+    dev: &mut crate::eth::EthDevice,
+    rank: u16,
+    len: usize,
+    window: usize,
+    rounds: usize,
+) -> Result<Vec<f64>, HostError> {
+    use volley_core::phy::{Device, RxToken, TxToken};
+    // Every frame: kind, round, then a data frame's sequence number and data, an
+    // ack's next expected sequence number. Pings of the ping-pong (a stop rank 0
+    // resends) differ in the kind.
+    const HEAD: usize = 12;
+    const DATA: u32 = 0x5354_524d;
+    const ACK: u32 = 0x4143_4b21;
+    const DONE: u32 = 0x444f_4e45;
+    let word = |f: &[u8], i: usize| -> u32 {
+        f.get(i..i + 4)
+            .map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap_or_default()))
+    };
+    let peer = volley_core::NodeAddr(1 - rank);
+    let chunk = dev.capabilities().mtu - HEAD;
+    let total = len * window;
+    let frames = total.div_ceil(chunk) as u32;
+    let credit = (dev.rx_frames() as u32 / 2).max(2);
+    let every = (credit / 4).max(1);
+    let epoch = StdInstant::now();
+    let now = || volley_core::time::Instant::from_nanos(epoch.elapsed().as_nanos() as u64);
+    let deadline = StdInstant::now() + StdDuration::from_secs(120);
+    let mut buf = pattern(0, 0, len);
+    // Sends a frame; for data, stream bytes `pos..pos + n` from the buffer (wrapping).
+    let send = |dev: &mut crate::eth::EthDevice,
+                head: [u32; 3],
+                src: &[u8],
+                pos: usize,
+                n: usize|
+     -> bool {
+        let Some(tok) = dev.transmit(now(), peer) else {
+            return false;
+        };
+        tok.consume(HEAD + n, |f| {
+            for (i, w) in head.iter().enumerate() {
+                f[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+            }
+            let at = pos % src.len().max(1);
+            let first = n.min(src.len() - at);
+            f[HEAD..HEAD + first].copy_from_slice(&src[at..at + first]);
+            f[HEAD + first..HEAD + n].copy_from_slice(&src[..n - first]);
+        });
+        true
+    };
+    let mut out = Vec::with_capacity(rounds);
+    if rank == 1 {
+        let (mut round, mut next) = (0u32, 0u32);
+        loop {
+            if StdInstant::now() > deadline {
+                return Err(HostError("eth reference: the stream did not end".into()));
+            }
+            let Some(tok) = dev.receive(now()) else {
+                continue;
+            };
+            let fresh = next == frames;
+            let head = tok.consume(|f| {
+                let head = [word(f, 0), word(f, 4), word(f, 8)];
+                let expected = (head[1] == round && head[2] == next)
+                    || (fresh && head[1] == round.wrapping_add(1) && head[2] == 0);
+                if head[0] == DATA && expected {
+                    let pos = head[2] as usize * chunk;
+                    let n = (f.len().saturating_sub(HEAD)).min(total - pos);
+                    let at = pos % len;
+                    let first = n.min(len - at);
+                    buf[at..at + first].copy_from_slice(&f[HEAD..HEAD + first]);
+                    buf[..n - first].copy_from_slice(&f[HEAD + first..HEAD + n]);
+                }
+                head
+            });
+            match head {
+                [DONE, ..] => return Ok(out),
+                [DATA, r, 0] if r == round.wrapping_add(1) && next == frames => {
+                    (round, next) = (r, 1);
+                }
+                [DATA, r, seq] if r == round && seq == next => next += 1,
+                [DATA, r, _] if r == round => {
+                    // Out of order: say where the stream stands.
+                    send(dev, [ACK, round, next], &[], 0, 0);
+                    dev.flush(now());
+                    continue;
+                }
+                _ => {
+                    // A stop resent by rank 0: echo it.
+                    if head[..2] == [u32::MAX, u32::MAX] {
+                        let (a, b) = ((ETH_STOP >> 32) as u32, ETH_STOP as u32);
+                        send(dev, [b, a, 0], &[], 0, 0);
+                        dev.flush(now());
+                    }
+                    continue;
+                }
+            }
+            if next % every == 0 || next == frames {
+                send(dev, [ACK, round, next], &[], 0, 0);
+                dev.flush(now());
+            }
         }
     }
+    for round in 0..(rounds + 2) as u32 {
+        let t0 = StdInstant::now();
+        let (mut next, mut acked) = (0u32, 0u32);
+        let mut acked_at = t0;
+        while acked < frames {
+            if StdInstant::now() > deadline {
+                return Err(HostError("eth reference: rank 1 does not ack".into()));
+            }
+            while next < frames && next - acked < credit {
+                let pos = next as usize * chunk;
+                let n = chunk.min(total - pos);
+                if !send(dev, [DATA, round, next], &buf, pos, n) {
+                    break;
+                }
+                next += 1;
+            }
+            dev.flush(now());
+            while let Some(tok) = dev.receive(now()) {
+                let head = tok.consume(|f| [word(f, 0), word(f, 4), word(f, 8)]);
+                if head[0] == ACK && head[1] == round && head[2] > acked {
+                    acked = head[2].min(frames);
+                    acked_at = StdInstant::now();
+                }
+            }
+            if next > acked && acked_at.elapsed() > StdDuration::from_millis(20) {
+                next = acked;
+                acked_at = StdInstant::now();
+            }
+        }
+        if round >= 2 {
+            out.push(total as f64 / t0.elapsed().as_secs_f64() / 1e6);
+        }
+    }
+    buf.clear();
     for _ in 0..20 {
-        send(&mut dev, STOP);
+        send(dev, [DONE, 0, 0], &buf, 0, 0);
+        dev.flush(now());
+        std::thread::sleep(StdDuration::from_micros(200));
     }
     Ok(out)
 }
 
+/// The bare reference: a plain UDP ping-pong of `len` bytes on two spare ports. Rank 1
+/// echoes whatever arrives; rank 0 numbers its pings, resends one that got no echo
+/// within 100 ms (start-up, a lost datagram), and ends with a stop datagram.
 fn udp_pingpong(boot: &Boot, len: usize, iters: usize) -> Result<Vec<f64>, HostError> {
     const STOP: u64 = u64::MAX;
     // Spare ports beside the job's (wrapping below 65536 if the job's are high).
@@ -489,7 +656,10 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
             let bw = tcp_stream(boot, 1 << 20, 32, sw.rounds(20))?;
             (udp_pingpong(boot, 8, sw.iters(20_000))?, Some(bw))
         }
-        Fabric::Eth => (eth_pingpong(boot, 8, sw.iters(20_000))?, None),
+        Fabric::Eth => {
+            let (lat, bw) = eth_reference(boot, 8, sw.iters(20_000), sw.rounds(20))?;
+            (lat, Some(bw))
+        }
     };
     let me0 = boot.rank == 0;
     let (lm, lp90, lp99) = stats(ref_lat);
@@ -512,11 +682,12 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
         let (m, p90, p99) = stats(bw);
         rows.push(Row {
             fabric: name.into(),
-            test: if fabric == Fabric::Shm {
-                "reference: memcpy".into()
-            } else {
-                "reference: bare TCP stream, loopback".into()
-            },
+            test: match fabric {
+                Fabric::Shm => "reference: memcpy",
+                Fabric::Udp => "reference: bare TCP stream, loopback",
+                Fabric::Eth => "reference: bare AF_PACKET stream",
+            }
+            .into(),
             bytes: 1 << 20,
             unit: "MB/s".into(),
             median: m,
@@ -1408,6 +1579,13 @@ pub fn collectives(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, H
                 5_000,
             )?)
             .0
+        }
+        Fabric::Eth if boot.rank < 2 => {
+            let pair = Boot {
+                size: 2,
+                ..boot.clone()
+            };
+            stats(eth_reference(&pair, 8, 5_000, 0)?.0).0
         }
         _ => 1.0,
     };

@@ -50,8 +50,11 @@ const MIN_MTU: usize = 256;
 /// Bytes of receive ring and transmit ring.
 const RX_RING_BYTES: usize = 8 << 20;
 const TX_RING_BYTES: usize = 2 << 20;
-/// Ring block size: a multiple of the page size that holds whole frames.
+/// Ring block size: a multiple of the page size that holds whole frames (one frame
+/// when frames are larger: jumbo MTUs).
 const BLOCK: usize = 64 << 10;
+/// Fewest slots in each ring, whatever the frame size.
+const MIN_SLOTS: usize = 32;
 /// Transmit slots filled before the kernel is told even without a flush.
 const TX_BATCH: usize = 32;
 /// How often a running rank looks for hellos to answer (late ranks still asking).
@@ -630,12 +633,15 @@ fn setup_ring(
     frame: usize,
     bytes: usize,
 ) -> Result<usize, HostError> {
-    let blocks = (bytes / BLOCK).max(1);
+    // `frame` is a power of two, so blocks hold whole frames and the slots of a
+    // ring are evenly spaced in the mapping.
+    let block = BLOCK.max(frame);
+    let blocks = (bytes.max(MIN_SLOTS * frame) / block).max(1);
     let req = libc::tpacket_req {
-        tp_block_size: BLOCK as u32,
+        tp_block_size: block as u32,
         tp_block_nr: blocks as u32,
         tp_frame_size: frame as u32,
-        tp_frame_nr: (blocks * (BLOCK / frame)) as u32,
+        tp_frame_nr: (blocks * (block / frame)) as u32,
     };
     // SAFETY: a valid socket and a tpacket_req of the right size.
     let r = unsafe {
@@ -687,12 +693,6 @@ impl EthDevice {
         let frame = (TX_DATA + 64 + ETH_HEADER + mtu)
             .next_power_of_two()
             .max(2048);
-        if frame > BLOCK {
-            return Err(HostError(format!(
-                "eth: MTU {mtu} of {} is too large for the packet rings: set VOLLEY_ETH_MTU",
-                iface.name
-            )));
-        }
         let rx_frames = setup_ring(&fd, libc::PACKET_RX_RING, frame, RX_RING_BYTES)?;
         let tx_frames = setup_ring(&fd, libc::PACKET_TX_RING, frame, TX_RING_BYTES)?;
         let len = (rx_frames + tx_frames) * frame;
@@ -791,6 +791,11 @@ impl EthDevice {
     /// Every rank's MAC address.
     pub fn macs(&self) -> &[[u8; 6]] {
         &self.macs
+    }
+
+    /// Slots in the receive ring.
+    pub fn rx_frames(&self) -> usize {
+        self.rings.rx_frames
     }
 
     /// The receive window to advertise, in frames: half the receive ring, 4 to 64.
@@ -926,9 +931,10 @@ impl Device for EthDevice {
             }
             // SAFETY: the slot is ours (TP_STATUS_USER); its tpacket2_hdr and
             // sockaddr_ll are plain bytes the kernel wrote before the status.
-            let (snap, mac_off, pkttype) = unsafe {
+            let (len, snap, mac_off, pkttype) = unsafe {
                 (
-                    // tp_snaplen, tp_mac (struct tpacket2_hdr).
+                    // tp_len, tp_snaplen, tp_mac (struct tpacket2_hdr).
+                    (slot.add(4) as *const u32).read_volatile() as usize,
                     (slot.add(8) as *const u32).read_volatile() as usize,
                     (slot.add(12) as *const u16).read_volatile() as usize,
                     slot.add(RX_LL + LL_PKTTYPE).read_volatile(),
@@ -937,7 +943,8 @@ impl Device for EthDevice {
             let fits = mac_off
                 .checked_add(snap)
                 .is_some_and(|end| end <= self.rings.frame);
-            if fits && snap >= ETH_HEADER && pkttype != libc::PACKET_OTHERHOST {
+            // A frame longer than the slot arrives cut short (snaplen < len): dropped.
+            if fits && snap == len && snap >= ETH_HEADER && pkttype != libc::PACKET_OTHERHOST {
                 // SAFETY: inside the slot (checked above).
                 let h = unsafe { std::slice::from_raw_parts(slot.add(mac_off), ETH_HEADER) };
                 let mut src = [0u8; 6];
