@@ -608,3 +608,92 @@ fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
         "buffers freed by the acks"
     );
 }
+
+/// A loopback that takes frames of 100 payload bytes or more as parts
+/// ([`Device::transmit_parts`]) and joins them itself, counting them.
+struct Gathering<'r>(Loopback<'r, 64, 512>, usize);
+
+impl Device for Gathering<'_> {
+    type RxToken<'a>
+        = <Loopback<'static, 64, 512> as Device>::RxToken<'a>
+    where
+        Self: 'a;
+    type TxToken<'a>
+        = <Loopback<'static, 64, 512> as Device>::TxToken<'a>
+    where
+        Self: 'a;
+    fn receive(&mut self, now: Instant) -> Option<Self::RxToken<'_>> {
+        self.0.receive(now)
+    }
+    fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<Self::TxToken<'_>> {
+        self.0.transmit(now, dst)
+    }
+    fn capabilities(&self) -> crate::phy::Capabilities {
+        self.0.capabilities()
+    }
+    fn gather_from(&self) -> usize {
+        100
+    }
+    fn transmit_parts(&mut self, now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
+        use crate::phy::TxToken;
+        let len = parts.iter().map(|p| p.len()).sum();
+        let Some(tok) = self.0.transmit(now, dst) else {
+            return false;
+        };
+        tok.consume(len, |b| {
+            let mut at = 0;
+            for p in parts {
+                b[at..at + p.len()].copy_from_slice(p);
+                at += p.len();
+            }
+        });
+        self.1 += 1;
+        true
+    }
+}
+
+/// Frames sent as parts (header, payload where it lies, tag) are the frames the
+/// engine would have written: a message with a head and a body arrives whole, with
+/// and without a frame key (tag or checksum), and only its long frames go as parts.
+#[test]
+fn frames_sent_as_parts_arrive_like_written_ones() {
+    for key in [None, Some(*b"0123456789abcdef")] {
+        let mut rings = rings();
+        let keyed = |node| {
+            let mut cfg = Config::new(0xAB, 7, node);
+            cfg.auth_key = key;
+            Engine::new(cfg, G, Storage::with_capacity(cap()), Vec::new()).unwrap()
+        };
+        let (mut a, mut b): (Engine<'static, Log>, Engine<'static, Log>) = (keyed(0), keyed(1));
+        a.bind_port(1, out(1, 2)).unwrap();
+        b.bind_port(2, input(leak(4000), BufferKind::GoBack, 3))
+            .unwrap();
+        let msg: &'static [u8] = Vec::leak((0..3050u32).map(|i| (i * 7) as u8).collect());
+        let h = a.start_send(1, b"head", Body::Borrowed(msg), true).unwrap();
+        let tiny = a.start_send(1, b"tiny", Body::Borrowed(&[]), true).unwrap();
+        let mut gathered = 0;
+        let mut now = Instant::ZERO;
+        for _ in 0..10_000 {
+            let mut g = Gathering(Loopback::new(&mut rings, NodeAddr(0)), 0);
+            a.poll(now, &mut g, None);
+            gathered += g.1;
+            b.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+            let done = |x| a.send_status(x) == Ok(SendStatus::Done);
+            if b.state().len() == 2 && done(h) && done(tiny) {
+                break;
+            }
+            now += Duration::from_micros(10);
+        }
+        let (port, data, errno, _) = &b.state()[0];
+        assert_eq!((*port, *errno), (2, None), "key {key:?}");
+        assert_eq!(&data[..4], b"head");
+        assert_eq!(&data[4..], msg, "key {key:?}");
+        assert_eq!(&b.state()[1].1, b"tiny");
+        assert_eq!((b.stats().rx_unauthenticated, b.stats().rx_bad_crc), (0, 0));
+        assert!(gathered >= 7, "{gathered} frames as parts, key {key:?}");
+        assert!(
+            (gathered as u64) < a.stats().tx_frames,
+            "short frames (the tiny message) are written as before"
+        );
+    }
+}

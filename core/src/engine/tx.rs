@@ -274,21 +274,33 @@ struct Tx<'t, D> {
 }
 
 impl<D: Device> Tx<'_, D> {
-    fn emit(&mut self, ch: &mut Channel, repr: Repr, pieces: [&[u8]; 2]) -> bool {
-        self.emit_with(ch, repr, |rest| {
-            let (a, b) = rest.split_at_mut(pieces[0].len());
-            a.copy_from_slice(pieces[0]);
-            b.copy_from_slice(pieces[1]);
-        })
+    fn emit(&mut self, ch: &mut Channel, mut repr: Repr, pieces: [&[u8]; 2]) -> bool {
+        if pieces[0].len() + pieces[1].len() < self.dev.gather_from() {
+            return self.emit_with(ch, repr, |rest| {
+                let (a, b) = rest.split_at_mut(pieces[0].len());
+                a.copy_from_slice(pieces[0]);
+                b.copy_from_slice(pieces[1]);
+            });
+        }
+        // The device sends the payload from where it lies: header and tag beside it.
+        self.address(ch, &mut repr);
+        let key = self.cfg.auth_key.as_ref();
+        let Ok((h, t)) = repr.frame_parts(self.caps.integrity, key, pieces) else {
+            return false;
+        };
+        let tag = if key.is_some() { &t[..] } else { &[] };
+        if !self
+            .dev
+            .transmit_parts(self.now, ch.peer, &[&h, pieces[0], pieces[1], tag])
+        {
+            return false;
+        }
+        self.sent_frame(ch, &repr);
+        true
     }
 
-    /// Emits `repr` with its payload written by `fill` straight into the frame.
-    fn emit_with<F: FnOnce(&mut [u8])>(
-        &mut self,
-        ch: &mut Channel,
-        mut repr: Repr,
-        fill: F,
-    ) -> bool {
+    /// Fills in what every frame on `ch` carries: addresses, job, ack, flags.
+    fn address(&self, ch: &Channel, repr: &mut Repr) {
         repr.ends.src_group = self.cfg.group;
         repr.ends.src_node = self.cfg.node;
         repr.ends.dst_group = ch.peer_group;
@@ -301,6 +313,28 @@ impl<D: Device> Tx<'_, D> {
         if ch.retry_now {
             repr.flags |= Flags::RETRY;
         }
+    }
+
+    /// The bookkeeping of a frame sent on `ch`.
+    fn sent_frame(&mut self, ch: &mut Channel, repr: &Repr) {
+        ch.ack_now = false;
+        ch.ack_at = None;
+        ch.since_ack = 0;
+        ch.refusing = false;
+        ch.retry_now = false;
+        self.stats.tx_frames += 1;
+        self.stats.tx_bytes += repr.payload_len as u64;
+        self.sent += 1;
+    }
+
+    /// Emits `repr` with its payload written by `fill` straight into the frame.
+    fn emit_with<F: FnOnce(&mut [u8])>(
+        &mut self,
+        ch: &mut Channel,
+        mut repr: Repr,
+        fill: F,
+    ) -> bool {
+        self.address(ch, &mut repr);
         let skip_crc = self.caps.integrity;
         let key = self.cfg.auth_key.as_ref();
         let len = repr.buffer_len() + if key.is_some() { wire::TAG_LEN } else { 0 };
@@ -313,14 +347,7 @@ impl<D: Device> Tx<'_, D> {
         if !ok {
             return false;
         }
-        ch.ack_now = false;
-        ch.ack_at = None;
-        ch.since_ack = 0;
-        ch.refusing = false;
-        ch.retry_now = false;
-        self.stats.tx_frames += 1;
-        self.stats.tx_bytes += repr.payload_len as u64;
-        self.sent += 1;
+        self.sent_frame(ch, &repr);
         true
     }
 

@@ -129,6 +129,20 @@ pub trait Device {
     /// the hardware once per batch (a kernel packet ring: one system call) do it
     /// here; the engine calls it at the end of each transmit pass.
     fn flush(&mut self, _now: Instant) {}
+    /// Payload bytes from which the engine sends a frame with
+    /// [`Device::transmit_parts`] instead of filling a transmit token; `usize::MAX`
+    /// (the default): never.
+    fn gather_from(&self) -> usize {
+        usize::MAX
+    }
+    /// Sends one frame to `dst` given as `parts` laid end to end (header, the payload
+    /// where it lies in the program's memory, tag), for a device whose kernel copies
+    /// the frame anyway (`sendmsg` with an I/O vector): it spares the copy into a
+    /// transmit buffer. `false` when there is no room now. Called only for frames with
+    /// at least [`Device::gather_from`] payload bytes, in order with earlier tokens.
+    fn transmit_parts(&mut self, _now: Instant, _dst: NodeAddr, _parts: &[&[u8]]) -> bool {
+        false
+    }
 }
 
 impl<D: Device> Device for &mut D {
@@ -160,5 +174,11 @@ impl<D: Device> Device for &mut D {
     }
     fn flush(&mut self, now: Instant) {
         (**self).flush(now)
+    }
+    fn gather_from(&self) -> usize {
+        (**self).gather_from()
+    }
+    fn transmit_parts(&mut self, now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
+        (**self).transmit_parts(now, dst, parts)
     }
 }

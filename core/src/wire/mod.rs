@@ -362,18 +362,28 @@ pub const LONG_TAG_FROM: usize = 2048;
 /// costs 15 % at 64 KiB and half at 4 KiB). The length is covered by the tag, so each
 /// frame has exactly one valid tag function.
 pub fn tag(key: &AuthKey, h: &[u8; HEADER_LEN], payload: &[u8]) -> [u8; TAG_LEN] {
-    if payload.len() < LONG_TAG_FROM {
+    tag_parts(key, h, &[payload])
+}
+
+/// [`tag`] of a payload given as `pieces` laid end to end.
+pub fn tag_parts(key: &AuthKey, h: &[u8; HEADER_LEN], pieces: &[&[u8]]) -> [u8; TAG_LEN] {
+    let len: usize = pieces.iter().map(|p| p.len()).sum();
+    if len < LONG_TAG_FROM {
         use core::hash::Hasher;
         use siphasher::sip128::{Hasher128, SipHasher24};
         let mut m = SipHasher24::new_with_key(key);
         m.write(h);
-        m.write(payload);
+        for p in pieces {
+            m.write(p);
+        }
         return m.finish128().as_bytes();
     }
     let mut k = [0u8; blake3::KEY_LEN];
     k[..key.len()].copy_from_slice(key);
     let mut m = blake3::Hasher::new_keyed(&k);
-    m.update(payload);
+    for p in pieces {
+        m.update(p);
+    }
     m.update(h);
     let mut out = [0u8; TAG_LEN];
     out.copy_from_slice(&m.finalize().as_bytes()[..TAG_LEN]);
@@ -637,6 +647,36 @@ impl Repr {
                 at += piece.len();
             }
         })
+    }
+
+    /// The header and tag (zeros without `key`) of the frame [`Repr::emit_frame_with`]
+    /// would write with `pieces` as its payload, for a device that sends the parts
+    /// where they lie ([`crate::phy::Device::transmit_parts`]).
+    pub fn frame_parts(
+        &self,
+        skip_crc: bool,
+        key: Option<&AuthKey>,
+        pieces: [&[u8]; 2],
+    ) -> Result<([u8; HEADER_LEN], [u8; TAG_LEN]), WireError> {
+        if pieces[0].len() + pieces[1].len() != self.payload_len as usize {
+            return Err(WireError::Malformed);
+        }
+        let skip_crc = skip_crc || key.is_some();
+        let mut h = self.header_bytes(skip_crc, key.is_some());
+        if !skip_crc {
+            let mut d = CRC32C.digest();
+            d.update(&h[..field::CRC.start]);
+            d.update(&[0; 4]);
+            d.update(pieces[0]);
+            d.update(pieces[1]);
+            h[field::CRC].copy_from_slice(&d.finalize().to_be_bytes());
+        }
+        let t = match key {
+            // With a key the checksum is skipped: `h` is what the tag covers.
+            Some(key) => tag_parts(key, &h, &pieces),
+            None => [0; TAG_LEN],
+        };
+        Ok((h, t))
     }
 
     /// [`Repr::emit_frame`] with the payload written by `fill` straight into its place

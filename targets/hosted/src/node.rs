@@ -127,6 +127,20 @@ impl Device for HostDevice {
             d.flush(now)
         }
     }
+
+    fn gather_from(&self) -> usize {
+        match self {
+            HostDevice::Eth(d) => d.gather_from(),
+            HostDevice::Shm(_) | HostDevice::Udp(_) => usize::MAX,
+        }
+    }
+
+    fn transmit_parts(&mut self, now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
+        match self {
+            HostDevice::Eth(d) => d.transmit_parts(now, dst, parts),
+            HostDevice::Shm(_) | HostDevice::Udp(_) => false,
+        }
+    }
 }
 
 /// A GAMMA process of a hosted job.
