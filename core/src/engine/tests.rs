@@ -474,10 +474,28 @@ fn a_refused_sender_is_told_to_retry_when_the_port_frees() {
     );
 }
 
-/// A loopback whose liveness word says node 1 is gone.
-struct DeadPeer<'r>(Loopback<'r, 64, 512>);
+/// A loopback with what some devices add: a liveness word that says node 1 is gone
+/// (`dead_1`), frames of 100 payload bytes or more taken as parts
+/// ([`Device::transmit_parts`], joined here and counted in `gathered`).
+struct Special<'r> {
+    lo: Loopback<'r, 64, 512>,
+    dead_1: bool,
+    gather: bool,
+    gathered: usize,
+}
 
-impl Device for DeadPeer<'_> {
+impl<'r> Special<'r> {
+    fn new(lo: Loopback<'r, 64, 512>) -> Self {
+        Special {
+            lo,
+            dead_1: false,
+            gather: false,
+            gathered: 0,
+        }
+    }
+}
+
+impl Device for Special<'_> {
     type RxToken<'a>
         = <Loopback<'static, 64, 512> as Device>::RxToken<'a>
     where
@@ -487,16 +505,39 @@ impl Device for DeadPeer<'_> {
     where
         Self: 'a;
     fn receive(&mut self, now: Instant) -> Option<Self::RxToken<'_>> {
-        self.0.receive(now)
+        self.lo.receive(now)
     }
     fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<Self::TxToken<'_>> {
-        self.0.transmit(now, dst)
+        self.lo.transmit(now, dst)
     }
     fn capabilities(&self) -> crate::phy::Capabilities {
-        self.0.capabilities()
+        self.lo.capabilities()
     }
     fn peer_alive(&mut self, _now: Instant, peer: NodeAddr) -> bool {
-        peer != NodeAddr(1)
+        !(self.dead_1 && peer == NodeAddr(1))
+    }
+    fn gather_from(&self) -> usize {
+        if self.gather {
+            100
+        } else {
+            usize::MAX
+        }
+    }
+    fn transmit_parts(&mut self, now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
+        use crate::phy::TxToken;
+        let len = parts.iter().map(|p| p.len()).sum();
+        let Some(tok) = self.lo.transmit(now, dst) else {
+            return false;
+        };
+        tok.consume(len, |b| {
+            let mut at = 0;
+            for p in parts {
+                b[at..at + p.len()].copy_from_slice(p);
+                at += p.len();
+            }
+        });
+        self.gathered += 1;
+        true
     }
 }
 
@@ -510,7 +551,10 @@ fn a_device_that_knows_a_peer_died_fails_sends_at_the_first_timeout() {
     while a.send_status(h) == Ok(SendStatus::Pending) {
         a.poll(
             now,
-            &mut DeadPeer(Loopback::new(&mut rings, NodeAddr(0))),
+            &mut Special {
+                dead_1: true,
+                ..Special::new(Loopback::new(&mut rings, NodeAddr(0)))
+            },
             None,
         );
         now += Duration::from_micros(10);
@@ -609,49 +653,6 @@ fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
     );
 }
 
-/// A loopback that takes frames of 100 payload bytes or more as parts
-/// ([`Device::transmit_parts`]) and joins them itself, counting them.
-struct Gathering<'r>(Loopback<'r, 64, 512>, usize);
-
-impl Device for Gathering<'_> {
-    type RxToken<'a>
-        = <Loopback<'static, 64, 512> as Device>::RxToken<'a>
-    where
-        Self: 'a;
-    type TxToken<'a>
-        = <Loopback<'static, 64, 512> as Device>::TxToken<'a>
-    where
-        Self: 'a;
-    fn receive(&mut self, now: Instant) -> Option<Self::RxToken<'_>> {
-        self.0.receive(now)
-    }
-    fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<Self::TxToken<'_>> {
-        self.0.transmit(now, dst)
-    }
-    fn capabilities(&self) -> crate::phy::Capabilities {
-        self.0.capabilities()
-    }
-    fn gather_from(&self) -> usize {
-        100
-    }
-    fn transmit_parts(&mut self, now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
-        use crate::phy::TxToken;
-        let len = parts.iter().map(|p| p.len()).sum();
-        let Some(tok) = self.0.transmit(now, dst) else {
-            return false;
-        };
-        tok.consume(len, |b| {
-            let mut at = 0;
-            for p in parts {
-                b[at..at + p.len()].copy_from_slice(p);
-                at += p.len();
-            }
-        });
-        self.1 += 1;
-        true
-    }
-}
-
 /// Frames sent as parts (header, payload where it lies, tag) are the frames the
 /// engine would have written: a message with a head and a body arrives whole, with
 /// and without a frame key (tag or checksum), and only its long frames go as parts.
@@ -674,9 +675,12 @@ fn frames_sent_as_parts_arrive_like_written_ones() {
         let mut gathered = 0;
         let mut now = Instant::ZERO;
         for _ in 0..10_000 {
-            let mut g = Gathering(Loopback::new(&mut rings, NodeAddr(0)), 0);
+            let mut g = Special {
+                gather: true,
+                ..Special::new(Loopback::new(&mut rings, NodeAddr(0)))
+            };
             a.poll(now, &mut g, None);
-            gathered += g.1;
+            gathered += g.gathered;
             b.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
             let done = |x| a.send_status(x) == Ok(SendStatus::Done);
             if b.state().len() == 2 && done(h) && done(tiny) {
