@@ -1407,3 +1407,164 @@ fn barrier_cost_grows_as_log_n_to_1024_nodes() {
         );
     }
 }
+
+// ------------------------------------------------------------ tree broadcast
+
+/// Inner members of a binomial broadcast tree of `n` (positions that forward).
+fn binomial_inner(n: usize) -> usize {
+    (1..n)
+        .filter(|&p| p + (p + 1).next_power_of_two() < n)
+        .count()
+}
+
+#[test]
+fn broadcasts_from_every_root_arrive_once_and_in_order_under_loss() {
+    let base = seed();
+    // Short ones go down the tree, longer than 16 KiB ones straight from the root:
+    // short ones wait for the long ones sent before them.
+    let sizes = [20_000usize, 40_000, 8, 3000, 100, 16_384, 1];
+    let tree_msgs = sizes.iter().filter(|&&s| s <= 16_384).count();
+    for n in [4u16, 13] {
+        let seed = base ^ (n as u64) << 8;
+        let g = groups(n);
+        let mut sc = SimConfig::lan(seed);
+        sc.faults = lossy();
+        sc.faults.corrupt = 0.0;
+        let mut sim = Sim::new(n as usize, sc, |i, dev, clock| {
+            let mut st = Check::default();
+            for src in 0..n {
+                if src != i as u16 {
+                    st.plan.insert(src, sizes.to_vec());
+                }
+            }
+            gamma(g, cfg(1, i as u16), n as usize, n as usize, dev, clock, st)
+        });
+        for node in sim.nodes.iter_mut() {
+            node.set_active_port(
+                5,
+                BROADCAST,
+                1,
+                5,
+                Some(on_message),
+                None,
+                0,
+                GO_BACK,
+                Some(leak(vec![0; 64 * 1024])),
+            )
+            .unwrap();
+        }
+        // Every root broadcasts at once, so trees of different roots cross.
+        let mut handles = Vec::new();
+        for (k, &len) in sizes.iter().enumerate() {
+            for (i, node) in sim.nodes.iter_mut().enumerate() {
+                let body: &'static [u8] = leak(pattern(i as u16, k, len));
+                handles.push((i, node.isend_flowctl(5, body).unwrap()));
+            }
+        }
+        let want = sizes.len() * (n as usize - 1);
+        let r = sim.run_until(Instant::from_millis(60_000), |nodes, _| {
+            nodes
+                .iter()
+                .all(|x| x.state().got.values().sum::<usize>() == want)
+                && handles.iter().all(|&(i, h)| {
+                    nodes[i].engine().send_status(h) != Ok(volley_core::engine::SendStatus::Pending)
+                })
+        });
+        if r.is_err() {
+            for (i, node) in sim.nodes.iter().enumerate() {
+                eprintln!(
+                    "member {i}: got {:?} errors {:?}",
+                    node.state().got,
+                    node.state().errors
+                );
+                eprintln!("  {:?}", node.engine().stats());
+            }
+        }
+        assert!(
+            r.is_ok(),
+            "seed {seed}: n={n}: broadcasts did not all arrive"
+        );
+        for (i, node) in sim.nodes.iter().enumerate() {
+            let st = node.state();
+            assert!(
+                st.errors.is_empty(),
+                "seed {seed}: member {i}: {:?}",
+                st.errors
+            );
+        }
+        for &(i, h) in &handles {
+            assert_eq!(sim.nodes[i].tsend(h), Ok(true), "seed {seed}: root {i}");
+        }
+        let forwarded: u64 = sim.nodes.iter().map(|x| x.engine().stats().forwarded).sum();
+        assert_eq!(
+            forwarded as usize,
+            n as usize * tree_msgs * binomial_inner(n as usize),
+            "seed {seed}: n={n}: every inner member forwards every short broadcast once"
+        );
+    }
+}
+
+/// Virtual time of one 8-byte broadcast from node 0 to `n` nodes, until the last
+/// member has it.
+fn broadcast_cost(n: u16, seed: u64, tree: bool) -> f64 {
+    let g = groups(n);
+    let k = 16 - (n - 1).leading_zeros() as usize;
+    let mut sim = Sim::new(n as usize, SimConfig::lan(seed), |i, dev, clock| {
+        let mut c = cfg(1, i as u16);
+        if !tree {
+            c.bcast_tree = None;
+        }
+        let chans = if i == 0 && !tree { n as usize } else { k + 2 };
+        let s = Storage::with_capacity(Capacity {
+            ports: PORTS,
+            channels: chans,
+            fabric_nodes: n as usize,
+            ops: 2 * n as usize,
+            assemblies: 4,
+            eager: 16,
+        });
+        SimGamma::init(c, g, s, dev, clock, Bar::default()).unwrap()
+    });
+    for (i, node) in sim.nodes.iter_mut().enumerate() {
+        let dest = if i == 0 { BROADCAST } else { 0 };
+        let buf = Some(leak(vec![0; 64]));
+        node.set_active_port(5, dest, 1, 5, Some(on_bcast), None, 0, GO_BACK, buf)
+            .unwrap();
+    }
+    sim.nodes[0].isend_flowctl(5, b"8 bytes!").unwrap();
+    let t = sim
+        .run_until(Instant::from_millis(1000), |nodes, _| {
+            nodes.iter().skip(1).all(|x| x.state().got.len() == 1)
+        })
+        .unwrap_or_else(|e| panic!("seed {seed}: broadcast to {n} stuck at {e:?}"));
+    (t - Instant::ZERO).as_micros_f64()
+}
+
+#[test]
+fn broadcast_cost_grows_as_log_n_to_1024_nodes() {
+    let seed = seed();
+    let mut times = Vec::new();
+    for k in 1..=10u32 {
+        let n = 1u16 << k;
+        let t = broadcast_cost(n, seed, true);
+        println!("broadcast 8 B, {n:>4} nodes: {t:>7.1} us (tree)");
+        times.push(t);
+    }
+    let hop = times[0];
+    for (k, t) in times.iter().enumerate() {
+        let hops = (k + 1) as f64;
+        assert!(
+            *t <= hop * hops * 1.5,
+            "seed {seed}: {} nodes took {t:.1} us, more than {hops} hops of {hop:.1} us",
+            1u32 << (k + 1)
+        );
+    }
+    // The root sending every copy itself grows with n.
+    let flat = broadcast_cost(1024, seed, false);
+    println!("broadcast 8 B, 1024 nodes: {flat:>7.1} us (root sends all)");
+    assert!(
+        flat > times[9] * 2.0,
+        "seed {seed}: the tree ({:.1} us) should beat the root alone ({flat:.1} us)",
+        times[9]
+    );
+}

@@ -9,6 +9,10 @@
 
 use super::*;
 
+/// Tree shape byte of a reliable broadcast the root sends to every member itself
+/// (nobody forwards it; it carries the root's sequence number all the same).
+pub(super) const FLAT: u8 = 3;
+
 /// Most members a multicast group may have (an instance number is 16 bits).
 pub const MCAST_MEMBERS_MAX: usize = u16::MAX as usize;
 /// The group id meaning "every instance of my group" (LFC's broadcast).
@@ -72,6 +76,22 @@ impl Tree {
             }
         }
         k
+    }
+}
+
+impl Tree {
+    /// Levels below position `p` in a tree of `n` positions: 0 for a leaf. The first
+    /// child heads the deepest subtree in both shapes this is asked for (binary:
+    /// the heap's left child; binomial: `p + 2^k` for the smallest `2^k > p`), so the
+    /// chain of first children is the longest path down.
+    pub(super) fn height(self, mut p: usize, n: usize) -> usize {
+        let mut h = 0;
+        let mut kids = [0usize; MAX_CHILDREN];
+        while self.children(p, n, &mut kids) > 0 && h < n {
+            p = kids[0];
+            h += 1;
+        }
+        h
     }
 }
 
@@ -251,6 +271,227 @@ impl<'a, S> Engine<'a, S> {
             .members
             .get(first..first + g.len as usize)
             .map(MemberList::List)
+    }
+}
+
+/// Position of `me` in a tree over every instance of the group rooted at `root`
+/// (the order [`forward_targets`] lays out for [`MemberList::All`]).
+pub(super) fn all_position(root: NodeId, me: NodeId) -> usize {
+    match me.cmp(&root) {
+        core::cmp::Ordering::Equal => 0,
+        core::cmp::Ordering::Less => me as usize + 1,
+        core::cmp::Ordering::Greater => me as usize,
+    }
+}
+
+/// What a [`Flags::TREE`] frame's prefix says.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TreeTag {
+    root: NodeId,
+    shape: u8,
+    bseq: u32,
+}
+
+impl TreeTag {
+    fn parse(payload: &[u8]) -> Option<TreeTag> {
+        let p = payload.get(..wire::TREE_PREFIX)?;
+        Some(TreeTag {
+            root: u16::from_be_bytes([p[0], p[1]]),
+            shape: p[2],
+            bseq: u32::from_be_bytes([p[4], p[5], p[6], p[7]]),
+        })
+    }
+}
+
+impl<'a, S> Engine<'a, S> {
+    /// A fragment of a reliable broadcast in our group ([`Flags::TREE`]): stored
+    /// into the port like any message, in the order its root sent them, and, where
+    /// this member has children in the tree, copied into an eager buffer that the
+    /// forwards to them are sent from once the message is complete. `false`: refused
+    /// for now (an earlier broadcast of its root has not arrived, or no room).
+    pub(super) fn rx_tree(&mut self, now: Instant, ci: usize, repr: &Repr, payload: &[u8]) -> bool {
+        let Some(tag) = TreeTag::parse(payload) else {
+            self.stats.rx_malformed += 1;
+            return true;
+        };
+        let data = &payload[wire::TREE_PREFIX..];
+        let ai = self.assembly_for(ci, repr, |e| e.reserve_tree(now, ci, repr, tag));
+        let ai = match ai {
+            Ok(ai) => ai,
+            Err(taken) => return taken,
+        };
+        self.place(ai, repr.offset, data);
+        let relay = self.asms[ai].relay;
+        if let Some(p) = self.ops.get(relay as usize) {
+            let off = repr.offset as usize;
+            if let Some(dst) = self
+                .bufs
+                .eager
+                .get_mut(p.eager as usize)
+                .and_then(|b| b.data.get_mut(off..off + data.len()))
+            {
+                dst.copy_from_slice(data);
+            }
+        }
+        true
+    }
+
+    /// Reserves the port (or a discarding assembly where it is closed) for a tree
+    /// broadcast's first fragment and, for an inner member, the eager buffer and
+    /// the operations its forwards need; `None` refuses the frame for now.
+    fn reserve_tree(
+        &mut self,
+        now: Instant,
+        ci: usize,
+        repr: &Repr,
+        tag: TreeTag,
+    ) -> Option<usize> {
+        let me = self.cfg.node;
+        let sane = repr.ends.src_group == self.cfg.group && tag.root < self.size && tag.root != me;
+        if let Some(&want) = self.bcast_seq.get(tag.root as usize) {
+            // A short broadcast waits for the root's earlier long ones, which the
+            // root sent straight to us and so before it sent this one to anyone.
+            // Only tree messages wait: a channel's head never waits for a message
+            // queued after it, so refusals cannot hold each other up in a cycle
+            // (refusing long ones too could: each channel's head waiting for
+            // short ones queued behind the other's).
+            let root_dead = self
+                .addr_of(self.cfg.group, tag.root)
+                .ok()
+                .and_then(|a| self.peer_map.get(a.0 as usize))
+                .and_then(|&c| self.chans.get(c as usize))
+                .is_some_and(|c| c.failed);
+            if sane && tag.shape != FLAT && seq_lt(want, tag.bseq) && !root_dead {
+                return None;
+            }
+        }
+        let mut kids = [0 as NodeId; MAX_CHILDREN];
+        let tree = Tree::from_u32(tag.shape as u32);
+        let mut n = match tree {
+            Some(t) if sane => {
+                forward_targets(MemberList::All(self.size), tag.root, me, t, &mut kids).unwrap_or(0)
+            }
+            _ => 0,
+        };
+        if !sane
+            || (tree.is_none() && tag.shape != FLAT)
+            || (n > 0 && repr.total_len as usize > EAGER_MAX)
+        {
+            // An authenticated peer that breaks the protocol: taken, not forwarded.
+            self.stats.rx_malformed += 1;
+            n = 0;
+        }
+        let mut eager = NONE;
+        if n > 0 {
+            // Buffers by level (Merlin and Schweitzer's structured pool): a member
+            // `h` levels above the leaves takes one only while `h` are free, so the
+            // last free ones go to members nearer the leaves, whose forwards end
+            // without waiting for anyone else's buffer: broadcasts from different
+            // roots crossing the same members cannot hold each other's up for ever.
+            let pool = self.bufs.eager.len();
+            let h = tree
+                .map_or(1, |t| {
+                    t.height(all_position(tag.root, me), self.size as usize)
+                })
+                .clamp(1, pool.max(1));
+            let free = self.bufs.eager.iter().filter(|b| !b.used).count();
+            let ops = self
+                .ops
+                .iter()
+                .filter(|o| o.state == OpState::Free)
+                .take(n + 1)
+                .count();
+            if free < h || ops < n + 1 || self.reserve_sends(&kids[..n]).is_err() {
+                return None;
+            }
+            eager = self.bufs.eager.iter().position(|b| !b.used)? as u16;
+        }
+        let ai = match self.reserve(ci, repr, true, now) {
+            Some(ai) => ai,
+            None if self.closed_port(ci, repr, now) => self.reserve_discard(ci, repr, now)?,
+            None => return None,
+        };
+        self.chans[ci].unbound_msg = None;
+        let a = &mut self.asms[ai];
+        a.tree = sane;
+        a.shape = tag.shape;
+        a.bseq = tag.bseq;
+        if sane {
+            a.src.src_node = tag.root;
+        }
+        if n > 0 {
+            let pi = self.reserve_forwards(repr, tag, eager, &kids[..n]);
+            self.asms[ai].relay = pi;
+        }
+        Some(ai)
+    }
+
+    /// Takes eager buffer `eager` and one operation per child plus a parent for
+    /// forwarding `repr`'s message, linked through `next` and queued on no channel
+    /// until [`Engine::forward_tree`]; returns the parent.
+    fn reserve_forwards(&mut self, repr: &Repr, tag: TreeTag, eager: u16, kids: &[NodeId]) -> u16 {
+        self.bufs.eager[eager as usize].used = true;
+        let mut op = Op::EMPTY;
+        op.state = OpState::Active;
+        op.reliable = true;
+        op.detached = true;
+        op.eager = eager;
+        op.total = repr.total_len;
+        op.src_port = repr.ends.src_port;
+        op.dest = Dest {
+            group: self.cfg.group,
+            node: BROADCAST,
+            port: repr.ends.dst_port,
+        };
+        op.kind = Kind::Multicast;
+        op.tree = true;
+        op.relay = true;
+        op.root = tag.root;
+        op.aux = tag.shape;
+        op.bseq = tag.bseq;
+        // Room was checked by the caller.
+        let Ok(pi) = self.alloc_op() else { return NONE };
+        let mut parent = op;
+        parent.gen = self.ops[pi].gen;
+        parent.children = kids.len() as u16;
+        op.parent = pi as u16;
+        let mut next = NONE;
+        for &k in kids.iter().rev() {
+            let Ok(oi) = self.alloc_op() else { break };
+            let mut child = op;
+            child.gen = self.ops[oi].gen;
+            child.dest.node = k;
+            child.next = next;
+            self.ops[oi] = child;
+            next = oi as u16;
+        }
+        parent.next = next;
+        self.ops[pi] = parent;
+        pi as u16
+    }
+
+    /// A tree broadcast has been stored whole: its forwards (reserved by
+    /// [`Engine::reserve_forwards`]) go to their channels, ahead of its delivery.
+    pub(super) fn forward_tree(&mut self, pi: u16) {
+        let Some(p) = self.ops.get(pi as usize) else {
+            return;
+        };
+        let mut oi = p.next;
+        self.ops[pi as usize].next = NONE;
+        let group = self.cfg.group;
+        while let Some(o) = self.ops.get(oi as usize).copied() {
+            let next = o.next;
+            let ci = self
+                .addr_of(group, o.dest.node)
+                .and_then(|a| self.channel_for(a, group, o.dest.node));
+            match ci {
+                Ok(ci) => self.enqueue(ci, oi as usize, &o),
+                // Channels were reserved: only a vanished member gets here.
+                Err(_) => finish_op(&mut self.ops, &mut self.bufs, oi as usize, false),
+            }
+            oi = next;
+        }
+        self.stats.forwarded += 1;
     }
 }
 

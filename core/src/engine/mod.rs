@@ -132,6 +132,12 @@ pub struct Config {
     /// travel behind earlier frames on the same channels. Every member of a group
     /// must have the same setting.
     pub device_barrier: bool,
+    /// The tree a reliable broadcast to this engine's own group travels down, each
+    /// member forwarding it to its children from an eager buffer (`None`: the root
+    /// sends every copy itself). Messages longer than [`EAGER_MAX`], and roots with
+    /// fewer eager buffers than the tree has levels, send every copy themselves.
+    /// Every member of a group must have the same setting.
+    pub bcast_tree: Option<Tree>,
 }
 
 impl Config {
@@ -152,6 +158,7 @@ impl Config {
             unbound_grace: Duration::from_secs(10),
             auth_key: None,
             device_barrier: false,
+            bcast_tree: Some(Tree::Binomial),
         }
     }
 }
@@ -360,8 +367,16 @@ pub struct Op<'a> {
     eager: u16,
     /// Packet buffer holding the body ([`PacketId`] as raw), or `NONE`.
     packet: u16,
-    /// Per-kind extra: a packet's multicast tree shape.
+    /// Per-kind extra: a packet's multicast tree shape; a tree broadcast's shape
+    /// (or [`mcast::FLAT`]).
     aux: u8,
+    /// A reliable broadcast in our group: frames carry [`Flags::TREE`] with `root`,
+    /// `aux` and `bseq`.
+    tree: bool,
+    /// Forwarded for another root: a failure is told to port `dest.port`.
+    relay: bool,
+    root: NodeId,
+    bseq: u32,
     /// One-sided: the body is read from program memory at `local` as frames are
     /// built, and every frame starts with `prefix` (`wire::RMA_PREFIX` bytes).
     mem_src: bool,
@@ -402,6 +417,10 @@ impl Op<'_> {
         eager: NONE,
         packet: NONE,
         aux: 0,
+        tree: false,
+        relay: false,
+        root: 0,
+        bseq: 0,
         mem_src: false,
         owned: false,
         local: 0,
@@ -473,6 +492,12 @@ pub struct Assembly {
     bell: u64,
     /// The get a reply belongs to.
     get: u16,
+    /// A tree broadcast: its root (also in `src.src_node`), shape and sequence
+    /// number, and the eager buffer it is copied into to be forwarded (`NONE`: a leaf).
+    tree: bool,
+    shape: u8,
+    bseq: u32,
+    relay: u16,
 }
 
 impl Assembly {
@@ -501,6 +526,10 @@ impl Assembly {
         addr: 0,
         bell: 0,
         get: NONE,
+        tree: false,
+        shape: 0,
+        bseq: 0,
+        relay: NONE,
     };
 }
 
@@ -603,6 +632,8 @@ pub struct Stats {
     pub rma_denied: u64,
     /// Puts and get replies that landed in our memory.
     pub rma_landed: u64,
+    /// Reliable broadcasts of other roots passed on to our children in the tree.
+    pub forwarded: u64,
 }
 
 /// Tables an engine works in, from caller storage (`&mut [T]`) or, with `alloc`, a `Vec`.
@@ -626,6 +657,10 @@ pub struct Storage<'a, S> {
     pub packets: Packets<'a>,
     /// Multicast groups (LFC; empty unless given).
     pub mcast: McastTables<'a>,
+    /// Per member of our group: the sequence number of the next reliable broadcast
+    /// expected from it (one entry per instance; broadcasts from instances beyond it
+    /// are taken in arrival order).
+    pub bcast_seq: ManagedSlice<'a, u32>,
 }
 
 /// Table sizes for [`Storage::with_capacity`].
@@ -664,6 +699,7 @@ impl<S> Storage<'_, S> {
             eager: alloc::vec![EagerBuf::EMPTY; c.eager].into(),
             packets: Packets::default(),
             mcast: McastTables::default(),
+            bcast_seq: alloc::vec![0; c.fabric_nodes].into(),
         }
     }
 
@@ -717,6 +753,10 @@ pub struct Engine<'a, S = ()> {
     asms: ManagedSlice<'a, Assembly>,
     bufs: Bufs<'a>,
     mcast: McastTables<'a>,
+    /// See [`Storage::bcast_seq`].
+    bcast_seq: ManagedSlice<'a, u32>,
+    /// Our next reliable broadcast's sequence number.
+    bcast_next: u32,
     state: S,
     stats: Stats,
     caps: Capabilities,
@@ -828,6 +868,8 @@ impl<'a, S> Engine<'a, S> {
                 rma_done: 0,
             },
             mcast: storage.mcast,
+            bcast_seq: storage.bcast_seq,
+            bcast_next: 0,
             state,
             stats: Stats::default(),
             caps: Capabilities {

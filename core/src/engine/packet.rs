@@ -386,7 +386,7 @@ impl<'a, S> Engine<'a, S> {
 
     /// Checks that a send to each of `targets` can start now (operation slots and
     /// channels), so a launch or a forward is all or nothing.
-    fn reserve_sends(&mut self, targets: &[NodeId]) -> Result<(), Error> {
+    pub(super) fn reserve_sends(&mut self, targets: &[NodeId]) -> Result<(), Error> {
         let n = targets.len();
         let free = self
             .ops

@@ -378,6 +378,7 @@ impl<'a, S> Engine<'a, S> {
             addr: dest.unwrap_or(0),
             bell,
             get,
+            ..Assembly::EMPTY
         };
         Some(ai)
     }

@@ -174,6 +174,9 @@ impl<'a, S> Engine<'a, S> {
             }
             Kind::GetRequest => self.rx_get_request(ci, repr, payload, mem),
             Kind::Put | Kind::GetReply => self.rx_rma_data(now, ci, repr, payload, mem),
+            Kind::Multicast if repr.flags.contains(Flags::TREE) => {
+                self.rx_tree(now, ci, repr, payload)
+            }
             _ => self.rx_reliable_data(now, ci, repr, payload),
         };
         let ch = &mut self.chans[ci];
@@ -389,7 +392,7 @@ impl<'a, S> Engine<'a, S> {
     /// `reserve` at the message's first fragment; messages are reserved in id order.
     /// `Err(true)`: its message is already complete (take and drop the frame);
     /// `Err(false)`: refuse it for now.
-    fn assembly_for(
+    pub(super) fn assembly_for(
         &mut self,
         ci: usize,
         repr: &Repr,
@@ -492,9 +495,31 @@ impl<'a, S> Engine<'a, S> {
             self.be_asms -= 1;
         }
         let a = *a;
+        if a.tree {
+            // The root's next broadcast may come now; our children get this one
+            // before our own program does.
+            // Counts up to one past the newest seen: a long broadcast may have
+            // overtaken a short one (see `reserve_tree`).
+            if let Some(s) = self.bcast_seq.get_mut(a.src.src_node as usize) {
+                if !seq_lt(a.bseq, *s) {
+                    *s = a.bseq.wrapping_add(1);
+                }
+            }
+            if a.relay != NONE {
+                self.forward_tree(a.relay);
+            }
+            self.wake_refused();
+        }
         if a.discard {
             self.stats.rx_rejected += 1;
-            if let Some(ch) = self.chans.get_mut(a.chan as usize) {
+            // Only the root holds the send that a rejection fails: a forwarder
+            // is not told (its own port may well be open).
+            let from_root = !a.tree
+                || self
+                    .chans
+                    .get(a.chan as usize)
+                    .is_some_and(|c| c.peer_node == a.src.src_node);
+            if let Some(ch) = self.chans.get_mut(a.chan as usize).filter(|_| from_root) {
                 ch.queue_ctrl(Slot::Reject {
                     msg: a.msg_id,
                     port: a.src.src_port,

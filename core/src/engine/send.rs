@@ -1,7 +1,31 @@
 //! Starting sends and following them: the operation table, handles, channels for
 //! new peers.
 
+use super::mcast::{forward_targets, MemberList, FLAT, MAX_CHILDREN};
 use super::*;
+
+/// Who a broadcast's root sends copies to: its children in the tree, or every
+/// member but (in its own group) itself.
+#[derive(Clone, Copy)]
+enum Targets<'k> {
+    Some(&'k [NodeId]),
+    AllBut(u16, Option<NodeId>),
+}
+
+impl<'k> Targets<'k> {
+    fn iter(self) -> impl Iterator<Item = NodeId> + 'k {
+        let (list, n, skip) = match self {
+            Targets::Some(l) => (l, 0, None),
+            Targets::AllBut(n, skip) => (&[][..], n, skip),
+        };
+        list.iter()
+            .copied()
+            .chain((0..n).filter(move |&i| Some(i) != skip))
+    }
+    fn len(self) -> usize {
+        self.iter().count()
+    }
+}
 
 impl<'a, S> Engine<'a, S> {
     // ---------------------------------------------------------------- sends
@@ -99,29 +123,54 @@ impl<'a, S> Engine<'a, S> {
             self.enqueue(ci, oi, &op);
             return Ok(SendHandle::new(oi, self.ops[oi].gen));
         }
-        // Broadcast: a parent slot plus one child per member, all or nothing.
+        // Broadcast: a parent slot plus one child per target, all or nothing.
         let g = *self.group(dest.group).ok_or(Error::UnknownGroup)?;
-        let members: u16 = (0..g.members.len())
-            .filter(|&i| !(dest.group == self.cfg.group && i == self.cfg.node))
-            .count() as u16;
+        let own = dest.group == self.cfg.group;
+        let me = self.cfg.node;
+        let mut kids = [0 as NodeId; MAX_CHILDREN];
+        // A reliable broadcast in our group is numbered, so that members deliver a
+        // root's broadcasts in order whichever way each came; a short one goes down
+        // the tree when every level can hold it in an eager buffer.
+        let numbered = own && reliable && (me as usize) < self.bcast_seq.len();
+        let tree = self.cfg.bcast_tree.filter(|t| {
+            let levels = t.height(0, self.size as usize);
+            numbered && total as usize <= EAGER_MAX && levels <= self.bufs.eager.len()
+        });
+        let targets: Targets = match tree {
+            Some(t) => {
+                let n =
+                    forward_targets(MemberList::All(self.size), me, me, t, &mut kids).unwrap_or(0);
+                Targets::Some(&kids[..n])
+            }
+            None => Targets::AllBut(g.members.len(), own.then_some(me)),
+        };
+        let members = targets.len() as u16;
         let free = self.ops.iter().filter(|o| o.state == OpState::Free).count();
         if free < members as usize + 1 {
             return Err(Error::NoResources);
         }
-        // Every member needs a channel: check there is room before starting any.
-        let need = (0..g.members.len())
-            .filter(|&i| !(dest.group == self.cfg.group && i == self.cfg.node))
+        // Every target needs a channel: check there is room before starting any.
+        let need = targets
+            .iter()
             .filter_map(|i| g.members.addr(i))
             .filter(|a| self.peer_map.get(a.0 as usize).is_none_or(|&s| s == NONE))
             .count();
         let free_chans = self.chans.iter().filter(|c| !c.in_use).count();
-        let unmapped = (0..g.members.len())
+        let unmapped = targets
+            .iter()
             .filter_map(|i| g.members.addr(i))
             .any(|a| a.0 as usize >= self.peer_map.len());
         if need > free_chans || unmapped {
             return Err(Error::NoResources);
         }
         let pi = self.alloc_op()?;
+        if numbered {
+            op.tree = true;
+            op.root = me;
+            op.aux = tree.map_or(FLAT, |t| t as u8);
+            op.bseq = self.bcast_next;
+            self.bcast_next = self.bcast_next.wrapping_add(1);
+        }
         let mut parent = op;
         parent.children = members;
         parent.gen = self.ops[pi].gen;
@@ -133,10 +182,7 @@ impl<'a, S> Engine<'a, S> {
         self.ops[pi] = parent;
         op.kind = Kind::Multicast;
         op.parent = pi as u16;
-        for i in 0..g.members.len() {
-            if dest.group == self.cfg.group && i == self.cfg.node {
-                continue;
-            }
+        for i in targets.iter() {
             let Some(addr) = g.members.addr(i) else {
                 continue;
             };
@@ -177,7 +223,8 @@ impl<'a, S> Engine<'a, S> {
         op.chan = ci as u16;
         op.next = NONE;
         if ch.failed {
-            let (port, dest, kind, owned) = (op.src_port, op.dest, op.kind, op.owned);
+            let port = if op.relay { op.dest.port } else { op.src_port };
+            let (dest, kind, owned) = (op.dest, op.kind, op.owned);
             finish_op(&mut self.ops, &mut self.bufs, oi, false);
             if owned {
                 return;

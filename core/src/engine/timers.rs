@@ -108,11 +108,13 @@ impl<'a, S> Engine<'a, S> {
                     self.packet_send_failed(o.dest.node);
                     continue;
                 }
-                self.notify_send_failure(o.src_port, o.dest);
+                // A forward's failure goes to the port the broadcast came in on.
+                let port = if o.relay { o.dest.port } else { o.src_port };
+                self.notify_send_failure(port, o.dest);
                 // That port has been told: the scan below does not tell it again.
                 let sem = self
                     .ports
-                    .get(o.src_port as usize)
+                    .get(port as usize)
                     .filter(|p| p.input)
                     .map(|p| p.sem);
                 if let Some(s) = sem.and_then(|s| self.sems.get_mut(s as usize)) {

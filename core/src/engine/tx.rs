@@ -204,8 +204,16 @@ impl<'a, S> Engine<'a, S> {
                 let Some(body) = op_body(o, bufs, ext) else {
                     break;
                 };
-                len = ((o.total - off) as usize).min(max_payload);
+                let room = if o.tree {
+                    max_payload.saturating_sub(wire::TREE_PREFIX)
+                } else {
+                    max_payload
+                };
+                len = ((o.total - off) as usize).min(room);
                 let last = off as usize + len == o.total as usize;
+                if len == 0 && !last {
+                    break;
+                }
                 let pieces = o.pieces(body, off as usize, len);
                 if !tx.data(ch, o, seq, off, pieces, last, false) {
                     break;
@@ -376,6 +384,20 @@ impl<D: Device> Tx<'_, D> {
         if last {
             flags |= Flags::LAST;
         }
+        // A tree broadcast's fragments start with its root, shape and number; the
+        // first piece (at most the 20-byte head) is copied behind them.
+        let mut first = [0u8; wire::TREE_PREFIX + HEAD_MAX];
+        let pieces = if o.tree {
+            flags |= Flags::TREE;
+            let n = wire::TREE_PREFIX + pieces[0].len();
+            first[0..2].copy_from_slice(&o.root.to_be_bytes());
+            first[2] = o.aux;
+            first[4..8].copy_from_slice(&o.bseq.to_be_bytes());
+            first[wire::TREE_PREFIX..n].copy_from_slice(pieces[0]);
+            [&first[..n], pieces[1]]
+        } else {
+            pieces
+        };
         let payload_len = (pieces[0].len() + pieces[1].len()) as u16;
         let repr = Repr {
             kind: o.kind,

@@ -22,6 +22,10 @@ pub const HEADER_LEN: usize = 56;
 pub const RMA_PREFIX: usize = 16;
 /// Payload of a `GET_REQUEST`: source address, source bell, length, reserved.
 pub const GET_REQUEST_LEN: usize = 24;
+/// Bytes at the start of every [`Flags::TREE`] multicast frame's payload, before the
+/// message's bytes: root instance (u16), tree shape (u8), reserved (u8), the root's
+/// broadcast sequence number (u32).
+pub const TREE_PREFIX: usize = 8;
 
 /// CRC-32C (Castagnoli), the polynomial of iSCSI and SCTP.
 const CRC32C: Crc<u32> = Crc::<u32>::new(&CRC_32_ISCSI);
@@ -162,6 +166,11 @@ bitflags! {
         /// A [`TAG_LEN`]-byte tag under the job's key follows the payload
         /// (it covers header and payload; the CRC is then skipped).
         const AUTH = 1 << 7;
+        /// A reliable broadcast within the sender's group that members forward down a
+        /// tree: the payload starts with [`TREE_PREFIX`] bytes naming its root, the
+        /// tree's shape and the root's sequence number; `offset` and `total_len`
+        /// count the message's bytes only.
+        const TREE = 1 << 8;
     }
 }
 
@@ -524,8 +533,16 @@ impl Repr {
             b32(field::OFFSET),
             b32(field::TOTAL_LEN),
         );
+        // A tree frame's prefix is not part of its message.
+        let data_len = if kind == Kind::Multicast && flags.contains(Flags::TREE) {
+            payload_len
+                .checked_sub(TREE_PREFIX as u16)
+                .ok_or(WireError::Malformed)?
+        } else {
+            payload_len
+        };
         if matches!(kind, Kind::Data | Kind::Multicast)
-            && (offset as u64 + payload_len as u64 > total_len as u64)
+            && (offset as u64 + data_len as u64 > total_len as u64)
         {
             return Err(WireError::Malformed);
         }
@@ -917,6 +934,29 @@ mod tests {
             let n = r.emit_with_payload(&mut buf, &[&pl[..len]], false).unwrap();
             let got = Repr::parse(&Packet::new_unchecked(&buf[..n]), false);
             assert_eq!(got.is_ok(), ok, "{kind:?} {len}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn tree_frames_carry_their_prefix_outside_the_message() {
+        let mut buf = [0u8; 120];
+        for (len, offset, total, ok) in [
+            (TREE_PREFIX - 1, 0, 10, false),
+            (TREE_PREFIX, 0, 0, true),
+            (TREE_PREFIX + 10, 0, 10, true),
+            (TREE_PREFIX + 10, 1, 10, false),
+            (TREE_PREFIX + 4, 6, 10, true),
+        ] {
+            let mut r = sample();
+            r.kind = Kind::Multicast;
+            r.flags |= Flags::TREE;
+            r.offset = offset;
+            r.total_len = total;
+            r.payload_len = len as u16;
+            let pl = [0u8; 64];
+            let n = r.emit_with_payload(&mut buf, &[&pl[..len]], false).unwrap();
+            let got = Repr::parse(&Packet::new_unchecked(&buf[..n]), false);
+            assert_eq!(got.is_ok(), ok, "{len} at {offset} of {total}: {got:?}");
         }
     }
 

@@ -819,6 +819,11 @@ fn bad_settings_are_one_line_naming_the_setting() {
             &[("VOLLEY_BARRIER", "sometimes")],
             "VOLLEY_BARRIER",
         ),
+        (
+            &["worker", "attach"],
+            &[("VOLLEY_BCAST", "chain")],
+            "VOLLEY_BCAST",
+        ),
     ];
     for (args, env, want) in cases {
         let out = Command::new(VOLLEY)

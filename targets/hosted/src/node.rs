@@ -1,6 +1,6 @@
 //! A GAMMA process on a hosted fabric.
 
-use volley_core::engine::{Config, Group, Members};
+use volley_core::engine::{Config, Group, Members, Tree};
 use volley_core::gamma::{Gamma, StdClock};
 use volley_core::phy::{BarrierMembers, BarrierPoll, Capabilities, Device, RxToken, TxToken};
 use volley_core::time::Instant;
@@ -181,6 +181,20 @@ pub fn device_barrier() -> Result<bool, HostError> {
     }
 }
 
+/// `VOLLEY_BCAST`: the tree a reliable broadcast of up to 16 KiB travels down,
+/// `binomial` (the default), `binary` or `flat` (the root sends every copy). Every
+/// rank must agree.
+pub fn bcast_tree() -> Result<Option<Tree>, HostError> {
+    match std::env::var("VOLLEY_BCAST").as_deref() {
+        Err(_) | Ok("binomial") => Ok(Some(Tree::Binomial)),
+        Ok("binary") => Ok(Some(Tree::Binary)),
+        Ok("flat") => Ok(None),
+        Ok(v) => Err(HostError(format!(
+            "VOLLEY_BCAST={v}: expected binomial, binary or flat"
+        ))),
+    }
+}
+
 fn shm_options() -> Result<ShmOptions, HostError> {
     use crate::settings::{env_integer, env_seconds};
     let mut o = ShmOptions {
@@ -285,6 +299,7 @@ pub fn engine_config(
     let mut cfg = Config::new(job_key, group, node);
     cfg.peer_timeout = peer_timeout()?;
     cfg.device_barrier = device_barrier()?;
+    cfg.bcast_tree = bcast_tree()?;
     // Frames that cross a network are authenticated under the job secret; shared
     // memory is private to this user (and checked), and needs none.
     if fabric != Fabric::Shm {
