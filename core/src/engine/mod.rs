@@ -493,7 +493,8 @@ pub struct Assembly {
     /// The get a reply belongs to.
     get: u16,
     /// A tree broadcast: its root (also in `src.src_node`), shape and sequence
-    /// number, and the eager buffer it is copied into to be forwarded (`NONE`: a leaf).
+    /// number, and the parent operation of its forwards, which holds the eager copy
+    /// they are sent from (`NONE`: a leaf).
     tree: bool,
     shape: u8,
     bseq: u32,
