@@ -250,6 +250,40 @@ fn a_killed_rank_fails_the_barrier_at_every_survivor() {
     }
 }
 
+/// A rank that dies before its first frame: on udp the survivors never heard from it,
+/// so its closed port may only be a rank still starting, until the device's start-up
+/// grace is over. They must still see `SENDFAILURE` in seconds, not `peer_timeout`.
+#[test]
+fn a_rank_killed_before_its_first_frame_fails_the_barrier_everywhere() {
+    for (fabric, salt) in [("shm", 23), ("udp", 24)] {
+        let _g = serial();
+        let before = shm_dirs();
+        let (out, took) = launch(
+            "4",
+            fabric,
+            job_id(salt),
+            &["victim"],
+            &[("VOLLEY_VICTIM_MODE", "early")],
+        );
+        let t = text(&out);
+        assert!(
+            !out.status.success(),
+            "{fabric}: the launcher must fail:\n{t}"
+        );
+        assert!(
+            took < Duration::from_secs(20),
+            "{fabric}: took {took:?}:\n{t}"
+        );
+        for r in 0..3 {
+            assert!(
+                t.contains(&format!("rank {r}: SENDFAILURE in sync")),
+                "{fabric}: rank {r}:\n{t}"
+            );
+        }
+        assert_nothing_left(&before, fabric);
+    }
+}
+
 /// Exactly once through a relay that drops 10%, duplicates 5% and reorders 5%:
 /// Ethernet-sized datagrams (1472 bytes, as across a network), then loopback's
 /// 64 KiB ones (the default there, found from the path MTU).

@@ -348,19 +348,28 @@ pub fn victim(boot: &Boot, fabric: Fabric) -> Result<i32, HostError> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(boot.size - 1);
+    // VOLLEY_VICTIM_MODE=sync: the survivors sit in barriers instead of sending;
+    // =wait: they wait for a message from the victim that never comes; =early: the
+    // victim dies before its first frame, and the survivors sit in barriers.
+    let mode = std::env::var("VOLLEY_VICTIM_MODE").unwrap_or_default();
+    let early = mode == "early";
+    let in_sync = mode == "sync" || early;
     let mut g = node::gamma(boot, fabric, State::default())?;
     let me = g.my_node();
     let pid = g.my_par_pid();
+    if me == victim && early {
+        // SAFETY: raising SIGKILL on ourselves has no memory-safety preconditions.
+        unsafe { libc::raise(libc::SIGKILL) };
+        unreachable!("SIGKILL returned");
+    }
     if me == victim {
         g.set_passive_port(4, 0, pid, 4, 4, GO_BACK, Some(leak(1 << 16)))?;
     } else {
         g.set_passive_port(4, victim, pid, 4, 4, GO_BACK, None)?;
     }
-    g.sync()?;
-    // VOLLEY_VICTIM_MODE=sync: the survivors sit in barriers instead of sending;
-    // =wait: they wait for a message from the victim that never comes.
-    let mode = std::env::var("VOLLEY_VICTIM_MODE").unwrap_or_default();
-    let in_sync = mode == "sync";
+    if !early {
+        g.sync()?;
+    }
     if me == victim {
         // Take a few messages (or barriers), then die without a word.
         if mode == "wait" {

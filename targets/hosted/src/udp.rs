@@ -281,6 +281,7 @@ impl UdpDevice {
             strict_sources: std::env::var_os("VOLLEY_UDP_PEERS").is_none(),
             life: Liveness {
                 ranks,
+                opened: std::time::Instant::now(),
                 heard: vec![false; n],
                 strikes: vec![0; n],
                 gone: vec![false; n],
@@ -332,11 +333,20 @@ impl RxToken for UdpRx<'_> {
     }
 }
 
+/// How long after our socket opened a peer we never heard from may refuse our
+/// datagrams without counting as gone. Ranks start unsynchronised, so at first an
+/// unbound port may be a peer still starting; but a peer whose first datagrams
+/// reached us before we bound, and which then died, is never heard, and must not
+/// cost the whole `VOLLEY_PEER_TIMEOUT`.
+const UNHEARD_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What the socket's ICMP errors tell about the peers.
 #[derive(Debug)]
 struct Liveness {
     /// Source address -> rank, for the datagrams we accept.
     ranks: HashMap<SocketAddr, u16>,
+    /// When this rank's socket was bound.
+    opened: std::time::Instant,
     /// Per rank: heard from at least once; "port unreachable" reports since we last
     /// heard from it; declared gone.
     heard: Vec<bool>,
@@ -393,19 +403,25 @@ impl Liveness {
                 u16::from_be(name.sin_port),
             ));
             if let Some(&r) = self.ranks.get(&to) {
-                let r = r as usize;
-                // Unheard peers may simply not have bound their socket yet, and one
-                // report may be about a datagram older than the peer's last word: a
-                // second one with nothing heard in between means the port is closed.
-                if refused && self.heard[r] && !self.gone[r] {
-                    self.strikes[r] += 1;
-                    if self.strikes[r] >= 2 {
-                        self.gone[r] = true;
-                        stats.unreachable += 1;
-                    }
+                if refused && self.refused_by(r as usize, std::time::Instant::now()) {
+                    stats.unreachable += 1;
                 }
             }
         }
+    }
+
+    /// Counts a "port unreachable" from rank `r`; true when it makes `r` gone.
+    /// One report may be about a datagram older than the peer's last word: a second
+    /// one with nothing heard in between means the port is closed. A peer never
+    /// heard from may not have bound its socket yet, until [`UNHEARD_GRACE`] is over.
+    fn refused_by(&mut self, r: usize, now: std::time::Instant) -> bool {
+        let starting = !self.heard[r] && now.duration_since(self.opened) < UNHEARD_GRACE;
+        if self.gone[r] || starting {
+            return false;
+        }
+        self.strikes[r] = self.strikes[r].saturating_add(1);
+        self.gone[r] = self.strikes[r] >= 2;
+        self.gone[r]
     }
 }
 
@@ -487,5 +503,47 @@ impl Device for UdpDevice {
             reliable: false,
             integrity: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn liveness(opened: std::time::Instant) -> Liveness {
+        Liveness {
+            ranks: HashMap::new(),
+            opened,
+            heard: vec![false; 2],
+            strikes: vec![0; 2],
+            gone: vec![false; 2],
+        }
+    }
+
+    #[test]
+    fn a_heard_peer_is_gone_at_the_second_refusal_with_nothing_heard_between() {
+        let t0 = std::time::Instant::now();
+        let mut l = liveness(t0);
+        l.heard[1] = true;
+        assert!(!l.refused_by(1, t0));
+        assert!(l.refused_by(1, t0));
+        assert!(l.gone[1]);
+        // Already gone: not counted twice.
+        assert!(!l.refused_by(1, t0));
+    }
+
+    #[test]
+    fn an_unheard_peer_counts_only_after_the_grace() {
+        let t0 = std::time::Instant::now();
+        let mut l = liveness(t0);
+        // Still starting, perhaps: any number of refusals within the grace.
+        for _ in 0..10 {
+            assert!(!l.refused_by(1, t0 + UNHEARD_GRACE / 2));
+        }
+        assert_eq!(l.strikes[1], 0);
+        // Unbound long after we opened: it sent before we bound, then died.
+        let late = t0 + UNHEARD_GRACE;
+        assert!(!l.refused_by(1, late));
+        assert!(l.refused_by(1, late));
     }
 }
