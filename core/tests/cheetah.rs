@@ -3,7 +3,7 @@
 //! handler that puts, self operations, a dead peer. Every test prints its seed.
 
 use volley_core::cheetah::{Segments, AINVOKE_MAX};
-use volley_core::engine::{Config, Error, Group, Members};
+use volley_core::engine::{Config, Error};
 use volley_core::phy::FaultConfig;
 use volley_core::sim::{Sim, SimCheetah, SimConfig};
 use volley_core::time::{Duration, Instant};
@@ -19,21 +19,8 @@ fn bell(i: u64) -> u64 {
     BELLS + 4 * i
 }
 
-fn groups(n: u16) -> &'static [Group<'static>] {
-    Vec::leak(vec![Group {
-        id: 1,
-        members: Members::Range { first: 0, count: n },
-    }])
-}
-
 fn lossy() -> FaultConfig {
-    FaultConfig {
-        loss: 0.08,
-        duplicate: 0.03,
-        reorder: 0.05,
-        corrupt: 0.01,
-        reorder_delay: Duration::from_micros(30),
-    }
+    common::faults(0.08, 0.03, 0.05, 0.01)
 }
 
 fn make_sim(n: u16, seed: u64, faults: FaultConfig) -> Sim<Node> {
@@ -65,18 +52,6 @@ fn data_mut(n: &mut Node) -> &mut [u8] {
     n.memory_mut().segment_mut(DATA).unwrap()
 }
 
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 fn until(sim: &mut Sim<Node>, secs: u64, goal: impl FnMut(&mut [Node], Instant) -> bool) {
     let limit = sim.now() + Duration::from_secs(secs);
     if let Err(t) = sim.run_until(limit, goal) {
@@ -103,6 +78,9 @@ fn put_back(c: &mut Node, who: u16, _tag: i32, buf: &[u8]) {
 }
 
 use volley_core::engine::Memory;
+
+mod common;
+use common::{groups, xorshift as pattern};
 
 #[test]
 fn put_ring_under_loss_rings_both_bells() {

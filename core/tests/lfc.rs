@@ -2,22 +2,14 @@
 //! kept packets, back-pressure, fetch-and-add from every rank, self sends.
 //! Every test prints its seed on failure.
 
-use volley_core::engine::{Config, Group, Members};
+use volley_core::engine::Config;
 use volley_core::lfc::{Keep, Options, Received, Tree, UPCALL_MCAST};
 use volley_core::phy::FaultConfig;
 use volley_core::sim::{Sim, SimConfig, SimLfc};
 use volley_core::time::{Duration, Instant};
 
-fn leak<T>(v: Vec<T>) -> &'static [T] {
-    Vec::leak(v)
-}
-
-fn groups(n: u16) -> &'static [Group<'static>] {
-    leak(vec![Group {
-        id: 1,
-        members: Members::Range { first: 0, count: n },
-    }])
-}
+mod common;
+use common::groups;
 
 #[derive(Debug, Default)]
 struct St {
@@ -58,13 +50,7 @@ fn make_sim(n: u16, seed: u64, faults: FaultConfig, opts: Options) -> Sim<SimLfc
 }
 
 fn lossy() -> FaultConfig {
-    FaultConfig {
-        loss: 0.08,
-        duplicate: 0.03,
-        reorder: 0.05,
-        corrupt: 0.01,
-        reorder_delay: Duration::from_micros(30),
-    }
+    common::faults(0.08, 0.03, 0.05, 0.01)
 }
 
 fn start_all(sim: &mut Sim<SimLfc<'static, St>>, seed: u64) {

@@ -8,11 +8,14 @@
 #![allow(clippy::needless_range_loop)]
 
 use volley_core::cheetah::Segments;
-use volley_core::engine::{Config, Group, Members};
+use volley_core::engine::Config;
 use volley_core::phy::FaultConfig;
 use volley_core::qnix::{Name, QxError, Region, BUSY, DONE, FREE, PAGE, SHORT_MAX};
 use volley_core::sim::{Sim, SimConfig, SimQnix};
 use volley_core::time::{Duration, Instant};
+
+mod common;
+use common::{groups, xorshift as pattern};
 
 type Node = SimQnix<'static, Segments<'static>>;
 
@@ -22,21 +25,8 @@ const MEM: u64 = 2 << 40;
 const POOL_LEN: usize = 256 * PAGE;
 const MEM_LEN: usize = 4 << 20;
 
-fn groups(n: u16) -> &'static [Group<'static>] {
-    Vec::leak(vec![Group {
-        id: 1,
-        members: Members::Range { first: 0, count: n },
-    }])
-}
-
 fn lossy() -> FaultConfig {
-    FaultConfig {
-        loss: 0.05,
-        duplicate: 0.02,
-        reorder: 0.05,
-        corrupt: 0.01,
-        reorder_delay: Duration::from_micros(30),
-    }
+    common::faults(0.05, 0.02, 0.05, 0.01)
 }
 
 /// One process per `(ai, pi, size)`, registered.
@@ -80,18 +70,6 @@ fn until(
             t.seed, t.at
         );
     }
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn pool(q: &Node) -> &[u8] {

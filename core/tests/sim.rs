@@ -10,6 +10,9 @@ use volley_core::sim::{Sim, SimClock, SimConfig, SimDevice, SimGamma};
 use volley_core::time::{Duration, Instant};
 use volley_core::NodeAddr;
 
+mod common;
+use common::groups;
+
 fn seed() -> u64 {
     std::env::var("VOLLEY_SEED")
         .ok()
@@ -18,13 +21,7 @@ fn seed() -> u64 {
 }
 
 fn lossy() -> FaultConfig {
-    FaultConfig {
-        loss: 0.20,
-        duplicate: 0.05,
-        reorder: 0.05,
-        corrupt: 0.01,
-        reorder_delay: Duration::from_micros(30),
-    }
+    common::faults(0.20, 0.05, 0.05, 0.01)
 }
 
 fn cfg(group: u16, node: u16) -> Config {
@@ -40,21 +37,26 @@ fn leak<T>(v: Vec<T>) -> &'static mut [T] {
     Vec::leak(v)
 }
 
-fn groups(n: u16) -> &'static [Group<'static>] {
-    leak(vec![Group {
-        id: 1,
-        members: Members::Range { first: 0, count: n },
-    }])
+fn storage<S>(fabric: usize, channels: usize) -> Storage<'static, S> {
+    sized(fabric, channels, 256, 8, 4)
 }
 
-fn storage<S>(fabric: usize, channels: usize) -> Storage<'static, S> {
+/// Storage with every table sized by the caller (the scaling tests keep them small
+/// at 1024 nodes).
+fn sized<S>(
+    fabric: usize,
+    channels: usize,
+    ops: usize,
+    assemblies: usize,
+    eager: usize,
+) -> Storage<'static, S> {
     Storage::with_capacity(Capacity {
         ports: PORTS,
         channels,
         fabric_nodes: fabric,
-        ops: 256,
-        assemblies: 8,
-        eager: 4,
+        ops,
+        assemblies,
+        eager,
     })
 }
 
@@ -557,14 +559,7 @@ fn barrier_cost(n: u16, seed: u64, rounds: usize) -> Duration {
     let mut sc = SimConfig::lan(seed);
     sc.latency = Duration::from_micros(5);
     let mut sim = Sim::new(n as usize, sc, |i, dev, clock| {
-        let mut s = Storage::with_capacity(Capacity {
-            ports: PORTS,
-            channels: 32,
-            fabric_nodes: n as usize,
-            ops: 4,
-            assemblies: 1,
-            eager: 0,
-        });
+        let mut s = sized(n as usize, 32, 4, 1, 0);
         s.sems = vec![Default::default(); PORTS].into();
         SimGamma::init(cfg(1, i as u16), g, s, dev, clock, ()).unwrap()
     });
@@ -1515,14 +1510,7 @@ fn broadcast_cost(n: u16, seed: u64, tree: bool) -> f64 {
             c.bcast_tree = None;
         }
         let chans = if i == 0 && !tree { n as usize } else { k + 2 };
-        let s = Storage::with_capacity(Capacity {
-            ports: PORTS,
-            channels: chans,
-            fabric_nodes: n as usize,
-            ops: 2 * n as usize,
-            assemblies: 4,
-            eager: 16,
-        });
+        let s = sized(n as usize, chans, 2 * n as usize, 4, 16);
         SimGamma::init(c, g, s, dev, clock, Bar::default()).unwrap()
     });
     for (i, node) in sim.nodes.iter_mut().enumerate() {

@@ -395,13 +395,8 @@ impl<'a, S> Engine<'a, S> {
                 })
                 .clamp(1, pool.max(1));
             let free = self.bufs.eager.iter().filter(|b| !b.used).count();
-            let ops = self
-                .ops
-                .iter()
-                .filter(|o| o.state == OpState::Free)
-                .take(n + 1)
-                .count();
-            if free < h || ops < n + 1 || self.reserve_sends(&kids[..n]).is_err() {
+            // One operation per child and their parent.
+            if free < h || self.reserve_sends(&kids[..n], 1).is_err() {
                 return None;
             }
             eager = self.bufs.eager.iter().position(|b| !b.used)? as u16;

@@ -350,7 +350,7 @@ impl<'a, S> Engine<'a, S> {
         len: usize,
         port: u16,
     ) -> Result<(), Error> {
-        self.reserve_sends(&[dest])?;
+        self.reserve_sends(&[dest], 0)?;
         let b = &mut self.bufs.pkts.tx[id.index()];
         b.len = len as u16;
         b.user = false;
@@ -374,7 +374,7 @@ impl<'a, S> Engine<'a, S> {
         let members = self.mcast_members(gid).ok_or(Error::UnknownGroup)?;
         let mut out = [0; MAX_CHILDREN];
         let n = forward_targets(members, me, me, tree, &mut out).unwrap_or(0);
-        self.reserve_sends(&out[..n])?;
+        self.reserve_sends(&out[..n], 0)?;
         let b = &mut self.bufs.pkts.tx[id.index()];
         b.len = len as u16;
         b.user = false;
@@ -384,10 +384,11 @@ impl<'a, S> Engine<'a, S> {
         Ok(())
     }
 
-    /// Checks that a send to each of `targets` can start now (operation slots and
-    /// channels), so a launch or a forward is all or nothing.
-    pub(super) fn reserve_sends(&mut self, targets: &[NodeId]) -> Result<(), Error> {
-        let n = targets.len();
+    /// Checks that a send to each of `targets` can start now (operation slots, plus
+    /// `extra` more for a parent operation, and channels), so a launch or a forward
+    /// is all or nothing.
+    pub(super) fn reserve_sends(&mut self, targets: &[NodeId], extra: usize) -> Result<(), Error> {
+        let n = targets.len() + extra;
         let free = self
             .ops
             .iter()
@@ -495,7 +496,7 @@ impl<'a, S> Engine<'a, S> {
             return false;
         };
         if self.bufs.pkts.len >= self.bufs.pkts.queue.len()
-            || self.reserve_sends(&out[..kids]).is_err()
+            || self.reserve_sends(&out[..kids], 0).is_err()
         {
             return false;
         }

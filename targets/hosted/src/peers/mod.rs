@@ -132,49 +132,13 @@ impl Peers {
         let Some((_, prog, exec)) = &self.mpi else {
             return Err("MPICH is not installed".into());
         };
-        let child = Command::new(exec)
-            .args(["-n", &ranks.to_string()])
-            .arg(prog)
-            .args(iters.map(|n| n.to_string()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("{}: {e}", exec.display()))?;
-        let o = wait_bounded(child, Duration::from_secs(300))?;
-        if !o.status.success() {
-            return Err(String::from_utf8_lossy(&o.stderr).trim().to_string());
-        }
         let label = crate::bench::ranks_label(ranks);
-        let text = String::from_utf8_lossy(&o.stdout);
-        let rows: Vec<Row> = text
-            .lines()
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                let [what, bytes, m, p90, p99] = f[..] else {
-                    return None;
-                };
-                let test = match what {
-                    "barrier" => format!("MPICH MPI_Barrier{label}"),
-                    "bcast" => format!("MPICH MPI_Bcast{label}"),
-                    _ => return None,
-                };
-                Some(Row {
-                    fabric: "shm".into(),
-                    test,
-                    bytes: bytes.parse().ok()?,
-                    unit: "us".into(),
-                    median: m.parse().ok()?,
-                    p90: p90.parse().ok()?,
-                    p99: p99.parse().ok()?,
-                    ratio: None,
-                })
-            })
-            .collect();
-        if rows.len() != 4 {
-            return Err(format!("unexpected output: {text:?}"));
-        }
-        Ok(rows)
+        let args = iters.map(|n| n.to_string());
+        run_mpi(exec, prog, ranks, &args, 4, |what| match what {
+            "barrier" => Some((format!("MPICH MPI_Barrier{label}"), "us")),
+            "bcast" => Some((format!("MPICH MPI_Bcast{label}"), "us")),
+            _ => None,
+        })
     }
 }
 
@@ -197,10 +161,29 @@ fn wait_bounded(mut child: Child, limit: Duration) -> Result<Output, String> {
 
 /// The MPI program under `mpiexec.mpich -n 2`: rows for latency and bandwidth.
 fn mpich(prog: &Path, exec: &Path, iters: usize, rounds: usize) -> Result<Vec<Row>, String> {
+    let args = [iters.to_string(), rounds.to_string()];
+    run_mpi(exec, prog, 2, &args, 2, |what| match what {
+        "lat" => Some(("MPICH MPI_Send/MPI_Recv ping-pong".into(), "us")),
+        "bw" => Some(("MPICH MPI_Isend window of 32".into(), "MB/s")),
+        _ => None,
+    })
+}
+
+/// Runs MPI program `prog` on `ranks` ranks with `args`, for at most 300 s, and reads
+/// its `what bytes median p90 p99` lines as `shm` rows, `name(what)` giving each
+/// test and unit (`None`: not a row). Exactly `want` rows, or an error.
+fn run_mpi(
+    exec: &Path,
+    prog: &Path,
+    ranks: u16,
+    args: &[String],
+    want: usize,
+    name: impl Fn(&str) -> Option<(String, &'static str)>,
+) -> Result<Vec<Row>, String> {
     let child = Command::new(exec)
-        .args(["-n", "2"])
+        .args(["-n", &ranks.to_string()])
         .arg(prog)
-        .args([iters.to_string(), rounds.to_string()])
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -218,14 +201,10 @@ fn mpich(prog: &Path, exec: &Path, iters: usize, rounds: usize) -> Result<Vec<Ro
             let [what, bytes, m, p90, p99] = f[..] else {
                 return None;
             };
-            let (test, unit) = match what {
-                "lat" => ("MPICH MPI_Send/MPI_Recv ping-pong", "us"),
-                "bw" => ("MPICH MPI_Isend window of 32", "MB/s"),
-                _ => return None,
-            };
+            let (test, unit) = name(what)?;
             Some(Row {
                 fabric: "shm".into(),
-                test: test.into(),
+                test,
                 bytes: bytes.parse().ok()?,
                 unit: unit.into(),
                 median: m.parse().ok()?,
@@ -235,7 +214,7 @@ fn mpich(prog: &Path, exec: &Path, iters: usize, rounds: usize) -> Result<Vec<Ro
             })
         })
         .collect();
-    if rows.len() != 2 {
+    if rows.len() != want {
         return Err(format!("unexpected output: {text:?}"));
     }
     Ok(rows)
