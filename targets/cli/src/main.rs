@@ -3,7 +3,7 @@
 //! With no arguments it runs the main job: `volley demo`, a 4-rank local cluster on
 //! the shared-memory fabric. See `volley --help`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -90,6 +90,13 @@ enum Cmd {
         /// each.
         #[arg(long)]
         peers: bool,
+        /// Also draw the run as charts in DIR (created if missing): latency.svg and
+        /// bandwidth.svg, by message size on log axes, a line per fabric and test.
+        #[arg(long, value_name = "DIR")]
+        plot: Option<PathBuf>,
+        /// Draw a run saved with `--json` instead of measuring one (with `--plot`).
+        #[arg(long, value_name = "FILE", requires = "plot")]
+        from: Option<PathBuf>,
     },
     /// Runs one program inside a rank (under `volley run`, mpiexec or srun).
     Worker {
@@ -267,7 +274,13 @@ enum Format {
 /// `volley bench`: runs each part as a local job whose rank 0 appends its rows to a
 /// file in a private temporary directory, and prints them as they come (table, CSV)
 /// or at the end (JSON).
-fn bench_command(fabrics: &[Fabric], format: Format, sweep: bench::Sweep, peers: bool) -> i32 {
+fn bench_command(
+    fabrics: &[Fabric],
+    format: Format,
+    sweep: bench::Sweep,
+    peers: bool,
+    plot: Option<&Path>,
+) -> i32 {
     let dir = match tempfile::Builder::new().prefix("volley-bench-").tempdir() {
         Ok(d) => d,
         Err(e) => {
@@ -398,7 +411,47 @@ fn bench_command(fabrics: &[Fabric], format: Format, sweep: bench::Sweep, peers:
     if format == Format::Json {
         println!("{}", bench::json(&all, &notes));
     }
+    if let Some(dir) = plot {
+        if !draw(&all, dir) {
+            code = code.max(1);
+        }
+    }
     code
+}
+
+/// Draws `rows` into `dir`, saying which files it wrote; false on failure.
+fn draw(rows: &[bench::Row], dir: &Path) -> bool {
+    match volley_hosted::plot::charts(rows, dir) {
+        Ok(files) if files.is_empty() => {
+            eprintln!("volley: bench: nothing to plot (no rows with a size)");
+            true
+        }
+        Ok(files) => {
+            for f in files {
+                eprintln!("volley: bench: wrote {}", f.display());
+            }
+            true
+        }
+        Err(e) => {
+            eprintln!("volley: bench: {e}");
+            false
+        }
+    }
+}
+
+/// `volley bench --from FILE --plot DIR`: charts of a run saved with `--json`.
+fn plot_saved(from: &Path, dir: &Path) -> u8 {
+    let rows = std::fs::read_to_string(from)
+        .map_err(|e| HostError(format!("{}: {e}", from.display())))
+        .and_then(|t| bench::rows_from_json(&t));
+    match rows {
+        Ok(rows) if draw(&rows, dir) => 0,
+        Ok(_) => 1,
+        Err(e) => {
+            eprintln!("volley: bench --from: {e}");
+            1
+        }
+    }
 }
 
 /// A veth pair made for a benchmark of the eth fabric, deleted when dropped.
@@ -538,7 +591,12 @@ fn main() -> ExitCode {
             quick,
             iters,
             peers,
+            plot,
+            from,
         } => {
+            if let (Some(from), Some(dir)) = (&from, &plot) {
+                return ExitCode::from(plot_saved(from, dir));
+            }
             let mut fabrics: Vec<Fabric> = Vec::new();
             for f in fabric {
                 let add: &[Fabric] = match f {
@@ -562,7 +620,7 @@ fn main() -> ExitCode {
                 quick,
                 iters: iters.map(|n| n as usize),
             };
-            bench_command(&fabrics, format, sweep, peers)
+            bench_command(&fabrics, format, sweep, peers, plot.as_deref())
         }
         Cmd::Worker {
             program,

@@ -95,7 +95,34 @@ fn csv_is_rfc4180_and_json_one_document_with_the_same_rows() {
         }
     }
 
-    let doc: serde_json::Value = serde_json::from_str(&bench(&["--json"])).unwrap();
+    // The JSON run also draws its charts; a saved run drawn again gives the same ones.
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().join("plots");
+    let json = bench(&["--json", "--plot", plots.to_str().unwrap()]);
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let saved = dir.path().join("run.json");
+    std::fs::write(&saved, &json).unwrap();
+    let again = dir.path().join("again");
+    let out = Command::new(VOLLEY)
+        .args(["bench", "--from", saved.to_str().unwrap(), "--plot"])
+        .arg(&again)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    for chart in ["latency.svg", "bandwidth.svg"] {
+        let svg = std::fs::read_to_string(plots.join(chart)).unwrap();
+        assert!(svg.starts_with("<svg"), "{chart}");
+        for name in ["shm latency, one-way, send_flowctl", "udp "] {
+            if chart == "latency.svg" {
+                assert!(svg.contains(name), "{chart}: no {name}");
+            }
+        }
+        assert_eq!(
+            std::fs::read_to_string(again.join(chart)).unwrap(),
+            svg,
+            "{chart} drawn from the saved run"
+        );
+    }
     let jrows = doc["rows"].as_array().unwrap();
     assert_eq!(
         jrows.len(),
@@ -116,12 +143,35 @@ fn bad_bench_options_are_one_line() {
         &["bench", "--iters", "0"][..],
         &["bench", "--csv", "--json"],
         &["bench", "--fabric", "tcp"],
+        &["bench", "--from", "run.json"],
     ] {
         let out = Command::new(VOLLEY).args(args).output().unwrap();
         assert!(!out.status.success(), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.starts_with("error: "), "{args:?}: {err}");
     }
+}
+
+/// `--from` a file that is no saved run is one line, and draws nothing.
+#[test]
+fn plotting_a_file_that_is_no_run_is_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{\"rows\": 3}").unwrap();
+    let plots = dir.path().join("plots");
+    let out = Command::new(VOLLEY)
+        .args(["bench", "--from", bad.to_str().unwrap(), "--plot"])
+        .arg(&plots)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("not a `volley bench --json` document"),
+        "{err}"
+    );
+    assert!(!plots.join("latency.svg").exists());
 }
 
 /// `--fabric eth` as root makes a veth pair for the run, measures the bare

@@ -113,6 +113,17 @@ pub fn json(rows: &[Row], notes: &[String]) -> String {
     serde_json::to_string_pretty(&doc).unwrap_or_default()
 }
 
+/// The rows of a document [`json`] wrote.
+pub fn rows_from_json(text: &str) -> Result<Vec<Row>, HostError> {
+    #[derive(Deserialize)]
+    struct Doc {
+        rows: Vec<Row>,
+    }
+    serde_json::from_str::<Doc>(text)
+        .map(|d| d.rows)
+        .map_err(|e| HostError(format!("not a `volley bench --json` document: {e}")))
+}
+
 /// Appends rows to the file the `volley bench` command collects them from (one JSON
 /// object per line).
 pub fn append_rows(path: &std::path::Path, rows: &[Row]) -> Result<(), HostError> {

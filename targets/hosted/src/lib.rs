@@ -19,6 +19,7 @@ pub mod launcher;
 pub mod lfc;
 pub mod node;
 pub mod peers;
+pub mod plot;
 pub mod pmi;
 pub mod programs;
 pub mod qnix;
