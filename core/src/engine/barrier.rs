@@ -17,7 +17,25 @@ impl<'a, S> Engine<'a, S> {
         self.bar.round = 0;
         self.bar.sent = false;
         self.bar.failed = None;
+        self.bar.drained = false;
+        if self.cfg.device_barrier {
+            // Others drain into us: our acks go at once while the barrier runs.
+            self.flush_acks();
+        }
         Ok(())
+    }
+
+    /// Whether everything this engine sent has been acknowledged and nothing waits to
+    /// go, except to failed peers and to peers refusing it for now (a receiver's
+    /// program holding its port or packets decides when those land, maybe only after
+    /// the barrier).
+    fn sends_landed(&self) -> bool {
+        self.chans[..self.chan_hwm].iter().all(|c| {
+            !c.in_use
+                || c.failed
+                || c.held
+                || (c.outstanding() == 0 && c.q_head == NONE && c.ctrl_len == 0)
+        })
     }
 
     /// Chooses between the device's barrier and the frame barrier
@@ -116,7 +134,13 @@ impl<'a, S> Engine<'a, S> {
                         .filter(|&i| i != self.cfg.node)
                         .filter_map(|i| members.addr(i))
                         .any(|a| !dev.peer_alive(now, a));
-                    if dead {
+                    // A member that completed this barrier may have exited since the
+                    // look above: its release happened before its exit, so one more
+                    // look tells a finished barrier from a failed one.
+                    if dead && matches!(dev.barrier(now, &who), BarrierPoll::Done) {
+                        self.stats.device_barriers += 1;
+                        self.barrier_complete();
+                    } else if dead {
                         self.bar.failed = Some(Error::SendFailure);
                         self.bar.active = false;
                     }
@@ -127,12 +151,18 @@ impl<'a, S> Engine<'a, S> {
     }
 
     pub(super) fn advance_barrier<D: Device>(&mut self, now: Instant, dev: &mut D) {
-        if self.cfg.device_barrier
-            && self.bar.round == 0
-            && !self.bar.sent
-            && self.advance_device_barrier(now, dev)
-        {
-            return;
+        if self.cfg.device_barrier && !self.bar.no_device && self.bar.round == 0 && !self.bar.sent {
+            // No token travels behind our earlier frames: arrive once they landed.
+            if !self.bar.drained {
+                if !self.sends_landed() {
+                    return;
+                }
+                self.bar.drained = true;
+            }
+            if self.advance_device_barrier(now, dev) {
+                return;
+            }
+            self.bar.no_device = true;
         }
         let rounds = self.rounds();
         while self.bar.active {

@@ -118,6 +118,9 @@ pub struct Channel {
     pub(crate) rto_at: Option<Instant>,
     pub(crate) retries: u8,
     pub(crate) refused: bool,
+    /// The peer refused our oldest frame and has taken nothing since: its program
+    /// decides when that lands (a barrier does not wait for it).
+    pub(crate) held: bool,
     /// Some slot is marked `resend`.
     pub(crate) resend_any: bool,
 
@@ -165,6 +168,7 @@ impl Channel {
         rto_at: None,
         retries: 0,
         refused: false,
+        held: false,
         resend_any: false,
         rcv_nxt: 0,
         rcv_sack: 0,

@@ -128,9 +128,11 @@ pub struct Config {
     /// their messages within it.
     pub unbound_grace: Duration,
     /// Barriers run in device memory where the device can ([`Device::barrier`]);
-    /// `false` (the default) keeps the frame (dissemination) barrier, whose tokens
-    /// travel behind earlier frames on the same channels. Every member of a group
-    /// must have the same setting.
+    /// `false` (the default) keeps the frame (dissemination) barrier. The device's
+    /// barrier sends no token behind earlier frames, so a member arrives at it only
+    /// once what it sent has been acknowledged (or is held back by its receiver's
+    /// refusal): a message sent before the barrier has landed when anyone leaves
+    /// it. Every member of a group must have the same setting.
     pub device_barrier: bool,
     /// The tree a reliable broadcast to this engine's own group travels down, each
     /// member forwarding it to its children from an eager buffer (`None`: the root
@@ -739,6 +741,10 @@ struct BarrierState {
     aborted: [bool; 2],
     /// When the current wait (or the last probe) began.
     since: Instant,
+    /// This member's sends have landed: it may arrive at the device's barrier.
+    drained: bool,
+    /// The device answered that it runs no barrier: frames only, no drain.
+    no_device: bool,
 }
 
 /// The protocol engine of one endpoint.

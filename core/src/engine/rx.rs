@@ -110,6 +110,7 @@ impl<'a, S> Engine<'a, S> {
         });
         if refused {
             ch.refused = true;
+            ch.held = true;
         } else if !self.caps.reliable {
             ch.mark_holes_for_resend(a);
         }
@@ -117,6 +118,7 @@ impl<'a, S> Engine<'a, S> {
             ch.retries = 0;
         }
         if progress {
+            ch.held = false;
             ch.rto = self.cfg.rto_initial;
             ch.rto_at = (ch.outstanding() > 0).then(|| now + ch.rto);
         }
@@ -192,7 +194,12 @@ impl<'a, S> Engine<'a, S> {
         }
         ch.mark_received(repr.seq);
         ch.since_ack = ch.since_ack.saturating_add(1);
-        if repr.flags.contains(Flags::ACK_REQ) || ch.since_ack >= (self.cfg.window / 2).max(1) {
+        // A member draining into the device's barrier waits for this ack.
+        let draining = self.bar.active && self.cfg.device_barrier;
+        if repr.flags.contains(Flags::ACK_REQ)
+            || draining
+            || ch.since_ack >= (self.cfg.window / 2).max(1)
+        {
             ch.ack_now = true;
         } else if ch.ack_at.is_none() {
             // Credits come back within the delay even if nothing is sent meanwhile.

@@ -477,11 +477,14 @@ fn a_refused_sender_is_told_to_retry_when_the_port_frees() {
 /// A loopback with what some devices add: a liveness word that says node 1 is gone
 /// (`dead_1`), frames of 100 payload bytes or more taken as parts
 /// ([`Device::transmit_parts`], joined here and counted in `gathered`).
+/// With `barrier_done_at > 0`, a barrier of its own that answers `Done` at that call.
 struct Special<'r> {
     lo: Loopback<'r, 64, 512>,
     dead_1: bool,
     gather: bool,
     gathered: usize,
+    barrier_calls: u32,
+    barrier_done_at: u32,
 }
 
 impl<'r> Special<'r> {
@@ -491,6 +494,8 @@ impl<'r> Special<'r> {
             dead_1: false,
             gather: false,
             gathered: 0,
+            barrier_calls: 0,
+            barrier_done_at: 0,
         }
     }
 }
@@ -516,6 +521,22 @@ impl Device for Special<'_> {
     fn peer_alive(&mut self, _now: Instant, peer: NodeAddr) -> bool {
         !(self.dead_1 && peer == NodeAddr(1))
     }
+    fn barrier(
+        &mut self,
+        _now: Instant,
+        _members: &crate::phy::BarrierMembers<'_>,
+    ) -> crate::phy::BarrierPoll {
+        use crate::phy::BarrierPoll;
+        if self.barrier_done_at == 0 {
+            return BarrierPoll::Unsupported;
+        }
+        self.barrier_calls += 1;
+        if self.barrier_calls >= self.barrier_done_at {
+            BarrierPoll::Done
+        } else {
+            BarrierPoll::Pending
+        }
+    }
     fn gather_from(&self) -> usize {
         if self.gather {
             100
@@ -538,6 +559,29 @@ impl Device for Special<'_> {
         });
         self.gathered += 1;
         true
+    }
+}
+
+/// A member that completes the device's barrier and exits at once looks dead to a
+/// member that saw the barrier still pending a moment before: one more look at the
+/// barrier tells that finished barrier from one a dead member fails.
+#[test]
+fn a_member_that_left_a_finished_device_barrier_does_not_fail_it() {
+    for (done_at, want) in [(2, Ok(true)), (3, Err(Error::SendFailure))] {
+        let mut rings = rings();
+        let mut a = engine(7, 0);
+        a.set_device_barrier(true).unwrap();
+        let mut dev = Special {
+            dead_1: true,
+            barrier_done_at: done_at,
+            ..Special::new(Loopback::new(&mut rings, NodeAddr(0)))
+        };
+        a.start_barrier().unwrap();
+        // Past the probe interval: the first pending look checks the members.
+        a.poll(Instant::from_millis(100), &mut dev, None);
+        assert_eq!(a.barrier_done(), want, "done at call {done_at}");
+        let device = u64::from(want.is_ok());
+        assert_eq!(a.stats().device_barriers, device);
     }
 }
 

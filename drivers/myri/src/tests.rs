@@ -639,3 +639,110 @@ fn gamma_sync_runs_in_nic_memory_and_fails_on_a_departed_member() {
         }
     }
 }
+
+/// The NIC barrier sends no token behind earlier frames, so a member arrives only
+/// once its own sends have landed: a message sent before `gamma_sync` is whole in
+/// every receiver's port when the barrier ends anywhere.
+#[test]
+fn a_message_sent_before_a_nic_barrier_has_landed_when_it_ends() {
+    use volley_core::engine::{Config, Group, Members, BROADCAST};
+    use volley_core::gamma::{Gamma, GO_BACK};
+    use volley_core::time::StdClock;
+    static GROUPS: &[Group<'static>] = &[Group {
+        id: 1,
+        members: Members::Range { first: 0, count: 4 },
+    }];
+    // Many times the window of 128-byte slots: it cannot leave in one poll.
+    let msg: &'static [u8] = Vec::leak((0..64 * 1024).map(|i| (i * 7 % 251) as u8).collect());
+    let (_mem, nics) = cluster(4);
+    let mut gs: Vec<_> = nics
+        .into_iter()
+        .enumerate()
+        .map(|(i, nic)| {
+            let mut cfg = Config::new(7, 1, i as u16);
+            cfg.device_barrier = true;
+            Gamma::init_alloc(cfg, GROUPS, 4, nic, StdClock::default(), ()).unwrap()
+        })
+        .collect();
+    gs[0]
+        .set_passive_port(5, BROADCAST, 1, 5, 5, GO_BACK, None)
+        .unwrap();
+    for g in &mut gs[1..] {
+        let buf = Vec::leak(vec![0u8; msg.len()]);
+        g.set_passive_port(5, 0, 1, 5, 5, GO_BACK, Some(buf))
+            .unwrap();
+    }
+    gs[0].isend_flowctl(5, msg).unwrap();
+    for g in gs.iter_mut() {
+        g.sync_start().unwrap();
+    }
+    let mut done = [false; 4];
+    let t0 = std::time::Instant::now();
+    while !done.iter().all(|&d| d) {
+        assert!(t0.elapsed().as_secs() < 20, "the barrier hung: {done:?}");
+        for i in 0..4 {
+            if done[i] || !gs[i].sync_test().unwrap() {
+                continue;
+            }
+            done[i] = true;
+            // Whoever leaves first: every receiver has the whole message by now.
+            for (k, g) in gs.iter().enumerate().skip(1) {
+                let count = g.engine().semaphore(5).unwrap().count;
+                assert_eq!(count, 1, "member {i} left while {k} had not got it");
+                assert_eq!(g.buffer(5).unwrap(), msg, "member {k}'s copy");
+            }
+        }
+    }
+    for g in &gs {
+        assert_eq!(g.engine().stats().device_barriers, 1);
+    }
+}
+
+/// A message its receiver refuses for now (here: the port is not bound yet) does not
+/// hold the NIC barrier up: the receiver's program decides when it lands, perhaps
+/// only after the barrier, as it does here.
+#[test]
+fn a_refused_message_does_not_hold_the_nic_barrier() {
+    use volley_core::engine::{Config, Group, Members};
+    use volley_core::gamma::{Gamma, GO_BACK};
+    use volley_core::time::StdClock;
+    static GROUPS: &[Group<'static>] = &[Group {
+        id: 1,
+        members: Members::Range { first: 0, count: 2 },
+    }];
+    let (_mem, nics) = cluster(2);
+    let mut gs: Vec<_> = nics
+        .into_iter()
+        .enumerate()
+        .map(|(i, nic)| {
+            let mut cfg = Config::new(7, 1, i as u16);
+            cfg.device_barrier = true;
+            Gamma::init_alloc(cfg, GROUPS, 2, nic, StdClock::default(), ()).unwrap()
+        })
+        .collect();
+    gs[0]
+        .set_passive_port(5, 1, 1, 5, 5, GO_BACK, None)
+        .unwrap();
+    gs[0].isend_flowctl(5, b"after the barrier").unwrap();
+    for g in gs.iter_mut() {
+        g.sync_start().unwrap();
+    }
+    let mut done = [false; 2];
+    let t0 = std::time::Instant::now();
+    while !done.iter().all(|&d| d) {
+        assert!(t0.elapsed().as_secs() < 5, "the barrier waited: {done:?}");
+        for (i, g) in gs.iter_mut().enumerate() {
+            done[i] |= g.sync_test().unwrap();
+        }
+    }
+    assert!(gs[1].engine().stats().rx_refused > 0, "it was refused");
+    gs[1]
+        .set_passive_port(5, 0, 1, 5, 5, GO_BACK, Some(Vec::leak(vec![0; 64])))
+        .unwrap();
+    while gs[1].engine().semaphore(5).unwrap().count == 0 {
+        assert!(t0.elapsed().as_secs() < 10, "the message never landed");
+        gs[0].poll();
+        gs[1].poll();
+    }
+    assert_eq!(&gs[1].buffer(5).unwrap()[..17], b"after the barrier");
+}

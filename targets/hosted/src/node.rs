@@ -169,12 +169,13 @@ pub fn peer_timeout() -> Result<volley_core::time::Duration, HostError> {
     Ok(volley_core::time::Duration::from_nanos(d.as_nanos() as u64))
 }
 
-/// `VOLLEY_BARRIER`: `frames` (the default: the dissemination barrier) or `device`
-/// (in NIC memory on shm, frames elsewhere). Every rank must agree.
+/// `VOLLEY_BARRIER`: `device` (the default: in NIC memory on shm, once this rank's
+/// sends have landed; frames elsewhere) or `frames` (the dissemination barrier
+/// everywhere). Every rank must agree.
 pub fn device_barrier() -> Result<bool, HostError> {
     match std::env::var("VOLLEY_BARRIER").as_deref() {
-        Ok("device") => Ok(true),
-        Err(_) | Ok("frames") => Ok(false),
+        Err(_) | Ok("device") => Ok(true),
+        Ok("frames") => Ok(false),
         Ok(v) => Err(HostError(format!(
             "VOLLEY_BARRIER={v}: expected device or frames"
         ))),
