@@ -18,7 +18,7 @@ impl<'a, S> Engine<'a, S> {
         self.bar.sent = false;
         self.bar.failed = None;
         self.bar.drained = false;
-        if self.cfg.device_barrier {
+        if self.cfg.device_barrier && !self.bar.no_device {
             // Others drain into us: our acks go at once while the barrier runs.
             self.flush_acks();
         }

@@ -195,7 +195,7 @@ impl<'a, S> Engine<'a, S> {
         ch.mark_received(repr.seq);
         ch.since_ack = ch.since_ack.saturating_add(1);
         // A member draining into the device's barrier waits for this ack.
-        let draining = self.bar.active && self.cfg.device_barrier;
+        let draining = self.bar.active && self.cfg.device_barrier && !self.bar.no_device;
         if repr.flags.contains(Flags::ACK_REQ)
             || draining
             || ch.since_ack >= (self.cfg.window / 2).max(1)
