@@ -433,6 +433,27 @@ fn cluster(n: u32) -> (Mem, Vec<MyriNic>) {
     (mem, nics)
 }
 
+/// GAMMA on each of `nics`, one group of them all, every barrier in NIC memory.
+fn gammas(
+    nics: Vec<MyriNic>,
+) -> Vec<volley_core::gamma::Gamma<'static, MyriNic, volley_core::time::StdClock>> {
+    use volley_core::engine::{Config, Group, Members};
+    let n = nics.len() as u16;
+    let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
+        id: 1,
+        members: Members::Range { first: 0, count: n },
+    }]);
+    nics.into_iter()
+        .enumerate()
+        .map(|(i, nic)| {
+            let mut cfg = Config::new(7, 1, i as u16);
+            cfg.device_barrier = true;
+            let clock = volley_core::time::StdClock::default();
+            volley_core::gamma::Gamma::init_alloc(cfg, groups, n as usize, nic, clock, ()).unwrap()
+        })
+        .collect()
+}
+
 fn step(nic: &mut MyriNic, n: u32) -> bool {
     let me = nic.node() as u16;
     nic.barrier_step(me, n as u16, |i| Some(i as u32)).unwrap()
@@ -546,25 +567,9 @@ fn the_nic_barrier_separates_phases_across_threads() {
 /// device's; a member that leaves makes the others' barrier fail, not hang.
 #[test]
 fn gamma_sync_runs_in_nic_memory_and_fails_on_a_departed_member() {
-    use volley_core::engine::{Config, Error, Group, Members};
-    use volley_core::gamma::Gamma;
-    use volley_core::time::StdClock;
-    static GROUPS: &[Group<'static>] = &[Group {
-        id: 1,
-        members: Members::Range { first: 0, count: 5 },
-    }];
+    use volley_core::engine::Error;
     let (_mem, nics) = cluster(5);
-    let start = |nics: Vec<MyriNic>| -> Vec<_> {
-        nics.into_iter()
-            .enumerate()
-            .map(|(i, nic)| {
-                let mut cfg = Config::new(7, 1, i as u16);
-                cfg.device_barrier = true;
-                Gamma::init_alloc(cfg, GROUPS, 5, nic, StdClock::default(), ()).unwrap()
-            })
-            .collect()
-    };
-    let mut gs = start(nics);
+    let mut gs = gammas(nics);
     for _ in 0..50 {
         for g in gs.iter_mut() {
             g.sync_start().unwrap();
@@ -601,7 +606,7 @@ fn gamma_sync_runs_in_nic_memory_and_fails_on_a_departed_member() {
     }
     // New engines on the same NICs (another personality, say) continue the NICs'
     // count: the first barrier still waits for the last member.
-    let mut gs = start(gs.into_iter().map(|g| g.exit().0).collect());
+    let mut gs = gammas(gs.into_iter().map(|g| g.exit().0).collect());
     for g in gs.iter_mut().take(4) {
         g.sync_start().unwrap();
     }
@@ -645,25 +650,12 @@ fn gamma_sync_runs_in_nic_memory_and_fails_on_a_departed_member() {
 /// every receiver's port when the barrier ends anywhere.
 #[test]
 fn a_message_sent_before_a_nic_barrier_has_landed_when_it_ends() {
-    use volley_core::engine::{Config, Group, Members, BROADCAST};
-    use volley_core::gamma::{Gamma, GO_BACK};
-    use volley_core::time::StdClock;
-    static GROUPS: &[Group<'static>] = &[Group {
-        id: 1,
-        members: Members::Range { first: 0, count: 4 },
-    }];
+    use volley_core::engine::BROADCAST;
+    use volley_core::gamma::GO_BACK;
     // Many times the window of 128-byte slots: it cannot leave in one poll.
     let msg: &'static [u8] = Vec::leak((0..64 * 1024).map(|i| (i * 7 % 251) as u8).collect());
     let (_mem, nics) = cluster(4);
-    let mut gs: Vec<_> = nics
-        .into_iter()
-        .enumerate()
-        .map(|(i, nic)| {
-            let mut cfg = Config::new(7, 1, i as u16);
-            cfg.device_barrier = true;
-            Gamma::init_alloc(cfg, GROUPS, 4, nic, StdClock::default(), ()).unwrap()
-        })
-        .collect();
+    let mut gs = gammas(nics);
     gs[0]
         .set_passive_port(5, BROADCAST, 1, 5, 5, GO_BACK, None)
         .unwrap();
@@ -703,23 +695,9 @@ fn a_message_sent_before_a_nic_barrier_has_landed_when_it_ends() {
 /// only after the barrier, as it does here.
 #[test]
 fn a_refused_message_does_not_hold_the_nic_barrier() {
-    use volley_core::engine::{Config, Group, Members};
-    use volley_core::gamma::{Gamma, GO_BACK};
-    use volley_core::time::StdClock;
-    static GROUPS: &[Group<'static>] = &[Group {
-        id: 1,
-        members: Members::Range { first: 0, count: 2 },
-    }];
+    use volley_core::gamma::GO_BACK;
     let (_mem, nics) = cluster(2);
-    let mut gs: Vec<_> = nics
-        .into_iter()
-        .enumerate()
-        .map(|(i, nic)| {
-            let mut cfg = Config::new(7, 1, i as u16);
-            cfg.device_barrier = true;
-            Gamma::init_alloc(cfg, GROUPS, 2, nic, StdClock::default(), ()).unwrap()
-        })
-        .collect();
+    let mut gs = gammas(nics);
     gs[0]
         .set_passive_port(5, 1, 1, 5, 5, GO_BACK, None)
         .unwrap();

@@ -191,13 +191,14 @@ fn two_groups_send_to_each_other() {
     }
 }
 
-#[test]
-fn a_killed_rank_becomes_sendfailure_everywhere_and_fails_the_job() {
-    for (fabric, salt) in [("shm", 5), ("udp", 6)] {
+/// Runs `volley worker victim` on `n` ranks with `env`, on shm (job `salts[0]`) then
+/// udp (`salts[1]`): the launcher must fail within 20 s, every rank in `survivors`
+/// must print `rank R: SENDFAILURE {what}`, and nothing may be left behind.
+fn victim_job(n: &str, salts: [u64; 2], env: &[(&str, &str)], survivors: &[u16], what: &str) {
+    for (fabric, salt) in [("shm", salts[0]), ("udp", salts[1])] {
         let _g = serial();
         let before = shm_dirs();
-        let job = job_id(salt);
-        let (out, took) = launch("4", fabric, job, &["victim"], &[]);
+        let (out, took) = launch(n, fabric, job_id(salt), &["victim"], env);
         let t = text(&out);
         assert!(
             !out.status.success(),
@@ -207,10 +208,10 @@ fn a_killed_rank_becomes_sendfailure_everywhere_and_fails_the_job() {
             took < Duration::from_secs(20),
             "{fabric}: took {took:?}:\n{t}"
         );
-        assert!(t.contains("rank 3 failed (signal 9)"), "{t}");
-        for r in 0..3 {
+        assert!(t.contains("failed (signal 9)"), "{fabric}: {t}");
+        for r in survivors {
             assert!(
-                t.contains(&format!("rank {r}: SENDFAILURE sending to rank 3")),
+                t.contains(&format!("rank {r}: SENDFAILURE {what}")),
                 "{fabric}: rank {r}:\n{t}"
             );
         }
@@ -219,35 +220,14 @@ fn a_killed_rank_becomes_sendfailure_everywhere_and_fails_the_job() {
 }
 
 #[test]
+fn a_killed_rank_becomes_sendfailure_everywhere_and_fails_the_job() {
+    victim_job("4", [5, 6], &[], &[0, 1, 2], "sending to rank 3");
+}
+
+#[test]
 fn a_killed_rank_fails_the_barrier_at_every_survivor() {
-    for (fabric, salt) in [("shm", 9), ("udp", 10)] {
-        let _g = serial();
-        let before = shm_dirs();
-        let job = job_id(salt);
-        let (out, took) = launch(
-            "4",
-            fabric,
-            job,
-            &["victim"],
-            &[("VOLLEY_VICTIM", "1"), ("VOLLEY_VICTIM_MODE", "sync")],
-        );
-        let t = text(&out);
-        assert!(
-            !out.status.success(),
-            "{fabric}: the launcher must fail:\n{t}"
-        );
-        assert!(
-            took < Duration::from_secs(20),
-            "{fabric}: took {took:?}:\n{t}"
-        );
-        for r in [0, 2, 3] {
-            assert!(
-                t.contains(&format!("rank {r}: SENDFAILURE in sync")),
-                "{fabric}: rank {r}:\n{t}"
-            );
-        }
-        assert_nothing_left(&before, fabric);
-    }
+    let env = [("VOLLEY_VICTIM", "1"), ("VOLLEY_VICTIM_MODE", "sync")];
+    victim_job("4", [9, 10], &env, &[0, 2, 3], "in sync");
 }
 
 /// A rank that dies before its first frame: on udp the survivors never heard from it,
@@ -255,33 +235,8 @@ fn a_killed_rank_fails_the_barrier_at_every_survivor() {
 /// grace is over. They must still see `SENDFAILURE` in seconds, not `peer_timeout`.
 #[test]
 fn a_rank_killed_before_its_first_frame_fails_the_barrier_everywhere() {
-    for (fabric, salt) in [("shm", 23), ("udp", 24)] {
-        let _g = serial();
-        let before = shm_dirs();
-        let (out, took) = launch(
-            "4",
-            fabric,
-            job_id(salt),
-            &["victim"],
-            &[("VOLLEY_VICTIM_MODE", "early")],
-        );
-        let t = text(&out);
-        assert!(
-            !out.status.success(),
-            "{fabric}: the launcher must fail:\n{t}"
-        );
-        assert!(
-            took < Duration::from_secs(20),
-            "{fabric}: took {took:?}:\n{t}"
-        );
-        for r in 0..3 {
-            assert!(
-                t.contains(&format!("rank {r}: SENDFAILURE in sync")),
-                "{fabric}: rank {r}:\n{t}"
-            );
-        }
-        assert_nothing_left(&before, fabric);
-    }
+    let env = [("VOLLEY_VICTIM_MODE", "early")];
+    victim_job("4", [23, 24], &env, &[0, 1, 2], "in sync");
 }
 
 /// Exactly once through a relay that drops 10%, duplicates 5% and reorders 5%:
@@ -380,31 +335,8 @@ fn bursts_of_50_lost_acks_do_not_fail_a_live_job() {
 /// timeout.
 #[test]
 fn a_rank_waiting_for_a_killed_sender_gets_sendfailure() {
-    for (fabric, salt) in [("shm", 21), ("udp", 22)] {
-        let _g = serial();
-        let (out, took) = launch(
-            "3",
-            fabric,
-            job_id(salt),
-            &["victim"],
-            &[("VOLLEY_VICTIM", "2"), ("VOLLEY_VICTIM_MODE", "wait")],
-        );
-        let t = text(&out);
-        assert!(
-            !out.status.success(),
-            "{fabric}: the launcher must fail:\n{t}"
-        );
-        assert!(
-            took < Duration::from_secs(20),
-            "{fabric}: took {took:?}:\n{t}"
-        );
-        for r in [0, 1] {
-            assert!(
-                t.contains(&format!("rank {r}: SENDFAILURE waiting for rank 2")),
-                "{fabric}: rank {r}:\n{t}"
-            );
-        }
-    }
+    let env = [("VOLLEY_VICTIM", "2"), ("VOLLEY_VICTIM_MODE", "wait")];
+    victim_job("3", [21, 22], &env, &[0, 1], "waiting for rank 2");
 }
 
 /// Finds the pid of rank `rank` of job `job` (a child of the launcher).
