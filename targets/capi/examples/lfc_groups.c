@@ -2,8 +2,8 @@
  * LFC multicast, broadcast, kept packets and fetch-and-add, checked.
  *
  * Every process broadcasts ROUNDS packets and multicasts ROUNDS more to the group
- * of odd ranks; the upcall keeps every multicast packet (on a list in the LFC heap)
- * and the main loop frees them later, a few at a time. Every process then takes
+ * of odd ranks; the upcall keeps multicast packets (up to KEEP_MAX at once, on a list
+ * in the LFC heap) and the main loop frees them later. Every process then takes
  * FA values from process 0's fetch-and-add variable, all at once, and sends them to
  * process 0, which checks that every value from 0 to nprocs*FA-1 came exactly once.
  * Prints "lfc_groups ok" on process 0; any mistake exits 1 with a message.
@@ -15,6 +15,12 @@
 
 #define ROUNDS 200
 #define FA 50
+/* Packets kept at once. A kept packet holds one of the process's receive packets
+ * (LFC lends them; 256 here): a program that keeps without bound while it blocks in
+ * lfc_send_alloc (which runs upcalls, never the main loop's frees) fills them, its
+ * senders' packets are refused, their send packets never free, and every process
+ * waits for another. Past the bound the upcall copies what it needs and lets go. */
+#define KEEP_MAX 32
 #define TAG_BCAST 1
 #define TAG_MCAST 2
 #define TAG_VALUE 3
@@ -50,6 +56,7 @@ int lfc_upcall(unsigned src, void *packet, unsigned size, lfc_upcall_flags_t fla
         if (m.tag == TAG_BCAST) { got_bcast++; return 0; }
         if (lfc_my_proc() % 2 == 0) fail("multicast reached an even process", src, m.seq);
         got_mcast++;
+        if (nkept == KEEP_MAX) return 0;
         if (nkept == cap_kept) {
             cap_kept = cap_kept ? 2 * cap_kept : 4;
             kept = lfc_realloc(kept, cap_kept * sizeof *kept);
