@@ -423,7 +423,7 @@ fn bench_command(
 fn draw(rows: &[bench::Row], dir: &Path) -> bool {
     match volley_hosted::plot::charts(rows, dir) {
         Ok(files) if files.is_empty() => {
-            eprintln!("volley: bench: nothing to plot (no rows with a size)");
+            eprintln!("volley: bench: nothing to plot (no row with a size and a figure a log axis can show)");
             true
         }
         Ok(files) => {

@@ -71,13 +71,17 @@ fn is_collective(r: &Row) -> bool {
     r.test.contains(" ranks")
 }
 
+/// Figures a chart takes: no benchmark gives microseconds or MB/s outside this, and
+/// a log axis over hundreds of decades (a forged saved run) would take for ever to draw.
+const FIGURES: std::ops::RangeInclusive<f64> = 1e-9..=1e15;
+
 /// The series of the rows `keep` selects, one per fabric and test, points by size.
-/// Rows of 0 bytes (barriers, empty messages) and non-positive figures have no place
-/// on a log axis and are left out.
+/// Rows of 0 bytes (barriers, empty messages) and figures outside [`FIGURES`] have no
+/// place on a log axis and are left out.
 fn series(rows: &[Row], keep: impl Fn(&Row) -> bool) -> Vec<Series> {
     let mut by: BTreeMap<(String, String), Vec<(f64, f64)>> = BTreeMap::new();
     for r in rows.iter().filter(|r| keep(r)) {
-        if r.bytes == 0 || !r.median.is_finite() || r.median <= 0.0 {
+        if r.bytes == 0 || !FIGURES.contains(&r.median) {
             continue;
         }
         by.entry((r.fabric.to_string(), r.test.clone()))
@@ -244,6 +248,10 @@ mod tests {
             row("udp", "latency, one-way, send", 8, "us", 3.0),
             row("shm", "barrier, 2 ranks", 0, "us", 0.6),
             row("shm", "bandwidth, streaming", 4096, "MB/s", 6000.0),
+            // Forged figures: no end to the axis, or hundreds of decades of it.
+            row("shm", "latency, one-way, send", 512, "us", -1.0),
+            row("shm", "latency, one-way, send", 1024, "us", 1e300),
+            row("shm", "latency, one-way, send", 2048, "us", 1e-300),
         ];
         let s = series(&rows, |r| r.unit == "us");
         assert_eq!(s.len(), 2, "{s:?}");
