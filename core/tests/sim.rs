@@ -1415,88 +1415,128 @@ fn binomial_inner(n: usize) -> usize {
 #[test]
 fn broadcasts_from_every_root_arrive_once_and_in_order_under_loss() {
     let base = seed();
-    // Short ones go down the tree, longer than 16 KiB ones straight from the root:
-    // short ones wait for the long ones sent before them.
-    let sizes = [20_000usize, 40_000, 8, 3000, 100, 16_384, 1];
-    let tree_msgs = sizes.iter().filter(|&&s| s <= 16_384).count();
-    for n in [4u16, 13] {
-        let seed = base ^ (n as u64) << 8;
-        let g = groups(n);
-        let mut sc = SimConfig::lan(seed);
-        sc.faults = lossy();
-        sc.faults.corrupt = 0.0;
-        let mut sim = Sim::new(n as usize, sc, |i, dev, clock| {
-            let mut st = Check::default();
-            for src in 0..n {
-                if src != i as u16 {
-                    st.plan.insert(src, sizes.to_vec());
-                }
-            }
-            gamma(g, cfg(1, i as u16), n as usize, n as usize, dev, clock, st)
-        });
-        for node in sim.nodes.iter_mut() {
-            node.set_active_port(
-                5,
-                BROADCAST,
-                1,
-                5,
-                Some(on_message),
-                None,
-                0,
-                GO_BACK,
-                Some(leak(vec![0; 64 * 1024])),
-            )
-            .unwrap();
-        }
-        // Every root broadcasts at once, so trees of different roots cross.
-        let mut handles = Vec::new();
-        for (k, &len) in sizes.iter().enumerate() {
-            for (i, node) in sim.nodes.iter_mut().enumerate() {
-                let body: &'static [u8] = leak(pattern(i as u16, k, len));
-                handles.push((i, node.isend_flowctl(5, body).unwrap()));
-            }
-        }
-        let want = sizes.len() * (n as usize - 1);
-        let r = sim.run_until(Instant::from_millis(60_000), |nodes, _| {
-            nodes
-                .iter()
-                .all(|x| x.state().got.values().sum::<usize>() == want)
-                && handles.iter().all(|&(i, h)| {
-                    nodes[i].engine().send_status(h) != Ok(volley_core::engine::SendStatus::Pending)
-                })
-        });
-        if r.is_err() {
-            for (i, node) in sim.nodes.iter().enumerate() {
-                eprintln!(
-                    "member {i}: got {:?} errors {:?}",
-                    node.state().got,
-                    node.state().errors
-                );
-                eprintln!("  {:?}", node.engine().stats());
-            }
-        }
-        assert!(
-            r.is_ok(),
-            "seed {seed}: n={n}: broadcasts did not all arrive"
-        );
-        for (i, node) in sim.nodes.iter().enumerate() {
-            let st = node.state();
-            assert!(
-                st.errors.is_empty(),
-                "seed {seed}: member {i}: {:?}",
-                st.errors
-            );
-        }
-        for &(i, h) in &handles {
-            assert_eq!(sim.nodes[i].tsend(h), Ok(true), "seed {seed}: root {i}");
-        }
-        let forwarded: u64 = sim.nodes.iter().map(|x| x.engine().stats().forwarded).sum();
+    // Short ones go down the tree whole; longer than 16 KiB ones chunk by chunk
+    // where every relay's share of the pool holds all of them (4 eager buffers:
+    // 64 KiB at 4 nodes, one level of relays, 32 KiB at 13 nodes, two levels;
+    // 48 buffers: 256 KiB), else straight from the root. Tree ones wait for the
+    // longer ones sent before them straight from the root. (The other way round
+    // is not ordered: see `reserve_tree`.)
+    let sizes = [200_000usize, 40_000, 20_000, 8, 3000, 100, 16_384, 1];
+    for (n, eager, tree_msgs) in [(4u16, 4, 7), (13, 4, 6), (13, 48, 8)] {
+        let seed = base ^ (n as u64) << 8 ^ (eager as u64) << 16;
+        let roots: Vec<u16> = (0..n).collect();
+        let forwarded = crossing_broadcasts(seed, n, &|_| eager, &roots, &sizes);
         assert_eq!(
             forwarded as usize,
             n as usize * tree_msgs * binomial_inner(n as usize),
-            "seed {seed}: n={n}: every inner member forwards every short broadcast once"
+            "seed {seed}: n={n}: every inner member forwards every tree broadcast once"
         );
     }
+}
+
+/// A root with a large pool sends a long broadcast down the tree to relays whose
+/// rings hold a quarter of it: they pass it on a chunk at a time, taking the next
+/// chunk into a buffer once their children have acknowledged the one it held.
+#[test]
+fn a_relay_with_a_short_ring_passes_a_long_broadcast_on_under_loss() {
+    let seed = seed() ^ 0x51;
+    let sizes = [200_000usize, 100, 70_000];
+    for n in [4u16, 8] {
+        let forwarded =
+            crossing_broadcasts(seed, n, &|i| if i == 0 { 64 } else { 4 }, &[0], &sizes);
+        assert_eq!(
+            forwarded as usize,
+            sizes.len() * binomial_inner(n as usize),
+            "seed {seed}: n={n}: every relay forwards every broadcast once"
+        );
+    }
+}
+
+/// Every root in `roots` broadcasts `sizes` at once from port 5 (so trees of
+/// different roots cross) under loss, member `i` having `eager(i)` eager buffers;
+/// checks every message's bytes and order per root and every send's outcome, and
+/// returns how many forwards the members made.
+fn crossing_broadcasts(
+    seed: u64,
+    n: u16,
+    eager: &dyn Fn(usize) -> usize,
+    roots: &[u16],
+    sizes: &[usize],
+) -> u64 {
+    let g = groups(n);
+    let mut sc = SimConfig::lan(seed);
+    sc.faults = lossy();
+    sc.faults.corrupt = 0.0;
+    let mut sim = Sim::new(n as usize, sc, |i, dev, clock| {
+        let mut st = Check::default();
+        for &src in roots {
+            if src != i as u16 {
+                st.plan.insert(src, sizes.to_vec());
+            }
+        }
+        let store = sized(n as usize, n as usize, 256, 8, eager(i));
+        SimGamma::init(cfg(1, i as u16), g, store, dev, clock, st).unwrap()
+    });
+    for node in sim.nodes.iter_mut() {
+        node.set_active_port(
+            5,
+            BROADCAST,
+            1,
+            5,
+            Some(on_message),
+            None,
+            0,
+            GO_BACK,
+            Some(leak(vec![0; 256 * 1024])),
+        )
+        .unwrap();
+    }
+    let mut handles = Vec::new();
+    for (k, &len) in sizes.iter().enumerate() {
+        for &i in roots {
+            let body: &'static [u8] = leak(pattern(i, k, len));
+            handles.push((
+                i as usize,
+                sim.nodes[i as usize].isend_flowctl(5, body).unwrap(),
+            ));
+        }
+    }
+    let want = |i: usize| sizes.len() * roots.iter().filter(|&&r| r as usize != i).count();
+    let r = sim.run_until(Instant::from_millis(60_000), |nodes, _| {
+        nodes
+            .iter()
+            .enumerate()
+            .all(|(i, x)| x.state().got.values().sum::<usize>() == want(i))
+            && handles.iter().all(|&(i, h)| {
+                nodes[i].engine().send_status(h) != Ok(volley_core::engine::SendStatus::Pending)
+            })
+    });
+    if r.is_err() {
+        for (i, node) in sim.nodes.iter().enumerate() {
+            eprintln!(
+                "member {i}: got {:?} errors {:?}",
+                node.state().got,
+                node.state().errors
+            );
+            eprintln!("  {:?}", node.engine().stats());
+        }
+    }
+    assert!(
+        r.is_ok(),
+        "seed {seed}: n={n}: broadcasts did not all arrive"
+    );
+    for (i, node) in sim.nodes.iter().enumerate() {
+        let st = node.state();
+        assert!(
+            st.errors.is_empty(),
+            "seed {seed}: member {i}: {:?}",
+            st.errors
+        );
+    }
+    for &(i, h) in &handles {
+        assert_eq!(sim.nodes[i].tsend(h), Ok(true), "seed {seed}: root {i}");
+    }
+    sim.nodes.iter().map(|x| x.engine().stats().forwarded).sum()
 }
 
 /// Virtual time of one 8-byte broadcast from node 0 to `n` nodes, until the last

@@ -239,6 +239,10 @@ impl Channel {
         seq
     }
 
+    pub(crate) fn slot(&self, seq: u32) -> &Inflight {
+        &self.inflight[seq as usize % MAX_WINDOW]
+    }
+
     pub(crate) fn slot_mut(&mut self, seq: u32) -> &mut Inflight {
         &mut self.inflight[seq as usize % MAX_WINDOW]
     }

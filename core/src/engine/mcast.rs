@@ -307,8 +307,9 @@ impl<'a, S> Engine<'a, S> {
     /// A fragment of a reliable broadcast in our group ([`Flags::TREE`]): stored
     /// into the port like any message, in the order its root sent them, and, where
     /// this member has children in the tree, copied into an eager buffer that the
-    /// forwards to them are sent from once the message is complete. `false`: refused
-    /// for now (an earlier broadcast of its root has not arrived, or no room).
+    /// forwards to them are sent from once the message is complete (a long one:
+    /// into a relay stream's ring, passed on chunk by chunk). `false`: refused for
+    /// now (an earlier broadcast of its root has not arrived, or no room).
     pub(super) fn rx_tree(&mut self, now: Instant, ci: usize, repr: &Repr, payload: &[u8]) -> bool {
         let Some(tag) = TreeTag::parse(payload) else {
             self.stats.rx_malformed += 1;
@@ -320,20 +321,58 @@ impl<'a, S> Engine<'a, S> {
             Ok(ai) => ai,
             Err(taken) => return taken,
         };
+        let a = self.asms[ai];
+        let relay = self
+            .ops
+            .get(a.relay as usize)
+            .filter(|p| p.gen == a.relay_gen && p.state == OpState::Active)
+            .map(|p| (p.stream, p.eager));
+        let mut ring = None;
+        if let Some((si, _)) = relay.filter(|&(si, _)| si != NONE && si == a.stream) {
+            match self.stream_fit(si, repr.offset, data.len()) {
+                stream::Fit::Full => return false,
+                stream::Fit::Copy(buf, at) => ring = Some((si, buf, at)),
+                stream::Fit::Skip => {}
+            }
+        }
         self.place(ai, repr.offset, data);
-        let relay = self.asms[ai].relay;
-        if let Some(p) = self.ops.get(relay as usize) {
+        if let Some((si, buf, at)) = ring {
+            self.stream_copy(si, buf, at, repr.offset, data);
+            self.kick_stream(ai);
+        } else if let Some((_, eager)) = relay.filter(|&(si, _)| si == NONE) {
             let off = repr.offset as usize;
             if let Some(dst) = self
                 .bufs
                 .eager
-                .get_mut(p.eager as usize)
+                .get_mut(eager as usize)
                 .and_then(|b| b.data.get_mut(off..off + data.len()))
             {
                 dst.copy_from_slice(data);
             }
         }
         true
+    }
+
+    /// Queues a long broadcast's forwards once its first chunk is here, and the
+    /// messages that came before it on its channel have been delivered (and so
+    /// forwarded): a member passes its parent's messages on in the order they came.
+    pub(super) fn kick_stream(&mut self, ai: usize) {
+        let a = self.asms[ai];
+        let Some(p) = self.ops.get(a.relay as usize) else {
+            return;
+        };
+        let ready = self
+            .bufs
+            .streams
+            .get(p.stream as usize)
+            .is_some_and(|st| !st.queued && st.ready_bytes() > 0);
+        let first = self
+            .chans
+            .get(a.chan as usize)
+            .is_some_and(|c| c.next_deliver == a.msg_id);
+        if a.used && a.stream != NONE && p.stream == a.stream && ready && first {
+            self.forward_tree(a.relay, a.relay_gen);
+        }
     }
 
     /// Reserves the port (or a discarding assembly where it is closed) for a tree
@@ -349,12 +388,13 @@ impl<'a, S> Engine<'a, S> {
         let me = self.cfg.node;
         let sane = repr.ends.src_group == self.cfg.group && tag.root < self.size && tag.root != me;
         if let Some(&want) = self.bcast_seq.get(tag.root as usize) {
-            // A short broadcast waits for the root's earlier long ones, which the
-            // root sent straight to us and so before it sent this one to anyone.
-            // Only tree messages wait: a channel's head never waits for a message
-            // queued after it, so refusals cannot hold each other up in a cycle
-            // (refusing long ones too could: each channel's head waiting for
-            // short ones queued behind the other's).
+            // A tree broadcast waits for the root's earlier flat ones (too long
+            // for the relays' rings), which the root sent straight to us and so
+            // before it sent this one to anyone. Only tree messages wait: a
+            // channel's head never waits for a message queued after it, so
+            // refusals cannot hold each other up in a cycle (refusing flat ones
+            // too could: each channel's head waiting for tree ones queued behind
+            // the other's). So a flat one may overtake an earlier tree one.
             let root_dead = self
                 .addr_of(self.cfg.group, tag.root)
                 .ok()
@@ -373,33 +413,48 @@ impl<'a, S> Engine<'a, S> {
             }
             _ => 0,
         };
-        if !sane
-            || (tree.is_none() && tag.shape != FLAT)
-            || (n > 0 && repr.total_len as usize > EAGER_MAX)
-        {
+        if !sane || (tree.is_none() && tag.shape != FLAT) {
             // An authenticated peer that breaks the protocol: taken, not forwarded.
             self.stats.rx_malformed += 1;
             n = 0;
         }
         let mut eager = NONE;
+        let mut ring = None;
         if n > 0 {
             // Buffers by level (Merlin and Schweitzer's structured pool): a member
-            // `h` levels above the leaves takes one only while `h` are free, so the
-            // last free ones go to members nearer the leaves, whose forwards end
-            // without waiting for anyone else's buffer: broadcasts from different
-            // roots crossing the same members cannot hold each other's up for ever.
+            // `h` levels above the leaves takes its buffers only while `unit` are
+            // left for each level below it, a unit being what a long broadcast's
+            // ring takes (a short one takes one buffer). So the last free ones go
+            // to members nearer the leaves, whose forwards end without waiting for
+            // anyone else's buffer: broadcasts from different roots crossing the
+            // same members cannot hold each other's up for ever.
+            let size = self.size as usize;
+            let (h, levels) = tree.map_or((1, 1), |t| {
+                (
+                    t.height(all_position(tag.root, me), size),
+                    t.height(0, size),
+                )
+            });
             let pool = self.bufs.eager.len();
-            let h = tree
-                .map_or(1, |t| {
-                    t.height(all_position(tag.root, me), self.size as usize)
-                })
-                .clamp(1, pool.max(1));
+            let unit = stream::relay_unit(pool, levels);
+            let long = repr.total_len as usize > EAGER_MAX;
+            let mine = if long {
+                unit.min((repr.total_len as usize).div_ceil(stream::CHUNK))
+            } else {
+                1
+            };
+            let need = (unit * (h.max(1) - 1) + mine).min(pool.max(1));
             let free = self.bufs.eager.iter().filter(|b| !b.used).count();
             // One operation per child and their parent.
-            if free < h || self.reserve_sends(&kids[..n], 1).is_err() {
+            if free < need || self.reserve_sends(&kids[..n], 1).is_err() {
                 return None;
             }
-            eager = self.bufs.eager.iter().position(|b| !b.used)? as u16;
+            if long {
+                // Passed on chunk by chunk through a ring (see `stream`).
+                ring = Some(self.stream_room(h, mine)?);
+            } else {
+                eager = self.bufs.eager.iter().position(|b| !b.used)? as u16;
+            }
         }
         let ai = match self.reserve(ci, repr, true, now) {
             Some(ai) => ai,
@@ -415,8 +470,12 @@ impl<'a, S> Engine<'a, S> {
             a.src.src_node = tag.root;
         }
         if n > 0 {
-            let pi = self.reserve_forwards(repr, tag, eager, &kids[..n]);
-            self.asms[ai].relay = pi;
+            let si = ring.map_or(NONE, |len| self.open_stream(repr.total_len, len));
+            let pi = self.reserve_forwards(repr, tag, eager, si, &kids[..n]);
+            let a = &mut self.asms[ai];
+            a.relay = pi;
+            a.stream = si;
+            a.relay_gen = self.ops.get(pi as usize).map_or(0, |p| p.gen);
         }
         Some(ai)
     }
@@ -424,8 +483,17 @@ impl<'a, S> Engine<'a, S> {
     /// Takes eager buffer `eager` and one operation per child plus a parent for
     /// forwarding `repr`'s message, linked through `next` and queued on no channel
     /// until [`Engine::forward_tree`]; returns the parent.
-    fn reserve_forwards(&mut self, repr: &Repr, tag: TreeTag, eager: u16, kids: &[NodeId]) -> u16 {
-        self.bufs.eager[eager as usize].used = true;
+    fn reserve_forwards(
+        &mut self,
+        repr: &Repr,
+        tag: TreeTag,
+        eager: u16,
+        stream: u16,
+        kids: &[NodeId],
+    ) -> u16 {
+        if let Some(b) = self.bufs.eager.get_mut(eager as usize) {
+            b.used = true;
+        }
         let mut op = Op::EMPTY;
         op.state = OpState::Active;
         op.reliable = true;
@@ -444,6 +512,7 @@ impl<'a, S> Engine<'a, S> {
         op.root = tag.root;
         op.aux = tag.shape;
         op.bseq = tag.bseq;
+        op.stream = stream;
         // Room was checked by the caller.
         let Ok(pi) = self.alloc_op() else { return NONE };
         let mut parent = op;
@@ -459,6 +528,9 @@ impl<'a, S> Engine<'a, S> {
             child.next = next;
             self.ops[oi] = child;
             next = oi as u16;
+            if stream != NONE {
+                self.stream_kid(stream, oi);
+            }
         }
         parent.next = next;
         self.ops[pi] = parent;
@@ -467,11 +539,19 @@ impl<'a, S> Engine<'a, S> {
 
     /// A tree broadcast has been stored whole: its forwards (reserved by
     /// [`Engine::reserve_forwards`]) go to their channels, ahead of its delivery.
-    pub(super) fn forward_tree(&mut self, pi: u16) {
-        let Some(p) = self.ops.get(pi as usize) else {
+    pub(super) fn forward_tree(&mut self, pi: u16, gen: u16) {
+        let Some(p) = self
+            .ops
+            .get(pi as usize)
+            .filter(|p| p.gen == gen && p.state == OpState::Active && p.next != NONE)
+        else {
+            // Forwarded already (a long one, chunk by chunk), or every forward failed.
             return;
         };
         let mut oi = p.next;
+        if let Some(st) = self.bufs.streams.get_mut(p.stream as usize) {
+            st.queued = true;
+        }
         self.ops[pi as usize].next = NONE;
         let group = self.cfg.group;
         while let Some(o) = self.ops.get(oi as usize).copied() {

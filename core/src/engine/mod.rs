@@ -50,6 +50,7 @@ mod port;
 mod rma;
 mod rx;
 mod send;
+mod stream;
 #[cfg(test)]
 mod tests;
 mod timers;
@@ -136,8 +137,9 @@ pub struct Config {
     pub device_barrier: bool,
     /// The tree a reliable broadcast to this engine's own group travels down, each
     /// member forwarding it to its children from an eager buffer (`None`: the root
-    /// sends every copy itself). Messages longer than [`EAGER_MAX`], and roots with
-    /// fewer eager buffers than the tree has levels, send every copy themselves.
+    /// sends every copy itself); one longer than [`EAGER_MAX`] is passed on chunk by
+    /// chunk as it arrives. Roots with fewer eager buffers than the tree has levels
+    /// send every copy themselves.
     /// Every member of a group must have the same setting.
     pub bcast_tree: Option<Tree>,
 }
@@ -379,6 +381,9 @@ pub struct Op<'a> {
     relay: bool,
     root: NodeId,
     bseq: u32,
+    /// A forward of a long tree broadcast, sent from relay stream `stream` as its
+    /// chunks arrive (see [`stream`]), or `NONE`.
+    stream: u16,
     /// One-sided: the body is read from program memory at `local` as frames are
     /// built, and every frame starts with `prefix` (`wire::RMA_PREFIX` bytes).
     mem_src: bool,
@@ -423,6 +428,7 @@ impl Op<'_> {
         relay: false,
         root: 0,
         bseq: 0,
+        stream: NONE,
         mem_src: false,
         owned: false,
         local: 0,
@@ -450,6 +456,12 @@ impl Op<'_> {
             port: 0,
         },
     };
+
+    /// A long tree broadcast: no frame crosses a multiple of [`stream::CHUNK`],
+    /// so that a relay keeps every frame in one buffer of its ring.
+    fn chunked(&self) -> bool {
+        self.tree && self.aux != mcast::FLAT && self.total as usize > EAGER_MAX
+    }
 
     /// True if the op's channel has failed (it will not progress).
     fn chan_failed(&self, chans: &[Channel]) -> bool {
@@ -501,6 +513,10 @@ pub struct Assembly {
     shape: u8,
     bseq: u32,
     relay: u16,
+    /// `relay`'s generation, and the relay stream a long one is copied into
+    /// (`NONE`: a short one, forwarded whole from the eager copy).
+    relay_gen: u16,
+    stream: u16,
 }
 
 impl Assembly {
@@ -533,6 +549,8 @@ impl Assembly {
         shape: 0,
         bseq: 0,
         relay: NONE,
+        relay_gen: 0,
+        stream: NONE,
     };
 }
 
@@ -725,6 +743,8 @@ pub(crate) struct Bufs<'a> {
     pub(crate) pkts: Packets<'a>,
     /// One-sided operations finished since the last `settle_rma`.
     pub(crate) rma_done: u16,
+    /// Long tree broadcasts being forwarded as they arrive.
+    pub(crate) streams: [stream::Stream; stream::MAX_STREAMS],
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -830,6 +850,10 @@ fn finish_op(ops: &mut [Op<'_>], bufs: &mut Bufs<'_>, i: usize, ok: bool) {
         b.used = false;
     }
     op.eager = NONE;
+    if op.stream != NONE {
+        stream::free(bufs, op.stream);
+        op.stream = NONE;
+    }
     if op.packet != NONE {
         bufs.pkts.release_net(op.packet);
         op.packet = NONE;
@@ -873,6 +897,7 @@ impl<'a, S> Engine<'a, S> {
                 eager: storage.eager,
                 pkts: storage.packets,
                 rma_done: 0,
+                streams: [stream::Stream::EMPTY; stream::MAX_STREAMS],
             },
             mcast: storage.mcast,
             bcast_seq: storage.bcast_seq,

@@ -126,6 +126,9 @@ impl<'a, S> Engine<'a, S> {
             // The port that refused us is free: no need to wait for the timer.
             ch.mark_all_for_resend();
         }
+        if self.bufs.streams.iter().any(|s| s.queued) {
+            self.release_streams();
+        }
     }
 
     pub(super) fn rx_reliable(
@@ -480,6 +483,10 @@ impl<'a, S> Engine<'a, S> {
             };
             let a = self.asms[ai];
             if a.received < a.total {
+                if a.stream != NONE {
+                    // Its turn to be passed on may have come.
+                    self.kick_stream(ai);
+                }
                 return;
             }
             self.chans[ci].next_deliver = want.wrapping_add(1);
@@ -513,7 +520,7 @@ impl<'a, S> Engine<'a, S> {
                 }
             }
             if a.relay != NONE {
-                self.forward_tree(a.relay);
+                self.forward_tree(a.relay, a.relay_gen);
             }
             self.wake_refused();
         }

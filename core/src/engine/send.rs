@@ -129,12 +129,15 @@ impl<'a, S> Engine<'a, S> {
         let me = self.cfg.node;
         let mut kids = [0 as NodeId; MAX_CHILDREN];
         // A reliable broadcast in our group is numbered, so that members deliver a
-        // root's broadcasts in order whichever way each came; a short one goes down
-        // the tree when every level can hold it in an eager buffer.
+        // root's broadcasts in order whichever way each came, and goes down the
+        // tree when every level of relays can hold all of it in eager buffers (a
+        // long one passed on chunk by chunk, see `stream`).
         let numbered = own && reliable && (me as usize) < self.bcast_seq.len();
         let tree = self.cfg.bcast_tree.filter(|t| {
             let levels = t.height(0, self.size as usize);
-            numbered && total as usize <= EAGER_MAX && levels <= self.bufs.eager.len()
+            let pool = self.bufs.eager.len();
+            let chunks = (total as usize).div_ceil(stream::CHUNK);
+            numbered && levels <= pool && chunks <= stream::relay_unit(pool, levels)
         });
         let targets: Targets = match tree {
             Some(t) => {

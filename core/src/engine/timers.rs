@@ -262,6 +262,24 @@ impl<'a, S> Engine<'a, S> {
         }
     }
 
+    /// Whether a queued operation on `ch` could send a new frame now (a relayed
+    /// long broadcast waiting for its next chunk cannot).
+    fn sendable(&self, ch: &Channel) -> bool {
+        let mut oi = ch.q_head;
+        while let Some(op) = self.ops.get(oi as usize) {
+            let waiting = self
+                .bufs
+                .streams
+                .get(op.stream as usize)
+                .is_some_and(|st| st.ready_bytes() <= op.framed);
+            if !waiting {
+                return !op.reliable || ch.can_send_new();
+            }
+            oi = op.next;
+        }
+        false
+    }
+
     /// When the engine next needs a poll without a frame arriving: `Some(now)` if it
     /// has frames it could send right away.
     pub fn poll_at(&self, now: Instant) -> Option<Instant> {
@@ -274,11 +292,8 @@ impl<'a, S> Engine<'a, S> {
             if ch.ack_now || ch.resend_any || (ch.ctrl_len > 0 && ch.can_send_new()) {
                 min(now);
             }
-            if ch.q_head != NONE {
-                let op = &self.ops[ch.q_head as usize];
-                if !op.reliable || ch.can_send_new() {
-                    min(now);
-                }
+            if self.sendable(ch) {
+                min(now);
             }
             if let Some(t) = ch.rto_at {
                 min(t);

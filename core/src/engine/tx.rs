@@ -140,10 +140,8 @@ impl<'a, S> Engine<'a, S> {
                     }
                     Slot::Data { op, offset, len } => {
                         let o = &ops[op as usize];
-                        let body = op_body(o, bufs, ext);
-                        match body {
-                            Some(body) => {
-                                let pieces = o.pieces(body, offset as usize, len as usize);
+                        match frame_pieces(o, bufs, ext, offset, len as usize) {
+                            Some(pieces) => {
                                 let last = offset + len as u32 == o.total;
                                 tx.data(ch, o, s, offset, pieces, last, true)
                             }
@@ -180,9 +178,13 @@ impl<'a, S> Engine<'a, S> {
             ch.ctrl_len -= 1;
         }
 
-        // 3. New data, in queue order.
-        while ch.q_head != NONE {
-            let oi = ch.q_head as usize;
+        // 3. New data, in queue order. A relayed long broadcast waiting for its
+        // next chunk lets the messages queued behind it go first: their receiver
+        // has already taken its first frame, so it takes theirs in turn.
+        let mut prev = NONE;
+        let mut cur = ch.q_head;
+        while cur != NONE {
+            let oi = cur as usize;
             let o = &ops[oi];
             if o.reliable && !ch.can_send_new() {
                 break;
@@ -201,20 +203,31 @@ impl<'a, S> Engine<'a, S> {
                     break;
                 }
             } else {
-                let Some(body) = op_body(o, bufs, ext) else {
-                    break;
-                };
                 let room = if o.tree {
                     max_payload.saturating_sub(wire::TREE_PREFIX)
                 } else {
                     max_payload
                 };
-                len = ((o.total - off) as usize).min(room);
+                let mut n = ((o.total - off) as usize).min(room);
+                if o.chunked() {
+                    n = n.min(stream::CHUNK - off as usize % stream::CHUNK);
+                }
+                if let Some(st) = bufs.streams.get(o.stream as usize) {
+                    n = n.min(st.ready_bytes().saturating_sub(off) as usize);
+                    if n == 0 {
+                        prev = cur;
+                        cur = o.next;
+                        continue;
+                    }
+                }
+                len = n;
                 let last = off as usize + len == o.total as usize;
                 if len == 0 && !last {
                     break;
                 }
-                let pieces = o.pieces(body, off as usize, len);
+                let Some(pieces) = frame_pieces(o, bufs, ext, off, len) else {
+                    break;
+                };
                 if !tx.data(ch, o, seq, off, pieces, last, false) {
                     break;
                 }
@@ -232,13 +245,19 @@ impl<'a, S> Engine<'a, S> {
                 op.unacked += 1;
             }
             if last {
-                ch.q_head = op.next;
-                if ch.q_head == NONE {
-                    ch.q_tail = NONE;
+                let next = op.next;
+                if prev == NONE {
+                    ch.q_head = next;
+                } else {
+                    ops[prev as usize].next = next;
+                }
+                if ch.q_tail == cur {
+                    ch.q_tail = prev;
                 }
                 if !reliable {
                     finish_op(ops, bufs, oi, true);
                 }
+                cur = next;
             }
         }
 
@@ -251,6 +270,21 @@ impl<'a, S> Engine<'a, S> {
         }
         tx.sent
     }
+}
+
+/// The pieces of bytes `off..off + len` of an operation's message.
+fn frame_pieces<'b>(
+    o: &'b Op<'_>,
+    bufs: &'b Bufs<'_>,
+    ext: Option<&'b [u8]>,
+    off: u32,
+    len: usize,
+) -> Option<[&'b [u8]; 2]> {
+    if o.stream != NONE {
+        return stream::piece(bufs, o.stream, off, len).map(|p| [&[][..], p]);
+    }
+    let body = op_body(o, bufs, ext)?;
+    Some(o.pieces(body, off as usize, len))
 }
 
 /// The payload of an operation: borrowed, in an eager buffer, or the `ext` of `poll`
@@ -377,7 +411,11 @@ impl<D: Device> Tx<'_, D> {
             // before the window runs dry.
             let filling = ch.outstanding() + 1 >= (ch.peer_window as u32 * 3 / 4).max(1);
             // Nobody waits for an eager message's ack: let it ride on the reply.
-            if (last && o.eager == NONE && o.packet == NONE) || resend || filling {
+            // A relay frees a chunk of its ring once every child has acked it.
+            let chunk_end = o.chunked()
+                && (offset as usize + pieces[0].len() + pieces[1].len())
+                    .is_multiple_of(stream::CHUNK);
+            if (last && o.eager == NONE && o.packet == NONE) || resend || filling || chunk_end {
                 flags |= Flags::ACK_REQ;
             }
         }
