@@ -340,15 +340,7 @@ impl<'a, S> Engine<'a, S> {
             self.stream_copy(si, buf, at, repr.offset, data);
             self.kick_stream(ai);
         } else if let Some((_, eager)) = relay.filter(|&(si, _)| si == NONE) {
-            let off = repr.offset as usize;
-            if let Some(dst) = self
-                .bufs
-                .eager
-                .get_mut(eager as usize)
-                .and_then(|b| b.data.get_mut(off..off + data.len()))
-            {
-                dst.copy_from_slice(data);
-            }
+            self.bufs.eager_write(eager, repr.offset as usize, data);
         }
         true
     }

@@ -747,6 +747,19 @@ pub(crate) struct Bufs<'a> {
     pub(crate) streams: [stream::Stream; stream::MAX_STREAMS],
 }
 
+impl Bufs<'_> {
+    /// Copies `data` into eager buffer `buf` at `at` (nothing if it does not fit).
+    pub(crate) fn eager_write(&mut self, buf: u16, at: usize, data: &[u8]) {
+        if let Some(dst) = self
+            .eager
+            .get_mut(buf as usize)
+            .and_then(|b| b.data.get_mut(at..at + data.len()))
+        {
+            dst.copy_from_slice(data);
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 struct BarrierState {
     /// Barriers completed; also the epoch of the next one.

@@ -172,14 +172,7 @@ impl<'a, S> Engine<'a, S> {
 
     /// Copies a frame that [`Engine::stream_fit`] placed, and counts it.
     pub(super) fn stream_copy(&mut self, si: u16, buf: u16, at: usize, off: u32, data: &[u8]) {
-        if let Some(dst) = self
-            .bufs
-            .eager
-            .get_mut(buf as usize)
-            .and_then(|b| b.data.get_mut(at..at + data.len()))
-        {
-            dst.copy_from_slice(data);
-        }
+        self.bufs.eager_write(buf, at, data);
         let Some(st) = self.bufs.streams.get_mut(si as usize).filter(|s| s.len > 0) else {
             return;
         };
