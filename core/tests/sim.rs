@@ -1418,14 +1418,24 @@ fn broadcasts_from_every_root_arrive_once_and_in_order_under_loss() {
     // Short ones go down the tree whole; longer than 16 KiB ones chunk by chunk
     // where every relay's share of the pool holds all of them (4 eager buffers:
     // 64 KiB at 4 nodes, one level of relays, 32 KiB at 13 nodes, two levels;
-    // 48 buffers: 256 KiB), else straight from the root. Tree ones wait for the
+    // 48 buffers: 224 KiB, the relays' seven eighths), else straight from the root. Tree ones wait for the
     // longer ones sent before them straight from the root. (The other way round
     // is not ordered: see `reserve_tree`.)
+    // Short ones are sent from a copy in the root's eager buffers where its pool
+    // leaves room for the relays below it (32 and 48 buffers), else from the
+    // program's buffer.
     let sizes = [200_000usize, 40_000, 20_000, 8, 3000, 100, 16_384, 1];
-    for (n, eager, tree_msgs) in [(4u16, 4, 7), (13, 4, 6), (13, 48, 8)] {
+    for (n, eager, tree_msgs) in [(4u16, 4, 7), (13, 4, 6), (4, 32, 8), (13, 48, 8)] {
         let seed = base ^ (n as u64) << 8 ^ (eager as u64) << 16;
         let roots: Vec<u16> = (0..n).collect();
-        let forwarded = crossing_broadcasts(seed, n, &|_| eager, &roots, &sizes);
+        let (forwarded, copies) = crossing_broadcasts(seed, n, &|_| eager, &roots, &sizes, true);
+        // A root's copy leaves a unit for each level of relays below it: none fits
+        // in 4 buffers; in 32 or 48, all five short ones of a root at once.
+        let want = if eager >= 32 { 5 * n as usize } else { 0 };
+        assert_eq!(
+            copies, want,
+            "seed {seed}: n={n}: broadcasts sent from a copy"
+        );
         assert_eq!(
             forwarded as usize,
             n as usize * tree_msgs * binomial_inner(n as usize),
@@ -1442,8 +1452,14 @@ fn a_relay_with_a_short_ring_passes_a_long_broadcast_on_under_loss() {
     let seed = seed() ^ 0x51;
     let sizes = [200_000usize, 100, 70_000];
     for n in [4u16, 8] {
-        let forwarded =
-            crossing_broadcasts(seed, n, &|i| if i == 0 { 64 } else { 4 }, &[0], &sizes);
+        let (forwarded, _) = crossing_broadcasts(
+            seed,
+            n,
+            &|i| if i == 0 { 64 } else { 4 },
+            &[0],
+            &sizes,
+            false,
+        );
         assert_eq!(
             forwarded as usize,
             sizes.len() * binomial_inner(n as usize),
@@ -1455,14 +1471,18 @@ fn a_relay_with_a_short_ring_passes_a_long_broadcast_on_under_loss() {
 /// Every root in `roots` broadcasts `sizes` at once from port 5 (so trees of
 /// different roots cross) under loss, member `i` having `eager(i)` eager buffers;
 /// checks every message's bytes and order per root and every send's outcome, and
-/// returns how many forwards the members made.
+/// returns how many forwards the members made and how many sends went from a
+/// copy. With `copy`, messages of at most
+/// 16 KiB are sent as `gamma_send_flowctl` sends them: from an eager copy where the
+/// engine takes one, else from the program's buffer.
 fn crossing_broadcasts(
     seed: u64,
     n: u16,
     eager: &dyn Fn(usize) -> usize,
     roots: &[u16],
     sizes: &[usize],
-) -> u64 {
+    copy: bool,
+) -> (u64, usize) {
     let g = groups(n);
     let mut sc = SimConfig::lan(seed);
     sc.faults = lossy();
@@ -1492,13 +1512,17 @@ fn crossing_broadcasts(
         .unwrap();
     }
     let mut handles = Vec::new();
+    let mut copies = 0;
     for (k, &len) in sizes.iter().enumerate() {
         for &i in roots {
             let body: &'static [u8] = leak(pattern(i, k, len));
-            handles.push((
-                i as usize,
-                sim.nodes[i as usize].isend_flowctl(5, body).unwrap(),
-            ));
+            let node = &mut sim.nodes[i as usize];
+            let eager = (copy && len <= 16_384)
+                .then(|| node.engine_mut().start_send_eager(5, &[], body).ok())
+                .flatten();
+            copies += eager.is_some() as usize;
+            let h = eager.unwrap_or_else(|| node.isend_flowctl(5, body).unwrap());
+            handles.push((i as usize, h));
         }
     }
     let want = |i: usize| sizes.len() * roots.iter().filter(|&&r| r as usize != i).count();
@@ -1536,7 +1560,8 @@ fn crossing_broadcasts(
     for &(i, h) in &handles {
         assert_eq!(sim.nodes[i].tsend(h), Ok(true), "seed {seed}: root {i}");
     }
-    sim.nodes.iter().map(|x| x.engine().stats().forwarded).sum()
+    let forwarded = sim.nodes.iter().map(|x| x.engine().stats().forwarded).sum();
+    (forwarded, copies)
 }
 
 /// Virtual time of one 8-byte broadcast from node 0 to `n` nodes, until the last

@@ -43,10 +43,12 @@ impl<'a, S> Engine<'a, S> {
         self.start(port, head, Src::Body(body), reliable)
     }
 
-    /// Starts a reliable unicast send whose payload (at most [`EAGER_MAX`] bytes) is
+    /// Starts a reliable send whose payload (at most [`EAGER_MAX`] bytes) is
     /// copied into one of the engine's eager buffers now, so the caller may reuse its
-    /// own at once; `NoResources` when no buffer is free, the message is too long, or
-    /// the port broadcasts. Once [`Engine::handed_off`], the caller may
+    /// own at once; `NoResources` when no buffer is free or the message is too long.
+    /// A broadcast takes one buffer that every copy is sent from, and only while a
+    /// unit of buffers stays free for each level of relays below it. Once
+    /// [`Engine::handed_off`], the caller may
     /// [`Engine::detach`]: delivery is then the engine's job, and a failure is reported
     /// through the port's error handler or error semaphore.
     pub fn start_send_eager(
@@ -71,6 +73,8 @@ impl<'a, S> Engine<'a, S> {
             return Err(Error::FirstPieceTooLong);
         }
         let mut eager = NONE;
+        // A broadcast's copy is taken once its tree is known (see below).
+        let mut bcast_copy = None;
         let (body_ref, body_len, external) = match body {
             Src::Body(Body::Borrowed(b)) => (b, b.len(), false),
             Src::Body(Body::External(n)) => (&[][..], n, true),
@@ -79,19 +83,24 @@ impl<'a, S> Engine<'a, S> {
                 (&[][..], len, false)
             }
             Src::Copy(b) => {
-                if b.len() > EAGER_MAX || dest.node == BROADCAST || !reliable {
+                if b.len() > EAGER_MAX || !reliable {
                     return Err(Error::NoResources);
                 }
-                let i = self
-                    .bufs
-                    .eager
-                    .iter()
-                    .position(|e| !e.used)
-                    .ok_or(Error::NoResources)?;
-                self.bufs.eager[i].used = true;
-                self.bufs.eager[i].data[..b.len()].copy_from_slice(b);
-                eager = i as u16;
-                (&[][..], b.len(), false)
+                if dest.node == BROADCAST {
+                    bcast_copy = Some(b);
+                    (&[][..], b.len(), false)
+                } else {
+                    let i = self
+                        .bufs
+                        .eager
+                        .iter()
+                        .position(|e| !e.used)
+                        .ok_or(Error::NoResources)?;
+                    self.bufs.eager[i].used = true;
+                    self.bufs.eager[i].data[..b.len()].copy_from_slice(b);
+                    eager = i as u16;
+                    (&[][..], b.len(), false)
+                }
             }
         };
         let total = u32::try_from(head.len() + body_len).map_err(|_| Error::MessageTooLong)?;
@@ -165,6 +174,29 @@ impl<'a, S> Engine<'a, S> {
             .any(|a| a.0 as usize >= self.peer_map.len());
         if need > free_chans || unmapped {
             return Err(Error::NoResources);
+        }
+        if let (Some(b), true) = (bcast_copy, members > 0) {
+            // The root's copy is held until its children have the message, like a
+            // relay's at the top of the tree: it leaves a unit of buffers for each
+            // level of relays below it (see `reserve_tree`), so that broadcasts
+            // from every root at once cannot take the buffers their relays need.
+            let levels = tree.map_or(1, |t| t.height(0, self.size as usize)).max(1);
+            let pool = self.bufs.eager.len();
+            let need = stream::relay_unit(pool, levels) * (levels - 1) + 1;
+            let free = self
+                .bufs
+                .eager
+                .iter()
+                .filter(|e| !e.used)
+                .take(need)
+                .count();
+            let i = match self.bufs.eager.iter().position(|e| !e.used) {
+                Some(i) if free >= need => i,
+                _ => return Err(Error::NoResources),
+            };
+            self.bufs.eager[i].used = true;
+            self.bufs.eager[i].data[..b.len()].copy_from_slice(b);
+            op.eager = i as u16;
         }
         let pi = self.alloc_op()?;
         if numbered {
@@ -293,7 +325,9 @@ impl<'a, S> Engine<'a, S> {
     pub fn handed_off(&self, h: SendHandle) -> Result<bool, Error> {
         let st = self.send_status(h)?;
         let op = &self.ops[h.idx()];
-        Ok(st != SendStatus::Pending || (op.started && op.framed == op.total))
+        // A broadcast's children send from the root's eager copy.
+        let copied = op.dest.node == BROADCAST && op.eager != NONE;
+        Ok(st != SendStatus::Pending || copied || (op.started && op.framed == op.total))
     }
 
     /// Lets go of a send: its slot frees itself when it finishes. A failure is still

@@ -74,9 +74,11 @@ impl Stream {
 
 /// The eager buffers a relay may take for one broadcast in a tree of `levels`
 /// (the root's height) from a pool of `pool`: what leaves as many for every level
-/// of relays below it (see `reserve_tree`), at most [`RING_MAX`].
+/// of relays below it (see `reserve_tree`), at most [`RING_MAX`]. An eighth of the
+/// pool stays out of the relays' share, for the copies of the member's own short
+/// broadcasts, which sit above every level of relays (see `start`).
 pub(super) fn relay_unit(pool: usize, levels: usize) -> usize {
-    (pool / levels.saturating_sub(1).max(1)).clamp(1, RING_MAX)
+    ((pool - pool / 8) / levels.saturating_sub(1).max(1)).clamp(1, RING_MAX)
 }
 
 /// Gives stream `si`'s buffers back.

@@ -697,6 +697,52 @@ fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
     );
 }
 
+/// A broadcast of up to `EAGER_MAX` bytes is copied once into the root's pool: the
+/// caller's buffer is free at once, every member's copy is sent from the one
+/// buffer, and the buffer comes back once every member has acknowledged it.
+#[test]
+fn an_eager_broadcast_goes_from_one_copy_freed_when_every_member_has_it() {
+    let mut rings = rings();
+    let mut es: Vec<Engine<'static, Log>> = (0..3).map(|i| engine(7, i)).collect();
+    es[0].bind_port(1, out(BROADCAST, 2)).unwrap();
+    for e in es.iter_mut().skip(1) {
+        e.bind_port(2, input(leak(64), BufferKind::GoBack, 0))
+            .unwrap();
+    }
+    let mut payload = *b"to all";
+    let first = es[0].start_send_eager(1, b"", &payload).unwrap();
+    payload.copy_from_slice(b"XXXXXX");
+    assert_eq!(
+        es[0].handed_off(first),
+        Ok(true),
+        "the caller's part is over"
+    );
+    // One buffer per broadcast, not per member: the pool of four holds four.
+    let mut hs = std::vec![first];
+    for _ in 0..3 {
+        hs.push(es[0].start_send_eager(1, b"", b"more").unwrap());
+    }
+    assert_eq!(
+        es[0].start_send_eager(1, b"", b"full"),
+        Err(Error::NoResources)
+    );
+    let mut refs: Vec<&mut Engine<'static, Log>> = es.iter_mut().collect();
+    run(&mut refs, &mut rings, |es| {
+        hs.iter()
+            .all(|&h| es[0].send_status(h) == Ok(SendStatus::Done))
+    });
+    for e in &es[1..] {
+        let got: Vec<&[u8]> = e.state().iter().map(|m| &m.1[..]).collect();
+        assert_eq!(got, [&b"to all"[..], b"more", b"more", b"more"]);
+    }
+    for h in hs {
+        es[0].release(h).unwrap();
+    }
+    for _ in 0..4 {
+        es[0].start_send_eager(1, b"", b"again").unwrap();
+    }
+}
+
 /// Frames sent as parts (header, payload where it lies, tag) are the frames the
 /// engine would have written: a message with a head and a body arrives whole, with
 /// and without a frame key (tag or checksum), and only its long frames go as parts.
