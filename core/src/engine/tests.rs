@@ -738,6 +738,11 @@ fn an_eager_broadcast_goes_from_one_copy_freed_when_every_member_has_it() {
     for h in hs {
         es[0].release(h).unwrap();
     }
+    // A longer one goes from the program's buffer (see `BCAST_COPY_MAX`).
+    assert_eq!(
+        es[0].start_send_eager(1, b"", &[0; 4097]),
+        Err(Error::NoResources)
+    );
     for _ in 0..4 {
         es[0].start_send_eager(1, b"", b"again").unwrap();
     }

@@ -411,12 +411,13 @@ impl<D: Device> Tx<'_, D> {
             // before the window runs dry.
             let filling = ch.outstanding() + 1 >= (ch.peer_window as u32 * 3 / 4).max(1);
             // Nobody waits for an eager message's ack: let it ride on the reply.
-            // A broadcast has no reply, and its copy is wanted for the next one.
-            // A relay frees a chunk of its ring once every child has acked it.
+            // A root's broadcast has no reply, and its copy is wanted for the next
+            // one. A relay frees a chunk of its ring once every child has acked it.
             let chunk_end = o.chunked()
                 && (offset as usize + pieces[0].len() + pieces[1].len())
                     .is_multiple_of(stream::CHUNK);
-            let wanted = (o.eager == NONE || o.kind == Kind::Multicast) && o.packet == NONE;
+            let root_copy = o.kind == Kind::Multicast && !o.relay;
+            let wanted = (o.eager == NONE || root_copy) && o.packet == NONE;
             if (last && wanted) || resend || filling || chunk_end {
                 flags |= Flags::ACK_REQ;
             }
