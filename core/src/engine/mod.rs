@@ -758,6 +758,20 @@ impl Bufs<'_> {
             dst.copy_from_slice(data);
         }
     }
+
+    /// Takes a free eager buffer, while at least `keep` more stay free, and copies
+    /// `data` (at most [`EAGER_MAX`] bytes) into it.
+    pub(crate) fn eager_copy(&mut self, data: &[u8], keep: usize) -> Option<u16> {
+        let mut free = self.eager.iter().enumerate().filter(|(_, e)| !e.used);
+        let (i, _) = free.next()?;
+        if free.take(keep).count() < keep {
+            return None;
+        }
+        let b = &mut self.eager[i];
+        b.data.get_mut(..data.len())?.copy_from_slice(data);
+        b.used = true;
+        Some(i as u16)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default)]

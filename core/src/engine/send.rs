@@ -53,8 +53,7 @@ impl<'a, S> Engine<'a, S> {
     /// own at once; `NoResources` when no buffer is free or the message is too long.
     /// A broadcast (at most `BCAST_COPY_MAX` bytes) takes one buffer that every copy
     /// is sent from, and only while a unit of buffers stays free for each level of
-    /// relays below it. Once
-    /// [`Engine::handed_off`], the caller may
+    /// relays below it. Once [`Engine::handed_off`], the caller may
     /// [`Engine::detach`]: delivery is then the engine's job, and a failure is reported
     /// through the port's error handler or error semaphore.
     pub fn start_send_eager(
@@ -98,15 +97,7 @@ impl<'a, S> Engine<'a, S> {
                     bcast_copy = Some(b);
                     (&[][..], b.len(), false)
                 } else {
-                    let i = self
-                        .bufs
-                        .eager
-                        .iter()
-                        .position(|e| !e.used)
-                        .ok_or(Error::NoResources)?;
-                    self.bufs.eager[i].used = true;
-                    self.bufs.eager[i].data[..b.len()].copy_from_slice(b);
-                    eager = i as u16;
+                    eager = self.bufs.eager_copy(b, 0).ok_or(Error::NoResources)?;
                     (&[][..], b.len(), false)
                 }
             }
@@ -190,21 +181,8 @@ impl<'a, S> Engine<'a, S> {
             // from every root at once cannot take the buffers their relays need.
             let levels = tree.map_or(1, |t| t.height(0, self.size as usize)).max(1);
             let pool = self.bufs.eager.len();
-            let need = stream::relay_unit(pool, levels) * (levels - 1) + 1;
-            let free = self
-                .bufs
-                .eager
-                .iter()
-                .filter(|e| !e.used)
-                .take(need)
-                .count();
-            let i = match self.bufs.eager.iter().position(|e| !e.used) {
-                Some(i) if free >= need => i,
-                _ => return Err(Error::NoResources),
-            };
-            self.bufs.eager[i].used = true;
-            self.bufs.eager[i].data[..b.len()].copy_from_slice(b);
-            op.eager = i as u16;
+            let keep = stream::relay_unit(pool, levels) * (levels - 1);
+            op.eager = self.bufs.eager_copy(b, keep).ok_or(Error::NoResources)?;
         }
         let pi = self.alloc_op()?;
         if numbered {

@@ -697,7 +697,7 @@ fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
     );
 }
 
-/// A broadcast of up to `EAGER_MAX` bytes is copied once into the root's pool: the
+/// A broadcast of up to `BCAST_COPY_MAX` bytes is copied once into the root's pool: the
 /// caller's buffer is free at once, every member's copy is sent from the one
 /// buffer, and the buffer comes back once every member has acknowledged it.
 #[test]
