@@ -383,15 +383,22 @@ fn best_effort_loss_is_reported_as_framelost() {
     assert_eq!(b.state()[1].2, Some(Errno::FrameLost));
 }
 
-#[test]
-fn broadcast_and_barrier() {
-    let mut rings = rings();
+/// Three members of group 7: member 0 broadcasts from port 1 to port 2, which
+/// the others bind for input (64-byte GO_BACK buffers).
+fn broadcast_group() -> Vec<Engine<'static, Log>> {
     let mut es: Vec<Engine<'static, Log>> = (0..3).map(|i| engine(7, i)).collect();
     es[0].bind_port(1, out(BROADCAST, 2)).unwrap();
     for e in es.iter_mut().skip(1) {
         e.bind_port(2, input(leak(64), BufferKind::GoBack, 0))
             .unwrap();
     }
+    es
+}
+
+#[test]
+fn broadcast_and_barrier() {
+    let mut rings = rings();
+    let mut es = broadcast_group();
     let h = es[0]
         .start_send(1, b"all", Body::Borrowed(&[]), true)
         .unwrap();
@@ -703,12 +710,7 @@ fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
 #[test]
 fn an_eager_broadcast_goes_from_one_copy_freed_when_every_member_has_it() {
     let mut rings = rings();
-    let mut es: Vec<Engine<'static, Log>> = (0..3).map(|i| engine(7, i)).collect();
-    es[0].bind_port(1, out(BROADCAST, 2)).unwrap();
-    for e in es.iter_mut().skip(1) {
-        e.bind_port(2, input(leak(64), BufferKind::GoBack, 0))
-            .unwrap();
-    }
+    let mut es = broadcast_group();
     let mut payload = *b"to all";
     let first = es[0].start_send_eager(1, b"", &payload).unwrap();
     payload.copy_from_slice(b"XXXXXX");
