@@ -184,11 +184,7 @@ impl Device for SimPort {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            mtu: self.net.0.borrow().cfg.mtu,
-            reliable: true,
-            integrity: true,
-        }
+        Capabilities::new(self.net.0.borrow().cfg.mtu, true, true)
     }
 }
 
@@ -452,11 +448,7 @@ impl Device for ThreadPort {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            mtu: self.fabric.mtu,
-            reliable: true,
-            integrity: true,
-        }
+        Capabilities::new(self.fabric.mtu, true, true)
     }
 }
 

@@ -30,12 +30,13 @@ impl<'a, S> Engine<'a, S> {
     /// program holding its port or packets decides when those land, maybe only after
     /// the barrier).
     fn sends_landed(&self) -> bool {
-        self.chans[..self.chan_hwm].iter().all(|c| {
-            !c.in_use
-                || c.failed
-                || c.held
-                || (c.outstanding() == 0 && c.q_head == NONE && c.ctrl_len == 0)
-        })
+        self.board_head == NONE
+            && self.chans[..self.chan_hwm].iter().all(|c| {
+                !c.in_use
+                    || c.failed
+                    || c.held
+                    || (c.outstanding() == 0 && c.q_head == NONE && c.ctrl_len == 0)
+            })
     }
 
     /// Chooses between the device's barrier and the frame barrier

@@ -12,6 +12,9 @@ use super::*;
 /// Tree shape byte of a reliable broadcast the root sends to every member itself
 /// (nobody forwards it; it carries the root's sequence number all the same).
 pub(super) const FLAT: u8 = 3;
+/// Tree shape byte of a broadcast its root wrote once into its device's board
+/// ([`crate::phy::Device::board_transmit`]), which every member reads itself.
+pub(super) const BOARD: u8 = 4;
 
 /// Most members a multicast group may have (an instance number is 16 bits).
 pub const MCAST_MEMBERS_MAX: usize = u16::MAX as usize;
@@ -287,13 +290,13 @@ pub(super) fn all_position(root: NodeId, me: NodeId) -> usize {
 /// What a [`Flags::TREE`] frame's prefix says.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct TreeTag {
-    root: NodeId,
-    shape: u8,
-    bseq: u32,
+    pub(super) root: NodeId,
+    pub(super) shape: u8,
+    pub(super) bseq: u32,
 }
 
 impl TreeTag {
-    fn parse(payload: &[u8]) -> Option<TreeTag> {
+    pub(super) fn parse(payload: &[u8]) -> Option<TreeTag> {
         let p = payload.get(..wire::TREE_PREFIX)?;
         Some(TreeTag {
             root: u16::from_be_bytes([p[0], p[1]]),

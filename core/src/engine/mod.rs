@@ -43,6 +43,7 @@ use crate::{GroupId, NodeAddr, NodeId, PortId};
 
 mod atomic;
 mod barrier;
+mod board;
 mod channel;
 mod mcast;
 mod packet;
@@ -655,6 +656,10 @@ pub struct Stats {
     pub rma_landed: u64,
     /// Reliable broadcasts of other roots passed on to our children in the tree.
     pub forwarded: u64,
+    /// Our broadcasts written once into the device's board (not one frame a member).
+    pub board_tx: u64,
+    /// Other roots' broadcasts taken from their boards.
+    pub board_rx: u64,
 }
 
 /// Tables an engine works in, from caller storage (`&mut [T]`) or, with `alloc`, a `Vec`.
@@ -811,6 +816,10 @@ pub struct Engine<'a, S = ()> {
     bcast_seq: ManagedSlice<'a, u32>,
     /// Our next reliable broadcast's sequence number.
     bcast_next: u32,
+    /// Broadcasts waiting to be written into the device's board, oldest first,
+    /// linked through their ops' `next`.
+    board_head: u16,
+    board_tail: u16,
     state: S,
     stats: Stats,
     caps: Capabilities,
@@ -929,13 +938,11 @@ impl<'a, S> Engine<'a, S> {
             mcast: storage.mcast,
             bcast_seq: storage.bcast_seq,
             bcast_next: 0,
+            board_head: NONE,
+            board_tail: NONE,
             state,
             stats: Stats::default(),
-            caps: Capabilities {
-                mtu: 1500,
-                reliable: false,
-                integrity: false,
-            },
+            caps: Capabilities::new(1500, false, false),
             bar: BarrierState::default(),
             rr: 0,
             chan_hwm: 0,
@@ -1043,6 +1050,9 @@ impl<'a, S> Engine<'a, S> {
             if self.delivered {
                 break;
             }
+        }
+        if !self.delivered {
+            busy |= dev.board_receive(now, &mut |from, f| self.rx_board(now, from, f));
         }
         self.handle_timeout(now);
         if core::mem::take(&mut self.timer_fired) {

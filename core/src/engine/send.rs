@@ -1,7 +1,7 @@
 //! Starting sends and following them: the operation table, handles, channels for
 //! new peers.
 
-use super::mcast::{forward_targets, MemberList, FLAT, MAX_CHILDREN};
+use super::mcast::{self, forward_targets, MemberList, FLAT, MAX_CHILDREN};
 use super::*;
 
 /// The longest broadcast a root sends from a copy in its eager buffers. Longer
@@ -147,6 +147,31 @@ impl<'a, S> Engine<'a, S> {
             let chunks = (total as usize).div_ceil(stream::CHUNK);
             numbered && levels <= pool && chunks <= stream::relay_unit(pool, levels)
         });
+        // The root's copy is held until every member has the message, like a
+        // relay's at the top of the tree: it leaves a unit of buffers for each level
+        // of relays below it (see `reserve_tree`), so that broadcasts from every
+        // root at once cannot take the buffers their relays need.
+        let keep = {
+            let levels = tree.map_or(1, |t| t.height(0, self.size as usize)).max(1);
+            stream::relay_unit(self.bufs.eager.len(), levels) * (levels - 1)
+        };
+        if let Some(b) = bcast_copy.filter(|_| numbered && self.board_fits(&g, total)) {
+            // Written once where every member reads it (see `board`).
+            op.eager = self.bufs.eager_copy(b, keep).ok_or(Error::NoResources)?;
+            let Ok(pi) = self.alloc_op() else {
+                self.bufs.eager[op.eager as usize].used = false;
+                return Err(Error::NoResources);
+            };
+            op.tree = true;
+            op.root = me;
+            op.aux = mcast::BOARD;
+            op.bseq = self.bcast_next;
+            self.bcast_next = self.bcast_next.wrapping_add(1);
+            op.gen = self.ops[pi].gen;
+            self.ops[pi] = op;
+            self.queue_board(pi);
+            return Ok(SendHandle::new(pi, self.ops[pi].gen));
+        }
         let targets: Targets = match tree {
             Some(t) => {
                 let n =
@@ -175,13 +200,6 @@ impl<'a, S> Engine<'a, S> {
             return Err(Error::NoResources);
         }
         if let (Some(b), true) = (bcast_copy, members > 0) {
-            // The root's copy is held until its children have the message, like a
-            // relay's at the top of the tree: it leaves a unit of buffers for each
-            // level of relays below it (see `reserve_tree`), so that broadcasts
-            // from every root at once cannot take the buffers their relays need.
-            let levels = tree.map_or(1, |t| t.height(0, self.size as usize)).max(1);
-            let pool = self.bufs.eager.len();
-            let keep = stream::relay_unit(pool, levels) * (levels - 1);
             op.eager = self.bufs.eager_copy(b, keep).ok_or(Error::NoResources)?;
         }
         let pi = self.alloc_op()?;

@@ -55,14 +55,17 @@ impl<'a, S> Engine<'a, S> {
         if self.outbox.len > 0 {
             self.start_queued();
         }
+        let mut sent = 0;
+        if self.board_head != NONE {
+            sent += self.transmit_board(now, dev);
+        }
         let n = self.chan_hwm;
         if n == 0 {
-            return 0;
+            return sent;
         }
         // Start at a different channel each time so no peer is always served last.
         self.rr = if self.rr + 1 >= n { 0 } else { self.rr + 1 };
         let start = self.rr;
-        let mut sent = 0;
         for ci in (start..n).chain(0..start) {
             let ch = &self.chans[ci];
             let idle = !ch.resend_any

@@ -228,12 +228,34 @@ impl<D: Device, const BUF: usize> Device for FaultInjector<D, BUF> {
         if self.injects_nothing() {
             return self.inner.capabilities();
         }
-        // Whatever the wrapped link promised, this one breaks both promises.
+        // Whatever the wrapped link promised, this one breaks both promises, and
+        // sends nothing past the faults (the board would).
         Capabilities {
             reliable: false,
             integrity: false,
+            board_nodes: 0,
+            board_mtu: 0,
             ..self.inner.capabilities()
         }
+    }
+
+    fn board_transmit(
+        &mut self,
+        now: Instant,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> bool {
+        self.injects_nothing() && self.inner.board_transmit(now, len, fill)
+    }
+
+    // Other nodes' board frames are always read: a reader that stopped would hold
+    // their boards full.
+    fn board_receive(
+        &mut self,
+        now: Instant,
+        take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
+    ) -> bool {
+        self.inner.board_receive(now, take)
     }
 }
 

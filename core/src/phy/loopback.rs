@@ -116,11 +116,7 @@ impl<const SLOTS: usize, const MTU: usize> Device for Loopback<'_, SLOTS, MTU> {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            mtu: MTU,
-            reliable: true,
-            integrity: true,
-        }
+        Capabilities::new(MTU, true, true)
     }
 }
 

@@ -32,6 +32,24 @@ pub struct Capabilities {
     pub reliable: bool,
     /// The link never corrupts frames: the CRC may be skipped.
     pub integrity: bool,
+    /// A broadcast board ([`Device::board_transmit`]): nodes it reaches, the
+    /// sender included, at fabric addresses `0..board_nodes`; 0 when there is none.
+    pub board_nodes: u16,
+    /// Largest frame the board carries.
+    pub board_mtu: usize,
+}
+
+impl Capabilities {
+    /// A device with no broadcast board.
+    pub const fn new(mtu: usize, reliable: bool, integrity: bool) -> Capabilities {
+        Capabilities {
+            mtu,
+            reliable,
+            integrity,
+            board_nodes: 0,
+            board_mtu: 0,
+        }
+    }
 }
 
 /// Where a barrier that the device runs in its own memory stands.
@@ -143,6 +161,30 @@ pub trait Device {
     fn transmit_parts(&mut self, _now: Instant, _dst: NodeAddr, _parts: &[&[u8]]) -> bool {
         false
     }
+    /// Writes one frame of `len` bytes (at most `board_mtu`), filled by `fill`, once
+    /// into this node's broadcast board, where every other node reads it in place
+    /// (the Myrinet-like model: NIC memory that the whole job maps). Frames leave in
+    /// the order written and are never lost while their reader lives. `false`: no
+    /// room now (a reader has not taken an older frame yet), or no board.
+    fn board_transmit(
+        &mut self,
+        _now: Instant,
+        _len: usize,
+        _fill: &mut dyn FnMut(&mut [u8]),
+    ) -> bool {
+        false
+    }
+    /// Offers every other node's oldest unread board frame to `take`, with the
+    /// node's fabric address. A frame it takes (`true`) is consumed and the node's
+    /// next one offered; one it refuses stays, and holds back that node's later
+    /// frames until a later call. Returns whether any frame was taken.
+    fn board_receive(
+        &mut self,
+        _now: Instant,
+        _take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
+    ) -> bool {
+        false
+    }
 }
 
 impl<D: Device> Device for &mut D {
@@ -180,5 +222,20 @@ impl<D: Device> Device for &mut D {
     }
     fn transmit_parts(&mut self, now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
         (**self).transmit_parts(now, dst, parts)
+    }
+    fn board_transmit(
+        &mut self,
+        now: Instant,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> bool {
+        (**self).board_transmit(now, len, fill)
+    }
+    fn board_receive(
+        &mut self,
+        now: Instant,
+        take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
+    ) -> bool {
+        (**self).board_receive(now, take)
     }
 }

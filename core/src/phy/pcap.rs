@@ -134,7 +134,22 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        // Every frame this node sends goes through the capture, so none on the board.
+        Capabilities {
+            board_nodes: 0,
+            board_mtu: 0,
+            ..self.inner.capabilities()
+        }
+    }
+
+    // Other nodes' board frames are read (not captured): a reader that stopped
+    // would hold their boards full.
+    fn board_receive(
+        &mut self,
+        now: Instant,
+        take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
+    ) -> bool {
+        self.inner.board_receive(now, take)
     }
 
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {

@@ -534,10 +534,6 @@ impl<M: Mmio> Device for E1000<M> {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            mtu: MTU,
-            reliable: false,
-            integrity: false,
-        }
+        Capabilities::new(MTU, false, false)
     }
 }

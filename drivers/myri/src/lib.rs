@@ -19,12 +19,14 @@
 //! | 64 + 64 nodes + 128 i | 128 | node *i*'s barrier words: `arrived` u32 at 0, `released` u32 at 64 (each on its own cache line) |
 //! | `H` = align4096(64 + 192 nodes) | | NIC memory of node 0, then node 1, ... |
 //!
-//! NIC memory of node *d* (`nic_size = 64 + nodes * ring_size`):
+//! NIC memory of node *d* (`nic_size = 64 + nodes * ring_size + heads + BOARD_SLOTS * board_slot`):
 //!
 //! | offset | size | what |
 //! |-------:|-----:|------|
 //! | 0 | 64 | 8 fetch-and-add counters, u64 each, start at 0 |
 //! | 64 + s * ring_size | ring_size | the ring from node *s* to node *d* |
+//! | `B` = 64 + nodes * ring_size | `heads` = align64(8 nodes) | u64 *r*: frames of node *r*'s board that *d* has read |
+//! | `B + heads` | `BOARD_SLOTS * board_slot` | *d*'s broadcast board (`board_slot = min(slot_size, 4224)`) |
 //!
 //! A ring (`ring_size = 128 + slots * slot_size`) is single-producer (node *s*),
 //! single-consumer (node *d*): `tail` (u64, producer's cache line) at 0, `head` (u64,
@@ -36,6 +38,17 @@
 //! small frame costs it one cache line, reads the frame, then stores `head` with
 //! release. Credits are the free slots, `slots - (tail - head)`; the producer reloads
 //! `head` only when its cached copy says the ring is full.
+//!
+//! # Broadcast board
+//!
+//! A node writes a frame meant for every other node once, into its own board: a
+//! ring of [`BOARD_SLOTS`] slots laid out like a ring's (sequence word, length,
+//! frame) with one producer and every other node as a consumer. Each consumer
+//! polls the sequence word of the next slot of every board, reads the frame in
+//! place, then stores how many it has read into its own `heads` word for that board
+//! (its own cache line, in its own NIC memory). The producer writes slot `t` only
+//! once every consumer that has not left or died has read frame `t - BOARD_SLOTS`;
+//! it reloads those words only when its cached minimum says the board is full.
 //!
 //! # Barrier
 //!
@@ -78,13 +91,17 @@ pub use region::Region;
 /// `"VOLLEYMY"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYMY");
 /// Layout version.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Most nodes a region can hold.
 pub const MAX_NODES: usize = 256;
 /// Fetch-and-add counters per node.
 pub const COUNTERS: usize = 8;
 /// Children per position in the barrier's combining tree.
 pub const BARRIER_FANIN: u16 = 4;
+/// Slots in each node's broadcast board.
+pub const BOARD_SLOTS: u64 = 16;
+/// Largest board slot: a 4 KiB broadcast with its headers.
+const BOARD_SLOT_MAX: usize = 4224;
 const SLOT_HEADER: usize = 16;
 const PAGE: usize = 4096;
 
@@ -244,9 +261,62 @@ impl Geometry {
     fn nic_len(&self) -> Option<usize> {
         self.ring_len()?
             .checked_mul(self.nodes as usize)?
-            .checked_add(64)
+            .checked_add(64 + self.heads_len() + BOARD_SLOTS as usize * self.board_slot())
     }
 
+    /// Offset in a node's NIC memory of its `heads` words, then its board.
+    fn board_area(&self) -> usize {
+        64 + self.nodes as usize * self.ring_len().unwrap_or(0)
+    }
+
+    fn heads_len(&self) -> usize {
+        (8 * self.nodes as usize).div_ceil(64) * 64
+    }
+
+    fn board_slot(&self) -> usize {
+        (self.slot_size as usize).min(BOARD_SLOT_MAX)
+    }
+
+    /// Largest frame a broadcast board slot carries.
+    pub fn board_mtu(&self) -> usize {
+        self.board_slot() - SLOT_HEADER
+    }
+
+    /// Where the boards lie, computed once: readers poll every board on each call.
+    fn boards(&self) -> Boards {
+        Boards {
+            first: self.nic(0) + self.board_area(),
+            stride: self.nic_len().unwrap_or(0),
+            heads: self.heads_len(),
+            slot: self.board_slot(),
+        }
+    }
+}
+
+/// Offsets of the broadcast boards (see the module documentation).
+#[derive(Debug, Clone, Copy)]
+struct Boards {
+    /// Node 0's `heads` words.
+    first: usize,
+    /// NIC memory per node.
+    stride: usize,
+    heads: usize,
+    slot: usize,
+}
+
+impl Boards {
+    /// The word where `reader` counts the frames of `root`'s board it has read.
+    fn head(&self, reader: u32, root: u32) -> usize {
+        self.first + reader as usize * self.stride + 8 * root as usize
+    }
+
+    fn slot(&self, root: u32, index: u64) -> usize {
+        let i = (index % BOARD_SLOTS) as usize;
+        self.first + root as usize * self.stride + self.heads + i * self.slot
+    }
+}
+
+impl Geometry {
     /// Checks the geometry is possible and fits `region`; returns the bytes it needs.
     fn check_fits(&self, region: &Region) -> Result<usize, MyriError> {
         self.validate()?;
@@ -325,6 +395,12 @@ pub struct NicStats {
     pub no_credit: u64,
     /// Slots or rings found corrupt and skipped.
     pub corrupt: u64,
+    /// Frames written into our broadcast board.
+    pub board_tx: u64,
+    /// Frames taken from other nodes' boards.
+    pub board_rx: u64,
+    /// Board writes refused: a reader had not taken the oldest frame yet.
+    pub board_full: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -349,6 +425,12 @@ pub struct MyriNic {
     tx_head: [u64; MAX_NODES],
     /// Barriers this node has completed (its `arrived` word when it attached).
     barriers: u32,
+    boards: Boards,
+    /// Frames written into our board, and the fewest any reader has read (cached).
+    board_tail: u64,
+    board_low: u64,
+    /// Frames read from each node's board.
+    board_next: [u64; MAX_NODES],
     stats: NicStats,
 }
 
@@ -429,6 +511,10 @@ impl MyriNic {
             }; MAX_NODES],
             tx_head: [0; MAX_NODES],
             barriers: 0,
+            boards: geo.boards(),
+            board_tail: 0,
+            board_low: 0,
+            board_next: [0; MAX_NODES],
             stats: NicStats::default(),
         };
         if let Some(w) = nic.barrier_word(me, off::BARRIER_ARRIVED) {
@@ -592,6 +678,44 @@ impl MyriNic {
             self.barriers = target;
         }
         Ok(done)
+    }
+
+    /// The board's free slots once every reader still in the job is counted:
+    /// readers that left or died are passed over (their frames are lost with them).
+    fn board_room(&mut self) -> u64 {
+        let tail = self.board_tail;
+        if tail.wrapping_sub(self.board_low) >= BOARD_SLOTS {
+            let mut lag = 0;
+            for d in (0..self.geo.nodes).filter(|&d| d != self.me) {
+                if matches!(self.state(d), NodeState::Exited | NodeState::Dead) {
+                    continue;
+                }
+                let head = self
+                    .region
+                    .u64_at(self.boards.head(d, self.me))
+                    .map_or(0, |w| w.load(Ordering::Acquire));
+                // A head ahead of the tail is garbage: count the board as full.
+                let l = tail.wrapping_sub(head);
+                lag = lag.max(if l > BOARD_SLOTS { BOARD_SLOTS } else { l });
+            }
+            self.board_low = tail - lag;
+        }
+        BOARD_SLOTS - tail.wrapping_sub(self.board_low)
+    }
+
+    /// The reader furthest behind on our board while it is full (a launcher may
+    /// find its process gone and [`MyriNic::mark_dead`] it).
+    pub fn board_laggard(&self) -> Option<u32> {
+        if self.board_tail.wrapping_sub(self.board_low) < BOARD_SLOTS {
+            return None;
+        }
+        (0..self.geo.nodes)
+            .filter(|&d| d != self.me && self.state(d) == NodeState::Alive)
+            .find(|&d| {
+                self.region
+                    .u64_at(self.boards.head(d, self.me))
+                    .is_ok_and(|w| w.load(Ordering::Acquire) == self.board_low)
+            })
     }
 
     fn heartbeat(&mut self) {
@@ -761,6 +885,8 @@ impl Device for MyriNic {
             mtu: self.geo.mtu(),
             reliable: true,
             integrity: true,
+            board_nodes: self.geo.nodes as u16,
+            board_mtu: self.geo.board_mtu(),
         }
     }
 
@@ -769,6 +895,93 @@ impl Device for MyriNic {
         self.fetch_and_add(peer.0 as u32, var as usize, delta as u64)
             .ok()
             .map(|v| v as u32)
+    }
+
+    fn board_transmit(
+        &mut self,
+        _now: Instant,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> bool {
+        if len > self.geo.board_mtu() || self.board_room() == 0 {
+            self.stats.board_full += u64::from(len <= self.geo.board_mtu());
+            return false;
+        }
+        let tail = self.board_tail;
+        let slot = self.boards.slot(self.me, tail);
+        let (Ok(seq), Ok(len_w)) = (self.region.u64_at(slot), self.region.u32_at(slot + 8)) else {
+            return false;
+        };
+        // SAFETY: slot `tail` of the board we alone produce into is free: every
+        // reader still in the job has read frame `tail - BOARD_SLOTS` (checked by
+        // `board_room`) and none reads this slot before we publish its sequence
+        // word; no other slice of it exists.
+        let Ok(bytes) = (unsafe { self.region.bytes_mut(slot + SLOT_HEADER, len) }) else {
+            return false;
+        };
+        fill(bytes);
+        len_w.store(len as u32, Ordering::Relaxed);
+        // Publish: the frame happens-before every reader's acquire of `seq`.
+        seq.store(tail.wrapping_add(1), Ordering::Release);
+        self.board_tail = tail.wrapping_add(1);
+        self.stats.board_tx += 1;
+        true
+    }
+
+    fn board_receive(
+        &mut self,
+        _now: Instant,
+        take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
+    ) -> bool {
+        let MyriNic {
+            region,
+            geo,
+            me,
+            board_next,
+            boards,
+            stats,
+            ..
+        } = self;
+        let mtu = geo.board_mtu();
+        let mut any = false;
+        for root in (0..geo.nodes).filter(|r| r != me) {
+            let Some(next) = board_next.get_mut(root as usize) else {
+                break;
+            };
+            let Ok(head) = region.u64_at(boards.head(*me, root)) else {
+                continue;
+            };
+            // At most one pass over the board per call.
+            for _ in 0..BOARD_SLOTS {
+                let slot = boards.slot(root, *next);
+                let Ok(seq) = region.u64_at(slot) else { break };
+                if seq.load(Ordering::Acquire) != next.wrapping_add(1) {
+                    break;
+                }
+                let len = region
+                    .u32_at(slot + 8)
+                    .map(|w| w.load(Ordering::Relaxed) as usize);
+                match len
+                    .ok()
+                    .filter(|&l| l <= mtu)
+                    .and_then(|l| region.bytes(slot + SLOT_HEADER, l).ok())
+                {
+                    Some(frame) => {
+                        if !take(NodeAddr(root as u16), frame) {
+                            break;
+                        }
+                        stats.board_rx += 1;
+                        any = true;
+                    }
+                    // An impossible length: skipped, like a ring's.
+                    None => stats.corrupt += 1,
+                }
+                *next = next.wrapping_add(1);
+                // Our reads of the slot happen-before its producer reuses it.
+                head.store(*next, Ordering::Release);
+            }
+        }
+        any
     }
 
     fn barrier(&mut self, _now: Instant, m: &BarrierMembers<'_>) -> BarrierPoll {

@@ -74,7 +74,16 @@ fn layout_is_cache_line_aligned_and_fits() {
     assert_eq!(g.ring(0, 0) % 64, 0);
     assert_eq!(g.slot(2, 1, 3) % 64, 0);
     assert_eq!(g.slot(1, 2, 4), g.slot(1, 2, 0), "slot index wraps");
-    let end = g.slot(2, 2, 3) + 256;
+    let b = g.boards();
+    assert_eq!(b.slot(2, 0) % 64, 0);
+    assert_eq!(b.head(1, 0) % 64, 0, "a reader's words start a line");
+    assert_eq!(b.slot(2, BOARD_SLOTS), b.slot(2, 0), "board index wraps");
+    assert!(b.head(2, 2) < b.slot(2, 0), "heads before the board");
+    assert!(
+        g.slot(2, 2, 3) + 256 <= b.head(2, 0),
+        "rings before the heads"
+    );
+    let end = b.slot(2, BOARD_SLOTS - 1) + 256;
     assert_eq!(end, g.region_len().unwrap());
     assert!(Geometry::new(3, 6, 256).is_err());
     assert!(Geometry::new(3, 4, 100).is_err());
@@ -238,6 +247,95 @@ fn dead_and_departed_peers_are_reported() {
     assert_eq!(a.state(1), NodeState::Dead);
     assert!(!a.peer_alive(t(21), NodeAddr(1)));
     assert_eq!(a.pid(1), 1);
+}
+
+fn board_send(nic: &mut MyriNic, bytes: &[u8]) -> bool {
+    nic.board_transmit(Instant::ZERO, bytes.len(), &mut |b| {
+        b.copy_from_slice(bytes)
+    })
+}
+
+/// Every frame `nic` takes from the boards now, with its writer.
+fn board_take(nic: &mut MyriNic) -> Vec<(u16, Vec<u8>)> {
+    let mut got = Vec::new();
+    nic.board_receive(Instant::ZERO, &mut |from, f| {
+        got.push((from.0, f.to_vec()));
+        true
+    });
+    got
+}
+
+/// A board frame is written once and read by every other node, in order; the
+/// writer waits for the slowest reader still in the job, a refused frame stays
+/// (holding back its writer's later ones), and a reader that left is passed over.
+#[test]
+fn board_frames_reach_every_reader_once_and_wait_for_the_slowest() {
+    let mem = Mem::new(geo().region_len().unwrap());
+    let (mut a, mut b) = pair(&mem);
+    let mut c = MyriNic::attach(mem.region(), 2, 7, NicConfig::default()).unwrap();
+    assert_eq!(a.capabilities().board_nodes, 3);
+    assert_eq!(a.capabilities().board_mtu, 240);
+    assert!(!board_send(&mut a, &[0; 241]), "longer than a board slot");
+    for i in 0..BOARD_SLOTS as u8 {
+        assert!(board_send(&mut a, &[i; 5]));
+    }
+    assert!(!board_send(&mut a, b"full"), "nobody has read yet");
+    assert_eq!(a.stats().board_full, 1);
+    // b refuses its third frame: it stays, and so does everything behind it.
+    let mut seen = 0;
+    b.board_receive(Instant::ZERO, &mut |from, f| {
+        assert_eq!((from, f), (NodeAddr(0), &[seen as u8; 5][..]));
+        seen += 1;
+        seen < 3
+    });
+    assert_eq!(seen, 3);
+    let rest = board_take(&mut b);
+    assert_eq!(rest.len(), BOARD_SLOTS as usize - 2);
+    assert_eq!(rest[0].1, [2; 5], "the refused frame is offered again");
+    assert!(!board_send(&mut a, b"full"), "c has read nothing");
+    let got = board_take(&mut c);
+    assert_eq!(got.len(), BOARD_SLOTS as usize, "c reads all of them once");
+    assert!(got
+        .iter()
+        .enumerate()
+        .all(|(i, (from, f))| *from == 0 && f == &[i as u8; 5]));
+    assert!(board_take(&mut c).is_empty());
+    for _ in 0..BOARD_SLOTS {
+        assert!(board_send(&mut a, b"lap 2"));
+    }
+    assert!(!board_send(&mut a, b"full"));
+    // c leaves without reading lap 2; b reads it.
+    drop(c);
+    assert!(!board_send(&mut a, b"full"), "b is still behind");
+    assert_eq!(board_take(&mut b).len(), BOARD_SLOTS as usize);
+    assert!(
+        board_send(&mut a, b"two"),
+        "the departed reader is passed over"
+    );
+    assert_eq!(board_take(&mut b), vec![(0, b"two".to_vec())]);
+    // Both ways at once: b's board is its own.
+    assert!(board_send(&mut b, b"from b"));
+    assert_eq!(board_take(&mut a), vec![(1, b"from b".to_vec())]);
+    assert!(
+        board_take(&mut a).is_empty(),
+        "a's own frames are not offered to it"
+    );
+}
+
+/// A board slot with an impossible length or garbage bytes is skipped or
+/// dropped by the engine, never a panic, and the frames behind it still come.
+#[test]
+fn garbage_on_a_board_is_skipped() {
+    let mut mem = Mem::new(geo().region_len().unwrap());
+    let g = geo();
+    let (mut a, mut b) = pair(&mem);
+    assert!(board_send(&mut a, b"one"));
+    assert!(board_send(&mut a, b"two"));
+    let slot = g.boards().slot(0, 0);
+    mem.bytes()[slot + 8..slot + 12].copy_from_slice(&10_000u32.to_le_bytes());
+    assert_eq!(board_take(&mut b), vec![(0, b"two".to_vec())]);
+    assert_eq!(b.stats().corrupt, 1);
+    drop((a, b));
 }
 
 #[test]
@@ -729,4 +827,104 @@ fn a_refused_message_does_not_hold_the_nic_barrier() {
         gs[1].poll();
     }
     assert_eq!(&gs[1].buffer(5).unwrap()[..17], b"after the barrier");
+}
+
+/// Records each broadcast's length and first byte.
+fn on_bcast(up: &mut volley_core::engine::Upcall<'_, 'static, Vec<(usize, u8)>>) {
+    let rec = (up.msg_len(), up.data().first().copied().unwrap_or(0));
+    up.state().push(rec);
+}
+
+/// Short GAMMA broadcasts are written once into the root's board and read by
+/// every member there, in the root's order also when a long one between them
+/// travels down the tree over the rings (the board holds the later ones until it
+/// has come), and with more of them in flight than the board has slots.
+#[test]
+fn short_broadcasts_go_through_the_board_in_the_roots_order() {
+    use volley_core::engine::{Config, Group, Members, BROADCAST};
+    use volley_core::gamma::{Gamma, GO_BACK};
+    let n = 4u16;
+    let geo = Geometry::new(n as u32, 8, 1024).unwrap();
+    let mem = Mem::new(geo.region_len().unwrap());
+    let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
+        id: 1,
+        members: Members::Range { first: 0, count: n },
+    }]);
+    let mut gs: Vec<_> = (0..n)
+        .map(|i| {
+            let nic = if i == 0 {
+                MyriNic::create(mem.region(), geo, 0, 3, NicConfig::default())
+            } else {
+                MyriNic::attach(mem.region(), i as u32, 3, NicConfig::default())
+            }
+            .unwrap();
+            let clock = volley_core::time::StdClock::default();
+            Gamma::init_alloc(
+                Config::new(7, 1, i),
+                groups,
+                n as usize,
+                nic,
+                clock,
+                Vec::new(),
+            )
+            .unwrap()
+        })
+        .collect();
+    gs[0]
+        .set_passive_port(5, BROADCAST, 1, 5, 5, GO_BACK, None)
+        .unwrap();
+    for g in &mut gs[1..] {
+        let buf = Vec::leak(vec![0u8; 8192]);
+        g.set_active_port(5, 0, 1, 5, Some(on_bcast), None, 5, GO_BACK, Some(buf))
+            .unwrap();
+        g.poll();
+    }
+    gs[0].poll();
+    let long: &'static [u8] = Vec::leak(vec![5u8; 5000]);
+    let mut sent = Vec::new();
+    let mut pending = None;
+    for k in 0..30u8 {
+        if k == 5 {
+            pending = Some(gs[0].isend_flowctl(5, long).unwrap());
+            sent.push((long.len(), 5));
+        } else {
+            let len = 1 + k as usize * 30;
+            gs[0].send_flowctl(5, &vec![k; len]).unwrap();
+            sent.push((len, k));
+        }
+    }
+    let t0 = std::time::Instant::now();
+    while gs[1..]
+        .iter()
+        .any(|g| g.engine().state().len() < sent.len())
+    {
+        assert!(t0.elapsed().as_secs() < 20, "broadcasts stuck");
+        for g in &mut gs {
+            g.poll();
+        }
+    }
+    let h = pending.unwrap();
+    while gs[0].engine().send_status(h).unwrap() == volley_core::engine::SendStatus::Pending {
+        assert!(
+            t0.elapsed().as_secs() < 20,
+            "the long broadcast never finished"
+        );
+        for g in &mut gs {
+            g.poll();
+        }
+    }
+    for (i, g) in gs.iter().enumerate().skip(1) {
+        assert_eq!(g.engine().state(), &sent, "member {i}'s broadcasts");
+        assert_eq!(
+            g.engine().stats().board_rx,
+            29,
+            "member {i} read them off the board"
+        );
+    }
+    let root = gs[0].engine().stats();
+    assert_eq!(root.board_tx, 29, "one write per short broadcast");
+    assert!(
+        gs[0].device().stats().board_full > 0,
+        "more in flight than the board holds"
+    );
 }

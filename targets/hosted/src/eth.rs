@@ -1073,11 +1073,7 @@ impl Device for EthDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            mtu: self.mtu,
-            reliable: false,
-            integrity: false,
-        }
+        Capabilities::new(self.mtu, false, false)
     }
 }
 

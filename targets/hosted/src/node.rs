@@ -122,6 +122,29 @@ impl Device for HostDevice {
         }
     }
 
+    fn board_transmit(
+        &mut self,
+        now: Instant,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> bool {
+        match self {
+            HostDevice::Shm(d) => d.board_transmit(now, len, fill),
+            HostDevice::Udp(_) | HostDevice::Eth(_) => false,
+        }
+    }
+
+    fn board_receive(
+        &mut self,
+        now: Instant,
+        take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
+    ) -> bool {
+        match self {
+            HostDevice::Shm(d) => d.board_receive(now, take),
+            HostDevice::Udp(_) | HostDevice::Eth(_) => false,
+        }
+    }
+
     fn flush(&mut self, now: Instant) {
         if let HostDevice::Eth(d) = self {
             d.flush(now)

@@ -26,7 +26,7 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use memmap2::MmapMut;
 use volley_core::phy::{BarrierMembers, BarrierPoll, Capabilities, Device};
-use volley_core::time::Instant;
+use volley_core::time::{Duration, Instant};
 use volley_core::NodeAddr;
 use volley_myri::{Geometry, MyriError, MyriNic, MyriRx, MyriTx, NicConfig, Region};
 
@@ -363,6 +363,8 @@ pub struct ShmDevice {
     // Declared before the mapping: dropped (and marked exited) while it is still mapped.
     nic: MyriNic,
     _map: MmapMut,
+    /// When a full board last had its slowest reader's process looked up.
+    laggard_checked: Option<Instant>,
 }
 
 fn map(file: &File) -> std::io::Result<MmapMut> {
@@ -431,7 +433,14 @@ impl ShmDevice {
             let nic = MyriNic::create(region(&mut m)?, geo, me, boot.job, cfg)
                 .map_err(|e| HostError(e.to_string()))?;
             dir.rename(&tmp, "region")?;
-            (ShmDevice { nic, _map: m }, Some(dir))
+            (
+                ShmDevice {
+                    nic,
+                    _map: m,
+                    laggard_checked: None,
+                },
+                Some(dir),
+            )
         } else {
             let mut last = String::from("region never appeared");
             let dev = loop {
@@ -466,7 +475,13 @@ impl ShmDevice {
                     }
                 };
                 match MyriNic::attach(region(&mut m)?, me, boot.job, cfg) {
-                    Ok(nic) => break ShmDevice { nic, _map: m },
+                    Ok(nic) => {
+                        break ShmDevice {
+                            nic,
+                            _map: m,
+                            laggard_checked: None,
+                        }
+                    }
                     Err(e @ MyriError::NotReady { .. }) => retry(&mut last, e.to_string()),
                     Err(e) => {
                         return Err(HostError(format!("{}/region: {e}", dir.path().display())))
@@ -539,6 +554,42 @@ impl Device for ShmDevice {
 
     fn barrier(&mut self, now: Instant, members: &BarrierMembers<'_>) -> BarrierPoll {
         self.nic.barrier(now, members)
+    }
+
+    fn board_transmit(
+        &mut self,
+        now: Instant,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> bool {
+        if self.nic.board_transmit(now, len, fill) {
+            return true;
+        }
+        // Full: a reader whose process is gone would hold it so until its heartbeat
+        // times out. One look in /proc per millisecond at most.
+        let due = self
+            .laggard_checked
+            .is_none_or(|t| now.saturating_since(t) >= Duration::from_millis(1));
+        match self.nic.board_laggard() {
+            Some(d) if due => {
+                self.laggard_checked = Some(now);
+                let pid = self.nic.pid(d);
+                if pid != 0 && process_gone(pid) {
+                    self.nic.mark_dead(d);
+                    return self.nic.board_transmit(now, len, fill);
+                }
+                false
+            }
+            _ => false,
+        }
+    }
+
+    fn board_receive(
+        &mut self,
+        now: Instant,
+        take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
+    ) -> bool {
+        self.nic.board_receive(now, take)
     }
 
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {

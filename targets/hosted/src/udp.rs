@@ -498,11 +498,7 @@ impl Device for UdpDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            mtu: self.shape.mtu,
-            reliable: false,
-            integrity: false,
-        }
+        Capabilities::new(self.shape.mtu, false, false)
     }
 }
 
