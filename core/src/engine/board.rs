@@ -183,7 +183,7 @@ impl<'a, S> Engine<'a, S> {
         }
         let ai = match self.reserve(ci, &repr, true, now) {
             Some(ai) => ai,
-            None if self.closed_port(ci, &repr, now) => {
+            None if self.closed_port(ci, &repr, now, true) => {
                 // Nobody to tell (no channel carried it): counted, and the root's
                 // later broadcasts may come.
                 self.stats.rx_rejected += 1;
@@ -195,7 +195,7 @@ impl<'a, S> Engine<'a, S> {
             }
             None => return false,
         };
-        self.chans[ci].unbound_msg = None;
+        self.chans[ci].unbound_board = None;
         self.place(ai, 0, &payload[wire::TREE_PREFIX..]);
         let a = &mut self.asms[ai];
         a.tree = true;

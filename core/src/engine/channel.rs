@@ -140,6 +140,9 @@ pub struct Channel {
     pub(crate) be_asm: u16,
     /// Reliable message refused because its port is not bound for input, and since when.
     pub(crate) unbound_msg: Option<(u32, Instant)>,
+    /// The same for the peer's board broadcasts (by broadcast number): kept apart,
+    /// so that the two kinds waiting at once do not restart each other's grace.
+    pub(crate) unbound_board: Option<(u32, Instant)>,
     /// When the peer was last heard from (any valid frame).
     pub(crate) heard_at: Instant,
     /// Since when we have been waiting for the peer without hearing from it.
@@ -183,6 +186,7 @@ impl Channel {
         be_expect: 0,
         be_asm: NONE,
         unbound_msg: None,
+        unbound_board: None,
         heard_at: Instant::ZERO,
         silent_since: None,
     };

@@ -453,7 +453,9 @@ impl<'a, S> Engine<'a, S> {
         }
         let ai = match self.reserve(ci, repr, true, now) {
             Some(ai) => ai,
-            None if self.closed_port(ci, repr, now) => self.reserve_discard(ci, repr, now)?,
+            None if self.closed_port(ci, repr, now, false) => {
+                self.reserve_discard(ci, repr, now)?
+            }
             None => return None,
         };
         self.chans[ci].unbound_msg = None;

@@ -322,7 +322,14 @@ impl<'a, S> Engine<'a, S> {
 
     /// Whether a reliable message that `reserve` refused should be discarded: its port
     /// is reserved or out of range, or has not been bound for input within the grace.
-    pub(super) fn closed_port(&mut self, ci: usize, repr: &Repr, now: Instant) -> bool {
+    /// `board`: a board broadcast, whose grace is kept apart (see `unbound_board`).
+    pub(super) fn closed_port(
+        &mut self,
+        ci: usize,
+        repr: &Repr,
+        now: Instant,
+        board: bool,
+    ) -> bool {
         let dp = repr.ends.dst_port;
         let unbound = match self.ports.get(dp as usize) {
             _ if dp == BARRIER_PORT || dp == BROADCAST_PORT => return true,
@@ -330,17 +337,22 @@ impl<'a, S> Engine<'a, S> {
             Some(p) => !p.input,
         };
         let ch = &mut self.chans[ci];
+        let waiting = if board {
+            &mut ch.unbound_board
+        } else {
+            &mut ch.unbound_msg
+        };
         if !unbound {
             // Busy: ordinary flow control, the port frees up when its message lands.
-            ch.unbound_msg = None;
+            *waiting = None;
             return false;
         }
-        match ch.unbound_msg {
+        match *waiting {
             Some((m, since)) if m == repr.msg_id => {
                 now.saturating_since(since) >= self.cfg.unbound_grace
             }
             _ => {
-                ch.unbound_msg = Some((repr.msg_id, now));
+                *waiting = Some((repr.msg_id, now));
                 false
             }
         }
@@ -436,7 +448,7 @@ impl<'a, S> Engine<'a, S> {
         let ai = self.assembly_for(ci, repr, |e| {
             let ai = match e.reserve(ci, repr, true, now) {
                 Some(ai) => ai,
-                None if e.closed_port(ci, repr, now) => e.reserve_discard(ci, repr, now)?,
+                None if e.closed_port(ci, repr, now, false) => e.reserve_discard(ci, repr, now)?,
                 None => return None,
             };
             e.chans[ci].unbound_msg = None;

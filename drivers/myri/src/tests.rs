@@ -835,22 +835,21 @@ fn on_bcast(up: &mut volley_core::engine::Upcall<'_, 'static, Vec<(usize, u8)>>)
     up.state().push(rec);
 }
 
-/// Short GAMMA broadcasts are written once into the root's board and read by
-/// every member there, in the root's order also when a long one between them
-/// travels down the tree over the rings (the board holds the later ones until it
-/// has come), and with more of them in flight than the board has slots.
-#[test]
-fn short_broadcasts_go_through_the_board_in_the_roots_order() {
+type BcastGamma =
+    volley_core::gamma::Gamma<'static, MyriNic, volley_core::time::StdClock, Vec<(usize, u8)>>;
+
+/// `n` GAMMA instances on a fresh region of 1 KiB slots: instance 0 broadcasts
+/// from its port 5, the others record what reaches their port 5.
+fn bcast_group(n: u16) -> (Mem, Vec<BcastGamma>) {
     use volley_core::engine::{Config, Group, Members, BROADCAST};
     use volley_core::gamma::{Gamma, GO_BACK};
-    let n = 4u16;
     let geo = Geometry::new(n as u32, 8, 1024).unwrap();
     let mem = Mem::new(geo.region_len().unwrap());
     let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
         id: 1,
         members: Members::Range { first: 0, count: n },
     }]);
-    let mut gs: Vec<_> = (0..n)
+    let mut gs: Vec<BcastGamma> = (0..n)
         .map(|i| {
             let nic = if i == 0 {
                 MyriNic::create(mem.region(), geo, 0, 3, NicConfig::default())
@@ -859,15 +858,8 @@ fn short_broadcasts_go_through_the_board_in_the_roots_order() {
             }
             .unwrap();
             let clock = volley_core::time::StdClock::default();
-            Gamma::init_alloc(
-                Config::new(7, 1, i),
-                groups,
-                n as usize,
-                nic,
-                clock,
-                Vec::new(),
-            )
-            .unwrap()
+            let cfg = Config::new(7, 1, i);
+            Gamma::init_alloc(cfg, groups, n as usize, nic, clock, Vec::new()).unwrap()
         })
         .collect();
     gs[0]
@@ -880,6 +872,26 @@ fn short_broadcasts_go_through_the_board_in_the_roots_order() {
         g.poll();
     }
     gs[0].poll();
+    (mem, gs)
+}
+
+/// Polls every instance until each member has recorded `want` broadcasts.
+fn poll_until_recorded(gs: &mut [BcastGamma], want: usize, t0: std::time::Instant) {
+    while gs[1..].iter().any(|g| g.engine().state().len() < want) {
+        assert!(t0.elapsed().as_secs() < 20, "broadcasts stuck");
+        for g in gs.iter_mut() {
+            g.poll();
+        }
+    }
+}
+
+/// Short GAMMA broadcasts are written once into the root's board and read by
+/// every member there, in the root's order also when a long one between them
+/// travels down the tree over the rings (the board holds the later ones until it
+/// has come), and with more of them in flight than the board has slots.
+#[test]
+fn short_broadcasts_go_through_the_board_in_the_roots_order() {
+    let (_mem, mut gs) = bcast_group(4);
     let long: &'static [u8] = Vec::leak(vec![5u8; 5000]);
     let mut sent = Vec::new();
     let mut pending = None;
@@ -894,15 +906,7 @@ fn short_broadcasts_go_through_the_board_in_the_roots_order() {
         }
     }
     let t0 = std::time::Instant::now();
-    while gs[1..]
-        .iter()
-        .any(|g| g.engine().state().len() < sent.len())
-    {
-        assert!(t0.elapsed().as_secs() < 20, "broadcasts stuck");
-        for g in &mut gs {
-            g.poll();
-        }
-    }
+    poll_until_recorded(&mut gs, sent.len(), t0);
     let h = pending.unwrap();
     while gs[0].engine().send_status(h).unwrap() == volley_core::engine::SendStatus::Pending {
         assert!(
@@ -921,10 +925,44 @@ fn short_broadcasts_go_through_the_board_in_the_roots_order() {
             "member {i} read them off the board"
         );
     }
-    let root = gs[0].engine().stats();
-    assert_eq!(root.board_tx, 29, "one write per short broadcast");
+    assert_eq!(
+        gs[0].engine().stats().board_tx,
+        29,
+        "one write per short broadcast"
+    );
     assert!(
         gs[0].device().stats().board_full > 0,
         "more in flight than the board holds"
     );
+}
+
+/// Frames on a board are untrusted like any: garbage, a truncated frame, one that
+/// claims another writer and one of another shape are dropped and counted, never
+/// delivered or a panic, and the root's real broadcasts around them still arrive.
+#[test]
+fn forged_board_frames_are_dropped() {
+    let (mem, mut gs) = bcast_group(2);
+    gs[0].send_flowctl(5, &[1; 8]).unwrap();
+    // The frame the engine wrote, as bytes.
+    let slot = gs[0].device().geometry().boards().slot(0, 0);
+    let frame = {
+        let r = mem.region();
+        let len = r.u32_at(slot + 8).unwrap().load(Ordering::Relaxed) as usize;
+        r.bytes(slot + SLOT_HEADER, len).unwrap().to_vec()
+    };
+    let mut claims_other = frame.clone();
+    claims_other[10..12].copy_from_slice(&1u16.to_be_bytes());
+    let mut other_shape = frame.clone();
+    other_shape[volley_core::wire::HEADER_LEN + 2] = 1;
+    let garbage: Vec<u8> = (0..200u32).map(|i| (i * 97 % 251) as u8).collect();
+    for f in [&garbage[..], &frame[..30], &claims_other, &other_shape] {
+        assert!(board_send(gs[0].device_mut(), f));
+    }
+    gs[0].send_flowctl(5, &[2; 8]).unwrap();
+    poll_until_recorded(&mut gs, 2, std::time::Instant::now());
+    let st = gs[1].engine().stats();
+    assert_eq!(gs[1].engine().state(), &vec![(8, 1), (8, 2)]);
+    assert_eq!(st.board_rx, 2);
+    assert_eq!(st.rx_malformed, 3, "garbage, truncated, other shape");
+    assert_eq!(st.rx_spoofed, 1);
 }
