@@ -841,6 +841,16 @@ type BcastGamma =
 /// `n` GAMMA instances on a fresh region of 1 KiB slots: instance 0 broadcasts
 /// from its port 5, the others record what reaches their port 5.
 fn bcast_group(n: u16) -> (Mem, Vec<BcastGamma>) {
+    bcast_group_with(n, None, None)
+}
+
+/// [`bcast_group`] with another unbound-port grace, and one member that leaves
+/// its port 5 unbound.
+fn bcast_group_with(
+    n: u16,
+    grace: Option<Duration>,
+    unbound: Option<usize>,
+) -> (Mem, Vec<BcastGamma>) {
     use volley_core::engine::{Config, Group, Members, BROADCAST};
     use volley_core::gamma::{Gamma, GO_BACK};
     let geo = Geometry::new(n as u32, 8, 1024).unwrap();
@@ -858,21 +868,38 @@ fn bcast_group(n: u16) -> (Mem, Vec<BcastGamma>) {
             }
             .unwrap();
             let clock = volley_core::time::StdClock::default();
-            let cfg = Config::new(7, 1, i);
+            let mut cfg = Config::new(7, 1, i);
+            cfg.unbound_grace = grace.unwrap_or(cfg.unbound_grace);
             Gamma::init_alloc(cfg, groups, n as usize, nic, clock, Vec::new()).unwrap()
         })
         .collect();
     gs[0]
         .set_passive_port(5, BROADCAST, 1, 5, 5, GO_BACK, None)
         .unwrap();
-    for g in &mut gs[1..] {
-        let buf = Vec::leak(vec![0u8; 8192]);
-        g.set_active_port(5, 0, 1, 5, Some(on_bcast), None, 5, GO_BACK, Some(buf))
-            .unwrap();
+    for (i, g) in gs.iter_mut().enumerate().skip(1) {
+        if unbound != Some(i) {
+            bind_bcast(g);
+        }
         g.poll();
     }
     gs[0].poll();
     (mem, gs)
+}
+
+fn bind_bcast(g: &mut BcastGamma) {
+    let buf = Vec::leak(vec![0u8; 8192]);
+    g.set_active_port(
+        5,
+        0,
+        1,
+        5,
+        Some(on_bcast),
+        None,
+        5,
+        volley_core::gamma::GO_BACK,
+        Some(buf),
+    )
+    .unwrap();
 }
 
 /// Polls every instance until each member has recorded `want` broadcasts.
@@ -965,4 +992,39 @@ fn forged_board_frames_are_dropped() {
     assert_eq!(st.board_rx, 2);
     assert_eq!(st.rx_malformed, 3, "garbage, truncated, other shape");
     assert_eq!(st.rx_spoofed, 1);
+}
+
+/// A board broadcast waits on the board while its member's port is not bound, is
+/// dropped (counted) once the grace has passed, and the root's later ones reach
+/// that member once it binds; the other members get every one meanwhile.
+#[test]
+fn a_board_broadcast_to_an_unbound_port_is_dropped_after_the_grace() {
+    let grace = Duration::from_millis(50);
+    let (_mem, mut gs) = bcast_group_with(3, Some(grace), Some(2));
+    gs[0].send_flowctl(5, &[1; 8]).unwrap();
+    let t0 = std::time::Instant::now();
+    while gs[2].engine().stats().rx_rejected == 0 {
+        assert!(t0.elapsed().as_secs() < 10, "never dropped");
+        for g in &mut gs {
+            g.poll();
+        }
+    }
+    assert!(
+        t0.elapsed() >= std::time::Duration::from_millis(50),
+        "not before the grace"
+    );
+    bind_bcast(&mut gs[2]);
+    gs[0].send_flowctl(5, &[2; 8]).unwrap();
+    while gs[2].engine().state().is_empty() || gs[1].engine().state().len() < 2 {
+        assert!(
+            t0.elapsed().as_secs() < 10,
+            "the later broadcast never came"
+        );
+        for g in &mut gs {
+            g.poll();
+        }
+    }
+    assert_eq!(gs[1].engine().state(), &vec![(8, 1), (8, 2)]);
+    assert_eq!(gs[2].engine().state(), &vec![(8, 2)]);
+    assert_eq!(gs[2].engine().stats().rx_rejected, 1);
 }
