@@ -118,26 +118,9 @@ impl<'a, S> Engine<'a, S> {
     /// it there, to be offered again: an earlier broadcast of its root has not come
     /// yet, or the port is busy.
     pub(super) fn rx_board(&mut self, now: Instant, from: NodeAddr, frame: &[u8]) -> bool {
-        let key = self.cfg.auth_key.as_ref();
-        let (repr, payload) = match Repr::parse_frame(frame, self.caps.integrity, key) {
-            Ok(r) => r,
-            Err(WireError::BadTag) => {
-                self.stats.rx_unauthenticated += 1;
-                return true;
-            }
-            Err(WireError::BadChecksum) => {
-                self.stats.rx_bad_crc += 1;
-                return true;
-            }
-            Err(_) => {
-                self.stats.rx_malformed += 1;
-                return true;
-            }
-        };
-        if repr.job_key != self.cfg.job_key {
-            self.stats.rx_foreign_job += 1;
+        let Some((repr, payload)) = self.parse_ours(frame) else {
             return true;
-        }
+        };
         if repr.ends.dst_group != self.cfg.group || repr.ends.src_group != self.cfg.group {
             self.stats.rx_foreign_group += 1;
             return true;

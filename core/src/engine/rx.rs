@@ -27,28 +27,9 @@ impl<'a, S> Engine<'a, S> {
         mem: &mut dyn Memory,
     ) {
         self.stats.rx_frames += 1;
-        // The header is read once, into private memory: the frame may sit in a ring
-        // slot that another process can still write.
-        let key = self.cfg.auth_key.as_ref();
-        let (repr, payload) = match Repr::parse_frame(frame, self.caps.integrity, key) {
-            Ok(r) => r,
-            Err(WireError::BadTag) => {
-                self.stats.rx_unauthenticated += 1;
-                return;
-            }
-            Err(WireError::BadChecksum) => {
-                self.stats.rx_bad_crc += 1;
-                return;
-            }
-            Err(_) => {
-                self.stats.rx_malformed += 1;
-                return;
-            }
-        };
-        if repr.job_key != self.cfg.job_key {
-            self.stats.rx_foreign_job += 1;
+        let Some((repr, payload)) = self.parse_ours(frame) else {
             return;
-        }
+        };
         if repr.ends.dst_group != self.cfg.group || repr.ends.dst_node != self.cfg.node {
             self.stats.rx_foreign_group += 1;
             return;
@@ -91,6 +72,33 @@ impl<'a, S> Engine<'a, S> {
             Kind::Data | Kind::Multicast => self.rx_best_effort(now, ci, &repr, payload),
             _ => self.stats.rx_unsupported += 1,
         }
+    }
+
+    /// Parses an untrusted frame of this job, counting why one is dropped. The
+    /// header is read once, into private memory: the frame may sit in a ring slot
+    /// or board that another process can still write.
+    pub(super) fn parse_ours<'f>(&mut self, frame: &'f [u8]) -> Option<(Repr, &'f [u8])> {
+        let key = self.cfg.auth_key.as_ref();
+        let (repr, payload) = match Repr::parse_frame(frame, self.caps.integrity, key) {
+            Ok(r) => r,
+            Err(WireError::BadTag) => {
+                self.stats.rx_unauthenticated += 1;
+                return None;
+            }
+            Err(WireError::BadChecksum) => {
+                self.stats.rx_bad_crc += 1;
+                return None;
+            }
+            Err(_) => {
+                self.stats.rx_malformed += 1;
+                return None;
+            }
+        };
+        if repr.job_key != self.cfg.job_key {
+            self.stats.rx_foreign_job += 1;
+            return None;
+        }
+        Some((repr, payload))
     }
 
     pub(super) fn on_ack(&mut self, now: Instant, ci: usize, a: AckInfo, flags: Flags) {

@@ -902,14 +902,28 @@ fn bind_bcast(g: &mut BcastGamma) {
     .unwrap();
 }
 
-/// Polls every instance until each member has recorded `want` broadcasts.
-fn poll_until_recorded(gs: &mut [BcastGamma], want: usize, t0: std::time::Instant) {
-    while gs[1..].iter().any(|g| g.engine().state().len() < want) {
-        assert!(t0.elapsed().as_secs() < 20, "broadcasts stuck");
+/// Polls every instance until `done`, failing with `what` after `secs` seconds
+/// from `t0`.
+fn poll_until(
+    gs: &mut [BcastGamma],
+    t0: std::time::Instant,
+    secs: u64,
+    what: &str,
+    done: impl Fn(&[BcastGamma]) -> bool,
+) {
+    while !done(gs) {
+        assert!(t0.elapsed().as_secs() < secs, "{what}");
         for g in gs.iter_mut() {
             g.poll();
         }
     }
+}
+
+/// Polls every instance until each member has recorded `want` broadcasts.
+fn poll_until_recorded(gs: &mut [BcastGamma], want: usize, t0: std::time::Instant) {
+    poll_until(gs, t0, 20, "broadcasts stuck", |gs| {
+        gs[1..].iter().all(|g| g.engine().state().len() >= want)
+    });
 }
 
 /// Short GAMMA broadcasts are written once into the root's board and read by
@@ -935,15 +949,9 @@ fn short_broadcasts_go_through_the_board_in_the_roots_order() {
     let t0 = std::time::Instant::now();
     poll_until_recorded(&mut gs, sent.len(), t0);
     let h = pending.unwrap();
-    while gs[0].engine().send_status(h).unwrap() == volley_core::engine::SendStatus::Pending {
-        assert!(
-            t0.elapsed().as_secs() < 20,
-            "the long broadcast never finished"
-        );
-        for g in &mut gs {
-            g.poll();
-        }
-    }
+    poll_until(&mut gs, t0, 20, "the long broadcast never finished", |gs| {
+        gs[0].engine().send_status(h).unwrap() != volley_core::engine::SendStatus::Pending
+    });
     for (i, g) in gs.iter().enumerate().skip(1) {
         assert_eq!(g.engine().state(), &sent, "member {i}'s broadcasts");
         assert_eq!(
@@ -1003,27 +1011,18 @@ fn a_board_broadcast_to_an_unbound_port_is_dropped_after_the_grace() {
     let (_mem, mut gs) = bcast_group_with(3, Some(grace), Some(2));
     gs[0].send_flowctl(5, &[1; 8]).unwrap();
     let t0 = std::time::Instant::now();
-    while gs[2].engine().stats().rx_rejected == 0 {
-        assert!(t0.elapsed().as_secs() < 10, "never dropped");
-        for g in &mut gs {
-            g.poll();
-        }
-    }
+    poll_until(&mut gs, t0, 10, "never dropped", |gs| {
+        gs[2].engine().stats().rx_rejected > 0
+    });
     assert!(
         t0.elapsed() >= std::time::Duration::from_millis(50),
         "not before the grace"
     );
     bind_bcast(&mut gs[2]);
     gs[0].send_flowctl(5, &[2; 8]).unwrap();
-    while gs[2].engine().state().is_empty() || gs[1].engine().state().len() < 2 {
-        assert!(
-            t0.elapsed().as_secs() < 10,
-            "the later broadcast never came"
-        );
-        for g in &mut gs {
-            g.poll();
-        }
-    }
+    poll_until(&mut gs, t0, 10, "the later broadcast never came", |gs| {
+        !gs[2].engine().state().is_empty() && gs[1].engine().state().len() >= 2
+    });
     assert_eq!(gs[1].engine().state(), &vec![(8, 1), (8, 2)]);
     assert_eq!(gs[2].engine().state(), &vec![(8, 2)]);
     assert_eq!(gs[2].engine().stats().rx_rejected, 1);
