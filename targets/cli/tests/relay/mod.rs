@@ -81,8 +81,10 @@ impl Relay {
                     let frame = &buf[..n];
                     largest.fetch_max(n as u64, Ordering::Relaxed);
                     if let Faults::Bursts { to, every, burst } = faults {
+                        // Counted from 0, so that the first burst is whole too.
+                        let k = count;
                         count += 1;
-                        if to == i && count % every < burst {
+                        if to == i && k % every < burst {
                             dropped.fetch_add(1, Ordering::Relaxed);
                         } else {
                             let _ = sock.send_to(frame, target);
