@@ -35,7 +35,8 @@ fn an_unknown_fabric_is_refused() {
     let o = boot("app=pingpong rank=0 macs=52:54:00:00:00:01 fabric=myri");
     assert_eq!(o.verdict, Verdict::Failure, "{}", o.console);
     assert!(
-        o.console.contains("fabric \"myri\" is not available"),
+        o.console
+            .contains("fabric \"myri\" is not available (e1000 and ivshmem are)"),
         "{}",
         o.console
     );
@@ -52,6 +53,28 @@ fn a_panic_is_a_failure_with_its_message() {
         "{}",
         o.console
     );
+}
+
+/// The page below the stack is unmapped: an overflow faults instead of writing over
+/// the page tables below it (which a 64 KiB stack once did, silently).
+#[test]
+fn the_page_below_the_stack_is_a_guard() {
+    let o = boot("test=guard");
+    assert_eq!(o.verdict, Verdict::Failure, "{}", o.console);
+    let guard = o
+        .console
+        .lines()
+        .find_map(|l| l.split("stack guard page at ").nth(1))
+        .unwrap_or_else(|| panic!("no guard address: {}", o.console))
+        .trim()
+        .to_owned();
+    assert!(
+        o.console.contains("EXCEPTION 14 (page fault) error 0x2"),
+        "{}",
+        o.console
+    );
+    assert!(o.console.contains(&format!("cr2 {guard}")), "{}", o.console);
+    assert!(!o.console.contains("is writable"), "{}", o.console);
 }
 
 #[test]

@@ -1,7 +1,10 @@
 //! The application linked into the image: ordinary GAMMA code, SPMD style, running
-//! over the e1000. `app=pingpong` bounces messages of 8 B to 1 MiB between instances
-//! 0 and 1 with every byte checked; `app=barrier` runs barriers and a broadcast;
-//! `app=mixed` both, as `volley worker mixed` does in processes that share the job.
+//! over the e1000 or the Myrinet-like model on ivshmem. `app=pingpong` bounces messages
+//! of 8 B to 1 MiB between instances 0 and 1 with every byte checked; `app=barrier`
+//! runs barriers and a broadcast; `app=mixed` both, as `volley worker mixed` does in
+//! processes that share the job; `app=fetchadd` has every instance add to counters of
+//! instance 0 and checks the totals; `app=latency` prints the 8-byte one-way median;
+//! `app=crash` stops dead after the first barrier, leaving its peers to notice.
 
 extern crate alloc;
 
@@ -10,6 +13,7 @@ use alloc::vec::Vec;
 
 use volley_core::engine::{Config, Group, Members};
 use volley_core::gamma::{Gamma, Upcall, GO_BACK};
+use volley_core::phy::Device;
 use volley_core::time::Duration;
 use volley_e1000::E1000;
 
@@ -17,7 +21,7 @@ use crate::clock::TscClock;
 use crate::hal::Bar0;
 use crate::println;
 
-type Node = Gamma<'static, E1000<Bar0>, TscClock, u64>;
+type Node<D> = Gamma<'static, D, TscClock, u64>;
 
 fn on_msg(u: &mut Upcall<'_, '_, u64>) {
     *u.state() += 1;
@@ -53,9 +57,29 @@ fn job_key() -> Option<[u8; 16]> {
     Some(key)
 }
 
-/// Runs `app` as instance `rank` of `nodes` of job `job`; returns whether every check
-/// passed.
-pub fn run(app: &str, nic: E1000<Bar0>, clock: TscClock, rank: u16, nodes: u16, job: u64) -> bool {
+/// How a node reaches the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fabric {
+    /// Ethernet frames on a shared LAN: authenticated, and QEMU's e1000 model holds
+    /// reception off for a second at start-up.
+    Ethernet,
+    /// Shared memory private to the job's user: no one else can write a frame.
+    SharedMemory,
+}
+
+/// Runs `app` as instance `rank` of `nodes` of job `job` over `nic`; returns whether
+/// every check passed. `stats` prints the device's counters at the end.
+#[allow(clippy::too_many_arguments)]
+pub fn run<D: Device>(
+    app: &str,
+    nic: D,
+    fabric: Fabric,
+    clock: TscClock,
+    rank: u16,
+    nodes: u16,
+    job: u64,
+    stats: impl FnOnce(&mut D),
+) -> bool {
     let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
         id: 1,
         members: Members::Range {
@@ -75,11 +99,13 @@ pub fn run(app: &str, nic: E1000<Bar0>, clock: TscClock, rank: u16, nodes: u16, 
     // Keys derived from the secret as hosted ranks derive them (`job=` on the
     // command line names the job), so both kinds of node can share one job.
     let mut cfg = Config::new(volley_core::wire::job_key(&key, job), 1, rank);
-    cfg.auth_key = Some(volley_core::wire::frame_key(&key, job));
+    if fabric == Fabric::Ethernet {
+        cfg.auth_key = Some(volley_core::wire::frame_key(&key, job));
+    }
     // QEMU holds reception off for about a second after RCTL is written: the first
     // frames are retransmitted, so allow a few seconds before declaring a peer dead.
     cfg.peer_timeout = volley_core::time::Duration::from_secs(4);
-    let mut g: Node = match Gamma::init_alloc(cfg, groups, nodes as usize, nic, clock, 0) {
+    let mut g: Node<D> = match Gamma::init_alloc(cfg, groups, nodes as usize, nic, clock, 0) {
         Ok(g) => g,
         Err(e) => {
             println!("volley unikernel: gamma init: {}", e);
@@ -113,22 +139,30 @@ pub fn run(app: &str, nic: E1000<Bar0>, clock: TscClock, rank: u16, nodes: u16, 
         // Processes on the same LAN run `volley worker mixed`, the same steps.
         "mixed" => pingpong(&mut g, rank) && barriers(&mut g, rank),
         "latency" => latency(&mut g, rank),
+        "fetchadd" => fetch_adds(&mut g, rank, nodes),
+        "crash" => crash(&mut g, rank),
         other => {
             println!("volley unikernel: unknown app {:?}", other);
             false
         }
     };
-    let ok = ok && g.sync().is_ok();
+    // A crashed peer cannot take part in a closing barrier.
+    let ok = ok && (app == "crash" || g.sync().is_ok());
     let (mut nic, _) = g.exit();
+    stats(&mut nic);
+    ok
+}
+
+/// The e1000's counters.
+pub fn e1000_stats(nic: &mut E1000<Bar0>) {
     let s = nic.stats();
     println!(
         "volley unikernel: e1000 rx {} tx {} filtered {} missed {}",
         s.rx_frames, s.tx_frames, s.rx_filtered, s.hw_rx_missed
     );
-    ok
 }
 
-fn pingpong(g: &mut Node, rank: u16) -> bool {
+fn pingpong<D: Device>(g: &mut Node<D>, rank: u16) -> bool {
     if rank > 1 {
         return true;
     }
@@ -139,7 +173,7 @@ fn pingpong(g: &mut Node, rank: u16) -> bool {
         // The contents are checked as soon as the message is in, before instance 1
         // answers: once it has, instance 0 may send the next message into the same
         // buffer while instance 1 is still sending.
-        let check = |g: &Node| -> bool {
+        let check = |g: &Node<D>| -> bool {
             if g.buffer(1).map(|b| &b[..len]) == Some(&theirs[..]) {
                 return true;
             }
@@ -190,7 +224,7 @@ fn median(v: &mut [u64]) -> u64 {
 
 /// 8-byte GAMMA ping-pong, 2000 round trips after 200 warm-up ones; instance 0 prints
 /// the median one-way latency in nanoseconds.
-fn latency(g: &mut Node, rank: u16) -> bool {
+fn latency<D: Device>(g: &mut Node<D>, rank: u16) -> bool {
     if rank > 1 {
         return true;
     }
@@ -303,7 +337,112 @@ pub fn rawpong(nic: &mut E1000<Bar0>, clock: &TscClock, rank: u16) -> bool {
     true
 }
 
-fn barriers(g: &mut Node, rank: u16) -> bool {
+/// Adds per instance on each of instance 0's counters 0 and 1.
+const ADDS: u32 = 100;
+
+/// Every instance adds 1 to counter 0 and `rank + 1` to counter 1 of instance 0,
+/// [`ADDS`] times each, checking that the values it gets back only grow; after a
+/// barrier, instance 0 checks both totals. Also prints how many frames the engine
+/// sent for the adds: none where the NIC serves them in its memory.
+fn fetch_adds<D: Device>(g: &mut Node<D>, rank: u16, nodes: u16) -> bool {
+    let frames = g.engine().stats().tx_frames;
+    let mut last = [None::<u32>; 2];
+    for _ in 0..ADDS {
+        for (var, delta) in [(0u16, 1u32), (1, rank as u32 + 1)] {
+            match g.fetch_add(0, var, delta) {
+                Ok(v) => {
+                    if last[var as usize].is_some_and(|l| v <= l) {
+                        println!(
+                            "volley unikernel: fetchadd: counter {} went back to {} after {:?}",
+                            var, v, last[var as usize]
+                        );
+                        return false;
+                    }
+                    last[var as usize] = Some(v);
+                }
+                Err(e) => {
+                    report("fetchadd", e);
+                    return false;
+                }
+            }
+        }
+    }
+    let sent = g.engine().stats().tx_frames - frames;
+    println!(
+        "volley unikernel: node {} did {} fetch-and-adds, engine frames sent {}",
+        rank,
+        2 * ADDS,
+        sent
+    );
+    if let Err(e) = g.sync() {
+        report("barrier after the adds", e);
+        return false;
+    }
+    if rank != 0 {
+        return true;
+    }
+    let n = nodes as u32;
+    let want = [n * ADDS, ADDS * n * (n + 1) / 2];
+    for (var, want) in [0u16, 1].into_iter().zip(want) {
+        match g.fetch_add(0, var, 0) {
+            Ok(v) if v == want => {}
+            Ok(v) => {
+                println!(
+                    "volley unikernel: fetchadd: counter {} holds {}, expected {}",
+                    var, v, want
+                );
+                return false;
+            }
+            Err(e) => {
+                report("fetchadd", e);
+                return false;
+            }
+        }
+    }
+    println!(
+        "volley unikernel: fetchadd ok: counters {} and {}",
+        want[0], want[1]
+    );
+    true
+}
+
+/// Instance 1 stops dead after the first barrier (its QEMU ends without leaving the
+/// job, as a powered-off node would); instance 0 then sends to it and must be told
+/// SENDFAILURE, not hang.
+fn crash<D: Device>(g: &mut Node<D>, rank: u16) -> bool {
+    match rank {
+        1 => {
+            println!("volley unikernel: node 1 stops dead");
+            crate::exit::exit(crate::exit::Verdict::Success)
+        }
+        0 => {
+            let t0 = g.time();
+            let deadline = t0 + Duration::from_secs(30);
+            let r = g
+                .send_flowctl(1, &[1u8; 8])
+                .and_then(|_| g.wait_deadline(1, 1, deadline));
+            match r {
+                Err(volley_core::engine::Error::SendFailure) => {
+                    println!(
+                        "volley unikernel: node 1 found dead after {} ms: SENDFAILURE",
+                        (g.time() - t0).total_micros() / 1000
+                    );
+                    true
+                }
+                other => {
+                    println!(
+                        "volley unikernel: sending to a dead node gave {:?}, not SENDFAILURE",
+                        other
+                    );
+                    false
+                }
+            }
+        }
+        _ => true,
+    }
+}
+
+fn barriers<D: Device>(g: &mut Node<D>, rank: u16) -> bool {
     let t0 = g.time();
     for _ in 0..20 {
         if let Err(e) = g.sync() {

@@ -122,12 +122,14 @@ gdt_ptr:
     pd = sym PD,
 );
 
-const STACK_SIZE: usize = 64 * 1024;
+// The engine and the Myrinet-like NIC model are built on the stack before they move
+// into the heap: 64 KiB overflowed into the page tables below it.
+const STACK_SIZE: usize = 1024 * 1024;
 
 #[repr(C, align(4096))]
 struct Table([u64; 512]);
 
-#[repr(C, align(16))]
+#[repr(C, align(4096))]
 struct Stack([u8; STACK_SIZE]);
 
 #[no_mangle]
@@ -138,3 +140,61 @@ static mut PDPT: Table = Table([0; 512]);
 static mut PD: [Table; 4] = [const { Table([0; 512]) }; 4];
 #[no_mangle]
 static mut STACK: Stack = Stack([0; STACK_SIZE]);
+/// The address of the unmapped page below the stack.
+pub fn stack_guard() -> u64 {
+    core::ptr::addr_of!(STACK) as u64
+}
+
+/// 4 KiB pages for the 2 MiB page holding the bottom of the stack (see `guard_stack`).
+static mut GUARD_PT: Table = Table([0; 512]);
+
+/// Unmaps the lowest 4 KiB of the stack, so that an overflow faults at once instead
+/// of writing over whatever lies below (the page tables did, before the stack grew).
+/// Without a separate exception stack the fault ends the run as a triple fault, which
+/// QEMU's `-no-reboot` turns into an exit the harness reports: loud, not silent.
+pub fn guard_stack() {
+    let guard = stack_guard();
+    let big = guard >> 21;
+    let pt = core::ptr::addr_of!(GUARD_PT) as u64;
+    // SAFETY: single-threaded kernel at boot; the tables are ours. The new 4 KiB
+    // entries map the same frames with the same rights as the 2 MiB page they
+    // replace, except the guard page, which nothing uses (the stack pointer is near
+    // the top), so no live reference loses its memory.
+    unsafe {
+        let t = &mut *core::ptr::addr_of_mut!(GUARD_PT);
+        for (j, e) in t.0.iter_mut().enumerate() {
+            let frame = (big << 21) + ((j as u64) << 12);
+            *e = if frame == guard { 0 } else { frame | 0x3 };
+        }
+        let pd = &mut *core::ptr::addr_of_mut!(PD);
+        pd[(big / 512) as usize].0[(big % 512) as usize] = pt | 0x3;
+    }
+    x86_64::instructions::tlb::flush_all();
+}
+
+/// Maps `base..base + len` (inside the identity-mapped low 4 GiB) write-back instead
+/// of uncached: for a BAR that is memory, not registers (ivshmem's BAR2 is RAM shared
+/// with other VMs; uncached, every ring poll would go to memory on real hardware).
+/// Pages are 2 MiB, so a range not made of whole 2 MiB pages (it would share one
+/// with device registers) stays uncached: returns whether the mapping changed.
+pub fn map_write_back(base: u64, len: u64) -> bool {
+    const PAGE: u64 = 1 << 21;
+    if !base.is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) || len == 0 || base + len > 1 << 32 {
+        return false;
+    }
+    let first = base >> 21;
+    let last = (base + len) >> 21;
+    for i in first..last {
+        let (t, e) = ((i / 512) as usize, (i % 512) as usize);
+        // SAFETY: single-threaded kernel; the page directories are ours, built at boot,
+        // and `i < 2048` stays inside the 4 directories. Only the cache bits change; the
+        // frame, present and writable bits stay, so no live reference is invalidated.
+        unsafe {
+            let pd = &mut *core::ptr::addr_of_mut!(PD);
+            pd[t].0[e] &= !0x18;
+        }
+    }
+    // Stale uncached translations must not survive the change.
+    x86_64::instructions::tlb::flush_all();
+    true
+}

@@ -3,9 +3,11 @@
 //!
 //! This first part boots to long mode, talks on COM1, catches CPU exceptions and ends
 //! QEMU through `isa-debug-exit` with a verdict. The kernel command line (`-append`)
-//! chooses what to run: `test=ok` (default), `test=panic`, `test=fault`, `test=tsc`
-//! (calibrate the TSC against the PIT), `test=pci` (enumerate PCI, map an e1000's BAR0
-//! and read its MAC address from RAL0/RAH0).
+//! chooses what to run: `test=ok` (default), `test=panic`, `test=fault`, `test=guard`
+//! (write to the stack's guard page: must fault), `test=tsc` (calibrate the TSC
+//! against the PIT), `test=pci` (enumerate PCI, map an e1000's BAR0 and read its MAC
+//! address from RAL0/RAH0). `app=...` runs a GAMMA application over
+//! the e1000 or over the Myrinet-like model on ivshmem (see `net_app`).
 #![no_std]
 #![no_main]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
@@ -20,6 +22,7 @@ mod fwcfg;
 mod hal;
 mod heap;
 mod idt;
+mod ivshmem;
 mod pci;
 mod port;
 mod pvh;
@@ -31,6 +34,7 @@ use exit::{exit, Verdict};
 /// Entered from the boot code in long mode with the `hvm_start_info` address.
 #[no_mangle]
 extern "C" fn rust_main(start_info: u32) -> ! {
+    boot::guard_stack();
     serial::init();
     idt::init();
     let cmdline = pvh::cmdline(start_info).unwrap_or("");
@@ -116,6 +120,18 @@ extern "C" fn rust_main(start_info: u32) -> ! {
                 Verdict::Failure
             })
         }
+        "guard" => {
+            let guard = boot::stack_guard();
+            println!(
+                "volley unikernel: writing to the stack guard page at {:#x}",
+                guard
+            );
+            // SAFETY: deliberately faulting: the page is unmapped (boot::guard_stack),
+            // so the write raises #PF and the exception handler ends the run.
+            unsafe { core::ptr::write_volatile(guard as *mut u64, 1) };
+            println!("volley unikernel: the stack guard page is writable");
+            exit(Verdict::Failure)
+        }
         "fault" => {
             // SAFETY: ud2 raises #UD on purpose; the exception handler ends the run.
             unsafe { core::arch::asm!("ud2") };
@@ -146,19 +162,10 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
     parts.next().is_none().then_some(mac)
 }
 
-/// `app=NAME rank=R macs=M0,M1,... [job=ID] [fabric=e1000]`: brings the e1000 up and runs the
+/// `app=NAME rank=R [job=ID]` and, for the fabric: `fabric=e1000 macs=M0,M1,...`
+/// (the default) or `fabric=ivshmem nodes=N`. Brings the NIC up and runs the
 /// application.
 fn net_app(app: &str, cmdline: &str) -> bool {
-    match pvh::arg(cmdline, "fabric").unwrap_or("e1000") {
-        "e1000" => {}
-        other => {
-            println!(
-                "volley unikernel: fabric {:?} is not available (e1000 is)",
-                other
-            );
-            return false;
-        }
-    }
     let rank: u16 = match pvh::arg(cmdline, "rank").and_then(|r| r.parse().ok()) {
         Some(r) => r,
         None => {
@@ -178,6 +185,25 @@ fn net_app(app: &str, cmdline: &str) -> bool {
             }
         },
     };
+    let Some(hz) = tsc::calibrate() else {
+        println!("volley unikernel: TSC calibration failed");
+        return false;
+    };
+    let clock = clock::TscClock::new(hz);
+    match pvh::arg(cmdline, "fabric").unwrap_or("e1000") {
+        "e1000" => e1000_app(app, cmdline, rank, job, clock),
+        "ivshmem" => ivshmem_app(app, cmdline, rank, job, clock),
+        other => {
+            println!(
+                "volley unikernel: fabric {:?} is not available (e1000 and ivshmem are)",
+                other
+            );
+            false
+        }
+    }
+}
+
+fn e1000_app(app: &str, cmdline: &str, rank: u16, job: u64, clock: clock::TscClock) -> bool {
     let mut macs = alloc::vec::Vec::new();
     for m in pvh::arg(cmdline, "macs").unwrap_or("").split(',') {
         match parse_mac(m) {
@@ -188,10 +214,6 @@ fn net_app(app: &str, cmdline: &str) -> bool {
             }
         }
     }
-    let Some(hz) = tsc::calibrate() else {
-        println!("volley unikernel: TSC calibration failed");
-        return false;
-    };
     let mut bar = None;
     pci::scan(|f| {
         if (f.vendor, f.device) == (0x8086, 0x100E) && bar.is_none() {
@@ -222,12 +244,62 @@ fn net_app(app: &str, cmdline: &str) -> bool {
         );
         return false;
     }
-    let clock = clock::TscClock::new(hz);
     if app == "rawpong" {
         let mut nic = nic;
         return app::rawpong(&mut nic, &clock, rank);
     }
-    app::run(app, nic, clock, rank, macs.len() as u16, job)
+    let nodes = macs.len() as u16;
+    app::run(
+        app,
+        nic,
+        app::Fabric::Ethernet,
+        clock,
+        rank,
+        nodes,
+        job,
+        app::e1000_stats,
+    )
+}
+
+fn ivshmem_app(app: &str, cmdline: &str, rank: u16, job: u64, clock: clock::TscClock) -> bool {
+    let nodes: u16 = match pvh::arg(cmdline, "nodes").and_then(|n| n.parse().ok()) {
+        Some(n) if (1..=volley_myri::MAX_NODES as u16).contains(&n) && rank < n => n,
+        _ => {
+            println!(
+                "volley unikernel: fabric=ivshmem needs nodes=N (1 to {}) above rank={}",
+                volley_myri::MAX_NODES,
+                rank
+            );
+            return false;
+        }
+    };
+    let Some(shared) = ivshmem::find() else {
+        println!("volley unikernel: no ivshmem-plain device (-device ivshmem-plain,memdev=...)");
+        return false;
+    };
+    if app == "flagpong" {
+        return ivshmem::flagpong(shared, &clock, rank);
+    }
+    let wait = volley_core::time::Duration::from_secs(20);
+    let Ok(nic) = ivshmem::open(shared, rank, nodes, job, &clock, wait) else {
+        return false;
+    };
+    app::run(
+        app,
+        nic,
+        app::Fabric::SharedMemory,
+        clock,
+        rank,
+        nodes,
+        job,
+        |nic: &mut volley_myri::MyriNic| {
+            let s = nic.stats();
+            println!(
+                "volley unikernel: ivshmem tx {} rx {} no-credit {} corrupt {} board tx {} rx {}",
+                s.tx_frames, s.rx_frames, s.no_credit, s.corrupt, s.board_tx, s.board_rx
+            );
+        },
+    )
 }
 
 #[panic_handler]

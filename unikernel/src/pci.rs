@@ -78,30 +78,55 @@ pub fn scan(mut visit: impl FnMut(Function)) {
 static mut NEXT_MMIO: u64 = 0xC000_0000;
 
 /// The physical address and size of memory BAR `n`, assigned here if the firmware
-/// left it at zero. `None` for an I/O BAR or an absent one.
+/// left it at zero. A 64-bit BAR (ivshmem's BAR2) placed above 4 GiB, outside the
+/// identity map, is moved below. `None` for an I/O BAR or an absent one.
 pub fn memory_bar(f: &Function, n: u8) -> Option<(u64, u64)> {
     let reg = 0x10 + 4 * n;
     let orig = read(f, reg);
     if orig & 1 != 0 {
         return None;
     }
+    // Type 0b10 in bits 2:1: 64 bits wide, the next register holds the upper half
+    // (PCI Local Bus 3.0, 6.2.5.1).
+    let wide = (orig >> 1) & 3 == 2 && n < 5;
+    let hi_reg = reg + 4;
+    let orig_hi = if wide { read(f, hi_reg) } else { 0 };
     // Size: write all ones, read the mask back, restore.
     write(f, reg, 0xFFFF_FFFF);
-    let mask = read(f, reg) & !0xF;
+    let mask_lo = read(f, reg) & !0xF;
     write(f, reg, orig);
-    if mask == 0 {
+    let mask_hi = if wide {
+        write(f, hi_reg, 0xFFFF_FFFF);
+        let m = read(f, hi_reg);
+        write(f, hi_reg, orig_hi);
+        m
+    } else {
+        0xFFFF_FFFF
+    };
+    let mask = (mask_hi as u64) << 32 | mask_lo as u64;
+    if mask_lo == 0 && (!wide || mask_hi == 0) {
         return None;
     }
-    let size = (!mask as u64 + 1) & 0xFFFF_FFFF;
-    let mut base = (orig & !0xF) as u64;
-    if base == 0 {
+    let size = !mask + 1;
+    let mut base = (orig_hi as u64) << 32 | (orig & !0xF) as u64;
+    // The identity map ends at 4 GiB; the hole we allocate from ends below the I/O APIC.
+    if base == 0 || base + size > 1 << 32 {
+        if size > 1 << 30 {
+            return None;
+        }
         // SAFETY: single-threaded boot code is the only user of the allocator.
         unsafe {
             let next = (NEXT_MMIO + size - 1) & !(size - 1);
+            if next + size > 0xFEC0_0000 {
+                return None;
+            }
             NEXT_MMIO = next + size;
             base = next;
         }
         write(f, reg, base as u32);
+        if wide {
+            write(f, hi_reg, 0);
+        }
     }
     Some((base, size))
 }
@@ -110,4 +135,10 @@ pub fn memory_bar(f: &Function, n: u8) -> Option<(u64, u64)> {
 pub fn enable(f: &Function) {
     let cmd = read(f, 0x04);
     write(f, 0x04, cmd | 0x2 | 0x4);
+}
+
+/// Enables memory decoding only: for a device that never masters the bus (ivshmem).
+pub fn enable_memory(f: &Function) {
+    let cmd = read(f, 0x04);
+    write(f, 0x04, cmd | 0x2);
 }
