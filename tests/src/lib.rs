@@ -319,6 +319,95 @@ pub fn hub_nic(i: usize, port: u16) -> Vec<String> {
     ]
 }
 
+/// A file of shared memory for QEMU's `ivshmem-plain`, in a private (0700) directory of
+/// its own under `/dev/shm` (the temporary directory where there is none), created
+/// fresh and zeroed, mode 0600; removed with its directory when dropped. The name is
+/// random, so another local user can neither guess it nor plant a link there.
+#[derive(Debug)]
+pub struct SharedRegion {
+    dir: PathBuf,
+    path: PathBuf,
+    size: u64,
+}
+
+impl SharedRegion {
+    /// A zeroed region of `size` bytes (QEMU wants a power of two).
+    pub fn new(size: u64) -> SharedRegion {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let mut raw = [0u8; 12];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut raw))
+            .expect("random bytes");
+        let name: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        let parent = if Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let dir = parent.join(format!("volley-qemu-{name}"));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .expect("a private directory for the shared region");
+        let path = dir.join("region");
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .expect("the region file");
+        f.set_len(size).expect("region sized");
+        SharedRegion { dir, path, size }
+    }
+
+    /// Writes `bytes` at `offset` (a test planting stale or garbage contents).
+    pub fn write_at(&self, offset: u64, bytes: &[u8]) {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&self.path)
+            .expect("the region file");
+        f.write_all_at(bytes, offset).expect("written");
+    }
+
+    /// QEMU arguments that give a node this region as its `ivshmem-plain` BAR2.
+    ///
+    /// TCG translates a guest's locked read-modify-write (`lock xadd`, `cmpxchg`) into
+    /// a host atomic only when the machine could have more than one vCPU; with one it
+    /// is a plain load and store, which is atomic inside that VM but not against the
+    /// other VMs sharing the region: fetch-and-adds were lost (counter 3956 of 4000).
+    /// `maxcpus=2` makes the translation parallel-safe; the node still runs on one.
+    pub fn qemu_args(&self) -> Vec<String> {
+        vec![
+            "-smp".into(),
+            "1,maxcpus=2".into(),
+            "-object".into(),
+            format!(
+                "memory-backend-file,id=hm,mem-path={},size={},share=on",
+                self.path.display(),
+                self.size
+            ),
+            "-device".into(),
+            "ivshmem-plain,memdev=hm".into(),
+        ]
+    }
+}
+
+impl Drop for SharedRegion {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A job id for a test cluster: distinct per call and per process, so no node ever
+/// joins a region laid out for another run.
+pub fn job_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    (std::process::id() as u64) << 20 | NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -163,7 +163,8 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
 }
 
 /// `app=NAME rank=R [job=ID]` and, for the fabric: `fabric=e1000 macs=M0,M1,...`
-/// (the default) or `fabric=ivshmem nodes=N`. Brings the NIC up and runs the
+/// (the default) or `fabric=ivshmem nodes=N [startup=SECONDS]`; `barrier=frames` keeps
+/// barriers out of NIC memory. Brings the NIC up and runs the
 /// application.
 fn net_app(app: &str, cmdline: &str) -> bool {
     let rank: u16 = match pvh::arg(cmdline, "rank").and_then(|r| r.parse().ok()) {
@@ -190,9 +191,22 @@ fn net_app(app: &str, cmdline: &str) -> bool {
         return false;
     };
     let clock = clock::TscClock::new(hz);
+    // `barrier=device` (the default: in NIC memory where the device can) or `frames`;
+    // every instance must agree.
+    let device_barrier = match pvh::arg(cmdline, "barrier").unwrap_or("device") {
+        "device" => true,
+        "frames" => false,
+        other => {
+            println!(
+                "volley unikernel: barrier={:?}: expected device or frames",
+                other
+            );
+            return false;
+        }
+    };
     match pvh::arg(cmdline, "fabric").unwrap_or("e1000") {
-        "e1000" => e1000_app(app, cmdline, rank, job, clock),
-        "ivshmem" => ivshmem_app(app, cmdline, rank, job, clock),
+        "e1000" => e1000_app(app, cmdline, rank, job, clock, device_barrier),
+        "ivshmem" => ivshmem_app(app, cmdline, rank, job, clock, device_barrier),
         other => {
             println!(
                 "volley unikernel: fabric {:?} is not available (e1000 and ivshmem are)",
@@ -203,7 +217,14 @@ fn net_app(app: &str, cmdline: &str) -> bool {
     }
 }
 
-fn e1000_app(app: &str, cmdline: &str, rank: u16, job: u64, clock: clock::TscClock) -> bool {
+fn e1000_app(
+    app: &str,
+    cmdline: &str,
+    rank: u16,
+    job: u64,
+    clock: clock::TscClock,
+    device_barrier: bool,
+) -> bool {
     let mut macs = alloc::vec::Vec::new();
     for m in pvh::arg(cmdline, "macs").unwrap_or("").split(',') {
         match parse_mac(m) {
@@ -257,11 +278,19 @@ fn e1000_app(app: &str, cmdline: &str, rank: u16, job: u64, clock: clock::TscClo
         rank,
         nodes,
         job,
+        device_barrier,
         app::e1000_stats,
     )
 }
 
-fn ivshmem_app(app: &str, cmdline: &str, rank: u16, job: u64, clock: clock::TscClock) -> bool {
+fn ivshmem_app(
+    app: &str,
+    cmdline: &str,
+    rank: u16,
+    job: u64,
+    clock: clock::TscClock,
+    device_barrier: bool,
+) -> bool {
     let nodes: u16 = match pvh::arg(cmdline, "nodes").and_then(|n| n.parse().ok()) {
         Some(n) if (1..=volley_myri::MAX_NODES as u16).contains(&n) && rank < n => n,
         _ => {
@@ -280,7 +309,16 @@ fn ivshmem_app(app: &str, cmdline: &str, rank: u16, job: u64, clock: clock::TscC
     if app == "flagpong" {
         return ivshmem::flagpong(shared, &clock, rank);
     }
-    let wait = volley_core::time::Duration::from_secs(20);
+    // How long to wait for the region to be laid out and for every instance to join.
+    let wait = match pvh::arg(cmdline, "startup").map(|s| s.parse::<u64>()) {
+        None => 20,
+        Some(Ok(s)) if (1..=3600).contains(&s) => s,
+        Some(_) => {
+            println!("volley unikernel: startup= takes seconds, 1 to 3600");
+            return false;
+        }
+    };
+    let wait = volley_core::time::Duration::from_secs(wait);
     let Ok(nic) = ivshmem::open(shared, rank, nodes, job, &clock, wait) else {
         return false;
     };
@@ -292,6 +330,7 @@ fn ivshmem_app(app: &str, cmdline: &str, rank: u16, job: u64, clock: clock::TscC
         rank,
         nodes,
         job,
+        device_barrier,
         |nic: &mut volley_myri::MyriNic| {
             let s = nic.stats();
             println!(

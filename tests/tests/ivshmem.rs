@@ -1,0 +1,202 @@
+//! Unikernel nodes on the Myrinet-like model over QEMU's `ivshmem-plain`: every node's
+//! BAR2 is the same host file, so GAMMA runs through rings, boards, barrier words and
+//! fetch-and-add counters in shared memory. One cluster at a time: 2 cores, TCG.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use volley_qemu::{job_id, run_all, Boot, Outcome, SharedRegion, Verdict};
+
+static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Region size: 16 MiB holds 4 nodes with 16 slots of 64 KiB per ring.
+const REGION: u64 = 16 << 20;
+
+fn cluster(app: &str, nodes: usize, region: &SharedRegion) -> Vec<Outcome> {
+    let job = job_id();
+    let boots: Vec<Boot> = (0..nodes)
+        .map(|i| {
+            let mut b = Boot::new(&format!(
+                "app={app} rank={i} nodes={nodes} fabric=ivshmem job={job}"
+            ));
+            b.extra = region.qemu_args();
+            b.timeout = Duration::from_secs(120);
+            b
+        })
+        .collect();
+    run_all(&boots)
+}
+
+fn all_succeed(out: &[Outcome]) {
+    for (i, o) in out.iter().enumerate() {
+        assert_eq!(o.verdict, Verdict::Success, "node {i}:\n{}", o.console);
+    }
+}
+
+#[test]
+fn two_nodes_ping_pong_up_to_1_mib_over_ivshmem() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let region = SharedRegion::new(REGION);
+    let out = cluster("pingpong", 2, &region);
+    all_succeed(&out);
+    for len in [8, 1000, 65_536, 1_048_576] {
+        assert!(
+            out[0].console.contains(&format!("pingpong {len} B ok")),
+            "{}",
+            out[0].console
+        );
+    }
+    // The frames went through the shared rings, none found corrupt.
+    assert!(
+        out[0].console.contains("ivshmem tx ") && out[0].console.contains(" corrupt 0 "),
+        "{}",
+        out[0].console
+    );
+}
+
+#[test]
+fn four_nodes_run_barriers_a_board_broadcast_and_nic_fetch_and_adds() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let region = SharedRegion::new(REGION);
+    let out = cluster("collectives", 4, &region);
+    all_succeed(&out);
+    assert!(
+        out[0].console.contains("20 barriers ok"),
+        "{}",
+        out[0].console
+    );
+    // Every barrier ran in NIC memory: the start-up one, 20, the one before the
+    // broadcast, the one after the adds and the closing one.
+    for o in &out {
+        assert!(
+            o.console.contains("barriers 24 (24 in device memory)"),
+            "{}",
+            o.console
+        );
+    }
+    // The 4 KiB broadcast is written once into instance 0's board and read there by
+    // every other node.
+    assert!(
+        out[0].console.contains("board tx 1 rx 0"),
+        "{}",
+        out[0].console
+    );
+    for (i, o) in out.iter().enumerate().skip(1) {
+        assert!(
+            o.console.contains(&format!("node {i} got the broadcast")),
+            "{}",
+            o.console
+        );
+        assert!(o.console.contains("board tx 0 rx 1"), "{}", o.console);
+    }
+    // 4 nodes x 1000 adds of 1, and of rank + 1: 4000 and 1000 * (1 + 2 + 3 + 4).
+    // Every add of every node contends for the same two words: a read-modify-write
+    // that is not atomic across VMs loses some (see `SharedRegion::qemu_args`).
+    assert!(
+        out[0]
+            .console
+            .contains("fetchadd ok: counters 4000 and 10000"),
+        "{}",
+        out[0].console
+    );
+    // Served in NIC memory: no node's engine sent a frame for its adds.
+    for (i, o) in out.iter().enumerate() {
+        assert!(
+            o.console.contains(&format!(
+                "node {i} did 2000 fetch-and-adds, engine frames sent 0"
+            )),
+            "{}",
+            o.console
+        );
+    }
+}
+
+#[test]
+fn a_node_that_stops_dead_is_a_sendfailure_not_a_hang() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let region = SharedRegion::new(REGION);
+    let out = cluster("crash", 2, &region);
+    assert!(
+        out[1].console.contains("node 1 stops dead"),
+        "{}",
+        out[1].console
+    );
+    assert_eq!(out[0].verdict, Verdict::Success, "{}", out[0].console);
+    assert!(
+        out[0].console.contains("found dead after"),
+        "{}",
+        out[0].console
+    );
+    assert!(out[0].took < Duration::from_secs(60), "{:?}", out[0].took);
+}
+
+/// A joining node never takes over a region it was not laid out for: one left by
+/// another job, garbage, or a header of this job with an impossible geometry. It
+/// says why and fails, instead of hanging or running on bad memory.
+#[test]
+fn a_stale_garbage_or_corrupt_region_is_refused() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let job = job_id();
+    let header = |generation: u64, nodes: u32, slot_size: u32| {
+        let mut h = Vec::new();
+        h.extend_from_slice(b"VOLLEYMY");
+        h.extend_from_slice(&3u32.to_le_bytes());
+        h.extend_from_slice(&nodes.to_le_bytes());
+        h.extend_from_slice(&16u32.to_le_bytes());
+        h.extend_from_slice(&slot_size.to_le_bytes());
+        h.extend_from_slice(&generation.to_le_bytes());
+        h
+    };
+    let stale = SharedRegion::new(REGION);
+    stale.write_at(0, &header(job + 1, 2, 4096));
+    let garbage = SharedRegion::new(REGION);
+    let noise: Vec<u8> = (0..65_536u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    garbage.write_at(0, &noise);
+    let corrupt = SharedRegion::new(REGION);
+    corrupt.write_at(0, &header(job, 2, 100));
+    let boots: Vec<Boot> = [&stale, &garbage, &corrupt]
+        .iter()
+        .map(|r| {
+            let mut b = Boot::new(&format!(
+                "app=pingpong rank=1 nodes=2 fabric=ivshmem job={job} startup=2"
+            ));
+            b.extra = r.qemu_args();
+            b.timeout = Duration::from_secs(60);
+            b
+        })
+        .collect();
+    let out = run_all(&boots);
+    for o in &out {
+        assert_eq!(o.verdict, Verdict::Failure, "{}", o.console);
+        assert!(!o.console.contains("first sync"), "{}", o.console);
+    }
+    assert!(
+        out[0].console.contains(&format!(
+            "not initialised for this job (magic 0x594d59454c4c4f56, generation {:#x})",
+            job + 1
+        )) && out[0].console.contains("gave up waiting for instance 0"),
+        "{}",
+        out[0].console
+    );
+    assert!(
+        out[1].console.contains("not initialised for this job")
+            && out[1].console.contains("gave up waiting for instance 0"),
+        "{}",
+        out[1].console
+    );
+    assert!(
+        out[2].console.contains("shared region corrupt"),
+        "{}",
+        out[2].console
+    );
+}
