@@ -115,23 +115,38 @@ fn four_nodes_run_barriers_a_board_broadcast_and_nic_fetch_and_adds() {
     }
 }
 
+/// A node that stops dead (its VM ends without leaving the job) is found by its
+/// stopped heartbeat: a send to it is SENDFAILURE, not a hang, and broadcasts go on
+/// reaching the survivors although the dead node never reads the board again.
 #[test]
-fn a_node_that_stops_dead_is_a_sendfailure_not_a_hang() {
+fn a_node_that_stops_dead_is_a_sendfailure_and_broadcasts_go_on() {
     let _one = ONE_CLUSTER_AT_A_TIME
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     let region = SharedRegion::new(REGION);
-    let out = cluster("crash", 2, &region);
+    let out = cluster("crash", 3, &region);
     assert!(
-        out[1].console.contains("node 1 stops dead"),
+        out[2].console.contains("node 2 stops dead"),
         "{}",
-        out[1].console
+        out[2].console
     );
-    assert_eq!(out[0].verdict, Verdict::Success, "{}", out[0].console);
+    for o in &out[..2] {
+        assert_eq!(o.verdict, Verdict::Success, "{}", o.console);
+    }
     assert!(
-        out[0].console.contains("found dead after"),
+        out[0].console.contains("node 2 found dead after")
+            && out[0]
+                .console
+                .contains("20 broadcasts written to the board"),
         "{}",
         out[0].console
+    );
+    assert!(
+        out[1]
+            .console
+            .contains("node 1 got 20 broadcasts after node 2 died"),
+        "{}",
+        out[1].console
     );
     assert!(out[0].took < Duration::from_secs(60), "{:?}", out[0].took);
 }

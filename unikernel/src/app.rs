@@ -5,7 +5,7 @@
 //! processes that share the job; `app=fetchadd` has every instance add to counters of
 //! instance 0 and checks the totals; `app=collectives` barriers, broadcast and
 //! fetch-and-adds; `app=latency` prints the 8-byte one-way median;
-//! `app=crash` stops dead after the first barrier, leaving its peers to notice.
+//! `app=crash`: the last instance stops dead, the others go on and notice.
 
 extern crate alloc;
 
@@ -146,7 +146,7 @@ pub fn run<D: Device>(
         "latency" => latency(&mut g, rank),
         "fetchadd" => fetch_adds(&mut g, rank, nodes),
         "collectives" => barriers(&mut g, rank) && fetch_adds(&mut g, rank, nodes),
-        "crash" => crash(&mut g, rank),
+        "crash" => crash(&mut g, rank, nodes),
         other => {
             println!("volley unikernel: unknown app {:?}", other);
             false
@@ -417,39 +417,92 @@ fn fetch_adds<D: Device>(g: &mut Node<D>, rank: u16, nodes: u16) -> bool {
     true
 }
 
-/// Instance 1 stops dead after the first barrier (its QEMU ends without leaving the
-/// job, as a powered-off node would); instance 0 then sends to it and must be told
-/// SENDFAILURE, not hang.
-fn crash<D: Device>(g: &mut Node<D>, rank: u16) -> bool {
-    match rank {
-        1 => {
-            println!("volley unikernel: node 1 stops dead");
-            crate::exit::exit(crate::exit::Verdict::Success)
+/// Broadcasts the root sends after a member died.
+const AFTER_DEATH: usize = 20;
+
+/// The last instance stops dead after a barrier (its QEMU ends without leaving the
+/// job, as a powered-off node would). Instance 0 then broadcasts [`AFTER_DEATH`]
+/// short messages, more than the broadcast board holds while the dead node does not
+/// read it, which the other survivors must all get; then it sends to the dead node
+/// and must be told SENDFAILURE, not hang.
+fn crash<D: Device>(g: &mut Node<D>, rank: u16, nodes: u16) -> bool {
+    let victim = nodes - 1;
+    let buf: &'static mut [u8] = Vec::leak(vec![0u8; 64]);
+    let dest = if rank == 0 {
+        volley_core::gamma::BROADCAST
+    } else {
+        0
+    };
+    if let Err(e) = g.set_active_port(2, dest, 1, 2, Some(on_msg), None, 2, GO_BACK, Some(buf)) {
+        report("broadcast port", e);
+        return false;
+    }
+    // Instance 0's port 3 leads to the victim (on 2 nodes port 1 does too).
+    if rank == 0 {
+        let buf: &'static mut [u8] = Vec::leak(vec![0u8; 8]);
+        if let Err(e) =
+            g.set_active_port(3, victim, 1, 3, Some(on_msg), None, 3, GO_BACK, Some(buf))
+        {
+            report("port to the victim", e);
+            return false;
         }
-        0 => {
-            let t0 = g.time();
-            let deadline = t0 + Duration::from_secs(30);
-            let r = g
-                .send_flowctl(1, &[1u8; 8])
-                .and_then(|_| g.wait_deadline(1, 1, deadline));
-            match r {
-                Err(volley_core::engine::Error::SendFailure) => {
-                    println!(
-                        "volley unikernel: node 1 found dead after {} ms: SENDFAILURE",
-                        (g.time() - t0).total_micros() / 1000
-                    );
-                    true
-                }
-                other => {
-                    println!(
-                        "volley unikernel: sending to a dead node gave {:?}, not SENDFAILURE",
-                        other
-                    );
-                    false
-                }
-            }
+    }
+    if let Err(e) = g.sync() {
+        report("barrier before the crash", e);
+        return false;
+    }
+    if rank == victim {
+        println!("volley unikernel: node {} stops dead", rank);
+        crate::exit::exit(crate::exit::Verdict::Success)
+    }
+    let t0 = g.time();
+    let deadline = t0 + Duration::from_secs(30);
+    if rank != 0 {
+        // Every broadcast arrives; the semaphore counts them, the buffer holds the last.
+        if let Err(e) = g.wait_deadline(2, AFTER_DEATH as u32, deadline) {
+            report("broadcasts after the death", e);
+            return false;
         }
-        _ => true,
+        let last = pattern(0, AFTER_DEATH - 1, 64);
+        if g.buffer(2) != Some(&last[..]) {
+            println!("volley unikernel: the last broadcast arrived with wrong contents");
+            return false;
+        }
+        println!(
+            "volley unikernel: node {} got {} broadcasts after node {} died",
+            rank, AFTER_DEATH, victim
+        );
+        return true;
+    }
+    for k in 0..AFTER_DEATH {
+        if let Err(e) = g.send_flowctl(2, &pattern(0, k, 64)) {
+            report("broadcast after the death", e);
+            return false;
+        }
+    }
+    let r = g
+        .send_flowctl(3, &[1u8; 8])
+        .and_then(|_| g.wait_deadline(3, 1, deadline));
+    println!(
+        "volley unikernel: {} broadcasts written to the board",
+        g.engine().stats().board_tx
+    );
+    match r {
+        Err(volley_core::engine::Error::SendFailure) => {
+            println!(
+                "volley unikernel: node {} found dead after {} ms: SENDFAILURE",
+                victim,
+                (g.time() - t0).total_micros() / 1000
+            );
+            true
+        }
+        other => {
+            println!(
+                "volley unikernel: sending to a dead node gave {:?}, not SENDFAILURE",
+                other
+            );
+            false
+        }
     }
 }
 

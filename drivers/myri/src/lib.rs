@@ -899,13 +899,26 @@ impl Device for MyriNic {
 
     fn board_transmit(
         &mut self,
-        _now: Instant,
+        now: Instant,
         len: usize,
         fill: &mut dyn FnMut(&mut [u8]),
     ) -> bool {
-        if len > self.geo.board_mtu() || self.board_room() == 0 {
-            self.stats.board_full += u64::from(len <= self.geo.board_mtu());
+        if len > self.geo.board_mtu() {
             return false;
+        }
+        if self.board_room() == 0 {
+            // A reader whose heartbeat has stopped for `dead_after` (its node died with
+            // no launcher to say so, as a VM on ivshmem does) would keep the board
+            // full for good: declare it dead, as `peer_alive` already reports it.
+            if let Some(d) = self.board_laggard() {
+                if !self.peer_alive(now, NodeAddr(d as u16)) {
+                    self.mark_dead(d);
+                }
+            }
+            if self.board_room() == 0 {
+                self.stats.board_full += 1;
+                return false;
+            }
         }
         let tail = self.board_tail;
         let slot = self.boards.slot(self.me, tail);

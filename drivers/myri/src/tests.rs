@@ -322,6 +322,39 @@ fn board_frames_reach_every_reader_once_and_wait_for_the_slowest() {
     );
 }
 
+/// A reader whose heartbeat stops (its VM died: nobody marks it dead) holds the board
+/// full only until `dead_after`; then the writer declares it dead and goes on.
+#[test]
+fn a_reader_whose_heartbeat_stops_is_declared_dead_by_a_full_board() {
+    let mem = Mem::new(geo().region_len().unwrap());
+    let (mut a, mut b) = pair(&mem);
+    let c = MyriNic::attach(mem.region(), 2, 7, NicConfig::default()).unwrap();
+    let dead_after = NicConfig::default().dead_after;
+    let send_at = |nic: &mut MyriNic, t: Instant, bytes: &[u8]| {
+        nic.board_transmit(t, bytes.len(), &mut |buf| buf.copy_from_slice(bytes))
+    };
+    let t0 = Instant::ZERO + Duration::from_secs(1);
+    for i in 0..BOARD_SLOTS as u8 {
+        assert!(send_at(&mut a, t0, &[i; 3]));
+    }
+    // b keeps reading (its heartbeat moves); c never polls again.
+    assert_eq!(board_take(&mut b).len(), BOARD_SLOTS as usize);
+    assert!(!send_at(&mut a, t0, b"full"), "c has read nothing");
+    assert!(
+        !send_at(
+            &mut a,
+            t0 + Duration::from_micros(dead_after.total_micros() - 1),
+            b"full"
+        ),
+        "a stopped heartbeat is not death before dead_after"
+    );
+    assert_eq!(a.state(2), NodeState::Alive);
+    assert!(send_at(&mut a, t0 + dead_after, b"on"));
+    assert_eq!(a.state(2), NodeState::Dead);
+    assert_eq!(board_take(&mut b), vec![(0, b"on".to_vec())]);
+    drop(c);
+}
+
 /// A board slot with an impossible length or garbage bytes is skipped or
 /// dropped by the engine, never a panic, and the frames behind it still come.
 #[test]
