@@ -73,7 +73,9 @@
 //! alive; [`MyriNic::all_joined`] is the start-up barrier. A node bumps its heartbeat on
 //! every receive poll; a peer whose state is not *alive*, or whose heartbeat has not
 //! moved for [`NicConfig::dead_after`], is reported dead through the device trait's
-//! `peer_alive`, and the engine fails sends to it instead of waiting.
+//! `peer_alive`, and the engine fails sends to it instead of waiting. Such a reader
+//! holding a broadcast board full is marked dead in the node table by the writer, so
+//! the board goes on for the others (no launcher watches a VM's process).
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
