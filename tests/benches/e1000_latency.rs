@@ -6,7 +6,7 @@
 //! `cargo bench -p volley-qemu --bench e1000_latency`. Medians of 3 runs, each itself
 //! the median of 2000 round trips.
 
-use volley_qemu::{accel, dgram_nic, macs, ports, run_all, Boot, Verdict};
+use volley_qemu::{accel, dgram_nic, latency_pair, macs, median, ports, Boot};
 
 fn pair(app: &str) -> (Option<f64>, Option<f64>) {
     let base = ports();
@@ -17,31 +17,7 @@ fn pair(app: &str) -> (Option<f64>, Option<f64>) {
             b
         })
         .collect();
-    let out = run_all(&boots);
-    for (i, o) in out.iter().enumerate() {
-        assert_eq!(
-            o.verdict,
-            Verdict::Success,
-            "{app} node {i}:\n{}",
-            o.console
-        );
-    }
-    let find = |prefix: &str, suffix: &str| {
-        out[0].console.lines().find_map(|l| {
-            l.split(prefix)
-                .nth(1)?
-                .strip_suffix(suffix)?
-                .trim()
-                .parse::<f64>()
-                .ok()
-        })
-    };
-    (find("median ", " ns"), find("first sync after ", " ms"))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    latency_pair(app, &boots)
 }
 
 fn main() {

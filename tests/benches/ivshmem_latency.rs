@@ -9,7 +9,7 @@
 //! flag's cache-line transfer does not, so the ratio there says more about TCG than
 //! about the path; under KVM it is the path's.
 
-use volley_qemu::{accel, job_id, run_all, Boot, SharedRegion, Verdict};
+use volley_qemu::{accel, job_id, latency_pair, median, Boot, SharedRegion};
 
 fn pair(app: &str) -> (Option<f64>, Option<f64>) {
     let region = SharedRegion::new(16 << 20);
@@ -23,31 +23,7 @@ fn pair(app: &str) -> (Option<f64>, Option<f64>) {
             b
         })
         .collect();
-    let out = run_all(&boots);
-    for (i, o) in out.iter().enumerate() {
-        assert_eq!(
-            o.verdict,
-            Verdict::Success,
-            "{app} node {i}:\n{}",
-            o.console
-        );
-    }
-    let find = |prefix: &str, suffix: &str| {
-        out[0].console.lines().find_map(|l| {
-            l.split(prefix)
-                .nth(1)?
-                .strip_suffix(suffix)?
-                .trim()
-                .parse::<f64>()
-                .ok()
-        })
-    };
-    (find("median ", " ns"), find("first sync after ", " ms"))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    latency_pair(app, &boots)
 }
 
 fn main() {

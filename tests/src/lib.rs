@@ -272,6 +272,38 @@ pub fn run_all(boots: &[Boot]) -> Vec<Outcome> {
         .collect()
 }
 
+/// Boots a latency pair (`app` on instances 0 and 1), insists both succeed, and
+/// returns what instance 0 printed: its median in ns (`... median N ns`) and its
+/// time to the first barrier in ms (`first sync after N ms`).
+pub fn latency_pair(app: &str, boots: &[Boot]) -> (Option<f64>, Option<f64>) {
+    let out = run_all(boots);
+    for (i, o) in out.iter().enumerate() {
+        assert_eq!(
+            o.verdict,
+            Verdict::Success,
+            "{app} node {i}:\n{}",
+            o.console
+        );
+    }
+    let find = |prefix: &str, suffix: &str| {
+        out[0].console.lines().find_map(|l| {
+            l.split(prefix)
+                .nth(1)?
+                .strip_suffix(suffix)?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+    };
+    (find("median ", " ns"), find("first sync after ", " ms"))
+}
+
+/// The median of `v` (not empty).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
 /// The MAC address of node `i` in these tests.
 pub fn mac(i: usize) -> String {
     format!("52:54:00:56:00:{:02x}", i + 1)

@@ -204,9 +204,17 @@ fn net_app(app: &str, cmdline: &str) -> bool {
             return false;
         }
     };
+    let args = NetArgs {
+        app,
+        cmdline,
+        rank,
+        job,
+        clock,
+        device_barrier,
+    };
     match pvh::arg(cmdline, "fabric").unwrap_or("e1000") {
-        "e1000" => e1000_app(app, cmdline, rank, job, clock, device_barrier),
-        "ivshmem" => ivshmem_app(app, cmdline, rank, job, clock, device_barrier),
+        "e1000" => e1000_app(args),
+        "ivshmem" => ivshmem_app(args),
         other => {
             println!(
                 "volley unikernel: fabric {:?} is not available (e1000 and ivshmem are)",
@@ -217,14 +225,25 @@ fn net_app(app: &str, cmdline: &str) -> bool {
     }
 }
 
-fn e1000_app(
-    app: &str,
-    cmdline: &str,
+/// What every fabric's start-up needs from the command line.
+struct NetArgs<'a> {
+    app: &'a str,
+    cmdline: &'a str,
     rank: u16,
     job: u64,
     clock: clock::TscClock,
     device_barrier: bool,
-) -> bool {
+}
+
+fn e1000_app(a: NetArgs<'_>) -> bool {
+    let NetArgs {
+        app,
+        cmdline,
+        rank,
+        job,
+        clock,
+        device_barrier,
+    } = a;
     let mut macs = alloc::vec::Vec::new();
     for m in pvh::arg(cmdline, "macs").unwrap_or("").split(',') {
         match parse_mac(m) {
@@ -283,14 +302,15 @@ fn e1000_app(
     )
 }
 
-fn ivshmem_app(
-    app: &str,
-    cmdline: &str,
-    rank: u16,
-    job: u64,
-    clock: clock::TscClock,
-    device_barrier: bool,
-) -> bool {
+fn ivshmem_app(a: NetArgs<'_>) -> bool {
+    let NetArgs {
+        app,
+        cmdline,
+        rank,
+        job,
+        clock,
+        device_barrier,
+    } = a;
     let nodes: u16 = match pvh::arg(cmdline, "nodes").and_then(|n| n.parse().ok()) {
         Some(n) if (1..=volley_myri::MAX_NODES as u16).contains(&n) && rank < n => n,
         _ => {
