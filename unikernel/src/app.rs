@@ -228,7 +228,7 @@ fn pingpong<D: Device>(g: &mut Node<D>, rank: u16) -> bool {
 }
 
 /// Median of `v` (sorted in place).
-fn median(v: &mut [u64]) -> u64 {
+pub(crate) fn median(v: &mut [u64]) -> u64 {
     v.sort_unstable();
     v.get(v.len() / 2).copied().unwrap_or(0)
 }

@@ -202,10 +202,9 @@ pub fn flagpong((base, len): (u64, u64), clock: &TscClock, rank: u16) -> bool {
         }
     }
     if rank == 0 {
-        samples.sort_unstable();
         println!(
             "volley unikernel: flag one-way median {} ns",
-            samples[samples.len() / 2]
+            crate::app::median(&mut samples)
         );
     }
     true
