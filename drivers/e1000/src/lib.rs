@@ -21,28 +21,24 @@ use volley_core::phy::{Capabilities, Device, RxToken, TxToken};
 use volley_core::time::Instant;
 use volley_core::NodeAddr;
 
-mod hal;
-pub use hal::{Dma, DmaAlloc, Mmio, PhysAddr};
+pub use volley_hal::{Dma, DmaAlloc, Mmio, PhysAddr};
 
 #[cfg(test)]
 mod tests;
 
-/// Ethernet type of Volley frames (IEEE 802 "local experimental" 1).
-pub const ETHERTYPE: u16 = 0x88B5;
+use volley_hal::ether;
+pub use volley_hal::ether::{ETHERTYPE, MTU};
 /// Receive descriptors.
 pub const RX_DESCS: usize = 64;
 /// Transmit descriptors.
 pub const TX_DESCS: usize = 64;
 /// Bytes per packet buffer (RCTL.BSIZE = 00b: 2048).
 pub const BUF_SIZE: usize = 2048;
-/// Largest Volley frame carried (the Ethernet payload).
-pub const MTU: usize = 1500;
 /// Most peers in the MAC table.
 pub const MAX_PEERS: usize = 64;
 /// Most multicast groups joined at once.
 pub const MAX_GROUPS: usize = 8;
-const ETH_HEADER: usize = 14;
-const ETH_MIN: usize = 60;
+const ETH_HEADER: usize = ether::HEADER;
 /// Receive descriptors handed back before the tail register is written.
 const RX_BATCH: usize = 16;
 
@@ -451,11 +447,7 @@ impl<M: Mmio> TxToken for E1000Tx<'_, M> {
         // it and gets it back only at the TDT write below); this is the only slice.
         let b = unsafe { buf_mut(&nic.tx_bufs, i) };
         let r = f(&mut b[ETH_HEADER..ETH_HEADER + len]);
-        b[0..6].copy_from_slice(&self.dst);
-        b[6..12].copy_from_slice(&nic.mac);
-        b[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
-        let total = (ETH_HEADER + len).max(ETH_MIN);
-        b[ETH_HEADER + len..total].fill(0);
+        let total = ether::finish(b, self.dst, nic.mac, len);
         let mut d = desc_for(&nic.tx_bufs, i, 0);
         d[8..10].copy_from_slice(&(total as u16).to_le_bytes());
         d[11] = TX_CMD_EOP | TX_CMD_IFCS | TX_CMD_RS;
@@ -494,11 +486,7 @@ impl<M: Mmio> Device for E1000<M> {
             let b = buf(&self.rx_bufs, i);
             let ok_shape =
                 status & RX_EOP != 0 && errors == 0 && (ETH_HEADER..=BUF_SIZE).contains(&len);
-            let ours = ok_shape
-                && b[12..14] == ETHERTYPE.to_be_bytes()
-                && (b[0..6] == self.mac
-                    || b[0..6] == [0xFF; 6]
-                    || self.groups[..self.ngroups].iter().any(|g| b[0..6] == *g));
+            let ours = ok_shape && ether::accepts(b, self.mac, &self.groups[..self.ngroups]);
             if ours {
                 return Some(E1000Rx {
                     nic: self,
