@@ -322,9 +322,19 @@ pub fn ports() -> u16 {
     41_000 + (std::process::id() % 300) as u16 * 16 + (n % 16)
 }
 
+/// The Ethernet cards a node can have: QEMU's device model names.
+pub const E1000: &str = "e1000";
+/// DEC 21143, the 3c905-class Fast Ethernet card.
+pub const TULIP: &str = "tulip";
+
 /// QEMU arguments for node `i`'s e1000 on a point-to-point UDP link (`-netdev dgram`)
 /// between ports `base` and `base + 1000` on 127.0.0.1: two nodes.
 pub fn dgram_nic(i: usize, base: u16) -> Vec<String> {
+    dgram_card(i, base, E1000)
+}
+
+/// As [`dgram_nic`], with card `model` ([`E1000`] or [`TULIP`]).
+pub fn dgram_card(i: usize, base: u16, model: &str) -> Vec<String> {
     let (me, peer) = if i == 0 {
         (base, base + 1000)
     } else {
@@ -336,18 +346,23 @@ pub fn dgram_nic(i: usize, base: u16) -> Vec<String> {
             "dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port={me},remote.type=inet,remote.host=127.0.0.1,remote.port={peer}"
         ),
         "-device".into(),
-        format!("e1000,netdev=n0,mac={},romfile=", mac(i)),
+        format!("{model},netdev=n0,mac={},romfile=", mac(i)),
     ]
 }
 
 /// QEMU arguments for node `i`'s e1000 on a loopback multicast hub shared by all nodes
 /// using the same `port` (every node sees every frame; the NIC filters by MAC).
 pub fn hub_nic(i: usize, port: u16) -> Vec<String> {
+    hub_card(i, port, E1000)
+}
+
+/// As [`hub_nic`], with card `model` ([`E1000`] or [`TULIP`]).
+pub fn hub_card(i: usize, port: u16, model: &str) -> Vec<String> {
     vec![
         "-netdev".into(),
         format!("socket,id=n0,mcast=230.0.0.1:{port},localaddr=127.0.0.1"),
         "-device".into(),
-        format!("e1000,netdev=n0,mac={},romfile=", mac(i)),
+        format!("{model},netdev=n0,mac={},romfile=", mac(i)),
     ]
 }
 

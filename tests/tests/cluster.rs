@@ -4,7 +4,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use volley_qemu::{dgram_nic, hub_nic, macs, ports, run_all, Boot, Verdict};
+use volley_qemu::{
+    dgram_card, dgram_nic, hub_card, hub_nic, macs, ports, run_all, Boot, Verdict, E1000, TULIP,
+};
 
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -156,4 +158,100 @@ fn a_node_without_a_key_refuses_to_run() {
     let _ = std::fs::remove_dir_all(bad.parent().unwrap());
     assert_eq!(out[0].verdict, Verdict::Failure, "{}", out[0].console);
     assert!(out[0].console.contains("no job key"), "{}", out[0].console);
+}
+
+#[test]
+fn two_nodes_ping_pong_up_to_1_mib_over_the_21143() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let base = ports();
+    let boots: Vec<Boot> = (0..2)
+        .map(|i| {
+            node(
+                format!("app=pingpong rank={i} fabric=tulip macs={}", macs(2)),
+                dgram_card(i, base, TULIP),
+            )
+        })
+        .collect();
+    let out = run_all(&boots);
+    for (i, o) in out.iter().enumerate() {
+        assert_eq!(o.verdict, Verdict::Success, "node {i}:\n{}", o.console);
+        assert!(o.console.contains("tulip mac"), "{}", o.console);
+    }
+    for len in [8, 1000, 65_536, 1_048_576] {
+        assert!(
+            out[0].console.contains(&format!("pingpong {len} B ok")),
+            "{}",
+            out[0].console
+        );
+    }
+}
+
+/// Barriers and a broadcast on four nodes with `cards[i]` on one hub; with `app=mixed`
+/// instances 0 and 1 first ping-pong up to 1 MiB. Returns the consoles.
+fn hub_cluster(app: &str, cards: &[&str]) -> Vec<String> {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let port = ports();
+    let n = cards.len();
+    let boots: Vec<Boot> = cards
+        .iter()
+        .enumerate()
+        .map(|(i, card)| {
+            node(
+                format!("app={app} rank={i} macs={}", macs(n)),
+                hub_card(i, port, card),
+            )
+        })
+        .collect();
+    let out = run_all(&boots);
+    for (i, o) in out.iter().enumerate() {
+        assert_eq!(
+            o.verdict,
+            Verdict::Success,
+            "node {i} ({}):\n{}",
+            cards[i],
+            o.console
+        );
+        assert!(
+            o.console.contains(&format!("{} mac", cards[i])),
+            "node {i} found its {} by itself:\n{}",
+            cards[i],
+            o.console
+        );
+    }
+    assert!(
+        out[0].console.contains("20 barriers ok"),
+        "{}",
+        out[0].console
+    );
+    for (i, o) in out.iter().enumerate().skip(1) {
+        assert!(
+            o.console.contains(&format!("node {i} got the broadcast")),
+            "{}",
+            o.console
+        );
+    }
+    out.into_iter().map(|o| o.console).collect()
+}
+
+#[test]
+fn four_21143_nodes_run_barriers_and_a_broadcast() {
+    hub_cluster("barrier", &[TULIP; 4]);
+}
+
+/// e1000 and 21143 nodes on one hub are one job: the ping-pong crosses from one kind
+/// of card to the other, the barriers and the broadcast span both.
+#[test]
+fn e1000_and_21143_nodes_share_one_lan() {
+    let consoles = hub_cluster("mixed", &[E1000, TULIP, E1000, TULIP]);
+    for len in [8, 1000, 65_536, 1_048_576] {
+        assert!(
+            consoles[0].contains(&format!("pingpong {len} B ok")),
+            "{}",
+            consoles[0]
+        );
+    }
 }

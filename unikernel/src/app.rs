@@ -1,5 +1,5 @@
 //! The application linked into the image: ordinary GAMMA code, SPMD style, running
-//! over the e1000 or the Myrinet-like model on ivshmem. `app=pingpong` bounces messages
+//! over the e1000, the 21143 or the Myrinet-like model on ivshmem. `app=pingpong` bounces messages
 //! of 8 B to 1 MiB between instances 0 and 1 with every byte checked; `app=barrier`
 //! runs barriers and a broadcast; `app=mixed` both, as `volley worker mixed` does in
 //! processes that share the job; `app=fetchadd` has every instance add to counters of
@@ -17,9 +17,10 @@ use volley_core::gamma::{Gamma, Upcall, GO_BACK};
 use volley_core::phy::Device;
 use volley_core::time::Duration;
 use volley_e1000::E1000;
+use volley_tulip::Tulip;
 
 use crate::clock::TscClock;
-use crate::hal::Bar0;
+use crate::hal::MemBar;
 use crate::println;
 
 type Node<D> = Gamma<'static, D, TscClock, u64>;
@@ -165,11 +166,20 @@ pub fn run<D: Device>(
 }
 
 /// The e1000's counters.
-pub fn e1000_stats(nic: &mut E1000<Bar0>) {
+pub fn e1000_stats(nic: &mut E1000<MemBar>) {
     let s = nic.stats();
     println!(
         "volley unikernel: e1000 rx {} tx {} filtered {} missed {}",
         s.rx_frames, s.tx_frames, s.rx_filtered, s.hw_rx_missed
+    );
+}
+
+/// The 21143's counters.
+pub fn tulip_stats(nic: &mut Tulip<MemBar>) {
+    let s = nic.stats();
+    println!(
+        "volley unikernel: tulip rx {} tx {} filtered {} errors {} missed {} resumed {}",
+        s.rx_frames, s.tx_frames, s.rx_filtered, s.rx_errors, s.hw_rx_missed, s.rx_resumed
     );
 }
 
@@ -270,19 +280,19 @@ fn latency<D: Device>(g: &mut Node<D>, rank: u16) -> bool {
 
 /// The reference: the same two images bounce a raw Ethernet frame through the driver,
 /// no protocol on top. Instance 0 prints the median one-way latency in nanoseconds.
-pub fn rawpong(nic: &mut E1000<Bar0>, clock: &TscClock, rank: u16) -> bool {
+pub fn rawpong<D: Device>(nic: &mut D, clock: &TscClock, rank: u16) -> bool {
     use volley_core::gamma::Clock;
-    use volley_core::phy::{Device, RxToken, TxToken};
+    use volley_core::phy::{RxToken, TxToken};
     use volley_core::NodeAddr;
     let peer = NodeAddr(1 - rank);
-    let send = |nic: &mut E1000<Bar0>, seq: u32| loop {
+    let send = |nic: &mut D, seq: u32| loop {
         if let Some(t) = nic.transmit(clock.now(), peer) {
             t.consume(8, |b| b[..4].copy_from_slice(&seq.to_le_bytes()));
             return;
         }
     };
     // Wait for a frame numbered `seq` (or later); false after 5 s of silence.
-    let recv = |nic: &mut E1000<Bar0>, seq: u32| -> bool {
+    let recv = |nic: &mut D, seq: u32| -> bool {
         let until = clock.now() + Duration::from_secs(5);
         while clock.now() < until {
             if let Some(t) = nic.receive(clock.now()) {

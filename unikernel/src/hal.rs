@@ -1,39 +1,41 @@
-//! The e1000's platform: BAR0 registers through volatile accesses, and DMA memory from
-//! a bump allocator over a static, identity-mapped arena (physical = virtual).
+//! The NIC drivers' platform (`volley-hal`): registers in a memory BAR through volatile
+//! accesses, and DMA memory from a bump allocator over a static, identity-mapped arena
+//! (physical = virtual, below 4 GiB as the 21143's 32-bit addressing needs).
 
 use core::ptr::NonNull;
 
-use volley_e1000::{Dma, DmaAlloc, Mmio, PhysAddr};
+use volley_hal::{Dma, DmaAlloc, Mmio, PhysAddr};
 
-/// BAR0 of an e1000, identity-mapped and uncached (the PCI hole: see boot.rs).
+/// A NIC's memory BAR (the e1000's BAR0, the 21143's BAR1), identity-mapped and
+/// uncached (the PCI hole: see boot.rs).
 #[derive(Debug)]
-pub struct Bar0 {
+pub struct MemBar {
     base: usize,
     len: usize,
 }
 
-impl Bar0 {
+impl MemBar {
     /// The register window at physical `base`, `len` bytes.
     ///
     /// # Safety
     ///
     /// `base..base + len` must be the device's memory BAR, mapped, and used by nothing else.
-    pub unsafe fn new(base: u64, len: u64) -> Bar0 {
-        Bar0 {
+    pub unsafe fn new(base: u64, len: u64) -> MemBar {
+        MemBar {
             base: base as usize,
             len: len as usize,
         }
     }
 }
 
-impl Mmio for Bar0 {
+impl Mmio for MemBar {
     fn read32(&self, off: usize) -> u32 {
-        assert!(off + 4 <= self.len, "register {off:#x} outside BAR0");
+        assert!(off + 4 <= self.len, "register {off:#x} outside the BAR");
         // SAFETY: inside the BAR (checked), 4-aligned register offsets from the driver.
         unsafe { core::ptr::read_volatile((self.base + off) as *const u32) }
     }
     fn write32(&mut self, off: usize, v: u32) {
-        assert!(off + 4 <= self.len, "register {off:#x} outside BAR0");
+        assert!(off + 4 <= self.len, "register {off:#x} outside the BAR");
         // SAFETY: as in `read32`.
         unsafe { core::ptr::write_volatile((self.base + off) as *mut u32, v) }
     }

@@ -6,8 +6,9 @@
 //! chooses what to run: `test=ok` (default), `test=panic`, `test=fault`, `test=guard`
 //! (write to the stack's guard page: must fault), `test=tsc` (calibrate the TSC
 //! against the PIT), `test=pci` (enumerate PCI, map an e1000's BAR0 and read its MAC
-//! address from RAL0/RAH0). `app=...` runs a GAMMA application over
-//! the e1000 or over the Myrinet-like model on ivshmem (see `net_app`).
+//! address from RAL0/RAH0). `app=...` runs a GAMMA application over an
+//! Ethernet card (e1000 or DEC 21143) or over the Myrinet-like model on ivshmem (see
+//! `net_app`).
 #![no_std]
 #![no_main]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
@@ -162,10 +163,10 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
     parts.next().is_none().then_some(mac)
 }
 
-/// `app=NAME rank=R [job=ID]` and, for the fabric: `fabric=e1000 macs=M0,M1,...`
-/// (the default) or `fabric=ivshmem nodes=N [startup=SECONDS]`; `barrier=frames` keeps
-/// barriers out of NIC memory. Brings the NIC up and runs the
-/// application.
+/// `app=NAME rank=R [job=ID]` and, for the fabric: `fabric=ethernet macs=M0,M1,...`
+/// (the default: the first e1000 or 21143 found; `fabric=e1000` or `fabric=tulip` for
+/// one kind) or `fabric=ivshmem nodes=N [startup=SECONDS]`; `barrier=frames` keeps
+/// barriers out of NIC memory. Brings the NIC up and runs the application.
 fn net_app(app: &str, cmdline: &str) -> bool {
     let rank: u16 = match pvh::arg(cmdline, "rank").and_then(|r| r.parse().ok()) {
         Some(r) => r,
@@ -212,12 +213,14 @@ fn net_app(app: &str, cmdline: &str) -> bool {
         clock,
         device_barrier,
     };
-    match pvh::arg(cmdline, "fabric").unwrap_or("e1000") {
-        "e1000" => e1000_app(args),
+    match pvh::arg(cmdline, "fabric").unwrap_or("ethernet") {
+        "ethernet" => ethernet_app(args, None),
+        "e1000" => ethernet_app(args, Some(Card::E1000)),
+        "tulip" => ethernet_app(args, Some(Card::Tulip)),
         "ivshmem" => ivshmem_app(args),
         other => {
             println!(
-                "volley unikernel: fabric {:?} is not available (e1000 and ivshmem are)",
+                "volley unikernel: fabric {:?} is not available (ethernet, e1000, tulip and ivshmem are)",
                 other
             );
             false
@@ -235,17 +238,46 @@ struct NetArgs<'a> {
     device_barrier: bool,
 }
 
-fn e1000_app(a: NetArgs<'_>) -> bool {
-    let NetArgs {
-        app,
-        cmdline,
-        rank,
-        job,
-        clock,
-        device_barrier,
-    } = a;
+/// The Ethernet cards the kernel drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Card {
+    /// Intel 82540EM (QEMU's `e1000`).
+    E1000,
+    /// DEC 21143 (QEMU's `tulip`), the 3c905-class Fast Ethernet card.
+    Tulip,
+}
+
+impl Card {
+    /// PCI vendor and device id.
+    fn ids(self) -> (u16, u16) {
+        match self {
+            Card::E1000 => (0x8086, 0x100E),
+            Card::Tulip => (0x1011, 0x0019),
+        }
+    }
+
+    /// The memory BAR holding the registers: the 21143's BAR0 is the same CSRs in
+    /// I/O space, its BAR1 in memory.
+    fn bar(self) -> u8 {
+        match self {
+            Card::E1000 => 0,
+            Card::Tulip => 1,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Card::E1000 => "e1000",
+            Card::Tulip => "tulip",
+        }
+    }
+}
+
+/// Raw Ethernet frames on the first card found (`want`: only that kind), addressed by
+/// the `macs=` table; e1000 and 21143 nodes share one LAN and one job.
+fn ethernet_app(a: NetArgs<'_>, want: Option<Card>) -> bool {
     let mut macs = alloc::vec::Vec::new();
-    for m in pvh::arg(cmdline, "macs").unwrap_or("").split(',') {
+    for m in pvh::arg(a.cmdline, "macs").unwrap_or("").split(',') {
         match parse_mac(m) {
             Some(mac) => macs.push(mac),
             None => {
@@ -254,51 +286,91 @@ fn e1000_app(a: NetArgs<'_>) -> bool {
             }
         }
     }
-    let mut bar = None;
+    let mut found = None;
     pci::scan(|f| {
-        if (f.vendor, f.device) == (0x8086, 0x100E) && bar.is_none() {
-            if let Some(b) = pci::memory_bar(&f, 0) {
-                pci::enable(&f);
-                bar = Some(b);
+        for card in [Card::E1000, Card::Tulip] {
+            if found.is_none()
+                && want.is_none_or(|w| w == card)
+                && (f.vendor, f.device) == card.ids()
+            {
+                if let Some(bar) = pci::memory_bar(&f, card.bar()) {
+                    pci::enable(&f);
+                    found = Some((card, bar));
+                }
             }
         }
     });
-    let Some((base, size)) = bar else {
-        println!("volley unikernel: no e1000 found");
+    let Some((card, (base, size))) = found else {
+        println!(
+            "volley unikernel: no {} found",
+            want.map_or("e1000 or tulip", Card::name)
+        );
         return false;
     };
-    // SAFETY: BAR0 of the e1000 just enabled, inside the mapped PCI hole, used only here.
-    let mmio = unsafe { hal::Bar0::new(base, size) };
-    let nic = match volley_e1000::E1000::new(mmio, &mut hal::BumpDma::default(), &macs) {
-        Ok(n) => n,
-        Err(e) => {
-            println!("volley unikernel: e1000: {}", e);
-            return false;
-        }
-    };
-    let m = nic.mac();
-    if macs.get(rank as usize) != Some(&m) {
+    // SAFETY: the card's register BAR just enabled, inside the mapped PCI hole, used
+    // only by its driver from here on.
+    let mmio = unsafe { hal::MemBar::new(base, size) };
+    let mut dma = hal::BumpDma::default();
+    match card {
+        Card::E1000 => match volley_e1000::E1000::new(mmio, &mut dma, &macs) {
+            Ok(nic) => {
+                let mac = nic.mac();
+                ethernet_run(a, nic, card, mac, &macs, app::e1000_stats)
+            }
+            Err(e) => {
+                println!("volley unikernel: e1000: {}", e);
+                false
+            }
+        },
+        Card::Tulip => match volley_tulip::Tulip::new(mmio, &mut dma, &macs) {
+            Ok(nic) => {
+                let mac = nic.mac();
+                ethernet_run(a, nic, card, mac, &macs, app::tulip_stats)
+            }
+            Err(e) => {
+                println!("volley unikernel: tulip: {}", e);
+                false
+            }
+        },
+    }
+}
+
+/// Runs the application over a started Ethernet card whose address is `mac`.
+fn ethernet_run<D: volley_core::phy::Device>(
+    a: NetArgs<'_>,
+    mut nic: D,
+    card: Card,
+    mac: [u8; 6],
+    macs: &[[u8; 6]],
+    stats: impl FnOnce(&mut D),
+) -> bool {
+    println!(
+        "volley unikernel: {} mac {:02x?}, rank {} of {}",
+        card.name(),
+        mac,
+        a.rank,
+        macs.len()
+    );
+    if macs.get(a.rank as usize) != Some(&mac) {
         println!(
             "volley unikernel: my MAC {:02x?} is not entry {} of macs=",
-            m, rank
+            mac, a.rank
         );
         return false;
     }
-    if app == "rawpong" {
-        let mut nic = nic;
-        return app::rawpong(&mut nic, &clock, rank);
+    if a.app == "rawpong" {
+        return app::rawpong(&mut nic, &a.clock, a.rank);
     }
-    let nodes = macs.len() as u16;
     app::run(
-        app,
+        a.app,
         nic,
         app::Fabric::Ethernet,
-        clock,
-        rank,
-        nodes,
-        job,
-        device_barrier,
-        app::e1000_stats,
+        a.clock,
+        a.rank,
+        macs.len() as u16,
+        a.job,
+        a.device_barrier,
+        stats,
     )
 }
 
