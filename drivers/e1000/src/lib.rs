@@ -21,7 +21,7 @@ use volley_core::phy::{Capabilities, Device, RxToken, TxToken};
 use volley_core::time::Instant;
 use volley_core::NodeAddr;
 
-pub use volley_hal::{Dma, DmaAlloc, Mmio, PhysAddr};
+pub use volley_hal::{Dma, DmaAlloc, EthernetNic, Mmio, PhysAddr};
 
 #[cfg(test)]
 mod tests;
@@ -131,6 +131,10 @@ pub struct Stats {
     pub rx_errors: u64,
     /// Transmit attempts with no free descriptor.
     pub tx_ring_full: u64,
+    /// Whole frames received through [`EthernetNic`] (an IP stack's).
+    pub rx_raw: u64,
+    /// Whole frames sent through [`EthernetNic`].
+    pub tx_raw: u64,
     /// NIC: good packets received (GPRC).
     pub hw_rx_good: u64,
     /// NIC: good packets transmitted (GPTC).
@@ -405,6 +409,83 @@ impl<M: Mmio> E1000<M> {
             self.tx_clean = (self.tx_clean + 1) % TX_DESCS;
         }
     }
+
+    /// Whether a transmit descriptor is free (reclaiming done ones first).
+    fn tx_free(&mut self) -> bool {
+        self.reclaim_tx();
+        if (self.tx_next + 1) % TX_DESCS == self.tx_clean {
+            self.stats.tx_ring_full += 1;
+            return false;
+        }
+        true
+    }
+
+    /// Sends the frame `fill` writes into the next free buffer (checked by `tx_free`);
+    /// `fill` returns its result and the frame's length.
+    fn send<R>(&mut self, fill: impl FnOnce(&mut [u8]) -> (R, usize)) -> R {
+        let i = self.tx_next;
+        // SAFETY: descriptor `i` is free (the caller checked `tx_free`: the NIC is done
+        // with it and gets it back only at the TDT write below); this is the only slice.
+        let b = unsafe { buf_mut(&self.tx_bufs, i) };
+        let (r, total) = fill(b);
+        let mut d = desc_for(&self.tx_bufs, i, 0);
+        d[8..10].copy_from_slice(&(total as u16).to_le_bytes());
+        d[11] = TX_CMD_EOP | TX_CMD_IFCS | TX_CMD_RS;
+        desc_write(&self.tx_descs, i, d);
+        self.tx_next = (i + 1) % TX_DESCS;
+        // The buffer and descriptor are complete before the NIC may read them.
+        fence(Ordering::SeqCst);
+        self.mmio.write32(reg::TDT, self.tx_next as u32);
+        r
+    }
+
+    /// The next good frame addressed to us, as (descriptor, length): Volley frames
+    /// only, or (`raw`) any type. Others are counted and handed back.
+    fn next_frame(&mut self, raw: bool) -> Option<(usize, usize)> {
+        for _ in 0..RX_DESCS {
+            let i = self.rx_next;
+            let status = desc_u8(&self.rx_descs, i, 12);
+            if status & RX_DD == 0 {
+                self.post_rx();
+                return None;
+            }
+            // The NIC wrote the descriptor, then the status: read the rest after it.
+            fence(Ordering::Acquire);
+            let len = desc_u16(&self.rx_descs, i, 8) as usize;
+            let errors = desc_u8(&self.rx_descs, i, 13);
+            let b = &buf(&self.rx_bufs, i)[..len.min(BUF_SIZE)];
+            let ok_shape =
+                status & RX_EOP != 0 && errors == 0 && (ETH_HEADER..=BUF_SIZE).contains(&len);
+            let groups = &self.groups[..self.ngroups];
+            let ours = ok_shape
+                && if raw {
+                    ether::addressed_to(b, self.mac, groups)
+                } else {
+                    ether::accepts(b, self.mac, groups)
+                };
+            if ours {
+                return Some((i, len));
+            }
+            if ok_shape {
+                self.stats.rx_filtered += 1;
+            } else {
+                self.stats.rx_errors += 1;
+            }
+            self.release_rx(i);
+        }
+        self.post_rx();
+        None
+    }
+
+    /// Hands receive descriptor `i` back (the tail register is written per batch).
+    fn release_rx(&mut self, i: usize) {
+        desc_set_u8(&self.rx_descs, i, 12, 0);
+        self.rx_next = (i + 1) % RX_DESCS;
+        self.rx_unposted += 1;
+        if self.rx_unposted >= RX_BATCH {
+            self.post_rx();
+        }
+    }
 }
 
 /// A received Volley frame, lent from its DMA buffer.
@@ -426,38 +507,55 @@ impl<M: Mmio> RxToken for E1000Rx<'_, M> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
         let nic = self.nic;
         let r = f(&buf(&nic.rx_bufs, self.index)[ETH_HEADER..self.len]);
-        // Give the descriptor back (in batches).
-        desc_set_u8(&nic.rx_descs, self.index, 12, 0);
-        nic.rx_next = (self.index + 1) % RX_DESCS;
-        nic.rx_unposted += 1;
         nic.stats.rx_frames += 1;
-        if nic.rx_unposted >= RX_BATCH {
-            nic.post_rx();
-        }
+        nic.release_rx(self.index);
         r
     }
 }
 
 impl<M: Mmio> TxToken for E1000Tx<'_, M> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let nic = self.nic;
-        let i = nic.tx_next;
+        let (nic, dst) = (self.nic, self.dst);
         let len = len.min(MTU);
-        // SAFETY: descriptor `i` is free (checked in `transmit`: the NIC is done with
-        // it and gets it back only at the TDT write below); this is the only slice.
-        let b = unsafe { buf_mut(&nic.tx_bufs, i) };
-        let r = f(&mut b[ETH_HEADER..ETH_HEADER + len]);
-        let total = ether::finish(b, self.dst, nic.mac, len);
-        let mut d = desc_for(&nic.tx_bufs, i, 0);
-        d[8..10].copy_from_slice(&(total as u16).to_le_bytes());
-        d[11] = TX_CMD_EOP | TX_CMD_IFCS | TX_CMD_RS;
-        desc_write(&nic.tx_descs, i, d);
-        nic.tx_next = (i + 1) % TX_DESCS;
-        // The buffer and descriptor are complete before the NIC may read them.
-        fence(Ordering::SeqCst);
-        nic.mmio.write32(reg::TDT, nic.tx_next as u32);
+        let mac = nic.mac;
+        let r = nic.send(|b| {
+            let r = f(&mut b[ETH_HEADER..ETH_HEADER + len]);
+            (r, ether::finish(b, dst, mac, len))
+        });
         nic.stats.tx_frames += 1;
         r
+    }
+}
+
+impl<M: Mmio> EthernetNic for E1000<M> {
+    fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    fn recv_frame<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let (index, len) = self.next_frame(true)?;
+        let r = f(&buf(&self.rx_bufs, index)[..len]);
+        self.stats.rx_raw += 1;
+        self.release_rx(index);
+        Some(r)
+    }
+
+    fn can_send(&mut self) -> bool {
+        self.tx_free()
+    }
+
+    fn send_frame<R>(&mut self, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+        if !self.tx_free() {
+            return None;
+        }
+        let len = len.min(ether::MAX_FRAME);
+        let r = self.send(|b| {
+            let r = f(&mut b[..len]);
+            b[len..ether::MIN_FRAME.max(len)].fill(0);
+            (r, ether::MIN_FRAME.max(len))
+        });
+        self.stats.tx_raw += 1;
+        Some(r)
     }
 }
 
@@ -472,49 +570,17 @@ impl<M: Mmio> Device for E1000<M> {
         Self: 'a;
 
     fn receive(&mut self, _now: Instant) -> Option<E1000Rx<'_, M>> {
-        for _ in 0..RX_DESCS {
-            let i = self.rx_next;
-            let status = desc_u8(&self.rx_descs, i, 12);
-            if status & RX_DD == 0 {
-                self.post_rx();
-                return None;
-            }
-            // The NIC wrote the descriptor, then the status: read the rest after it.
-            fence(Ordering::Acquire);
-            let len = desc_u16(&self.rx_descs, i, 8) as usize;
-            let errors = desc_u8(&self.rx_descs, i, 13);
-            let b = buf(&self.rx_bufs, i);
-            let ok_shape =
-                status & RX_EOP != 0 && errors == 0 && (ETH_HEADER..=BUF_SIZE).contains(&len);
-            let ours = ok_shape && ether::accepts(b, self.mac, &self.groups[..self.ngroups]);
-            if ours {
-                return Some(E1000Rx {
-                    nic: self,
-                    index: i,
-                    len,
-                });
-            }
-            if ok_shape {
-                self.stats.rx_filtered += 1;
-            } else {
-                self.stats.rx_errors += 1;
-            }
-            desc_set_u8(&self.rx_descs, i, 12, 0);
-            self.rx_next = (i + 1) % RX_DESCS;
-            self.rx_unposted += 1;
-        }
-        self.post_rx();
-        None
+        let (index, len) = self.next_frame(false)?;
+        Some(E1000Rx {
+            nic: self,
+            index,
+            len,
+        })
     }
 
     fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<E1000Tx<'_, M>> {
         let d = dst.0 as usize;
-        if d >= self.npeers {
-            return None;
-        }
-        self.reclaim_tx();
-        if (self.tx_next + 1) % TX_DESCS == self.tx_clean {
-            self.stats.tx_ring_full += 1;
+        if d >= self.npeers || !self.tx_free() {
             return None;
         }
         let dst = self.peers[d];

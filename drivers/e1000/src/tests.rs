@@ -347,3 +347,37 @@ fn the_engine_moves_a_message_over_two_fake_nics() {
     assert_eq!(p.b.state().as_slice(), msg);
     assert!(nb.stats().rx_frames >= 69, "100 kB in 1444-byte payloads");
 }
+
+#[test]
+fn as_a_plain_ethernet_interface_whole_frames_of_any_type_pass() {
+    let (mut n, regs) = nic(MAC_A);
+    let mut hw = Hw::default();
+    let ip = eth(MAC_A, 0x0800, b"an IP packet");
+    assert!(hw_receive(&n, &regs, &mut hw, &ip));
+    assert!(hw_receive(
+        &n,
+        &regs,
+        &mut hw,
+        &eth(MAC_B, 0x0800, b"not ours")
+    ));
+    assert!(hw_receive(
+        &n,
+        &regs,
+        &mut hw,
+        &eth([0xFF; 6], 0x0806, b"ARP")
+    ));
+    assert_eq!(n.recv_frame(|f| f.to_vec()), Some(ip));
+    assert_eq!(n.recv_frame(|f| f[12..14].to_vec()), Some(std::vec![8, 6]));
+    assert_eq!(n.recv_frame(|f| f.len()), None);
+    assert!(n.can_send());
+    n.send_frame(2000, |b| {
+        assert_eq!(b.len(), 1514, "cut to a full Ethernet frame");
+        b.fill(0x45);
+    })
+    .unwrap();
+    let sent = hw_transmit(&n, &regs, &mut hw);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].len(), 1514);
+    let s = n.stats();
+    assert_eq!((s.rx_raw, s.tx_raw, s.rx_filtered), (2, 1, 1));
+}

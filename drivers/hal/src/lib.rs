@@ -54,6 +54,8 @@ pub mod ether {
     pub const MTU: usize = 1500;
     /// The broadcast address.
     pub const BROADCAST: [u8; 6] = [0xFF; 6];
+    /// Largest frame on the wire without its FCS.
+    pub const MAX_FRAME: usize = HEADER + MTU;
 
     /// Writes the header of a Volley frame from `src` to `dst` into `frame[..HEADER]`,
     /// zero-pads the payload of `len` bytes to the minimum frame, and returns the
@@ -70,10 +72,32 @@ pub mod ether {
     /// Whether a received `frame` is a Volley frame for this node: our type, and sent
     /// to `mac`, to everyone, or to one of `groups`.
     pub fn accepts(frame: &[u8], mac: [u8; 6], groups: &[[u8; 6]]) -> bool {
+        addressed_to(frame, mac, groups) && frame[12..14] == ETHERTYPE.to_be_bytes()
+    }
+
+    /// Whether a received `frame` of any type is sent to `mac`, to everyone, or to one
+    /// of `groups`.
+    pub fn addressed_to(frame: &[u8], mac: [u8; 6], groups: &[[u8; 6]]) -> bool {
         frame.len() >= HEADER
-            && frame[12..14] == ETHERTYPE.to_be_bytes()
             && (frame[0..6] == mac
                 || frame[0..6] == BROADCAST
                 || groups.iter().any(|g| frame[0..6] == *g))
     }
+}
+
+/// A NIC seen as a plain Ethernet interface: whole frames in and out, any type, for an
+/// IP stack on top (the unikernel's smoltcp). Frames arrive filtered by the card's
+/// address filter: our address, broadcast, joined groups.
+pub trait EthernetNic {
+    /// This card's MAC address.
+    fn mac(&self) -> [u8; 6];
+    /// Calls `f` with the next received frame (from its destination address to the end
+    /// of its payload, no FCS), if one is waiting.
+    fn recv_frame<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R>;
+    /// Whether a frame can be sent now (a transmit descriptor is free).
+    fn can_send(&mut self) -> bool;
+    /// Sends a frame of `len` bytes (cut to a full Ethernet frame, padded to the
+    /// minimum) that `f` writes whole, headers included; `None` when no descriptor is
+    /// free.
+    fn send_frame<R>(&mut self, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Option<R>;
 }

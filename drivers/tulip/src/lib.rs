@@ -28,7 +28,7 @@ use volley_core::NodeAddr;
 use volley_hal::ether;
 
 pub use volley_hal::ether::{ETHERTYPE, MTU};
-pub use volley_hal::{Dma, DmaAlloc, Mmio, PhysAddr};
+pub use volley_hal::{Dma, DmaAlloc, EthernetNic, Mmio, PhysAddr};
 
 #[cfg(test)]
 mod tests;
@@ -169,6 +169,10 @@ pub struct Stats {
     pub rx_errors: u64,
     /// Transmit attempts with no free descriptor.
     pub tx_ring_full: u64,
+    /// Whole frames received through [`EthernetNic`] (an IP stack's).
+    pub rx_raw: u64,
+    /// Whole frames sent through [`EthernetNic`].
+    pub tx_raw: u64,
     /// Frames the chip reported as not sent (TDES0 error summary).
     pub tx_errors: u64,
     /// Times reception had stopped for want of descriptors and was resumed.
@@ -515,6 +519,81 @@ impl<M: Mmio> Tulip<M> {
             self.tx_clean = (self.tx_clean + 1) % TX_DESCS;
         }
     }
+
+    /// Whether a transmit descriptor is free (reclaiming done ones first).
+    fn tx_free(&mut self) -> bool {
+        self.reclaim_tx();
+        if (self.tx_next + 1) % TX_DESCS == self.tx_clean {
+            self.stats.tx_ring_full += 1;
+            return false;
+        }
+        true
+    }
+
+    /// Sends the frame `fill` writes into the next free buffer (checked by `tx_free`);
+    /// `fill` returns its result and the frame's length.
+    fn send<R>(&mut self, fill: impl FnOnce(&mut [u8]) -> (R, usize)) -> R {
+        let i = self.tx_next;
+        // SAFETY: descriptor `i` is free (the caller checked `tx_free`: OWN clear, and
+        // the chip gets it back only at the OWN write below); this is the only slice.
+        let b = unsafe { buf_mut(&self.tx_bufs, i) };
+        let (r, total) = fill(b);
+        let end = if i == TX_DESCS - 1 { TDES1_TER } else { 0 };
+        // One segment, the whole frame; the chip appends the CRC (TDES1.AC clear).
+        des_write(
+            &self.tx_descs,
+            i,
+            1,
+            end | TDES1_FS | TDES1_LS | total as u32,
+        );
+        // Buffer and control are complete before the chip may see OWN.
+        fence(Ordering::SeqCst);
+        des_write(&self.tx_descs, i, 0, DES0_OWN);
+        self.tx_next = (i + 1) % TX_DESCS;
+        fence(Ordering::SeqCst);
+        self.mmio.write32(csr::TX_POLL, 1);
+        r
+    }
+
+    /// The next good frame addressed to us, as (descriptor, length without CRC):
+    /// Volley frames only, or (`raw`) any type. Others are counted and handed back.
+    fn next_frame(&mut self, raw: bool) -> Option<(usize, usize)> {
+        for _ in 0..RX_DESCS {
+            let i = self.rx_next;
+            let status = des_read(&self.rx_descs, i, 0);
+            if status & DES0_OWN != 0 {
+                self.check_rx();
+                return None;
+            }
+            // The chip wrote the buffer, then the status: read the buffer after it.
+            fence(Ordering::Acquire);
+            let fl = ((status >> RDES0_FL_SHIFT) & RDES0_FL_MASK) as usize;
+            let whole = status & (RDES0_FS | RDES0_LS) == RDES0_FS | RDES0_LS;
+            let ok_shape = whole
+                && status & RDES0_ES == 0
+                && (ether::HEADER + CRC_LEN..=BUF_SIZE).contains(&fl);
+            let len = fl.saturating_sub(CRC_LEN);
+            let b = &buf(&self.rx_bufs, i)[..len.min(BUF_SIZE)];
+            let groups = &self.groups[..self.ngroups];
+            let ours = ok_shape
+                && if raw {
+                    ether::addressed_to(b, self.mac, groups)
+                } else {
+                    ether::accepts(b, self.mac, groups)
+                };
+            if ours {
+                return Some((i, len));
+            }
+            if ok_shape {
+                self.stats.rx_filtered += 1;
+            } else {
+                self.stats.rx_errors += 1;
+            }
+            self.give_back(i);
+        }
+        self.check_rx();
+        None
+    }
 }
 
 /// A received Volley frame, lent from its DMA buffer.
@@ -544,30 +623,47 @@ impl<M: Mmio> RxToken for TulipRx<'_, M> {
 
 impl<M: Mmio> TxToken for TulipTx<'_, M> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let nic = self.nic;
-        let i = nic.tx_next;
+        let (nic, dst) = (self.nic, self.dst);
         let len = len.min(MTU);
-        // SAFETY: descriptor `i` is free (checked in `transmit`: OWN clear, and the chip
-        // gets it back only at the OWN write below); this is the only slice.
-        let b = unsafe { buf_mut(&nic.tx_bufs, i) };
-        let r = f(&mut b[ether::HEADER..ether::HEADER + len]);
-        let total = ether::finish(b, self.dst, nic.mac, len);
-        let end = if i == TX_DESCS - 1 { TDES1_TER } else { 0 };
-        // One segment, the whole frame; the chip appends the CRC (TDES1.AC clear).
-        des_write(
-            &nic.tx_descs,
-            i,
-            1,
-            end | TDES1_FS | TDES1_LS | total as u32,
-        );
-        // Buffer and control are complete before the chip may see OWN.
-        fence(Ordering::SeqCst);
-        des_write(&nic.tx_descs, i, 0, DES0_OWN);
-        nic.tx_next = (i + 1) % TX_DESCS;
-        fence(Ordering::SeqCst);
-        nic.mmio.write32(csr::TX_POLL, 1);
+        let mac = nic.mac;
+        let r = nic.send(|b| {
+            let r = f(&mut b[ether::HEADER..ether::HEADER + len]);
+            (r, ether::finish(b, dst, mac, len))
+        });
         nic.stats.tx_frames += 1;
         r
+    }
+}
+
+impl<M: Mmio> EthernetNic for Tulip<M> {
+    fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    fn recv_frame<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let (index, len) = self.next_frame(true)?;
+        let r = f(&buf(&self.rx_bufs, index)[..len]);
+        self.stats.rx_raw += 1;
+        self.give_back(index);
+        Some(r)
+    }
+
+    fn can_send(&mut self) -> bool {
+        self.tx_free()
+    }
+
+    fn send_frame<R>(&mut self, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+        if !self.tx_free() {
+            return None;
+        }
+        let len = len.min(ether::MAX_FRAME);
+        let r = self.send(|b| {
+            let r = f(&mut b[..len]);
+            b[len..ether::MIN_FRAME.max(len)].fill(0);
+            (r, ether::MIN_FRAME.max(len))
+        });
+        self.stats.tx_raw += 1;
+        Some(r)
     }
 }
 
@@ -582,53 +678,17 @@ impl<M: Mmio> Device for Tulip<M> {
         Self: 'a;
 
     fn receive(&mut self, _now: Instant) -> Option<TulipRx<'_, M>> {
-        for _ in 0..RX_DESCS {
-            let i = self.rx_next;
-            let status = des_read(&self.rx_descs, i, 0);
-            if status & DES0_OWN != 0 {
-                self.check_rx();
-                return None;
-            }
-            // The chip wrote the buffer, then the status: read the buffer after it.
-            fence(Ordering::Acquire);
-            let fl = ((status >> RDES0_FL_SHIFT) & RDES0_FL_MASK) as usize;
-            let whole = status & (RDES0_FS | RDES0_LS) == RDES0_FS | RDES0_LS;
-            let ok_shape = whole
-                && status & RDES0_ES == 0
-                && (ether::HEADER + CRC_LEN..=BUF_SIZE).contains(&fl);
-            let len = fl.saturating_sub(CRC_LEN);
-            if ok_shape
-                && ether::accepts(
-                    &buf(&self.rx_bufs, i)[..len],
-                    self.mac,
-                    &self.groups[..self.ngroups],
-                )
-            {
-                return Some(TulipRx {
-                    nic: self,
-                    index: i,
-                    len,
-                });
-            }
-            if ok_shape {
-                self.stats.rx_filtered += 1;
-            } else {
-                self.stats.rx_errors += 1;
-            }
-            self.give_back(i);
-        }
-        self.check_rx();
-        None
+        let (index, len) = self.next_frame(false)?;
+        Some(TulipRx {
+            nic: self,
+            index,
+            len,
+        })
     }
 
     fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<TulipTx<'_, M>> {
         let d = dst.0 as usize;
-        if d >= self.npeers {
-            return None;
-        }
-        self.reclaim_tx();
-        if (self.tx_next + 1) % TX_DESCS == self.tx_clean {
-            self.stats.tx_ring_full += 1;
+        if d >= self.npeers || !self.tx_free() {
             return None;
         }
         let dst = self.peers[d];

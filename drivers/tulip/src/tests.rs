@@ -631,3 +631,30 @@ fn the_engine_moves_a_message_over_two_fake_chips() {
     assert_eq!(p.b.state().as_slice(), msg);
     assert!(nb.stats().rx_frames >= 69, "100 kB in 1444-byte payloads");
 }
+
+#[test]
+fn as_a_plain_ethernet_interface_whole_frames_of_any_type_pass() {
+    let (mut n, chip) = nic(MAC_A);
+    let ip = eth(MAC_A, 0x0800, b"an IP packet");
+    assert!(chip.arrive(&ip));
+    assert!(chip.arrive(&eth([0xFF; 6], 0x0806, b"ARP")));
+    assert_eq!(n.recv_frame(|f| f.to_vec()), Some(ip));
+    assert_eq!(n.recv_frame(|f| f[12..14].to_vec()), Some(std::vec![8, 6]));
+    assert_eq!(n.recv_frame(|f| f.len()), None);
+    assert!(n.can_send());
+    n.send_frame(42, |b| {
+        b[..6].copy_from_slice(&MAC_B);
+        b[6..12].copy_from_slice(&MAC_A);
+        b[12..14].copy_from_slice(&[8, 0]);
+        b[14..42].fill(0x45);
+    })
+    .unwrap();
+    let sent = chip.sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].len(), 60, "padded");
+    assert_eq!(&sent[0][12..14], &[8, 0]);
+    assert!(sent[0][14..42].iter().all(|&b| b == 0x45));
+    assert!(sent[0][42..].iter().all(|&b| b == 0));
+    let s = n.stats();
+    assert_eq!((s.rx_raw, s.tx_raw, s.rx_frames, s.tx_frames), (2, 1, 0, 0));
+}
