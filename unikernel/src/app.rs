@@ -5,7 +5,9 @@
 //! processes that share the job; `app=fetchadd` has every instance add to counters of
 //! instance 0 and checks the totals; `app=collectives` barriers, broadcast and
 //! fetch-and-adds; `app=latency` prints the 8-byte one-way median;
-//! `app=crash`: the last instance stops dead, the others go on and notice.
+//! `app=crash`: the last instance stops dead, the others go on and notice;
+//! `app=sendfail`: instance 0 sends to the last instance (a process that kills itself)
+//! until SENDFAILURE.
 
 extern crate alloc;
 
@@ -62,9 +64,9 @@ fn job_key() -> Option<[u8; 16]> {
 /// How a node reaches the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fabric {
-    /// Ethernet frames on a shared LAN: authenticated, and QEMU's e1000 model holds
-    /// reception off for a second at start-up.
-    Ethernet,
+    /// Frames that cross a network (Ethernet, UDP/IPv4): authenticated; QEMU's e1000
+    /// model holds reception off for a second at start-up.
+    Network,
     /// Shared memory private to the job's user: no one else can write a frame.
     SharedMemory,
 }
@@ -102,7 +104,7 @@ pub fn run<D: Device>(
     // Keys derived from the secret as hosted ranks derive them (`job=` on the
     // command line names the job), so both kinds of node can share one job.
     let mut cfg = Config::new(volley_core::wire::job_key(&key, job), 1, rank);
-    if fabric == Fabric::Ethernet {
+    if fabric == Fabric::Network {
         cfg.auth_key = Some(volley_core::wire::frame_key(&key, job));
     }
     // QEMU holds reception off for about a second after RCTL is written: the first
@@ -148,13 +150,14 @@ pub fn run<D: Device>(
         "fetchadd" => fetch_adds(&mut g, rank, nodes),
         "collectives" => barriers(&mut g, rank) && fetch_adds(&mut g, rank, nodes),
         "crash" => crash(&mut g, rank, nodes),
+        "sendfail" => sendfail(&mut g, rank, nodes),
         other => {
             println!("volley unikernel: unknown app {:?}", other);
             false
         }
     };
     // A crashed peer cannot take part in a closing barrier.
-    let ok = ok && (app == "crash" || g.sync().is_ok());
+    let ok = ok && (app == "crash" || app == "sendfail" || g.sync().is_ok());
     let st = g.engine().stats();
     println!(
         "volley unikernel: barriers {} ({} in device memory)",
@@ -169,8 +172,8 @@ pub fn run<D: Device>(
 pub fn e1000_stats(nic: &mut E1000<MemBar>) {
     let s = nic.stats();
     println!(
-        "volley unikernel: e1000 rx {} tx {} filtered {} missed {}",
-        s.rx_frames, s.tx_frames, s.rx_filtered, s.hw_rx_missed
+        "volley unikernel: e1000 rx {} tx {} whole frames rx {} tx {} filtered {} missed {}",
+        s.rx_frames, s.tx_frames, s.rx_raw, s.tx_raw, s.rx_filtered, s.hw_rx_missed
     );
 }
 
@@ -178,8 +181,15 @@ pub fn e1000_stats(nic: &mut E1000<MemBar>) {
 pub fn tulip_stats(nic: &mut Tulip<MemBar>) {
     let s = nic.stats();
     println!(
-        "volley unikernel: tulip rx {} tx {} filtered {} errors {} missed {} resumed {}",
-        s.rx_frames, s.tx_frames, s.rx_filtered, s.rx_errors, s.hw_rx_missed, s.rx_resumed
+        "volley unikernel: tulip rx {} tx {} whole frames rx {} tx {} filtered {} errors {} missed {} resumed {}",
+        s.rx_frames,
+        s.tx_frames,
+        s.rx_raw,
+        s.tx_raw,
+        s.rx_filtered,
+        s.rx_errors,
+        s.hw_rx_missed,
+        s.rx_resumed
     );
 }
 
@@ -425,6 +435,46 @@ fn fetch_adds<D: Device>(g: &mut Node<D>, rank: u16, nodes: u16) -> bool {
         want[0], want[1]
     );
     true
+}
+
+/// Against a process rank running `volley worker victim` (the last rank, which takes
+/// three messages and kills itself): instance 0 sends 10 kB messages to its port 4
+/// until the send reports SENDFAILURE, within 60 s. The seed's failure contract across
+/// a mixed job: the unikernel side learns that a process died.
+fn sendfail<D: Device>(g: &mut Node<D>, rank: u16, nodes: u16) -> bool {
+    let victim = nodes - 1;
+    if rank != 0 {
+        return true;
+    }
+    if let Err(e) = g.set_passive_port(4, victim, 1, 4, 4, GO_BACK, None) {
+        report("port to the victim", e);
+        return false;
+    }
+    let t0 = g.time();
+    let data = vec![7u8; 10_000];
+    let mut sent = 0u32;
+    loop {
+        match g.send_flowctl(4, &data) {
+            Ok(_) => sent += 1,
+            Err(volley_core::engine::Error::SendFailure) => {
+                println!(
+                    "volley unikernel: node {} found dead after {} messages, {} ms: SENDFAILURE",
+                    victim,
+                    sent,
+                    (g.time() - t0).total_micros() / 1000
+                );
+                return true;
+            }
+            Err(e) => {
+                report("sending to the victim", e);
+                return false;
+            }
+        }
+        if g.time() - t0 > Duration::from_secs(60) {
+            println!("volley unikernel: node {} never died", victim);
+            return false;
+        }
+    }
 }
 
 /// Broadcasts the root sends after a member died.

@@ -29,6 +29,7 @@ mod port;
 mod pvh;
 mod serial;
 mod tsc;
+mod udp;
 
 use exit::{exit, Verdict};
 
@@ -166,7 +167,8 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
 /// `app=NAME rank=R [job=ID]` and, for the fabric: `fabric=ethernet macs=M0,M1,...`
 /// (the default: the first e1000 or 21143 found; `fabric=e1000` or `fabric=tulip` for
 /// one kind) or `fabric=ivshmem nodes=N [startup=SECONDS]`; `barrier=frames` keeps
-/// barriers out of NIC memory. Brings the NIC up and runs the application.
+/// barriers out of NIC memory; `fabric=udp` for UDP/IPv4 (see `udp_app`). Brings
+/// the NIC up and runs the application.
 fn net_app(app: &str, cmdline: &str) -> bool {
     let rank: u16 = match pvh::arg(cmdline, "rank").and_then(|r| r.parse().ok()) {
         Some(r) => r,
@@ -217,10 +219,11 @@ fn net_app(app: &str, cmdline: &str) -> bool {
         "ethernet" => ethernet_app(args, None),
         "e1000" => ethernet_app(args, Some(Card::E1000)),
         "tulip" => ethernet_app(args, Some(Card::Tulip)),
+        "udp" => udp_app(args),
         "ivshmem" => ivshmem_app(args),
         other => {
             println!(
-                "volley unikernel: fabric {:?} is not available (ethernet, e1000, tulip and ivshmem are)",
+                "volley unikernel: fabric {:?} is not available (ethernet, e1000, tulip, udp and ivshmem are)",
                 other
             );
             false
@@ -273,8 +276,17 @@ impl Card {
     }
 }
 
-/// Raw Ethernet frames on the first card found (`want`: only that kind), addressed by
-/// the `macs=` table; e1000 and 21143 nodes share one LAN and one job.
+/// What travels over the card.
+enum Over {
+    /// Volley frames in Ethernet frames, addressed by the `macs=` table.
+    Ethernet(alloc::vec::Vec<[u8; 6]>),
+    /// Volley frames in UDP/IPv4 datagrams (smoltcp), as hosted `udp` ranks send them.
+    Udp(udp::UdpArgs),
+}
+
+/// `fabric=ethernet|e1000|tulip`: raw Ethernet frames on the first card found (`want`:
+/// only that kind), addressed by the `macs=` table; e1000 and 21143 nodes share one
+/// LAN and one job.
 fn ethernet_app(a: NetArgs<'_>, want: Option<Card>) -> bool {
     let mut macs = alloc::vec::Vec::new();
     for m in pvh::arg(a.cmdline, "macs").unwrap_or("").split(',') {
@@ -286,6 +298,73 @@ fn ethernet_app(a: NetArgs<'_>, want: Option<Card>) -> bool {
             }
         }
     }
+    card_app(a, want, Over::Ethernet(macs))
+}
+
+/// `fabric=udp ip=A.B.C.D/P [gw=A.B.C.D] peers=IP:PORT,... [nic=e1000|tulip]`: UDP/IPv4
+/// on the first card found; `peers=` lists every rank's address in rank order, ours
+/// included (we bind its port).
+fn udp_app(a: NetArgs<'_>) -> bool {
+    let (ip, prefix) = match pvh::arg(a.cmdline, "ip")
+        .and_then(|s| s.split_once('/'))
+        .and_then(|(ip, p)| Some((udp::parse_ipv4(ip)?, p.parse::<u8>().ok()?)))
+    {
+        Some((ip, p)) if (1..=32).contains(&p) => (ip, p),
+        _ => {
+            println!("volley unikernel: fabric=udp needs ip=A.B.C.D/PREFIX");
+            return false;
+        }
+    };
+    let gateway = match pvh::arg(a.cmdline, "gw").map(udp::parse_ipv4) {
+        None => None,
+        Some(Some(g)) => Some(g),
+        Some(None) => {
+            println!("volley unikernel: gw= is not an IPv4 address");
+            return false;
+        }
+    };
+    let mut peers = alloc::vec::Vec::new();
+    for p in pvh::arg(a.cmdline, "peers").unwrap_or("").split(',') {
+        match udp::parse_endpoint(p) {
+            Some(e) => peers.push(e),
+            None => {
+                println!("volley unikernel: bad peer {:?} in peers= (IP:PORT)", p);
+                return false;
+            }
+        }
+    }
+    if a.rank as usize >= peers.len() {
+        println!(
+            "volley unikernel: rank={} but peers= lists {} ranks",
+            a.rank,
+            peers.len()
+        );
+        return false;
+    }
+    let want = match pvh::arg(a.cmdline, "nic") {
+        None => None,
+        Some("e1000") => Some(Card::E1000),
+        Some("tulip") => Some(Card::Tulip),
+        Some(other) => {
+            println!("volley unikernel: nic={:?}: expected e1000 or tulip", other);
+            return false;
+        }
+    };
+    card_app(
+        a,
+        want,
+        Over::Udp(udp::UdpArgs {
+            ip,
+            prefix,
+            gateway,
+            peers,
+        }),
+    )
+}
+
+/// Finds the card (`want`: only that kind), starts its driver and runs the application
+/// over it as `over` says.
+fn card_app(a: NetArgs<'_>, want: Option<Card>, over: Over) -> bool {
     let mut found = None;
     pci::scan(|f| {
         for card in [Card::E1000, Card::Tulip] {
@@ -311,22 +390,20 @@ fn ethernet_app(a: NetArgs<'_>, want: Option<Card>) -> bool {
     // only by its driver from here on.
     let mmio = unsafe { hal::MemBar::new(base, size) };
     let mut dma = hal::BumpDma::default();
+    let macs: &[[u8; 6]] = match &over {
+        Over::Ethernet(m) => m,
+        Over::Udp(_) => &[],
+    };
     match card {
-        Card::E1000 => match volley_e1000::E1000::new(mmio, &mut dma, &macs) {
-            Ok(nic) => {
-                let mac = nic.mac();
-                ethernet_run(a, nic, card, mac, &macs, app::e1000_stats)
-            }
+        Card::E1000 => match volley_e1000::E1000::new(mmio, &mut dma, macs) {
+            Ok(nic) => over_card(a, nic, card, over, app::e1000_stats),
             Err(e) => {
                 println!("volley unikernel: e1000: {}", e);
                 false
             }
         },
-        Card::Tulip => match volley_tulip::Tulip::new(mmio, &mut dma, &macs) {
-            Ok(nic) => {
-                let mac = nic.mac();
-                ethernet_run(a, nic, card, mac, &macs, app::tulip_stats)
-            }
+        Card::Tulip => match volley_tulip::Tulip::new(mmio, &mut dma, macs) {
+            Ok(nic) => over_card(a, nic, card, over, app::tulip_stats),
             Err(e) => {
                 println!("volley unikernel: tulip: {}", e);
                 false
@@ -335,42 +412,88 @@ fn ethernet_app(a: NetArgs<'_>, want: Option<Card>) -> bool {
     }
 }
 
-/// Runs the application over a started Ethernet card whose address is `mac`.
-fn ethernet_run<D: volley_core::phy::Device>(
+/// Runs the application over a started card whose counters `stats` prints.
+fn over_card<N: volley_core::phy::Device + volley_hal::EthernetNic>(
     a: NetArgs<'_>,
-    mut nic: D,
+    mut nic: N,
     card: Card,
-    mac: [u8; 6],
-    macs: &[[u8; 6]],
-    stats: impl FnOnce(&mut D),
+    over: Over,
+    stats: fn(&mut N),
 ) -> bool {
-    println!(
-        "volley unikernel: {} mac {:02x?}, rank {} of {}",
-        card.name(),
-        mac,
-        a.rank,
-        macs.len()
-    );
-    if macs.get(a.rank as usize) != Some(&mac) {
-        println!(
-            "volley unikernel: my MAC {:02x?} is not entry {} of macs=",
-            mac, a.rank
+    let mac = nic.mac();
+    let (nodes, udp) = match over {
+        Over::Ethernet(macs) => {
+            println!(
+                "volley unikernel: {} mac {:02x?}, rank {} of {}",
+                card.name(),
+                mac,
+                a.rank,
+                macs.len()
+            );
+            if macs.get(a.rank as usize) != Some(&mac) {
+                println!(
+                    "volley unikernel: my MAC {:02x?} is not entry {} of macs=",
+                    mac, a.rank
+                );
+                return false;
+            }
+            (macs.len() as u16, None)
+        }
+        Over::Udp(u) => {
+            println!(
+                "volley unikernel: {} mac {:02x?}, udp {}/{} port {}, rank {} of {}",
+                card.name(),
+                mac,
+                u.ip,
+                u.prefix,
+                u.peers[a.rank as usize].1,
+                a.rank,
+                u.peers.len()
+            );
+            (u.peers.len() as u16, Some(u))
+        }
+    };
+    let Some(u) = udp else {
+        if a.app == "rawpong" {
+            return app::rawpong(&mut nic, &a.clock, a.rank);
+        }
+        return app::run(
+            a.app,
+            nic,
+            app::Fabric::Network,
+            a.clock,
+            a.rank,
+            nodes,
+            a.job,
+            a.device_barrier,
+            stats,
         );
+    };
+    use volley_core::gamma::Clock;
+    let Some(mut fabric) = udp::UdpFabric::new(nic, &u, a.rank, a.clock.now()) else {
+        println!("volley unikernel: udp: cannot bind the port or set the route");
         return false;
-    }
+    };
     if a.app == "rawpong" {
-        return app::rawpong(&mut nic, &a.clock, a.rank);
+        return app::rawpong(&mut fabric, &a.clock, a.rank);
     }
     app::run(
         a.app,
-        nic,
-        app::Fabric::Ethernet,
+        fabric,
+        app::Fabric::Network,
         a.clock,
         a.rank,
-        macs.len() as u16,
+        nodes,
         a.job,
         a.device_barrier,
-        stats,
+        move |f: &mut udp::UdpFabric<N>| {
+            let s = f.stats();
+            println!(
+                "volley unikernel: udp rx {} tx {} foreign {} socket full {} card full {}",
+                s.rx, s.tx, s.rx_foreign, s.tx_full, s.tx_dropped
+            );
+            stats(f.nic_mut());
+        },
     )
 }
 

@@ -144,6 +144,8 @@ pub struct UdpStats {
     pub tx_errors: u64,
     /// Datagrams from addresses that are no rank of this job: dropped unread.
     pub rx_foreign: u64,
+    /// Datagrams from unlisted addresses passed on (`VOLLEY_UDP_ANY_SOURCE=1`).
+    pub rx_unlisted: u64,
     /// ICMP "port unreachable" reports about peers we had heard from (they died).
     pub unreachable: u64,
 }
@@ -197,6 +199,11 @@ pub struct UdpDevice {
     /// Tell the engine which rank a datagram came from (off behind relays, where
     /// every datagram to a rank comes from one relay address).
     strict_sources: bool,
+    /// Accept datagrams from addresses no rank is listed at (`VOLLEY_UDP_ANY_SOURCE=1`:
+    /// peers behind NAT, such as unikernel nodes on QEMU's user-mode network, whose
+    /// datagrams come from a port that is not theirs). The engine still authenticates
+    /// every frame and names its sender.
+    any_source: bool,
     life: Liveness,
     rx: Vec<u8>,
     tx: Vec<u8>,
@@ -208,6 +215,7 @@ impl UdpDevice {
     /// Binds this rank's socket.
     pub fn open(boot: &Boot) -> Result<UdpDevice, HostError> {
         let peers = peer_addrs(boot)?;
+        let any_source = crate::settings::env_integer("VOLLEY_UDP_ANY_SOURCE", 0, 1)? == Some(1);
         // VOLLEY_UDP_BIND: this rank's own address, or a list indexed by rank (for a
         // relay in between, whose addresses VOLLEY_UDP_PEERS then lists).
         let bind: SocketAddr = match std::env::var("VOLLEY_UDP_BIND") {
@@ -279,6 +287,7 @@ impl UdpDevice {
             sock,
             peers,
             strict_sources: std::env::var_os("VOLLEY_UDP_PEERS").is_none(),
+            any_source,
             life: Liveness {
                 ranks,
                 opened: std::time::Instant::now(),
@@ -453,6 +462,12 @@ impl Device for UdpDevice {
             match self.sock.recv_from(&mut self.rx) {
                 Ok((n, from)) => {
                     let Some(&rank) = self.life.ranks.get(&from) else {
+                        if self.any_source {
+                            // Behind NAT: the engine authenticates it and names the rank.
+                            self.stats.rx += 1;
+                            self.stats.rx_unlisted += 1;
+                            return Some(UdpRx(&self.rx[..n], None));
+                        }
                         // Not a rank of this job: not even parsed.
                         self.stats.rx_foreign += 1;
                         continue;

@@ -1,0 +1,191 @@
+//! Linux processes and unikernel nodes as ranks of one job over the `udp` fabric, with
+//! nothing that needs root: each unikernel node is a QEMU on its user-mode network
+//! (NAT), its port forwarded from the host's loopback (`hostfwd`), reaching the others
+//! through the gateway 10.0.2.2, which is the host. Processes use the same datagrams:
+//! `VOLLEY_UDP_MTU=1472` (an Ethernet MTU, what the nodes' IP stack sends) and
+//! `VOLLEY_UDP_ANY_SOURCE=1` (a node's datagrams come from QEMU's NAT port, not its own).
+
+use std::net::UdpSocket;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::thread;
+use std::time::Duration;
+
+const VOLLEY: &str = env!("CARGO_BIN_EXE_volley");
+
+/// One job at a time: every rank busy-polls and TCG is not fast.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A UDP port free on loopback now.
+fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A job: `kinds[r]` says what rank `r` is: `Some(card)` a unikernel node with that
+/// card running `node_app`, `None` a process running `volley worker <worker>`.
+struct Job<'a> {
+    kinds: &'a [Option<&'a str>],
+    node_app: &'a str,
+    worker: &'a str,
+    env: &'a [(&'a str, &'a str)],
+}
+
+/// Runs the job; returns the processes' outputs and the nodes' outcomes, in rank order
+/// within each kind.
+fn run(job: &Job<'_>) -> (Vec<(usize, Output)>, Vec<(usize, volley_qemu::Outcome)>) {
+    volley_qemu::image();
+    let n = job.kinds.len();
+    let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+    let id = volley_qemu::job_id();
+    let key = volley_qemu::job_key_file().display().to_string();
+    // Everyone reaches every rank at a loopback port of the host: the nodes through
+    // their gateway, the processes directly.
+    let guest_peers = ports
+        .iter()
+        .map(|p| format!("10.0.2.2:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let host_peers = ports
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let nodes: Vec<(usize, volley_qemu::Boot)> = job
+        .kinds
+        .iter()
+        .enumerate()
+        .filter_map(|(r, k)| k.map(|card| (r, card)))
+        .map(|(r, card)| {
+            let mut b = volley_qemu::Boot::new(&format!(
+                "app={} rank={r} job={id:#x} fabric=udp ip=10.0.2.15/24 gw=10.0.2.2 peers={guest_peers}",
+                job.node_app
+            ));
+            b.timeout = Duration::from_secs(180);
+            b.extra = vec![
+                "-netdev".into(),
+                format!("user,id=n0,hostfwd=udp:127.0.0.1:{0}-:{0}", ports[r]),
+                "-device".into(),
+                format!("{card},netdev=n0,mac={},romfile=", volley_qemu::mac(r)),
+            ];
+            (r, b)
+        })
+        .collect();
+    let boots: Vec<volley_qemu::Boot> = nodes.iter().map(|(_, b)| b.clone()).collect();
+    let qemu = thread::spawn(move || volley_qemu::run_all(&boots));
+    let procs: Vec<(usize, Child)> = job
+        .kinds
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| k.is_none())
+        .map(|(r, _)| {
+            let child = Command::new("timeout")
+                .args(["180", VOLLEY, "worker", job.worker])
+                .env("VOLLEY_RANK", r.to_string())
+                .env("VOLLEY_SIZE", n.to_string())
+                .env("VOLLEY_JOB", format!("{id:#x}"))
+                .env_remove("VOLLEY_SECRET")
+                .env("VOLLEY_KEY_FILE", &key)
+                .env("VOLLEY_FABRIC", "udp")
+                .env("VOLLEY_UDP_PEERS", &host_peers)
+                .env("VOLLEY_UDP_MTU", "1472")
+                .env("VOLLEY_UDP_ANY_SOURCE", "1")
+                .envs(job.env.iter().copied())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("volley runs");
+            (r, child)
+        })
+        .collect();
+    let outs = procs
+        .into_iter()
+        .map(|(r, c)| (r, c.wait_with_output().expect("waited")))
+        .collect();
+    let outcomes = qemu.join().expect("the QEMU runner");
+    let ranks = nodes.iter().map(|(r, _)| *r);
+    (outs, ranks.zip(outcomes).collect())
+}
+
+fn consoles(nodes: &[(usize, volley_qemu::Outcome)]) -> String {
+    nodes
+        .iter()
+        .map(|(r, o)| format!("node {r}:\n{}", o.console))
+        .collect::<Vec<_>>()
+        .join("\n----\n")
+}
+
+/// Ranks 0 and 2 are processes, 1 (a 21143) and 3 (an e1000) unikernel nodes: the
+/// ping-pong crosses from a process to a node, the barriers and the broadcast (from
+/// a process) span both kinds.
+#[test]
+fn processes_and_unikernel_nodes_are_one_job_over_udp() {
+    let _g = serial();
+    let (procs, nodes) = run(&Job {
+        kinds: &[
+            None,
+            Some(volley_qemu::TULIP),
+            None,
+            Some(volley_qemu::E1000),
+        ],
+        node_app: "mixed",
+        worker: "mixed",
+        env: &[],
+    });
+    let all = consoles(&nodes);
+    for (r, o) in &procs {
+        let t = text(o);
+        assert!(
+            o.status.success(),
+            "rank {r}:\n{t}\nunikernel nodes:\n{all}"
+        );
+        assert!(
+            t.contains(&format!("mixed ok: rank {r} of 4 on udp")),
+            "rank {r}:\n{t}"
+        );
+    }
+    for (r, o) in &nodes {
+        assert_eq!(o.verdict, volley_qemu::Verdict::Success, "{all}");
+        assert!(o.console.contains("udp 10.0.2.15/24"), "node {r}: {all}");
+        assert!(
+            o.console.contains(&format!("node {r} got the broadcast")),
+            "{all}"
+        );
+    }
+}
+
+/// A process rank kills itself after three messages; the unikernel node sending to it
+/// gets SENDFAILURE instead of hanging.
+#[test]
+fn a_killed_process_is_a_sendfailure_on_the_unikernel_node() {
+    let _g = serial();
+    let (procs, nodes) = run(&Job {
+        kinds: &[Some(volley_qemu::TULIP), None],
+        node_app: "sendfail",
+        worker: "victim",
+        env: &[],
+    });
+    let all = consoles(&nodes);
+    let (_, victim) = &procs[0];
+    assert!(
+        !victim.status.success(),
+        "the victim died: {}",
+        text(victim)
+    );
+    let (_, node) = &nodes[0];
+    assert_eq!(node.verdict, volley_qemu::Verdict::Success, "{all}");
+    assert!(node.console.contains("node 1 found dead after"), "{all}");
+}
