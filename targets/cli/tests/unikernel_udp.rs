@@ -44,9 +44,12 @@ struct Job<'a> {
     env: &'a [(&'a str, &'a str)],
 }
 
+/// What each rank of a kind did, with its rank.
+type Ranks<T> = Vec<(usize, T)>;
+
 /// Runs the job; returns the processes' outputs and the nodes' outcomes, in rank order
 /// within each kind.
-fn run(job: &Job<'_>) -> (Vec<(usize, Output)>, Vec<(usize, volley_qemu::Outcome)>) {
+fn run(job: &Job<'_>) -> (Ranks<Output>, Ranks<volley_qemu::Outcome>) {
     volley_qemu::image();
     let n = job.kinds.len();
     let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
