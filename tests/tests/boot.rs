@@ -35,8 +35,9 @@ fn an_unknown_fabric_is_refused() {
     let o = boot("app=pingpong rank=0 macs=52:54:00:00:00:01 fabric=myri");
     assert_eq!(o.verdict, Verdict::Failure, "{}", o.console);
     assert!(
-        o.console
-            .contains("fabric \"myri\" is not available (e1000 and ivshmem are)"),
+        o.console.contains(
+            "fabric \"myri\" is not available (ethernet, e1000, tulip, udp and ivshmem are)"
+        ),
         "{}",
         o.console
     );

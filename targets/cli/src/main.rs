@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use volley_hosted::bootstrap::{self, parse_hosts, Boot};
-use volley_hosted::launcher::{self, RunOptions};
+use volley_hosted::launcher::{self, RunOptions, UnikernelRanks};
 use volley_hosted::{bench, programs, settings, Fabric, HostError};
 
 #[derive(Parser, Debug)]
@@ -43,9 +43,21 @@ enum Cmd {
         /// Number of ranks (1 to 65535).
         #[arg(short = 'n', long, value_parser = clap::value_parser!(u16).range(1..))]
         ranks: u16,
-        /// Fabric the ranks should use (sets VOLLEY_FABRIC).
-        #[arg(long, value_enum, default_value_t = FabricArg::Shm)]
-        fabric: FabricArg,
+        /// Fabric the ranks should use (sets VOLLEY_FABRIC): shm by default, udp with
+        /// --unikernel.
+        #[arg(long, value_enum)]
+        fabric: Option<FabricArg>,
+        /// The last K ranks are unikernel nodes (one QEMU each, the image built if
+        /// missing) on the udp fabric, running --unikernel-app.
+        #[arg(long, value_name = "K", default_value_t = 0)]
+        unikernel: u16,
+        /// The application linked in the image the unikernel ranks run, the
+        /// counterpart of PROGRAM (mixed, barrier, pingpong, fetchadd, ...).
+        #[arg(long, value_name = "APP", default_value = "mixed")]
+        unikernel_app: String,
+        /// The unikernel ranks' Ethernet card.
+        #[arg(long, value_enum, default_value_t = NicArg::Tulip)]
+        unikernel_nic: NicArg,
         /// Seconds before the whole job is stopped as failed (0.001 to 1000000).
         #[arg(long, default_value = "600", value_parser = timeout_secs)]
         timeout: Duration,
@@ -126,6 +138,24 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+}
+
+/// A unikernel node's Ethernet card.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum NicArg {
+    /// The DEC 21143 (QEMU's `tulip`): starts in milliseconds.
+    Tulip,
+    /// The Intel 82540EM (QEMU's `e1000`): QEMU holds its reception off for 1 s.
+    E1000,
+}
+
+impl NicArg {
+    fn name(self) -> &'static str {
+        match self {
+            NicArg::Tulip => "tulip",
+            NicArg::E1000 => "e1000",
+        }
+    }
 }
 
 /// A fabric on the command line.
@@ -217,6 +247,7 @@ fn launch(ranks: u16, fabric: Fabric, args: &[&str], rank0_only: bool) -> i32 {
         command,
         env: Vec::new(),
         rank0_only,
+        unikernel: None,
     })
 }
 
@@ -561,6 +592,9 @@ fn main() -> ExitCode {
         Cmd::Run {
             ranks,
             fabric,
+            unikernel,
+            unikernel_app,
+            unikernel_nic,
             timeout,
             grace,
             job,
@@ -568,7 +602,13 @@ fn main() -> ExitCode {
             command,
         } => launcher::run(&RunOptions {
             ranks,
-            fabric: fabric.into(),
+            fabric: fabric
+                .unwrap_or(if unikernel > 0 {
+                    FabricArg::Udp
+                } else {
+                    FabricArg::Shm
+                })
+                .into(),
             timeout,
             grace,
             job,
@@ -583,6 +623,11 @@ fn main() -> ExitCode {
                 .into_iter()
                 .collect(),
             rank0_only: false,
+            unikernel: (unikernel > 0).then(|| UnikernelRanks {
+                count: unikernel,
+                app: unikernel_app,
+                nic: unikernel_nic.name().into(),
+            }),
         }),
         Cmd::Bench {
             fabric,

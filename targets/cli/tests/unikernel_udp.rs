@@ -192,3 +192,62 @@ fn a_killed_process_is_a_sendfailure_on_the_unikernel_node() {
     assert_eq!(node.verdict, volley_qemu::Verdict::Success, "{all}");
     assert!(node.console.contains("node 1 found dead after"), "{all}");
 }
+
+/// `volley run --unikernel 1`: the launcher boots the last rank as a unikernel node
+/// next to two processes, one job, the node's console under its `[rank]` prefix; the
+/// key file it made for the node is gone afterwards.
+#[test]
+fn volley_run_starts_unikernel_ranks_next_to_processes() {
+    let _g = serial();
+    volley_qemu::image();
+    let keys = || {
+        std::fs::read_dir(std::env::temp_dir())
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("volley-key-"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let before = keys();
+    let out = Command::new("timeout")
+        .args(["180", VOLLEY, "run", "-n", "3", "--unikernel", "1"])
+        .args(["--timeout", "150", "--", VOLLEY, "worker", "mixed"])
+        .env_remove("VOLLEY_UDP_MTU")
+        .output()
+        .expect("volley runs");
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    for r in 0..2 {
+        assert!(
+            t.contains(&format!("[{r}] mixed ok: rank {r} of 3 on udp")),
+            "{t}"
+        );
+    }
+    assert!(t.contains("[2] volley unikernel: tulip mac"), "{t}");
+    assert!(
+        t.contains("[2] volley unikernel: node 2 got the broadcast"),
+        "{t}"
+    );
+    assert_eq!(keys(), before, "the node's key file is removed");
+    // Misuse is one line and exit code 2, before anything starts.
+    let bad = Command::new(VOLLEY)
+        .args([
+            "run",
+            "-n",
+            "2",
+            "--unikernel",
+            "1",
+            "--fabric",
+            "shm",
+            "--",
+            "true",
+        ])
+        .output()
+        .expect("volley runs");
+    assert_eq!(bad.status.code(), Some(2));
+    assert_eq!(
+        text(&bad).trim(),
+        "volley run: --unikernel needs the udp fabric"
+    );
+}

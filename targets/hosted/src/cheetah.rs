@@ -113,6 +113,7 @@ pub fn launch(np: u16, args: &[String], fabric: Fabric) -> i32 {
         command,
         env: Vec::new(),
         rank0_only: false,
+        unikernel: None,
     })
 }
 

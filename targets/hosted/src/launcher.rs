@@ -5,10 +5,16 @@
 //! get a grace period to notice and report it (a dead peer is an error at the sender),
 //! then they are killed; the launcher exits non-zero. The shared-memory directory of
 //! the job is removed at the end whatever happened.
+//!
+//! With `--unikernel K` the last K ranks are unikernel nodes instead: one QEMU each,
+//! booting Volley's image (built on first use) on the `udp` fabric through QEMU's
+//! user-mode network, its port forwarded from the host's loopback; the job secret
+//! reaches them as a private file, never on a command line.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -36,6 +42,149 @@ pub struct RunOptions {
     /// Print rank 0's standard output as it is and drop the others' (reports);
     /// otherwise every line gets its `[rank]` prefix.
     pub rank0_only: bool,
+    /// Unikernel nodes among the ranks (the last ones), if any.
+    pub unikernel: Option<UnikernelRanks>,
+}
+
+/// The unikernel ranks of a job: the last `count` ranks boot Volley's image under QEMU.
+#[derive(Debug, Clone)]
+pub struct UnikernelRanks {
+    /// How many.
+    pub count: u16,
+    /// The application linked in the image they run (`app=`: `mixed`, `barrier`, ...),
+    /// the counterpart of the processes' program.
+    pub app: String,
+    /// Their Ethernet card: `tulip` (the DEC 21143) or `e1000`.
+    pub nic: String,
+}
+
+/// QEMU's exit status when the kernel reports success through `isa-debug-exit`.
+const QEMU_SUCCESS: i32 = 33;
+
+/// The unikernel image: `VOLLEY_UNIKERNEL_IMAGE`, else the one built from this source
+/// tree's `unikernel/` (built now if missing).
+fn unikernel_image() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("VOLLEY_UNIKERNEL_IMAGE") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!(
+                "VOLLEY_UNIKERNEL_IMAGE={} is not a file",
+                p.display()
+            ))
+        };
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../unikernel");
+    let image = dir.join("target/x86_64-unknown-none/release/volley-unikernel");
+    if image.is_file() {
+        return Ok(image);
+    }
+    if !dir.join("Cargo.toml").is_file() {
+        return Err("no unikernel image: set VOLLEY_UNIKERNEL_IMAGE".into());
+    }
+    eprintln!("volley run: building the unikernel image (once)");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // Inside unikernel/, so its own target and static relocation apply.
+    let out = Command::new(cargo)
+        .current_dir(&dir)
+        .args(["build", "--release", "--quiet"])
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET")
+        .status()
+        .map_err(|e| format!("cannot run cargo to build the unikernel: {e}"))?;
+    if out.success() && image.is_file() {
+        Ok(image)
+    } else {
+        Err("building the unikernel image failed".into())
+    }
+}
+
+/// A private (0700) directory holding the job key file (0600, 32 hex digits) QEMU
+/// hands each node; removed when dropped.
+struct KeyFile {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl KeyFile {
+    fn new(secret: &Secret) -> Result<KeyFile, String> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let mut raw = [0u8; 16];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut raw))
+            .map_err(|e| format!("no random bytes: {e}"))?;
+        let name: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        // A fresh random name, created exclusively: nothing planted there is followed.
+        let dir = std::env::temp_dir().join(format!("volley-key-{name}"));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let path = dir.join("key");
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|mut f| f.write_all(secret.to_hex().as_bytes()));
+        if let Err(e) = written {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(format!("cannot write the key file: {e}"));
+        }
+        Ok(KeyFile { dir, path })
+    }
+}
+
+impl Drop for KeyFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The QEMU command that boots unikernel rank `rank` of `size`, reaching every rank
+/// `r` at port `base + r` of the host's loopback (10.0.2.2 from inside).
+fn qemu_node(
+    u: &UnikernelRanks,
+    image: &Path,
+    key: &Path,
+    rank: u16,
+    size: u16,
+    job: u64,
+    base: u16,
+) -> Command {
+    let peers = (0..size)
+        .map(|r| format!("10.0.2.2:{}", base as u32 + r as u32))
+        .collect::<Vec<_>>()
+        .join(",");
+    let port = base as u32 + rank as u32;
+    let accel = std::env::var("VOLLEY_QEMU_ACCEL").unwrap_or_else(|_| "tcg".into());
+    let mut c = Command::new("qemu-system-x86_64");
+    c.args(["-machine", "pc", "-bios", "/usr/share/qemu/qboot.rom"])
+        .args(["-accel", &accel, "-m", "128M", "-nodefaults"])
+        .args(["-display", "none", "-no-reboot", "-serial", "stdio"])
+        .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"])
+        .arg("-fw_cfg")
+        .arg(format!("name=opt/volley/key,file={}", key.display()))
+        .arg("-netdev")
+        .arg(format!("user,id=n0,hostfwd=udp:127.0.0.1:{port}-:{port}"))
+        .arg("-device")
+        .arg(format!(
+            "{},netdev=n0,mac=52:54:00:5e:{:02x}:{:02x},romfile=",
+            u.nic,
+            rank >> 8,
+            rank & 0xFF
+        ))
+        .arg("-kernel")
+        .arg(image)
+        .arg("-append")
+        .arg(format!(
+            "app={} rank={rank} job=0x{job:016x} fabric=udp ip=10.0.2.15/24 gw=10.0.2.2 peers={peers}",
+            u.app
+        ));
+    c
 }
 
 /// A fresh job id.
@@ -101,18 +250,61 @@ pub fn run(opts: &RunOptions) -> i32 {
             return 2;
         }
     };
-    let mut children: Vec<(u16, Child)> = Vec::new();
+    // Unikernel ranks: their image, their key file, and the udp settings every rank
+    // needs to speak with them.
+    let mut nodes = None;
+    let mut extra_env: Vec<(String, String)> = Vec::new();
+    if let Some(u) = opts.unikernel.as_ref().filter(|u| u.count > 0) {
+        let setup = (|| -> Result<_, String> {
+            if opts.fabric != Fabric::Udp {
+                return Err("--unikernel needs the udp fabric".into());
+            }
+            if u.count > opts.ranks {
+                return Err(format!(
+                    "--unikernel {} is more than -n {}",
+                    u.count, opts.ranks
+                ));
+            }
+            let base = crate::udp::base_port(job, opts.ranks).map_err(|e| e.0)?;
+            Ok((unikernel_image()?, KeyFile::new(&secret)?, base))
+        })();
+        match setup {
+            Ok(s) => nodes = Some((u, s)),
+            Err(e) => {
+                eprintln!("volley run: {e}");
+                return 2;
+            }
+        }
+        // What the nodes' IP stack sends (an Ethernet MTU), and their datagrams come
+        // from QEMU's NAT port: processes accept them, authenticated.
+        if std::env::var_os("VOLLEY_UDP_MTU").is_none() {
+            extra_env.push(("VOLLEY_UDP_MTU".into(), "1472".into()));
+        }
+        extra_env.push(("VOLLEY_UDP_ANY_SOURCE".into(), "1".into()));
+    }
+    let first_node = opts.ranks - nodes.as_ref().map_or(0, |(u, _)| u.count);
+    let mut children: Vec<(u16, Child, i32)> = Vec::new();
     let mut pumps = Vec::new();
     for rank in 0..opts.ranks {
-        let mut cmd = Command::new(program);
-        cmd.args(args)
-            .env("VOLLEY_RANK", rank.to_string())
-            .env("VOLLEY_SIZE", opts.ranks.to_string())
-            .env("VOLLEY_JOB", format!("0x{job:016x}"))
-            .env("VOLLEY_FABRIC", opts.fabric.name())
-            .env(crate::secret::ENV, secret.to_hex())
-            .envs(opts.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
+        let (mut cmd, success) = match &nodes {
+            Some((u, (image, key, base))) if rank >= first_node => (
+                qemu_node(u, image, &key.path, rank, opts.ranks, job, *base),
+                QEMU_SUCCESS,
+            ),
+            _ => {
+                let mut cmd = Command::new(program);
+                cmd.args(args)
+                    .env("VOLLEY_RANK", rank.to_string())
+                    .env("VOLLEY_SIZE", opts.ranks.to_string())
+                    .env("VOLLEY_JOB", format!("0x{job:016x}"))
+                    .env("VOLLEY_FABRIC", opts.fabric.name())
+                    .env(crate::secret::ENV, secret.to_hex())
+                    .envs(opts.env.iter().map(|(k, v)| (k, v)))
+                    .envs(extra_env.iter().map(|(k, v)| (k, v)));
+                (cmd, 0)
+            }
+        };
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         match cmd.spawn() {
@@ -124,11 +316,16 @@ pub fn run(opts: &RunOptions) -> i32 {
                 if let Some(e) = child.stderr.take() {
                     pumps.push(forward(rank, e, true, None));
                 }
-                children.push((rank, child));
+                children.push((rank, child, success));
             }
             Err(e) => {
-                eprintln!("volley run: cannot start {program}: {e}");
-                for (_, c) in children.iter_mut() {
+                let what = if success == QEMU_SUCCESS {
+                    "qemu-system-x86_64"
+                } else {
+                    program.as_str()
+                };
+                eprintln!("volley run: cannot start {what}: {e}");
+                for (_, c, _) in children.iter_mut() {
                     let _ = c.kill();
                     let _ = c.wait();
                 }
@@ -145,19 +342,21 @@ pub fn run(opts: &RunOptions) -> i32 {
     code
 }
 
-fn supervise(children: &mut [(u16, Child)], opts: &RunOptions) -> i32 {
+/// Waits for every rank; `children` holds each one's rank, process and the exit code
+/// that means success (0, or QEMU's 33 for a unikernel node).
+fn supervise(children: &mut [(u16, Child, i32)], opts: &RunOptions) -> i32 {
     let start = Instant::now();
     let mut done: Vec<Option<ExitStatus>> = vec![None; children.len()];
     let mut failed: Option<(u16, Instant)> = None;
     let mut code = 0;
     loop {
-        for (i, (rank, child)) in children.iter_mut().enumerate() {
+        for (i, (rank, child, success)) in children.iter_mut().enumerate() {
             if done[i].is_some() {
                 continue;
             }
             if let Ok(Some(status)) = child.try_wait() {
                 done[i] = Some(status);
-                if !status.success() {
+                if status.code() != Some(*success) {
                     eprintln!("volley run: rank {rank} failed ({})", describe(status));
                     if failed.is_none() {
                         failed = Some((*rank, Instant::now()));
@@ -181,7 +380,7 @@ fn supervise(children: &mut [(u16, Child)], opts: &RunOptions) -> i32 {
         };
         if let Some(reason) = kill_reason {
             eprintln!("volley run: {reason}; stopping the remaining ranks");
-            for (i, (_, child)) in children.iter_mut().enumerate() {
+            for (i, (_, child, _)) in children.iter_mut().enumerate() {
                 if done[i].is_none() {
                     let _ = child.kill();
                     let _ = child.wait();

@@ -38,6 +38,7 @@ fn pstream_example_runs_on_both_fabrics() {
             command: vec![prog.display().to_string()],
             env: Vec::new(),
             rank0_only: false,
+            unikernel: None,
         });
         assert_eq!(code, 0, "pstream on {}", fabric.name());
     }
@@ -60,6 +61,7 @@ fn lfc_tree_example_runs_on_both_fabrics_with_each_tree() {
             command: vec![prog.display().to_string(), "-lfc-tree".into(), tree.into()],
             env: Vec::new(),
             rank0_only: false,
+            unikernel: None,
         });
         assert_eq!(code, 0, "lfc_tree on {} with {tree}", fabric.name());
     }
