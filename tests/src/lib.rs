@@ -350,13 +350,9 @@ pub fn dgram_card(i: usize, base: u16, model: &str) -> Vec<String> {
     ]
 }
 
-/// QEMU arguments for node `i`'s e1000 on a loopback multicast hub shared by all nodes
-/// using the same `port` (every node sees every frame; the NIC filters by MAC).
-pub fn hub_nic(i: usize, port: u16) -> Vec<String> {
-    hub_card(i, port, E1000)
-}
-
-/// As [`hub_nic`], with card `model` ([`E1000`] or [`TULIP`]).
+/// QEMU arguments for node `i`'s card `model` ([`E1000`] or [`TULIP`]) on a loopback
+/// multicast hub shared by all nodes using the same `port` (every node sees every
+/// frame; the card filters by MAC).
 pub fn hub_card(i: usize, port: u16, model: &str) -> Vec<String> {
     vec![
         "-netdev".into(),

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use volley_qemu::{
-    dgram_card, dgram_nic, hub_card, hub_nic, macs, ports, run_all, Boot, Verdict, E1000, TULIP,
+    dgram_card, dgram_nic, hub_card, macs, ports, run_all, Boot, Verdict, E1000, TULIP,
 };
 
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -46,34 +46,7 @@ fn two_nodes_ping_pong_up_to_1_mib_over_e1000() {
 
 #[test]
 fn four_nodes_run_barriers_and_a_broadcast() {
-    let _one = ONE_CLUSTER_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let port = ports();
-    let boots: Vec<Boot> = (0..4)
-        .map(|i| {
-            node(
-                format!("app=barrier rank={i} macs={}", macs(4)),
-                hub_nic(i, port),
-            )
-        })
-        .collect();
-    let out = run_all(&boots);
-    for (i, o) in out.iter().enumerate() {
-        assert_eq!(o.verdict, Verdict::Success, "node {i}:\n{}", o.console);
-    }
-    assert!(
-        out[0].console.contains("20 barriers ok"),
-        "{}",
-        out[0].console
-    );
-    for (i, o) in out.iter().enumerate().skip(1) {
-        assert!(
-            o.console.contains(&format!("node {i} got the broadcast")),
-            "{}",
-            o.console
-        );
-    }
+    hub_cluster("barrier", &[E1000; 4]);
 }
 
 #[test]

@@ -17,11 +17,11 @@
 
 use core::sync::atomic::{fence, Ordering};
 
-use volley_core::phy::{Capabilities, Device, RxToken, TxToken};
+use volley_core::phy::{Capabilities, Device};
 use volley_core::time::Instant;
 use volley_core::NodeAddr;
 
-pub use volley_hal::{Dma, DmaAlloc, EthernetNic, Mmio, PhysAddr};
+pub use volley_hal::{Dma, DmaAlloc, EthernetNic, FrameRing, Mmio, PhysAddr, RingRx, RingTx};
 
 #[cfg(test)]
 mod tests;
@@ -201,16 +201,12 @@ fn desc_set_u8(ring: &Dma, i: usize, off: usize, v: u8) {
     unsafe { core::ptr::write_volatile(ring.virt.as_ptr().add(i * 16 + off), v) };
 }
 
-/// Packet buffer `i`, for reading. Only for a buffer whose descriptor the driver owns
-/// (the NIC has finished with it), so nothing writes it meanwhile.
+/// Packet buffer `i`, for reading. Only for a buffer whose descriptor the driver owns,
+/// so nothing writes it meanwhile.
 fn buf(bufs: &Dma, i: usize) -> &[u8] {
-    assert!(
-        (i + 1) * BUF_SIZE <= bufs.len,
-        "packet buffer index out of range"
-    );
-    // SAFETY: buffer `i` lies inside the DMA block (checked above); the NIC does not
-    // write it while the driver owns its descriptor (callers' contract).
-    unsafe { core::slice::from_raw_parts(bufs.virt.as_ptr().add(i * BUF_SIZE), BUF_SIZE) }
+    // SAFETY: from the driver's DmaAlloc; the NIC does not write a buffer whose
+    // descriptor the driver owns (callers' contract).
+    unsafe { bufs.slot(i, BUF_SIZE) }
 }
 
 /// Packet buffer `i`, for writing.
@@ -218,17 +214,13 @@ fn buf(bufs: &Dma, i: usize) -> &[u8] {
 /// # Safety
 ///
 /// The driver must own descriptor `i` (the NIC will not read the buffer before the
-/// tail register hands it over) and no other slice of this buffer may be alive.
+/// driver hands it over) and no other slice of this buffer may be alive.
 // DMA memory is written through a shared handle by design: ownership comes from the
 // descriptor protocol, which the `# Safety` contract hands to the caller.
 #[allow(clippy::mut_from_ref)]
 unsafe fn buf_mut(bufs: &Dma, i: usize) -> &mut [u8] {
-    assert!(
-        (i + 1) * BUF_SIZE <= bufs.len,
-        "packet buffer index out of range"
-    );
-    // SAFETY: in bounds (checked above); exclusivity is the caller's contract.
-    unsafe { core::slice::from_raw_parts_mut(bufs.virt.as_ptr().add(i * BUF_SIZE), BUF_SIZE) }
+    // SAFETY: the caller's contract is `slot_mut`'s.
+    unsafe { bufs.slot_mut(i, BUF_SIZE) }
 }
 
 /// A descriptor pointing at buffer `i`, with `status` (the rest zero).
@@ -409,8 +401,21 @@ impl<M: Mmio> E1000<M> {
             self.tx_clean = (self.tx_clean + 1) % TX_DESCS;
         }
     }
+}
 
-    /// Whether a transmit descriptor is free (reclaiming done ones first).
+impl<M: Mmio> FrameRing for E1000<M> {
+    fn address(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    fn peer(&self, dst: NodeAddr) -> Option<[u8; 6]> {
+        self.peers[..self.npeers].get(dst.0 as usize).copied()
+    }
+
+    fn rx_buffer(&self, slot: usize) -> &[u8] {
+        buf(&self.rx_bufs, slot)
+    }
+
     fn tx_free(&mut self) -> bool {
         self.reclaim_tx();
         if (self.tx_next + 1) % TX_DESCS == self.tx_clean {
@@ -420,9 +425,7 @@ impl<M: Mmio> E1000<M> {
         true
     }
 
-    /// Sends the frame `fill` writes into the next free buffer (checked by `tx_free`);
-    /// `fill` returns its result and the frame's length.
-    fn send<R>(&mut self, fill: impl FnOnce(&mut [u8]) -> (R, usize)) -> R {
+    fn send<R>(&mut self, raw: bool, fill: impl FnOnce(&mut [u8]) -> (R, usize)) -> R {
         let i = self.tx_next;
         // SAFETY: descriptor `i` is free (the caller checked `tx_free`: the NIC is done
         // with it and gets it back only at the TDT write below); this is the only slice.
@@ -436,11 +439,14 @@ impl<M: Mmio> E1000<M> {
         // The buffer and descriptor are complete before the NIC may read them.
         fence(Ordering::SeqCst);
         self.mmio.write32(reg::TDT, self.tx_next as u32);
+        if raw {
+            self.stats.tx_raw += 1;
+        } else {
+            self.stats.tx_frames += 1;
+        }
         r
     }
 
-    /// The next good frame addressed to us, as (descriptor, length): Volley frames
-    /// only, or (`raw`) any type. Others are counted and handed back.
     fn next_frame(&mut self, raw: bool) -> Option<(usize, usize)> {
         for _ in 0..RX_DESCS {
             let i = self.rx_next;
@@ -471,14 +477,25 @@ impl<M: Mmio> E1000<M> {
             } else {
                 self.stats.rx_errors += 1;
             }
-            self.release_rx(i);
+            self.give_back(i);
         }
         self.post_rx();
         None
     }
 
+    fn release(&mut self, slot: usize, raw: bool) {
+        if raw {
+            self.stats.rx_raw += 1;
+        } else {
+            self.stats.rx_frames += 1;
+        }
+        self.give_back(slot);
+    }
+}
+
+impl<M: Mmio> E1000<M> {
     /// Hands receive descriptor `i` back (the tail register is written per batch).
-    fn release_rx(&mut self, i: usize) {
+    fn give_back(&mut self, i: usize) {
         desc_set_u8(&self.rx_descs, i, 12, 0);
         self.rx_next = (i + 1) % RX_DESCS;
         self.rx_unposted += 1;
@@ -488,103 +505,22 @@ impl<M: Mmio> E1000<M> {
     }
 }
 
-/// A received Volley frame, lent from its DMA buffer.
-#[derive(Debug)]
-pub struct E1000Rx<'a, M: Mmio> {
-    nic: &'a mut E1000<M>,
-    index: usize,
-    len: usize,
-}
-
-/// A transmit buffer for one frame to a known peer.
-#[derive(Debug)]
-pub struct E1000Tx<'a, M: Mmio> {
-    nic: &'a mut E1000<M>,
-    dst: [u8; 6],
-}
-
-impl<M: Mmio> RxToken for E1000Rx<'_, M> {
-    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        let nic = self.nic;
-        let r = f(&buf(&nic.rx_bufs, self.index)[ETH_HEADER..self.len]);
-        nic.stats.rx_frames += 1;
-        nic.release_rx(self.index);
-        r
-    }
-}
-
-impl<M: Mmio> TxToken for E1000Tx<'_, M> {
-    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let (nic, dst) = (self.nic, self.dst);
-        let len = len.min(MTU);
-        let mac = nic.mac;
-        let r = nic.send(|b| {
-            let r = f(&mut b[ETH_HEADER..ETH_HEADER + len]);
-            (r, ether::finish(b, dst, mac, len))
-        });
-        nic.stats.tx_frames += 1;
-        r
-    }
-}
-
-impl<M: Mmio> EthernetNic for E1000<M> {
-    fn mac(&self) -> [u8; 6] {
-        self.mac
-    }
-
-    fn recv_frame<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        let (index, len) = self.next_frame(true)?;
-        let r = f(&buf(&self.rx_bufs, index)[..len]);
-        self.stats.rx_raw += 1;
-        self.release_rx(index);
-        Some(r)
-    }
-
-    fn can_send(&mut self) -> bool {
-        self.tx_free()
-    }
-
-    fn send_frame<R>(&mut self, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
-        if !self.tx_free() {
-            return None;
-        }
-        let len = len.min(ether::MAX_FRAME);
-        let r = self.send(|b| {
-            let r = f(&mut b[..len]);
-            b[len..ether::MIN_FRAME.max(len)].fill(0);
-            (r, ether::MIN_FRAME.max(len))
-        });
-        self.stats.tx_raw += 1;
-        Some(r)
-    }
-}
-
 impl<M: Mmio> Device for E1000<M> {
     type RxToken<'a>
-        = E1000Rx<'a, M>
+        = RingRx<'a, Self>
     where
         Self: 'a;
     type TxToken<'a>
-        = E1000Tx<'a, M>
+        = RingTx<'a, Self>
     where
         Self: 'a;
 
-    fn receive(&mut self, _now: Instant) -> Option<E1000Rx<'_, M>> {
-        let (index, len) = self.next_frame(false)?;
-        Some(E1000Rx {
-            nic: self,
-            index,
-            len,
-        })
+    fn receive(&mut self, _now: Instant) -> Option<RingRx<'_, Self>> {
+        volley_hal::receive(self)
     }
 
-    fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<E1000Tx<'_, M>> {
-        let d = dst.0 as usize;
-        if d >= self.npeers || !self.tx_free() {
-            return None;
-        }
-        let dst = self.peers[d];
-        Some(E1000Tx { nic: self, dst })
+    fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<RingTx<'_, Self>> {
+        volley_hal::transmit(self, dst)
     }
 
     fn capabilities(&self) -> Capabilities {

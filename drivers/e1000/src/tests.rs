@@ -11,6 +11,7 @@ use std::rc::Rc;
 use std::vec::Vec;
 
 use super::*;
+use volley_core::phy::{RxToken, TxToken};
 use volley_core::sim::Pair;
 use volley_core::time::Duration;
 

@@ -22,13 +22,13 @@
 
 use core::sync::atomic::{fence, Ordering};
 
-use volley_core::phy::{Capabilities, Device, RxToken, TxToken};
+use volley_core::phy::{Capabilities, Device};
 use volley_core::time::Instant;
 use volley_core::NodeAddr;
 use volley_hal::ether;
 
 pub use volley_hal::ether::{ETHERTYPE, MTU};
-pub use volley_hal::{Dma, DmaAlloc, EthernetNic, Mmio, PhysAddr};
+pub use volley_hal::{Dma, DmaAlloc, EthernetNic, FrameRing, Mmio, PhysAddr, RingRx, RingTx};
 
 #[cfg(test)]
 mod tests;
@@ -241,31 +241,23 @@ fn des_write(ring: &Dma, i: usize, word: usize, v: u32) {
 /// Packet buffer `i`, for reading. Only for a buffer whose descriptor the driver owns,
 /// so nothing writes it meanwhile.
 fn buf(bufs: &Dma, i: usize) -> &[u8] {
-    assert!(
-        (i + 1) * BUF_SIZE <= bufs.len,
-        "packet buffer index out of range"
-    );
-    // SAFETY: buffer `i` lies inside the DMA block (checked above); the chip does not
-    // write it while the driver owns its descriptor (callers' contract).
-    unsafe { core::slice::from_raw_parts(bufs.virt.as_ptr().add(i * BUF_SIZE), BUF_SIZE) }
+    // SAFETY: from the driver's DmaAlloc; the chip does not write a buffer whose
+    // descriptor the driver owns (callers' contract).
+    unsafe { bufs.slot(i, BUF_SIZE) }
 }
 
 /// Packet buffer `i`, for writing.
 ///
 /// # Safety
 ///
-/// The driver must own descriptor `i` (OWN clear: the chip will not read the buffer
-/// before the driver sets OWN) and no other slice of this buffer may be alive.
+/// The driver must own descriptor `i` (the chip will not read the buffer before the
+/// driver hands it over) and no other slice of this buffer may be alive.
 // DMA memory is written through a shared handle by design: ownership comes from the
 // descriptor protocol, which the `# Safety` contract hands to the caller.
 #[allow(clippy::mut_from_ref)]
 unsafe fn buf_mut(bufs: &Dma, i: usize) -> &mut [u8] {
-    assert!(
-        (i + 1) * BUF_SIZE <= bufs.len,
-        "packet buffer index out of range"
-    );
-    // SAFETY: in bounds (checked above); exclusivity is the caller's contract.
-    unsafe { core::slice::from_raw_parts_mut(bufs.virt.as_ptr().add(i * BUF_SIZE), BUF_SIZE) }
+    // SAFETY: the caller's contract is `slot_mut`'s.
+    unsafe { bufs.slot_mut(i, BUF_SIZE) }
 }
 
 /// The bus address of byte `off` of a DMA block, which the chip reaches with 32 bits.
@@ -519,8 +511,21 @@ impl<M: Mmio> Tulip<M> {
             self.tx_clean = (self.tx_clean + 1) % TX_DESCS;
         }
     }
+}
 
-    /// Whether a transmit descriptor is free (reclaiming done ones first).
+impl<M: Mmio> FrameRing for Tulip<M> {
+    fn address(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    fn peer(&self, dst: NodeAddr) -> Option<[u8; 6]> {
+        self.peers[..self.npeers].get(dst.0 as usize).copied()
+    }
+
+    fn rx_buffer(&self, slot: usize) -> &[u8] {
+        buf(&self.rx_bufs, slot)
+    }
+
     fn tx_free(&mut self) -> bool {
         self.reclaim_tx();
         if (self.tx_next + 1) % TX_DESCS == self.tx_clean {
@@ -530,9 +535,7 @@ impl<M: Mmio> Tulip<M> {
         true
     }
 
-    /// Sends the frame `fill` writes into the next free buffer (checked by `tx_free`);
-    /// `fill` returns its result and the frame's length.
-    fn send<R>(&mut self, fill: impl FnOnce(&mut [u8]) -> (R, usize)) -> R {
+    fn send<R>(&mut self, raw: bool, fill: impl FnOnce(&mut [u8]) -> (R, usize)) -> R {
         let i = self.tx_next;
         // SAFETY: descriptor `i` is free (the caller checked `tx_free`: OWN clear, and
         // the chip gets it back only at the OWN write below); this is the only slice.
@@ -552,11 +555,23 @@ impl<M: Mmio> Tulip<M> {
         self.tx_next = (i + 1) % TX_DESCS;
         fence(Ordering::SeqCst);
         self.mmio.write32(csr::TX_POLL, 1);
+        if raw {
+            self.stats.tx_raw += 1;
+        } else {
+            self.stats.tx_frames += 1;
+        }
         r
     }
 
-    /// The next good frame addressed to us, as (descriptor, length without CRC):
-    /// Volley frames only, or (`raw`) any type. Others are counted and handed back.
+    fn release(&mut self, slot: usize, raw: bool) {
+        if raw {
+            self.stats.rx_raw += 1;
+        } else {
+            self.stats.rx_frames += 1;
+        }
+        self.give_back(slot);
+    }
+
     fn next_frame(&mut self, raw: bool) -> Option<(usize, usize)> {
         for _ in 0..RX_DESCS {
             let i = self.rx_next;
@@ -596,103 +611,22 @@ impl<M: Mmio> Tulip<M> {
     }
 }
 
-/// A received Volley frame, lent from its DMA buffer.
-#[derive(Debug)]
-pub struct TulipRx<'a, M: Mmio> {
-    nic: &'a mut Tulip<M>,
-    index: usize,
-    len: usize,
-}
-
-/// A transmit buffer for one frame to a known peer.
-#[derive(Debug)]
-pub struct TulipTx<'a, M: Mmio> {
-    nic: &'a mut Tulip<M>,
-    dst: [u8; 6],
-}
-
-impl<M: Mmio> RxToken for TulipRx<'_, M> {
-    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        let nic = self.nic;
-        let r = f(&buf(&nic.rx_bufs, self.index)[ether::HEADER..self.len]);
-        nic.stats.rx_frames += 1;
-        nic.give_back(self.index);
-        r
-    }
-}
-
-impl<M: Mmio> TxToken for TulipTx<'_, M> {
-    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let (nic, dst) = (self.nic, self.dst);
-        let len = len.min(MTU);
-        let mac = nic.mac;
-        let r = nic.send(|b| {
-            let r = f(&mut b[ether::HEADER..ether::HEADER + len]);
-            (r, ether::finish(b, dst, mac, len))
-        });
-        nic.stats.tx_frames += 1;
-        r
-    }
-}
-
-impl<M: Mmio> EthernetNic for Tulip<M> {
-    fn mac(&self) -> [u8; 6] {
-        self.mac
-    }
-
-    fn recv_frame<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        let (index, len) = self.next_frame(true)?;
-        let r = f(&buf(&self.rx_bufs, index)[..len]);
-        self.stats.rx_raw += 1;
-        self.give_back(index);
-        Some(r)
-    }
-
-    fn can_send(&mut self) -> bool {
-        self.tx_free()
-    }
-
-    fn send_frame<R>(&mut self, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
-        if !self.tx_free() {
-            return None;
-        }
-        let len = len.min(ether::MAX_FRAME);
-        let r = self.send(|b| {
-            let r = f(&mut b[..len]);
-            b[len..ether::MIN_FRAME.max(len)].fill(0);
-            (r, ether::MIN_FRAME.max(len))
-        });
-        self.stats.tx_raw += 1;
-        Some(r)
-    }
-}
-
 impl<M: Mmio> Device for Tulip<M> {
     type RxToken<'a>
-        = TulipRx<'a, M>
+        = RingRx<'a, Self>
     where
         Self: 'a;
     type TxToken<'a>
-        = TulipTx<'a, M>
+        = RingTx<'a, Self>
     where
         Self: 'a;
 
-    fn receive(&mut self, _now: Instant) -> Option<TulipRx<'_, M>> {
-        let (index, len) = self.next_frame(false)?;
-        Some(TulipRx {
-            nic: self,
-            index,
-            len,
-        })
+    fn receive(&mut self, _now: Instant) -> Option<RingRx<'_, Self>> {
+        volley_hal::receive(self)
     }
 
-    fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<TulipTx<'_, M>> {
-        let d = dst.0 as usize;
-        if d >= self.npeers || !self.tx_free() {
-            return None;
-        }
-        let dst = self.peers[d];
-        Some(TulipTx { nic: self, dst })
+    fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<RingTx<'_, Self>> {
+        volley_hal::transmit(self, dst)
     }
 
     fn capabilities(&self) -> Capabilities {
