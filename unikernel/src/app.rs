@@ -6,7 +6,7 @@
 //! instance 0 and checks the totals; `app=collectives` barriers, broadcast and
 //! fetch-and-adds; `app=latency` prints the 8-byte one-way median;
 //! `app=crash`: the last instance stops dead, the others go on and notice;
-//! `app=sendfail`: instance 0 sends to the last instance (a process that kills itself)
+//! `app=sendfail`: every instance sends to the last one (a process that kills itself)
 //! until SENDFAILURE.
 
 extern crate alloc;
@@ -438,13 +438,15 @@ fn fetch_adds<D: Device>(g: &mut Node<D>, rank: u16, nodes: u16) -> bool {
 }
 
 /// Against a process rank running `volley worker victim` (the last rank, which takes
-/// three messages and kills itself): instance 0 sends 10 kB messages to its port 4
-/// until the send reports SENDFAILURE, within 60 s. The seed's failure contract across
-/// a mixed job: the unikernel side learns that a process died.
+/// three messages and kills itself): every other instance sends 10 kB messages to its
+/// port 4 until the send reports SENDFAILURE, within 60 s, as the worker's survivors
+/// do. The seed's failure contract across a mixed job: the unikernel side learns that
+/// a process died.
 fn sendfail<D: Device>(g: &mut Node<D>, rank: u16, nodes: u16) -> bool {
     let victim = nodes - 1;
-    if rank != 0 {
-        return true;
+    if rank == victim {
+        println!("volley unikernel: sendfail: the victim is a process (volley worker victim)");
+        return false;
     }
     if let Err(e) = g.set_passive_port(4, victim, 1, 4, 4, GO_BACK, None) {
         report("port to the victim", e);

@@ -170,27 +170,46 @@ fn processes_and_unikernel_nodes_are_one_job_over_udp() {
     }
 }
 
-/// A process rank kills itself after three messages; the unikernel node sending to it
-/// gets SENDFAILURE instead of hanging.
+/// Two unikernel nodes (a 21143, an e1000) and two processes in one job; the last
+/// process kills itself after three messages. Every survivor sending to it gets
+/// SENDFAILURE instead of hanging: the nodes and the other process alike.
 #[test]
-fn a_killed_process_is_a_sendfailure_on_the_unikernel_node() {
+fn a_killed_process_is_a_sendfailure_on_the_unikernel_nodes() {
     let _g = serial();
     let (procs, nodes) = run(&Job {
-        kinds: &[Some(volley_qemu::TULIP), None],
+        kinds: &[
+            Some(volley_qemu::TULIP),
+            Some(volley_qemu::E1000),
+            None,
+            None,
+        ],
         node_app: "sendfail",
         worker: "victim",
         env: &[],
     });
     let all = consoles(&nodes);
-    let (_, victim) = &procs[0];
+    let (_, survivor) = &procs[0];
+    let t = text(survivor);
+    assert_eq!(
+        survivor.status.code(),
+        Some(4),
+        "GAMMA's SENDFAILURE:\n{t}\n{all}"
+    );
+    assert!(t.contains("rank 2: SENDFAILURE sending to rank 3"), "{t}");
+    let (_, victim) = &procs[1];
     assert!(
         !victim.status.success(),
         "the victim died: {}",
         text(victim)
     );
-    let (_, node) = &nodes[0];
-    assert_eq!(node.verdict, volley_qemu::Verdict::Success, "{all}");
-    assert!(node.console.contains("node 1 found dead after"), "{all}");
+    for (r, node) in &nodes {
+        assert_eq!(
+            node.verdict,
+            volley_qemu::Verdict::Success,
+            "node {r}: {all}"
+        );
+        assert!(node.console.contains("node 3 found dead after"), "{all}");
+    }
 }
 
 /// `volley run --unikernel 1`: the launcher boots the last rank as a unikernel node
