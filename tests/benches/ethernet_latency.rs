@@ -2,12 +2,14 @@
 //! accelerator in use: one-way latency of an 8-byte GAMMA message, next to a reference
 //! row measured in the same run by the same images bouncing a raw Ethernet frame
 //! through the same driver with no protocol on top; and the time from kernel entry to
-//! the first GAMMA exchange (the first barrier).
+//! the first GAMMA exchange (the first barrier). Then the `udp` fabric (smoltcp on the
+//! 21143, through QEMU's user-mode network and the host's loopback, as in a job with
+//! processes): GAMMA next to a bare UDP datagram bounced over the same path.
 //!
 //! `cargo bench -p volley-qemu --bench ethernet_latency`. Medians of 3 runs, each itself
 //! the median of 2000 round trips.
 
-use volley_qemu::{accel, dgram_card, latency_pair, macs, median, ports, Boot, E1000, TULIP};
+use volley_qemu::{accel, dgram_card, latency_pair, mac, macs, median, ports, Boot, E1000, TULIP};
 
 fn pair(app: &str, card: &str) -> (Option<f64>, Option<f64>) {
     let base = ports();
@@ -22,6 +24,28 @@ fn pair(app: &str, card: &str) -> (Option<f64>, Option<f64>) {
         })
         .collect();
     latency_pair(app, &boots)
+}
+
+/// Two nodes on the `udp` fabric, each behind its own QEMU user-mode network.
+fn udp_pair(app: &str) -> Option<f64> {
+    let base = ports();
+    let port = |i: u16| base + 2000 + i;
+    let peers = format!("10.0.2.2:{},10.0.2.2:{}", port(0), port(1));
+    let boots: Vec<Boot> = (0..2)
+        .map(|i| {
+            let mut b = Boot::new(&format!(
+                "app={app} rank={i} fabric=udp ip=10.0.2.15/24 gw=10.0.2.2 peers={peers}"
+            ));
+            b.extra = vec![
+                "-netdev".into(),
+                format!("user,id=n0,hostfwd=udp:127.0.0.1:{0}-:{0}", port(i)),
+                "-device".into(),
+                format!("{TULIP},netdev=n0,mac={},romfile=", mac(i as usize)),
+            ];
+            b
+        })
+        .collect();
+    latency_pair(app, &boots).0
 }
 
 fn main() {
@@ -56,6 +80,25 @@ fn main() {
         );
         boot.push((card, median(first)));
     }
+    let (mut raw, mut gamma) = (Vec::new(), Vec::new());
+    for r in 0..runs {
+        eprintln!("udp latency: run {}/{runs}", r + 1);
+        raw.push(udp_pair("rawpong").expect("raw median printed"));
+        gamma.push(udp_pair("latency").expect("gamma median printed"));
+    }
+    let (raw, gamma) = (median(raw), median(gamma));
+    println!(
+        "{:<60} {:>12.2} {:>8}",
+        "udp (tulip, user network): reference, bare UDP datagram",
+        raw / 1000.0,
+        "1.00"
+    );
+    println!(
+        "{:<60} {:>12.2} {:>8.2}",
+        "udp (tulip, user network): GAMMA send, 8 bytes",
+        gamma / 1000.0,
+        gamma / raw
+    );
     for (card, ms) in boot {
         let note = if card == E1000 {
             " (QEMU's e1000 holds reception off for 1 s after RCTL is written)"
