@@ -1,15 +1,18 @@
-//! Two unikernel nodes over each Ethernet card (the e1000 and the DEC 21143) under the
+//! Two unikernel nodes over each Ethernet card (the e1000, the 82574L and the DEC 21143) under the
 //! accelerator in use: one-way latency of an 8-byte GAMMA message, next to a reference
 //! row measured in the same run by the same images bouncing a raw Ethernet frame
-//! through the same driver with no protocol on top; and the time from kernel entry to
-//! the first GAMMA exchange (the first barrier). Then the `udp` fabric (smoltcp on the
+//! through the same driver with no protocol on top; and the boot time, from the start
+//! of the QEMU processes to the first completed GAMMA exchange (the first barrier) on
+//! both nodes, as the harness sees their console lines arrive. Then the `udp` fabric (smoltcp on the
 //! 21143, through QEMU's user-mode network and the host's loopback, as in a job with
 //! processes): GAMMA next to a bare UDP datagram bounced over the same path.
 //!
 //! `cargo bench -p volley-qemu --bench ethernet_latency`. Medians of 3 runs, each itself
 //! the median of 2000 round trips.
 
-use volley_qemu::{accel, dgram_card, latency_pair, mac, macs, median, ports, Boot, E1000, TULIP};
+use volley_qemu::{
+    accel, dgram_card, latency_pair, mac, macs, median, ports, Boot, E1000, E1000E, TULIP,
+};
 
 fn pair(app: &str, card: &str) -> (Option<f64>, Option<f64>) {
     let base = ports();
@@ -56,14 +59,14 @@ fn main() {
     );
     println!("{:<60} {:>12} {:>8}", "path", "one-way us", "ratio");
     let mut boot = Vec::new();
-    for card in [E1000, TULIP] {
+    for card in [E1000, E1000E, TULIP] {
         let (mut raw, mut gamma, mut first) = (Vec::new(), Vec::new(), Vec::new());
         for r in 0..runs {
             eprintln!("{card} latency: run {}/{runs}", r + 1);
             raw.push(pair("rawpong", card).0.expect("raw median printed"));
             let (g, f) = pair("latency", card);
             gamma.push(g.expect("gamma median printed"));
-            first.push(f.expect("first sync printed"));
+            first.push(f.expect("first sync seen"));
         }
         let (raw, gamma) = (median(raw), median(gamma));
         println!(
@@ -101,10 +104,10 @@ fn main() {
     );
     for (card, ms) in boot {
         let note = if card == E1000 {
-            " (QEMU's e1000 holds reception off for 1 s after RCTL is written)"
+            " (QEMU's 8254x model holds reception off for 1 s after RCTL is written)"
         } else {
             ""
         };
-        println!("{card}: kernel entry to the first barrier {ms:.0} ms{note}");
+        println!("{card}: QEMU start to the first message, both nodes, {ms:.0} ms{note}");
     }
 }

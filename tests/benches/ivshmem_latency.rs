@@ -36,7 +36,7 @@ fn main() {
         flag.push(pair("flagpong").0.expect("flag median printed"));
         let (g, f) = pair("latency");
         gamma.push(g.expect("gamma median printed"));
-        first.push(f.expect("first sync printed"));
+        first.push(f.expect("first sync seen"));
     }
     let spread = |v: &[f64]| {
         let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
@@ -67,5 +67,5 @@ fn main() {
         gamma / flag,
         gs
     );
-    println!("boot to first message (kernel entry to the first barrier): {first:.0} ms");
+    println!("boot to first message (QEMU start to the first barrier, both nodes): {first:.0} ms");
 }

@@ -36,7 +36,7 @@ fn an_unknown_fabric_is_refused() {
     assert_eq!(o.verdict, Verdict::Failure, "{}", o.console);
     assert!(
         o.console.contains(
-            "fabric \"myri\" is not available (ethernet, e1000, tulip, udp and ivshmem are)"
+            "fabric \"myri\" is not available (ethernet, e1000, e1000e, tulip, udp and ivshmem are)"
         ),
         "{}",
         o.console

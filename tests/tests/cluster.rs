@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use volley_qemu::{
-    dgram_card, dgram_nic, hub_card, macs, ports, run_all, Boot, Verdict, E1000, TULIP,
+    dgram_card, dgram_nic, hub_card, macs, ports, run_all, Boot, Verdict, E1000, E1000E, TULIP,
 };
 
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -133,6 +133,37 @@ fn a_node_without_a_key_refuses_to_run() {
     assert!(out[0].console.contains("no job key"), "{}", out[0].console);
 }
 
+/// The 82574L (QEMU's `e1000e`) on the same driver: ping-pong up to 1 MiB. (How soon
+/// the first message completes is the `ethernet_latency` benchmark's figure.)
+#[test]
+fn two_nodes_ping_pong_up_to_1_mib_over_the_82574() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let base = ports();
+    let boots: Vec<Boot> = (0..2)
+        .map(|i| {
+            node(
+                format!("app=pingpong rank={i} fabric=e1000e macs={}", macs(2)),
+                dgram_card(i, base, E1000E),
+            )
+        })
+        .collect();
+    let out = run_all(&boots);
+    for (i, o) in out.iter().enumerate() {
+        assert_eq!(o.verdict, Verdict::Success, "node {i}:\n{}", o.console);
+        assert!(o.console.contains("e1000e mac"), "{}", o.console);
+        assert!(o.when("first sync after").is_some(), "{}", o.console);
+    }
+    for len in [8, 1000, 65_536, 1_048_576] {
+        assert!(
+            out[0].console.contains(&format!("pingpong {len} B ok")),
+            "{}",
+            out[0].console
+        );
+    }
+}
+
 #[test]
 fn two_nodes_ping_pong_up_to_1_mib_over_the_21143() {
     let _one = ONE_CLUSTER_AT_A_TIME
@@ -215,11 +246,11 @@ fn four_21143_nodes_run_barriers_and_a_broadcast() {
     hub_cluster("barrier", &[TULIP; 4]);
 }
 
-/// e1000 and 21143 nodes on one hub are one job: the ping-pong crosses from one kind
-/// of card to the other, the barriers and the broadcast span both.
+/// e1000, 82574L and 21143 nodes on one hub are one job: the ping-pong crosses from
+/// one kind of card to another, the barriers and the broadcast span all three.
 #[test]
 fn e1000_and_21143_nodes_share_one_lan() {
-    let consoles = hub_cluster("mixed", &[E1000, TULIP, E1000, TULIP]);
+    let consoles = hub_cluster("mixed", &[E1000, TULIP, E1000E, TULIP]);
     for len in [8, 1000, 65_536, 1_048_576] {
         assert!(
             consoles[0].contains(&format!("pingpong {len} B ok")),

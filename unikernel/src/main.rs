@@ -165,8 +165,8 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
 }
 
 /// `app=NAME rank=R [job=ID]` and, for the fabric: `fabric=ethernet macs=M0,M1,...`
-/// (the default: the first e1000 or 21143 found; `fabric=e1000` or `fabric=tulip` for
-/// one kind) or `fabric=ivshmem nodes=N [startup=SECONDS]`; `barrier=frames` keeps
+/// (the default: the first e1000, 82574L or 21143 found; `fabric=e1000|e1000e|tulip`
+/// for one kind) or `fabric=ivshmem nodes=N [startup=SECONDS]`; `barrier=frames` keeps
 /// barriers out of NIC memory; `fabric=udp` for UDP/IPv4 (see `udp_app`). Brings
 /// the NIC up and runs the application.
 fn net_app(app: &str, cmdline: &str) -> bool {
@@ -218,12 +218,13 @@ fn net_app(app: &str, cmdline: &str) -> bool {
     match pvh::arg(cmdline, "fabric").unwrap_or("ethernet") {
         "ethernet" => ethernet_app(args, None),
         "e1000" => ethernet_app(args, Some(Card::E1000)),
+        "e1000e" => ethernet_app(args, Some(Card::E1000e)),
         "tulip" => ethernet_app(args, Some(Card::Tulip)),
         "udp" => udp_app(args),
         "ivshmem" => ivshmem_app(args),
         other => {
             println!(
-                "volley unikernel: fabric {:?} is not available (ethernet, e1000, tulip, udp and ivshmem are)",
+                "volley unikernel: fabric {:?} is not available (ethernet, e1000, e1000e, tulip, udp and ivshmem are)",
                 other
             );
             false
@@ -248,6 +249,8 @@ enum Card {
     E1000,
     /// DEC 21143 (QEMU's `tulip`), the 3c905-class Fast Ethernet card.
     Tulip,
+    /// Intel 82574L (QEMU's `e1000e`): the 8254x's legacy descriptors still work.
+    E1000e,
 }
 
 impl Card {
@@ -256,6 +259,7 @@ impl Card {
         match self {
             Card::E1000 => (0x8086, 0x100E),
             Card::Tulip => (0x1011, 0x0019),
+            Card::E1000e => (0x8086, 0x10D3),
         }
     }
 
@@ -263,7 +267,7 @@ impl Card {
     /// I/O space, its BAR1 in memory.
     fn bar(self) -> u8 {
         match self {
-            Card::E1000 => 0,
+            Card::E1000 | Card::E1000e => 0,
             Card::Tulip => 1,
         }
     }
@@ -272,6 +276,7 @@ impl Card {
         match self {
             Card::E1000 => "e1000",
             Card::Tulip => "tulip",
+            Card::E1000e => "e1000e",
         }
     }
 }
@@ -345,8 +350,12 @@ fn udp_app(a: NetArgs<'_>) -> bool {
         None => None,
         Some("e1000") => Some(Card::E1000),
         Some("tulip") => Some(Card::Tulip),
+        Some("e1000e") => Some(Card::E1000e),
         Some(other) => {
-            println!("volley unikernel: nic={:?}: expected e1000 or tulip", other);
+            println!(
+                "volley unikernel: nic={:?}: expected e1000, e1000e or tulip",
+                other
+            );
             return false;
         }
     };
@@ -367,7 +376,7 @@ fn udp_app(a: NetArgs<'_>) -> bool {
 fn card_app(a: NetArgs<'_>, want: Option<Card>, over: Over) -> bool {
     let mut found = None;
     pci::scan(|f| {
-        for card in [Card::E1000, Card::Tulip] {
+        for card in [Card::E1000, Card::E1000e, Card::Tulip] {
             if found.is_none()
                 && want.is_none_or(|w| w == card)
                 && (f.vendor, f.device) == card.ids()
@@ -382,7 +391,7 @@ fn card_app(a: NetArgs<'_>, want: Option<Card>, over: Over) -> bool {
     let Some((card, (base, size))) = found else {
         println!(
             "volley unikernel: no {} found",
-            want.map_or("e1000 or tulip", Card::name)
+            want.map_or("e1000, e1000e or tulip", Card::name)
         );
         return false;
     };
@@ -395,13 +404,20 @@ fn card_app(a: NetArgs<'_>, want: Option<Card>, over: Over) -> bool {
         Over::Udp(_) => &[],
     };
     match card {
-        Card::E1000 => match volley_e1000::E1000::new(mmio, &mut dma, macs) {
-            Ok(nic) => over_card(a, nic, card, over, app::e1000_stats),
-            Err(e) => {
-                println!("volley unikernel: e1000: {}", e);
-                false
+        Card::E1000 | Card::E1000e => {
+            let model = if card == Card::E1000e {
+                volley_e1000::Model::I82574
+            } else {
+                volley_e1000::Model::I8254x
+            };
+            match volley_e1000::E1000::with_model(model, mmio, &mut dma, macs) {
+                Ok(nic) => over_card(a, nic, card, over, app::e1000_stats),
+                Err(e) => {
+                    println!("volley unikernel: {}: {}", card.name(), e);
+                    false
+                }
             }
-        },
+        }
         Card::Tulip => match volley_tulip::Tulip::new(mmio, &mut dma, macs) {
             Ok(nic) => over_card(a, nic, card, over, app::tulip_stats),
             Err(e) => {

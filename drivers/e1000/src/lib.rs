@@ -1,6 +1,8 @@
 //! `volley-e1000`: a driver for the Intel 8254x family (QEMU's `e1000` is an 82540EM),
 //! written from Intel's *PCI/PCI-X Family of Gigabit Ethernet Controllers Software
-//! Developer's Manual* (8254x SDM; section numbers below). It implements the core's
+//! Developer's Manual* (8254x SDM; section numbers below), and for the PCIe 82574L
+//! (QEMU's `e1000e`), which keeps the 8254x's registers and legacy descriptors
+//! (*82574 GbE Controller Family Datasheet*: the few differences are in [`Model`]). It implements the core's
 //! device trait: Volley frames travel as the payload of Ethernet frames of type
 //! [`ETHERTYPE`], fabric address *n* being the MAC address in slot *n* of the table
 //! given at start.
@@ -9,8 +11,8 @@
 //! allocated once at start from the platform's [`DmaAlloc`]: nothing is allocated or
 //! logged per packet. Received frames are lent in place; the receive tail register is
 //! written once per batch, the transmit tail once per frame. The receive control
-//! register is written once (QEMU holds reception off for about a second after each
-//! write: PLATFORM.md).
+//! register is written once (QEMU's 8254x model holds reception off for about a second
+//! after each write: PLATFORM.md; its 82574L model starts receiving at once).
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
@@ -66,6 +68,7 @@ mod reg {
     pub const GPRC: usize = 0x4074;
     pub const GPTC: usize = 0x4080;
     pub const MTA: usize = 0x5200;
+    pub const GCR: usize = 0x5B00;
     pub const RAL0: usize = 0x5400;
     pub const RAH0: usize = 0x5404;
 }
@@ -80,8 +83,29 @@ const TCTL_EN: u32 = 1 << 1;
 const TCTL_PSP: u32 = 1 << 3;
 /// Collision threshold 0x0F and full-duplex collision distance 0x40 (SDM 13.4.33).
 const TCTL_CT_COLD: u32 = (0x0F << 4) | (0x40 << 12);
-/// IPGT 10, IPGR1 8, IPGR2 6: the 82540's recommended values (SDM 13.4.34).
-const TIPG_VALUE: u32 = 10 | (8 << 10) | (6 << 20);
+/// Which member of the family the driver runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Model {
+    /// 82540EM and the other PCI/PCI-X 8254x parts (QEMU's `e1000`).
+    I8254x,
+    /// The PCIe 82574L (QEMU's `e1000e`).
+    I82574,
+}
+
+impl Model {
+    /// Transmit inter-packet gap: IPGT 10 on the 8254x (SDM 13.4.34), 8 on the 82574
+    /// (its datasheet's TIPG default); IPGR1 8 and IPGR2 6 on both.
+    fn tipg(self) -> u32 {
+        let ipgt = match self {
+            Model::I8254x => 10,
+            Model::I82574 => 8,
+        };
+        ipgt | (8 << 10) | (6 << 20)
+    }
+}
+
+/// GCR bit 22: reserved, written as 1b when the 82574 is initialised (datasheet, GCR).
+const GCR_82574_INIT: u32 = 1 << 22;
 const RX_DD: u8 = 1 << 0;
 const RX_EOP: u8 = 1 << 1;
 const TX_CMD_EOP: u8 = 1 << 0;
@@ -157,6 +181,7 @@ pub struct E1000<M: Mmio> {
     rx_unposted: usize,
     tx_next: usize,
     tx_clean: usize,
+    model: Model,
     mac: [u8; 6],
     peers: [[u8; 6]; MAX_PEERS],
     npeers: usize,
@@ -242,7 +267,17 @@ fn init_ring(descs: &Dma, bufs: &Dma, n: usize, status: u8) -> u64 {
 impl<M: Mmio> E1000<M> {
     /// Resets and starts the NIC behind `mmio`, with rings from `dma`. `peers[n]` is
     /// the MAC address of fabric address `n`.
-    pub fn new(mut mmio: M, dma: &mut impl DmaAlloc, peers: &[[u8; 6]]) -> Result<Self, Error> {
+    pub fn new(mmio: M, dma: &mut impl DmaAlloc, peers: &[[u8; 6]]) -> Result<Self, Error> {
+        E1000::with_model(Model::I8254x, mmio, dma, peers)
+    }
+
+    /// As [`E1000::new`], for family member `model`.
+    pub fn with_model(
+        model: Model,
+        mut mmio: M,
+        dma: &mut impl DmaAlloc,
+        peers: &[[u8; 6]],
+    ) -> Result<Self, Error> {
         if peers.len() > MAX_PEERS {
             return Err(Error::TooManyPeers);
         }
@@ -259,6 +294,10 @@ impl<M: Mmio> E1000<M> {
         }
         mmio.write32(reg::IMC, u32::MAX);
         let _ = mmio.read32(reg::ICR);
+        if model == Model::I82574 {
+            let gcr = mmio.read32(reg::GCR);
+            mmio.write32(reg::GCR, gcr | GCR_82574_INIT);
+        }
         // Link up, speed detection automatic (SDM 14.5).
         let ctrl = mmio.read32(reg::CTRL);
         mmio.write32(reg::CTRL, ctrl | CTRL_SLU | CTRL_ASDE);
@@ -294,6 +333,7 @@ impl<M: Mmio> E1000<M> {
             rx_unposted: 0,
             tx_next: 0,
             tx_clean: 0,
+            model,
             mac,
             peers: table,
             npeers: peers.len(),
@@ -331,7 +371,7 @@ impl<M: Mmio> E1000<M> {
             TX_DESCS,
         );
         self.mmio.write32(reg::TDT, 0);
-        self.mmio.write32(reg::TIPG, TIPG_VALUE);
+        self.mmio.write32(reg::TIPG, self.model.tipg());
         self.mmio
             .write32(reg::TCTL, TCTL_EN | TCTL_PSP | TCTL_CT_COLD);
     }

@@ -382,3 +382,27 @@ fn as_a_plain_ethernet_interface_whole_frames_of_any_type_pass() {
     let s = n.stats();
     assert_eq!((s.rx_raw, s.tx_raw, s.rx_filtered), (2, 1, 1));
 }
+
+#[test]
+fn the_82574_gets_its_own_settings_and_the_8254x_keeps_its_own() {
+    let (_, regs) = nic(MAC_A);
+    assert_eq!(regs.get(reg::TIPG) & 0x3FF, 10, "IPGT 10 on the 8254x");
+    assert_eq!(regs.writes_to(reg::GCR), 0, "the 8254x has no GCR");
+    let regs = FakeMmio::new(MAC_B);
+    let mut n =
+        E1000::with_model(Model::I82574, regs.clone(), &mut HeapDma, &[MAC_A, MAC_B]).unwrap();
+    assert_eq!(n.mac(), MAC_B);
+    assert_eq!(regs.get(reg::TIPG), 8 | (8 << 10) | (6 << 20));
+    assert_eq!(regs.get(reg::GCR), 1 << 22);
+    assert_eq!(regs.writes_to(reg::RCTL), 1);
+    // The same legacy descriptors carry frames.
+    let mut hw = Hw::default();
+    assert!(hw_receive(
+        &n,
+        &regs,
+        &mut hw,
+        &eth(MAC_B, ETHERTYPE, b"on the 82574")
+    ));
+    let got = n.receive(Instant::ZERO).unwrap().consume(|f| f.to_vec());
+    assert_eq!(&got[..12], b"on the 82574");
+}

@@ -147,6 +147,8 @@ enum NicArg {
     Tulip,
     /// The Intel 82540EM (QEMU's `e1000`): QEMU holds its reception off for 1 s.
     E1000,
+    /// The Intel 82574L (QEMU's `e1000e`).
+    E1000e,
 }
 
 impl NicArg {
@@ -154,6 +156,7 @@ impl NicArg {
         match self {
             NicArg::Tulip => "tulip",
             NicArg::E1000 => "e1000",
+            NicArg::E1000e => "e1000e",
         }
     }
 }
