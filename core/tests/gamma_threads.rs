@@ -216,3 +216,34 @@ fn program(mut g: G, arrived: Arc<AtomicUsize>) {
     assert!(state.errnos.is_empty() || me == 3);
     let _ = state.first_byte;
 }
+
+/// The idle hook runs after 64 empty polls in a row by default, after every empty poll
+/// with `set_idle_after(1)` (a hook that halts until an interrupt).
+#[test]
+fn the_idle_hook_runs_after_the_configured_number_of_empty_polls() {
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    fn hook() {
+        CALLS.fetch_add(1, Ordering::SeqCst);
+    }
+    let fabric = ThreadFabric::new(4, 1500);
+    let mut g = node(&fabric, 0);
+    g.set_idle(Some(hook));
+    let soon = |g: &G| g.time() + Duration::from_millis(30);
+    // Nobody signals semaphore 3: the wait polls until its deadline.
+    let d = soon(&g);
+    assert_eq!(g.wait_deadline(3, 1, d), Err(Error::Timeout));
+    let slow = CALLS.swap(0, Ordering::SeqCst);
+    g.set_idle_after(1);
+    let d = soon(&g);
+    assert_eq!(g.wait_deadline(3, 1, d), Err(Error::Timeout));
+    let fast = CALLS.swap(0, Ordering::SeqCst);
+    assert!(slow > 0, "the hook ran");
+    assert!(
+        fast > 16 * slow,
+        "every empty poll: {fast} calls against {slow}"
+    );
+    g.set_idle(None);
+    let d = soon(&g);
+    let _ = g.wait_deadline(3, 1, d);
+    assert_eq!(CALLS.load(Ordering::SeqCst), 0, "no hook, no calls");
+}

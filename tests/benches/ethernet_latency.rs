@@ -1,7 +1,8 @@
 //! Two unikernel nodes over each Ethernet card (the e1000, the 82574L and the DEC 21143) under the
 //! accelerator in use: one-way latency of an 8-byte GAMMA message, next to a reference
 //! row measured in the same run by the same images bouncing a raw Ethernet frame
-//! through the same driver with no protocol on top; and the boot time, from the start
+//! through the same driver with no protocol on top, and next to the same exchange in
+//! interrupt mode (waits halted until the card's interrupt); and the boot time, from the start
 //! of the QEMU processes to the first completed GAMMA exchange (the first barrier) on
 //! both nodes, as the harness sees their console lines arrive. Then the `udp` fabric (smoltcp on the
 //! 21143, through QEMU's user-mode network and the host's loopback, as in a job with
@@ -18,8 +19,10 @@ fn pair(app: &str, card: &str) -> (Option<f64>, Option<f64>) {
     let base = ports();
     let boots: Vec<Boot> = (0..2)
         .map(|i| {
+            // The interrupt-mode ping-pong needs interrupt mode.
+            let irq = if app == "irqpong" { " irq=on" } else { "" };
             let mut b = Boot::new(&format!(
-                "app={app} rank={i} fabric={card} macs={}",
+                "app={app} rank={i} fabric={card} macs={}{irq}",
                 macs(2)
             ));
             b.extra = dgram_card(i, base, card);
@@ -60,15 +63,21 @@ fn main() {
     println!("{:<60} {:>12} {:>8}", "path", "one-way us", "ratio");
     let mut boot = Vec::new();
     for card in [E1000, E1000E, TULIP] {
-        let (mut raw, mut gamma, mut first) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut raw, mut gamma, mut irq, mut first) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for r in 0..runs {
             eprintln!("{card} latency: run {}/{runs}", r + 1);
             raw.push(pair("rawpong", card).0.expect("raw median printed"));
             let (g, f) = pair("latency", card);
             gamma.push(g.expect("gamma median printed"));
             first.push(f.expect("first sync seen"));
+            irq.push(
+                pair("irqpong", card)
+                    .0
+                    .expect("interrupt-mode median printed"),
+            );
         }
-        let (raw, gamma) = (median(raw), median(gamma));
+        let (raw, gamma, irq) = (median(raw), median(gamma), median(irq));
         println!(
             "{:<60} {:>12.2} {:>8}",
             format!("{card}: reference, raw Ethernet frame through the driver"),
@@ -77,9 +86,15 @@ fn main() {
         );
         println!(
             "{:<60} {:>12.2} {:>8.2}",
-            format!("{card}: GAMMA send, 8 bytes"),
+            format!("{card}: GAMMA send, 8 bytes, polled"),
             gamma / 1000.0,
             gamma / raw
+        );
+        println!(
+            "{:<60} {:>12.2} {:>8.2}",
+            format!("{card}: GAMMA send, 8 bytes, interrupt-driven (irq=on)"),
+            irq / 1000.0,
+            irq / raw
         );
         boot.push((card, median(first)));
     }

@@ -13,6 +13,7 @@ extern crate alloc;
 
 use alloc::vec;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use volley_core::engine::{Config, Group, Members};
 use volley_core::gamma::{Gamma, Upcall, GO_BACK};
@@ -29,6 +30,22 @@ type Node<D> = Gamma<'static, D, TscClock, u64>;
 
 fn on_msg(u: &mut Upcall<'_, '_, u64>) {
     *u.state() += 1;
+    HANDLED.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Messages the port-1 handler has seen: read by a program that computes while
+/// handlers run at interrupt time.
+static HANDLED: AtomicU64 = AtomicU64::new(0);
+
+/// Interrupt mode's settings: the card's interrupt control, the watchdog's delay.
+#[derive(Debug, Clone, Copy)]
+pub struct Irq {
+    /// Masks, unmasks or acknowledges the card's receive interrupt.
+    pub card: crate::intr::CardOp,
+    /// The polling watchdog's delay, microseconds.
+    pub interval_us: u64,
+    /// TSC ticks per second.
+    pub tsc_hz: u64,
 }
 
 fn pattern(src: u16, k: usize, len: usize) -> Vec<u8> {
@@ -83,6 +100,7 @@ pub fn run<D: Device>(
     nodes: u16,
     job: u64,
     device_barrier: bool,
+    irq: Option<Irq>,
     stats: impl FnOnce(&mut D),
 ) -> bool {
     let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
@@ -151,6 +169,18 @@ pub fn run<D: Device>(
         "collectives" => barriers(&mut g, rank) && fetch_adds(&mut g, rank, nodes),
         "crash" => crash(&mut g, rank, nodes),
         "sendfail" => sendfail(&mut g, rank, nodes),
+        "irqpong" | "irqbarrier" | "watchdog" => match irq {
+            Some(irq) => in_irq_mode(&mut g, irq, || match app {
+                "irqpong" => irq_pong::<D>(rank),
+                // The barrier app's waits halt until the card's interrupt.
+                "irqbarrier" => with::<D, _>(|g| barriers(g, rank)),
+                _ => watchdog::<D>(rank, irq.tsc_hz),
+            }),
+            None => {
+                println!("volley unikernel: app={} needs irq=on", app);
+                false
+            }
+        },
         other => {
             println!("volley unikernel: unknown app {:?}", other);
             false
@@ -245,6 +275,164 @@ fn pingpong<D: Device>(g: &mut Node<D>, rank: u16) -> bool {
         }
     }
     true
+}
+
+/// Runs `f` in interrupt mode (intr.rs): `g` attached for the interrupt handler, the
+/// APIC timer driving the watchdog, waits halting between interrupts. `f` reaches the
+/// node only through [`with`].
+fn in_irq_mode<D: Device>(g: &mut Node<D>, irq: Irq, f: impl FnOnce() -> bool) -> bool {
+    /// Polls the attached node: handlers run.
+    ///
+    /// # Safety
+    ///
+    /// `p` is the attached `Node<D>`, held by the caller (intr.rs's rule).
+    unsafe fn poll<D: Device>(p: *mut ()) {
+        // SAFETY: the caller's contract.
+        let g = unsafe { &mut *(p as *mut Node<D>) };
+        g.poll();
+    }
+    g.set_idle(Some(crate::intr::idle));
+    g.set_idle_after(1);
+    let interval = irq.interval_us * irq.tsc_hz / 1_000_000;
+    // The timer first (its calibration takes 2 ms, which must not count as silence).
+    crate::intr::start_timer((irq.interval_us / 2).max(20), irq.tsc_hz);
+    // SAFETY: `g` outlives the attachment (detached below, before `g` is used again),
+    // and `f` reaches it only through `with`.
+    unsafe { crate::intr::attach(g as *mut Node<D> as *mut (), poll::<D>, irq.card, interval) };
+    crate::intr::enable();
+    let ok = f();
+    crate::intr::detach();
+    g.set_idle(None);
+    g.set_idle_after(64);
+    println!(
+        "volley unikernel: interrupts: card {}, timer {}, polls at interrupt time {}",
+        crate::intr::NIC_INTERRUPTS.load(Ordering::SeqCst),
+        crate::intr::TIMER_INTERRUPTS.load(Ordering::SeqCst),
+        crate::intr::POLLS_AT_INTERRUPT.load(Ordering::SeqCst)
+    );
+    ok
+}
+
+/// The program's way to the node in interrupt mode (a poll, for the watchdog).
+fn with<D: Device, R>(f: impl FnOnce(&mut Node<D>) -> R) -> R {
+    // SAFETY: only called inside `in_irq_mode`, where a `Node<D>` is attached.
+    unsafe { crate::intr::with_node::<Node<D>, R>(f) }
+}
+
+/// Interrupt-mode 8-byte ping-pong: each side waits halted until the card's interrupt
+/// wakes it. Instance 0 prints the median one-way latency.
+fn irq_pong<D: Device>(rank: u16) -> bool {
+    if rank > 1 {
+        return true;
+    }
+    let msg = [7u8; 8];
+    let mut samples = Vec::with_capacity(2000);
+    for i in 0..2200 {
+        let t0 = with::<D, _>(|g| g.time());
+        let deadline = t0 + Duration::from_secs(10);
+        let r = if rank == 0 {
+            with::<D, _>(|g| g.send(1, &msg))
+                .and_then(|_| with::<D, _>(|g| g.wait_deadline(1, 1, deadline)).map(|_| 0))
+        } else {
+            with::<D, _>(|g| g.wait_deadline(1, 1, deadline))
+                .and_then(|_| with::<D, _>(|g| g.send(1, &msg)))
+        };
+        if let Err(e) = r {
+            report("interrupt-mode ping-pong", e);
+            return false;
+        }
+        if i >= 200 {
+            samples.push((with::<D, _>(|g| g.time()) - t0).total_nanos() / 2);
+        }
+    }
+    if rank == 0 {
+        println!(
+            "volley unikernel: interrupt-mode one-way median {} ns",
+            median(&mut samples)
+        );
+    }
+    true
+}
+
+/// Messages per phase of the watchdog app.
+const WATCHED: u64 = 100;
+
+/// The polling watchdog, both ways. Instance 0 sends [`WATCHED`] messages to instance
+/// 1, a barrier, then as many again. Instance 1 first polls without pause (its card's
+/// interrupt must stay masked: at most one card interrupt per ten messages, for the
+/// times the host stops the VM longer than the delay), then computes and never polls (the
+/// seed's interrupt-mode pattern: every message must reach the handler from the
+/// interrupt, within the watchdog's delay).
+fn watchdog<D: Device>(rank: u16, tsc_hz: u64) -> bool {
+    let spin_us = |us: u64| {
+        let t = with::<D, _>(|g| g.time()) + Duration::from_micros(us);
+        while with::<D, _>(|g| g.time()) < t {}
+    };
+    if rank != 1 {
+        for phase in 0..2 {
+            for k in 0..WATCHED {
+                if rank == 0 {
+                    if let Err(e) = with::<D, _>(|g| g.send(1, &[k as u8; 8])) {
+                        report("watchdog send", e);
+                        return false;
+                    }
+                    spin_us(200);
+                }
+            }
+            if let Err(e) = with::<D, _>(|g| g.sync()) {
+                report(
+                    if phase == 0 {
+                        "barrier after polling"
+                    } else {
+                        "barrier after computing"
+                    },
+                    e,
+                );
+                return false;
+            }
+        }
+        return true;
+    }
+    let card = || crate::intr::NIC_INTERRUPTS.load(Ordering::SeqCst);
+    let at_irq = || crate::intr::POLLS_AT_INTERRUPT.load(Ordering::SeqCst);
+    // Phase 1: polling without pause (counted from the first poll, which masks the
+    // card's interrupt).
+    if let Err(e) = with::<D, _>(|g| g.test(1)) {
+        report("watchdog poll", e);
+        return false;
+    }
+    let card0 = card();
+    while HANDLED.load(Ordering::SeqCst) < WATCHED {
+        if let Err(e) = with::<D, _>(|g| g.test(1)) {
+            report("watchdog poll", e);
+            return false;
+        }
+    }
+    let polled = card() - card0;
+    if let Err(e) = with::<D, _>(|g| g.sync()) {
+        report("barrier after polling", e);
+        return false;
+    }
+    // Phase 2: computing, never polling, for 30 s at most (the TSC read directly:
+    // asking the node the time would be polling).
+    let (card1, at1) = (card(), at_irq());
+    let limit = crate::tsc::rdtsc() + 30 * tsc_hz;
+    while HANDLED.load(Ordering::SeqCst) < 2 * WATCHED && crate::tsc::rdtsc() < limit {
+        core::hint::spin_loop();
+    }
+    let (computed, ran) = (card() - card1, at_irq() - at1);
+    let got = HANDLED.load(Ordering::SeqCst) - WATCHED;
+    println!(
+        "volley unikernel: watchdog: polling took {} card interrupts for {} messages; computing, {} of {} messages reached the handler at interrupt time ({} card interrupts, {} polls at interrupt time)",
+        polled, WATCHED, got, WATCHED, computed, ran
+    );
+    if let Err(e) = with::<D, _>(|g| g.sync()) {
+        report("barrier after computing", e);
+        return false;
+    }
+    // Silence is wall time: a host that stops the VM for longer than the delay lets
+    // the watchdog fire once per stop, so a loaded host may see a few.
+    polled * 10 <= WATCHED && got == WATCHED && computed > 0 && ran > 0
 }
 
 /// Median of `v` (sorted in place).

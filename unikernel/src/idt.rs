@@ -223,6 +223,26 @@ const NAMES: [&str; 32] = [
     "reserved",
 ];
 
+/// A 64-bit interrupt gate to `addr` in the kernel code segment, present, ring 0.
+fn gate(addr: u64) -> u128 {
+    let a = addr as u128;
+    (a & 0xFFFF)
+        | (0x08 << 16)
+        | (0x8E << 40)
+        | (((a >> 16) & 0xFFFF) << 48)
+        | (((a >> 32) & 0xFFFF_FFFF) << 64)
+}
+
+/// Points `vector` at the stub at `addr` (device interrupts: intr.rs).
+pub fn set_gate(vector: u8, addr: u64) {
+    // SAFETY: called with interrupts off (boot, before `sti`), so no interrupt reads
+    // the entry while it is written; IDT is only written here and in `init`.
+    unsafe {
+        let idt = &mut *core::ptr::addr_of_mut!(IDT);
+        core::ptr::write_volatile(&mut idt.0[vector as usize], gate(addr));
+    }
+}
+
 /// Loads an IDT whose first 32 entries are the exception stubs.
 pub fn init() {
     // SAFETY: single-threaded boot code is the only user of IDT; the stub table is
@@ -230,12 +250,7 @@ pub fn init() {
     unsafe {
         let idt = &mut *core::ptr::addr_of_mut!(IDT);
         for (v, &addr) in exc_stubs.iter().enumerate() {
-            let a = addr as u128;
-            idt.0[v] = (a & 0xFFFF)
-                | (0x08 << 16)
-                | (0x8E << 40)
-                | (((a >> 16) & 0xFFFF) << 48)
-                | (((a >> 32) & 0xFFFF_FFFF) << 64);
+            idt.0[v] = gate(addr);
         }
         let ptr = IdtPtr {
             limit: (core::mem::size_of::<Idt>() - 1) as u16,

@@ -23,6 +23,7 @@ mod fwcfg;
 mod hal;
 mod heap;
 mod idt;
+mod intr;
 mod ivshmem;
 mod pci;
 mod port;
@@ -87,9 +88,17 @@ extern "C" fn rust_main(start_info: u32) -> ! {
         "pci" => {
             let mut nics = 0;
             pci::scan(|f| {
+                let intr = pci::read(&f, 0x3C);
                 println!(
-                    "volley unikernel: pci {:02x}:{:02x}.{} {:04x}:{:04x} class {:02x}",
-                    f.bus, f.dev, f.func, f.vendor, f.device, f.class
+                    "volley unikernel: pci {:02x}:{:02x}.{} {:04x}:{:04x} class {:02x} irq line {} pin {}",
+                    f.bus,
+                    f.dev,
+                    f.func,
+                    f.vendor,
+                    f.device,
+                    f.class,
+                    intr & 0xFF,
+                    (intr >> 8) & 0xFF
                 );
                 // Intel 82540EM (QEMU's `e1000`): map BAR0 and read the MAC from RAL0/RAH0.
                 if (f.vendor, f.device) == (0x8086, 0x100E) {
@@ -207,6 +216,24 @@ fn net_app(app: &str, cmdline: &str) -> bool {
             return false;
         }
     };
+    // `irq=on`: interrupt mode (intr.rs) on a card; `irq_interval=US` the polling
+    // watchdog's delay.
+    let irq = match pvh::arg(cmdline, "irq").unwrap_or("off") {
+        "on" => true,
+        "off" => false,
+        other => {
+            println!("volley unikernel: irq={:?}: expected on or off", other);
+            return false;
+        }
+    };
+    let irq_interval_us = match pvh::arg(cmdline, "irq_interval").map(|s| s.parse::<u64>()) {
+        None => 100,
+        Some(Ok(us)) if (10..=1_000_000).contains(&us) => us,
+        Some(_) => {
+            println!("volley unikernel: irq_interval= takes microseconds, 10 to 1000000");
+            return false;
+        }
+    };
     let args = NetArgs {
         app,
         cmdline,
@@ -214,6 +241,7 @@ fn net_app(app: &str, cmdline: &str) -> bool {
         job,
         clock,
         device_barrier,
+        irq: irq.then_some((irq_interval_us, hz)),
     };
     match pvh::arg(cmdline, "fabric").unwrap_or("ethernet") {
         "ethernet" => ethernet_app(args, None),
@@ -240,6 +268,8 @@ struct NetArgs<'a> {
     job: u64,
     clock: clock::TscClock,
     device_barrier: bool,
+    /// Interrupt mode: the watchdog's delay (µs) and the TSC frequency.
+    irq: Option<(u64, u64)>,
 }
 
 /// The Ethernet cards the kernel drives.
@@ -383,12 +413,12 @@ fn card_app(a: NetArgs<'_>, want: Option<Card>, over: Over) -> bool {
             {
                 if let Some(bar) = pci::memory_bar(&f, card.bar()) {
                     pci::enable(&f);
-                    found = Some((card, bar));
+                    found = Some((card, bar, pci::intx_irq(&f).unwrap_or(0)));
                 }
             }
         }
     });
-    let Some((card, (base, size))) = found else {
+    let Some((card, (base, size), line)) = found else {
         println!(
             "volley unikernel: no {} found",
             want.map_or("e1000, e1000e or tulip", Card::name)
@@ -396,8 +426,37 @@ fn card_app(a: NetArgs<'_>, want: Option<Card>, over: Over) -> bool {
         return false;
     };
     // SAFETY: the card's register BAR just enabled, inside the mapped PCI hole, used
-    // only by its driver from here on.
+    // only by its driver from here on (and its interrupt registers by `card_irq`).
     let mmio = unsafe { hal::MemBar::new(base, size) };
+    let irq = match a.irq {
+        None => None,
+        Some((interval_us, tsc_hz)) => {
+            if line == 0 || !intr::init() {
+                println!(
+                    "volley unikernel: irq=on: no usable APIC or interrupt line ({})",
+                    line
+                );
+                return false;
+            }
+            IRQ_CARD.store(
+                base << 8 | card as u64,
+                core::sync::atomic::Ordering::SeqCst,
+            );
+            IRQ_SIZE.store(size, core::sync::atomic::Ordering::SeqCst);
+            intr::route(line, intr::NIC_VECTOR);
+            println!(
+                "volley unikernel: interrupt mode: {} on I/O APIC pin {}, watchdog {} us",
+                card.name(),
+                line,
+                interval_us
+            );
+            Some(app::Irq {
+                card: card_irq,
+                interval_us,
+                tsc_hz,
+            })
+        }
+    };
     let mut dma = hal::BumpDma::default();
     let macs: &[[u8; 6]] = match &over {
         Over::Ethernet(m) => m,
@@ -411,7 +470,7 @@ fn card_app(a: NetArgs<'_>, want: Option<Card>, over: Over) -> bool {
                 volley_e1000::Model::I8254x
             };
             match volley_e1000::E1000::with_model(model, mmio, &mut dma, macs) {
-                Ok(nic) => over_card(a, nic, card, over, app::e1000_stats),
+                Ok(nic) => over_card(a, nic, card, over, irq, app::e1000_stats),
                 Err(e) => {
                     println!("volley unikernel: {}: {}", card.name(), e);
                     false
@@ -419,12 +478,42 @@ fn card_app(a: NetArgs<'_>, want: Option<Card>, over: Over) -> bool {
             }
         }
         Card::Tulip => match volley_tulip::Tulip::new(mmio, &mut dma, macs) {
-            Ok(nic) => over_card(a, nic, card, over, app::tulip_stats),
+            Ok(nic) => over_card(a, nic, card, over, irq, app::tulip_stats),
             Err(e) => {
                 println!("volley unikernel: tulip: {}", e);
                 false
             }
         },
+    }
+}
+
+/// The card in interrupt mode: its register BAR (base << 8 | `Card`) and size, for
+/// the interrupt handler's `card_irq`.
+static IRQ_CARD: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+static IRQ_SIZE: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// The card's receive interrupt (intr.rs's `CardOp`): 0 masks, 1 unmasks, 2
+/// acknowledges (and says whether a cause was pending).
+fn card_irq(op: u8) -> bool {
+    use volley_hal::RxInterrupt;
+    let v = IRQ_CARD.load(core::sync::atomic::Ordering::SeqCst);
+    let size = IRQ_SIZE.load(core::sync::atomic::Ordering::SeqCst);
+    // SAFETY: the card's mapped register BAR; only its interrupt mask and cause
+    // registers are touched here, which the driver leaves alone after start-up.
+    let mut bar = unsafe { hal::MemBar::new(v >> 8, size) };
+    fn drive<T: RxInterrupt<hal::MemBar>>(bar: &mut hal::MemBar, op: u8) -> bool {
+        match op {
+            0 | 1 => {
+                T::set_rx_interrupt(bar, op == 1);
+                true
+            }
+            _ => T::ack_interrupt(bar),
+        }
+    }
+    if v as u8 == Card::Tulip as u8 {
+        drive::<volley_tulip::Tulip<hal::MemBar>>(&mut bar, op)
+    } else {
+        drive::<volley_e1000::E1000<hal::MemBar>>(&mut bar, op)
     }
 }
 
@@ -434,6 +523,7 @@ fn over_card<N: volley_core::phy::Device + volley_hal::EthernetNic>(
     mut nic: N,
     card: Card,
     over: Over,
+    irq: Option<app::Irq>,
     stats: fn(&mut N),
 ) -> bool {
     let mac = nic.mac();
@@ -482,6 +572,7 @@ fn over_card<N: volley_core::phy::Device + volley_hal::EthernetNic>(
             nodes,
             a.job,
             a.device_barrier,
+            irq,
             stats,
         );
     };
@@ -502,6 +593,7 @@ fn over_card<N: volley_core::phy::Device + volley_hal::EthernetNic>(
         nodes,
         a.job,
         a.device_barrier,
+        irq,
         move |f: &mut udp::UdpFabric<N>| {
             let s = f.stats();
             println!(
@@ -521,7 +613,13 @@ fn ivshmem_app(a: NetArgs<'_>) -> bool {
         job,
         clock,
         device_barrier,
+        irq,
     } = a;
+    if irq.is_some() {
+        // The doorbell interrupt (ivshmem-doorbell) is not driven yet.
+        println!("volley unikernel: irq=on needs a network card (fabric=ethernet or udp)");
+        return false;
+    }
     let nodes: u16 = match pvh::arg(cmdline, "nodes").and_then(|n| n.parse().ok()) {
         Some(n) if (1..=volley_myri::MAX_NODES as u16).contains(&n) && rank < n => n,
         _ => {
@@ -562,6 +660,7 @@ fn ivshmem_app(a: NetArgs<'_>) -> bool {
         nodes,
         job,
         device_barrier,
+        None,
         |nic: &mut volley_myri::MyriNic| {
             let s = nic.stats();
             println!(

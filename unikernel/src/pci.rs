@@ -1,4 +1,5 @@
-//! PCI configuration space through ports 0xCF8/0xCFC (mechanism #1), bus 0..=255.
+//! PCI configuration space through ports 0xCF8/0xCFC (mechanism #1): bus 0 and the
+//! buses behind its bridges.
 //! Memory BARs left at zero by the firmware (qboot assigns none: PLATFORM.md) are
 //! given addresses from a bump allocator in the identity-mapped, uncached PCI hole.
 
@@ -41,34 +42,48 @@ pub fn write(f: &Function, reg: u8, v: u32) {
     outl(0xCFC, v);
 }
 
-/// Calls `visit` for every function present.
+/// Calls `visit` for every function present: bus 0, then the buses behind its
+/// PCI-to-PCI bridges (header type 1: secondary bus number at 0x19), depth first.
+/// Scanning only the buses that exist, not all 256, keeps boot short (every config
+/// access is a port I/O exit).
 pub fn scan(mut visit: impl FnMut(Function)) {
-    for bus in 0..=255u8 {
-        for dev in 0..32u8 {
-            for func in 0..8u8 {
-                let mut f = Function {
-                    bus,
-                    dev,
-                    func,
-                    vendor: 0,
-                    device: 0,
-                    class: 0,
-                };
-                let id = read(&f, 0);
-                if id & 0xFFFF == 0xFFFF {
-                    if func == 0 {
-                        break;
-                    }
-                    continue;
-                }
-                f.vendor = id as u16;
-                f.device = (id >> 16) as u16;
-                f.class = (read(&f, 8) >> 24) as u8;
-                visit(f);
-                // Single-function device: skip functions 1..7.
-                if func == 0 && (read(&f, 0x0C) >> 16) & 0x80 == 0 {
+    scan_bus(0, &mut visit, 0);
+}
+
+fn scan_bus(bus: u8, visit: &mut impl FnMut(Function), depth: u8) {
+    for dev in 0..32u8 {
+        for func in 0..8u8 {
+            let mut f = Function {
+                bus,
+                dev,
+                func,
+                vendor: 0,
+                device: 0,
+                class: 0,
+            };
+            let id = read(&f, 0);
+            if id & 0xFFFF == 0xFFFF {
+                if func == 0 {
                     break;
                 }
+                continue;
+            }
+            f.vendor = id as u16;
+            f.device = (id >> 16) as u16;
+            f.class = (read(&f, 8) >> 24) as u8;
+            visit(f);
+            let header = (read(&f, 0x0C) >> 16) as u8;
+            // A bridge: its secondary bus (bounded depth: a loop of bus numbers in a
+            // broken configuration must not recurse forever).
+            if header & 0x7F == 1 && depth < 8 {
+                let secondary = (read(&f, 0x18) >> 8) as u8;
+                if secondary > bus {
+                    scan_bus(secondary, visit, depth + 1);
+                }
+            }
+            // Single-function device: skip functions 1..7.
+            if func == 0 && header & 0x80 == 0 {
+                break;
             }
         }
     }
@@ -141,4 +156,37 @@ pub fn enable(f: &Function) {
 pub fn enable_memory(f: &Function) {
     let cmd = read(f, 0x04);
     write(f, 0x04, cmd | 0x2);
+}
+
+/// The ISA IRQ (and so the I/O APIC input) that function `f`'s INTx line reaches on
+/// QEMU's `pc` board: INTA..INTD of slot S go to PIRQ (S - 1 + pin) mod 4 (the board's
+/// swizzle, which QEMU implements for the PIIX3), and the PIIX3's PIRQ route control
+/// registers (config 0x60..0x63 of 00:01.0, PIIX3 data sheet) map each PIRQ to an IRQ.
+/// A disabled route is set to IRQ 11. The interrupt line register qboot fills in
+/// assumes another swizzle and is not used. `None` without an INTx pin or a PIIX3.
+pub fn intx_irq(f: &Function) -> Option<u8> {
+    let pin = ((read(f, 0x3C) >> 8) & 0xFF) as u8;
+    if !(1..=4).contains(&pin) || f.bus != 0 || f.dev == 0 {
+        return None;
+    }
+    let piix = Function {
+        bus: 0,
+        dev: 1,
+        func: 0,
+        vendor: 0,
+        device: 0,
+        class: 0,
+    };
+    if read(&piix, 0) != 0x7000_8086 {
+        return None;
+    }
+    let pirq = (f.dev as u32 - 1 + pin as u32 - 1) % 4;
+    let routes = read(&piix, 0x60);
+    let mut route = (routes >> (8 * pirq)) as u8;
+    if route & 0x80 != 0 || route & 0x0F < 3 {
+        route = 11;
+        let routes = (routes & !(0xFF << (8 * pirq))) | (route as u32) << (8 * pirq);
+        write(&piix, 0x60, routes);
+    }
+    Some(route & 0x0F)
 }

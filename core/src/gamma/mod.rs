@@ -82,6 +82,7 @@ pub struct Gamma<'a, D, C, S = ()> {
     clock: C,
     idle: Option<fn()>,
     idle_polls: u32,
+    idle_after: u32,
 }
 
 /// Polls in a row with nothing to do before a blocking call runs the idle hook.
@@ -142,6 +143,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             clock,
             idle: None,
             idle_polls: 0,
+            idle_after: IDLE_SPINS,
         })
     }
 
@@ -532,13 +534,19 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         self.idle = idle;
     }
 
+    /// How many polls in a row must find nothing before the idle hook runs (64 by
+    /// default; 1 where the hook halts until an interrupt that a message raises).
+    pub fn set_idle_after(&mut self, polls: u32) {
+        self.idle_after = polls.max(1);
+    }
+
     fn idle_step(&mut self, busy: bool) {
         if busy {
             self.idle_polls = 0;
             return;
         }
         self.idle_polls += 1;
-        if self.idle_polls >= IDLE_SPINS {
+        if self.idle_polls >= self.idle_after {
             self.idle_polls = 0;
             if let Some(f) = self.idle {
                 f();

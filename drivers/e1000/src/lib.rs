@@ -23,7 +23,9 @@ use volley_core::phy::{Capabilities, Device};
 use volley_core::time::Instant;
 use volley_core::NodeAddr;
 
-pub use volley_hal::{Dma, DmaAlloc, EthernetNic, FrameRing, Mmio, PhysAddr, RingRx, RingTx};
+pub use volley_hal::{
+    Dma, DmaAlloc, EthernetNic, FrameRing, Mmio, PhysAddr, RingRx, RingTx, RxInterrupt,
+};
 
 #[cfg(test)]
 mod tests;
@@ -49,6 +51,7 @@ mod reg {
     pub const CTRL: usize = 0x0000;
     pub const STATUS: usize = 0x0008;
     pub const ICR: usize = 0x00C0;
+    pub const IMS: usize = 0x00D0;
     pub const IMC: usize = 0x00D8;
     pub const RCTL: usize = 0x0100;
     pub const TCTL: usize = 0x0400;
@@ -542,6 +545,24 @@ impl<M: Mmio> E1000<M> {
         if self.rx_unposted >= RX_BATCH {
             self.post_rx();
         }
+    }
+}
+
+/// Receiver timer interrupt: a frame arrived (ICR/IMS bit 7, SDM 13.4.17).
+const INT_RXT0: u32 = 1 << 7;
+
+impl<M: Mmio> RxInterrupt<M> for E1000<M> {
+    fn set_rx_interrupt(mmio: &mut M, on: bool) {
+        if on {
+            mmio.write32(reg::IMS, INT_RXT0);
+        } else {
+            mmio.write32(reg::IMC, u32::MAX);
+        }
+    }
+
+    fn ack_interrupt(mmio: &mut M) -> bool {
+        // Reading ICR clears it and deasserts the line (SDM 13.4.17).
+        mmio.read32(reg::ICR) != 0
     }
 }
 

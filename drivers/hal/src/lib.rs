@@ -148,6 +148,16 @@ pub trait EthernetNic {
     fn send_frame<R>(&mut self, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Option<R>;
 }
 
+/// A card's receive interrupt, driven from its register window alone, so that an
+/// interrupt handler can acknowledge and mask it without the driver (which the
+/// interrupted program may be using).
+pub trait RxInterrupt<M: Mmio> {
+    /// Unmasks (`true`) or masks the card's receive interrupt.
+    fn set_rx_interrupt(mmio: &mut M, on: bool);
+    /// Acknowledges the card's pending interrupt causes; whether there was one.
+    fn ack_interrupt(mmio: &mut M) -> bool;
+}
+
 /// The primitives of a descriptor-ring Ethernet driver, from which the core's device
 /// tokens and the [`EthernetNic`] view are built once for every card.
 pub trait FrameRing {

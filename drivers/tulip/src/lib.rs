@@ -28,7 +28,9 @@ use volley_core::NodeAddr;
 use volley_hal::ether;
 
 pub use volley_hal::ether::{ETHERTYPE, MTU};
-pub use volley_hal::{Dma, DmaAlloc, EthernetNic, FrameRing, Mmio, PhysAddr, RingRx, RingTx};
+pub use volley_hal::{
+    Dma, DmaAlloc, EthernetNic, FrameRing, Mmio, PhysAddr, RingRx, RingTx, RxInterrupt,
+};
 
 #[cfg(test)]
 mod tests;
@@ -608,6 +610,25 @@ impl<M: Mmio> FrameRing for Tulip<M> {
         }
         self.check_rx();
         None
+    }
+}
+
+/// CSR5/CSR7: receive interrupt, and the normal interrupt summary that gates it.
+const INT_RI: u32 = 1 << 6;
+const INT_NIS: u32 = 1 << 16;
+/// CSR5's write-one-to-clear status bits (0..16).
+const STATUS_W1C: u32 = 0x1_FFFF;
+
+impl<M: Mmio> RxInterrupt<M> for Tulip<M> {
+    fn set_rx_interrupt(mmio: &mut M, on: bool) {
+        mmio.write32(csr::INTR, if on { INT_RI | INT_NIS } else { 0 });
+    }
+
+    fn ack_interrupt(mmio: &mut M) -> bool {
+        let s = mmio.read32(csr::STATUS);
+        // Clearing the causes deasserts INTA (HRM, CSR5); RU stays for `check_rx`.
+        mmio.write32(csr::STATUS, s & STATUS_W1C & !STATUS_RU);
+        s & INT_RI != 0
     }
 }
 

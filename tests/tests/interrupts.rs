@@ -1,0 +1,149 @@
+//! Interrupt mode on the unikernel (`irq=on`): the card's INTx line through the I/O
+//! APIC, GAMMA handlers run from the interrupt, waits that halt, the polling watchdog.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use volley_qemu::{
+    dgram_card, hub_card, macs, ports, run_all, Boot, Outcome, Verdict, E1000, E1000E, TULIP,
+};
+
+static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn node(cmdline: String, extra: Vec<String>) -> Boot {
+    let mut b = Boot::new(&cmdline);
+    b.extra = extra;
+    b.timeout = Duration::from_secs(120);
+    b
+}
+
+/// Boots the nodes; every one must succeed. Returns their outcomes.
+fn cluster(boots: &[Boot]) -> Vec<Outcome> {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let out = run_all(boots);
+    for (i, o) in out.iter().enumerate() {
+        assert_eq!(o.verdict, Verdict::Success, "node {i}:\n{}", o.console);
+    }
+    out
+}
+
+/// The number after `prefix` on the node's console.
+fn count(o: &Outcome, prefix: &str) -> u64 {
+    o.console
+        .lines()
+        .find_map(|l| {
+            l.split(prefix)
+                .nth(1)?
+                .split([',', ' '])
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no {prefix:?} in:\n{}", o.console))
+}
+
+fn pair(app: &str, card: &str, extra: &str) -> Vec<Outcome> {
+    let base = ports();
+    let boots: Vec<Boot> = (0..2)
+        .map(|i| {
+            node(
+                format!(
+                    "app={app} irq=on rank={i} fabric={card} macs={} {extra}",
+                    macs(2)
+                ),
+                dgram_card(i, base, card),
+            )
+        })
+        .collect();
+    cluster(&boots)
+}
+
+/// 2200 ping-pong round trips where each side waits halted until its card's
+/// interrupt: on every card model, each node takes card interrupts.
+#[test]
+fn interrupt_mode_ping_pong_on_every_card() {
+    for card in [E1000E, TULIP, E1000] {
+        let out = pair("irqpong", card, "");
+        assert!(
+            out[0].console.contains("interrupt-mode one-way median"),
+            "{}",
+            out[0].console
+        );
+        for o in &out {
+            assert!(o.console.contains("I/O APIC pin"), "{}", o.console);
+            assert!(
+                count(o, "interrupts: card ") > 1000,
+                "{card}: {}",
+                o.console
+            );
+        }
+    }
+}
+
+/// Four nodes with two card models on one hub: 20 barriers and a broadcast, every
+/// wait halted until an interrupt.
+#[test]
+fn interrupt_mode_barriers_and_broadcast_on_four_nodes() {
+    hub_barriers(&[E1000E, TULIP, E1000E, TULIP]);
+}
+
+/// Eight nodes on the multicast hub, halted between interrupts (so eight VMs share
+/// two cores): barriers and a broadcast.
+#[test]
+fn interrupt_mode_barriers_and_broadcast_on_eight_nodes() {
+    hub_barriers(&[E1000E, TULIP, E1000E, TULIP, E1000E, TULIP, E1000E, TULIP]);
+}
+
+fn hub_barriers(cards: &[&str]) {
+    let port = ports();
+    let boots: Vec<Boot> = cards
+        .iter()
+        .enumerate()
+        .map(|(i, card)| {
+            node(
+                format!("app=irqbarrier irq=on rank={i} macs={}", macs(cards.len())),
+                hub_card(i, port, card),
+            )
+        })
+        .collect();
+    let out = cluster(&boots);
+    assert!(
+        out[0].console.contains("20 barriers ok"),
+        "{}",
+        out[0].console
+    );
+    for (i, o) in out.iter().enumerate() {
+        if i > 0 {
+            assert!(
+                o.console.contains(&format!("node {i} got the broadcast")),
+                "{}",
+                o.console
+            );
+        }
+        assert!(count(o, "interrupts: card ") > 0, "{}", o.console);
+    }
+}
+
+/// The polling watchdog: while instance 1 polls, its card stays quiet; while it
+/// computes and never polls, all 100 messages reach its handler from the interrupt.
+#[test]
+fn the_polling_watchdog_keeps_a_polling_program_quiet_and_serves_a_computing_one() {
+    for card in [E1000E, TULIP] {
+        let out = pair("watchdog", card, "irq_interval=1000");
+        let o = &out[1];
+        assert!(
+            o.console
+                .contains("computing, 100 of 100 messages reached the handler at interrupt time"),
+            "{card}: {}",
+            o.console
+        );
+        assert!(count(o, "polling took ") <= 10, "{card}: {}", o.console);
+        assert!(
+            count(o, "polls at interrupt time ") > 0,
+            "{card}: {}",
+            o.console
+        );
+    }
+}
