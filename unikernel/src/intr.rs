@@ -220,6 +220,7 @@ pub fn detach() {
     // SAFETY: `cli` only masks interrupts.
     unsafe { core::arch::asm!("cli", options(nomem, nostack)) };
     card(0);
+    UNMASKED.store(false, Ordering::SeqCst);
     NODE.node.store(0, Ordering::SeqCst);
 }
 
@@ -235,13 +236,19 @@ fn card(op: u8) -> bool {
 
 /// Runs `f` on the attached node of type `T`, as the program's poll: interrupts that
 /// arrive meanwhile leave the node alone; the card's interrupt is masked (the program
-/// is polling); a poll an interrupt asked for runs at the end.
+/// is polling); a poll an interrupt asked for runs at the end. Not reentrant.
 ///
 /// # Safety
 ///
 /// `T` must be the type the node was attached with.
 pub unsafe fn with_node<T, R>(f: impl FnOnce(&mut T) -> R) -> R {
-    BUSY.store(true, Ordering::SeqCst);
+    // Only an interrupt's poll sets BUSY besides this, and the program does not run
+    // during one: BUSY here means a nested call, which would let the inner call end
+    // the outer one's protection.
+    assert!(
+        !BUSY.swap(true, Ordering::SeqCst),
+        "intr::with_node is not reentrant"
+    );
     let p = NODE.node.load(Ordering::SeqCst) as *mut T;
     // SAFETY: attached and valid (`attach`'s contract); no interrupt touches it while
     // BUSY is set, and this is the program's only way in.
