@@ -147,3 +147,25 @@ fn the_polling_watchdog_keeps_a_polling_program_quiet_and_serves_a_computing_one
         );
     }
 }
+
+/// The LFC User Guide's chapter-5 latency program, polling then in interrupt mode,
+/// where the program spins on its counter and never polls: its upcalls run from the
+/// card's interrupt.
+#[test]
+fn the_lfc_latency_program_runs_in_polling_and_interrupt_mode() {
+    for card in [E1000E, TULIP] {
+        let out = pair("lfclatency", card, "");
+        for mode in [1, 0] {
+            assert!(
+                out[0]
+                    .console
+                    .contains(&format!("Size   16 polling {mode} latency")),
+                "{card}: {}",
+                out[0].console
+            );
+        }
+        for o in &out {
+            assert!(count(o, "upcalls, ") >= 1000, "{card}: {}", o.console);
+        }
+    }
+}

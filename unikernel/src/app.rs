@@ -7,7 +7,8 @@
 //! fetch-and-adds; `app=latency` prints the 8-byte one-way median;
 //! `app=crash`: the last instance stops dead, the others go on and notice;
 //! `app=sendfail`: every instance sends to the last one (a process that kills itself)
-//! until SENDFAILURE.
+//! until SENDFAILURE. With `irq=on`: `app=irqpong`, `app=irqbarrier`, `app=watchdog`
+//! (interrupt mode, intr.rs) and `app=lfclatency` (LFC's latency program, lfc_app.rs).
 
 extern crate alloc;
 
@@ -103,34 +104,12 @@ pub fn run<D: Device>(
     irq: Option<Irq>,
     stats: impl FnOnce(&mut D),
 ) -> bool {
-    let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
-        id: 1,
-        members: Members::Range {
-            first: 0,
-            count: nodes,
-        },
-    }]);
-    // The job's key comes through fw_cfg (a file on the host), never the command
-    // line: every frame on the Ethernet is authenticated under it.
-    let Some(key) = job_key() else {
-        println!(
-            "volley unikernel: no job key: start QEMU with -fw_cfg name={},file=KEYFILE (32 hex digits, mode 0600)",
-            KEY_FILE
-        );
+    let Some((groups, cfg)) = engine_config(fabric, rank, nodes, job, device_barrier) else {
         return false;
     };
-    // Keys derived from the secret as hosted ranks derive them (`job=` on the
-    // command line names the job), so both kinds of node can share one job.
-    let mut cfg = Config::new(volley_core::wire::job_key(&key, job), 1, rank);
-    if fabric == Fabric::Network {
-        cfg.auth_key = Some(volley_core::wire::frame_key(&key, job));
+    if app == "lfclatency" {
+        return crate::lfc_app::latency(nic, groups, cfg, clock, nodes, irq, stats);
     }
-    // QEMU holds reception off for about a second after RCTL is written: the first
-    // frames are retransmitted, so allow a few seconds before declaring a peer dead.
-    cfg.peer_timeout = volley_core::time::Duration::from_secs(4);
-    // Barriers in NIC memory where the device has them (the Myrinet-like model), as
-    // hosted ranks do by default; frames elsewhere.
-    cfg.device_barrier = device_barrier;
     let mut g: Node<D> = match Gamma::init_alloc(cfg, groups, nodes as usize, nic, clock, 0) {
         Ok(g) => g,
         Err(e) => {
@@ -196,6 +175,46 @@ pub fn run<D: Device>(
     let (mut nic, _) = g.exit();
     stats(&mut nic);
     ok
+}
+
+/// The engine's settings for instance `rank` of `nodes` of job `job`: the group of all
+/// instances, keys derived from the job's secret as hosted ranks derive them, so both
+/// kinds of node can share one job. `None` (and a message) without a key.
+pub(crate) fn engine_config(
+    fabric: Fabric,
+    rank: u16,
+    nodes: u16,
+    job: u64,
+    device_barrier: bool,
+) -> Option<(&'static [Group<'static>], Config)> {
+    let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
+        id: 1,
+        members: Members::Range {
+            first: 0,
+            count: nodes,
+        },
+    }]);
+    // The job's key comes through fw_cfg (a file on the host), never the command
+    // line: every frame on a network is authenticated under it.
+    let Some(key) = job_key() else {
+        println!(
+            "volley unikernel: no job key: start QEMU with -fw_cfg name={},file=KEYFILE (32 hex digits, mode 0600)",
+            KEY_FILE
+        );
+        return None;
+    };
+    // `job=` on the command line names the job.
+    let mut cfg = Config::new(volley_core::wire::job_key(&key, job), 1, rank);
+    if fabric == Fabric::Network {
+        cfg.auth_key = Some(volley_core::wire::frame_key(&key, job));
+    }
+    // QEMU holds reception off for about a second after RCTL is written: the first
+    // frames are retransmitted, so allow a few seconds before declaring a peer dead.
+    cfg.peer_timeout = volley_core::time::Duration::from_secs(4);
+    // Barriers in NIC memory where the device has them (the Myrinet-like model), as
+    // hosted ranks do by default; frames elsewhere.
+    cfg.device_barrier = device_barrier;
+    Some((groups, cfg))
 }
 
 /// The e1000's counters.

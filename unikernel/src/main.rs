@@ -25,6 +25,7 @@ mod heap;
 mod idt;
 mod intr;
 mod ivshmem;
+mod lfc_app;
 mod pci;
 mod port;
 mod pvh;
