@@ -136,6 +136,11 @@ pub fn init() -> bool {
     true
 }
 
+/// This CPU's local APIC id.
+pub fn apic_id() -> u8 {
+    (lapic_read(LAPIC_ID) >> 24) as u8
+}
+
 /// Routes I/O APIC input `pin` (a PCI INTx line: level-triggered) to `vector` on this
 /// CPU. QEMU's I/O APIC takes the PIIX's PCI lines as active high.
 pub fn route(pin: u8, vector: u8) {

@@ -122,14 +122,16 @@ pub fn latency<D: Device>(
     let s = l.stats();
     let e = l.engine().stats();
     println!(
-        "volley unikernel: lfc: {} upcalls, {} at interrupt time; card interrupts {}; frames {} out ({} resent, {} acks), {} in",
+        "volley unikernel: lfc: {} upcalls, {} at interrupt time; card interrupts {}; frames {} out ({} resent, {} acks), {} in, {} refused, {} duplicates",
         s.upcalls,
         s.interrupts,
         crate::intr::NIC_INTERRUPTS.load(Ordering::SeqCst),
         e.tx_frames,
         e.retransmits,
         e.tx_acks,
-        e.rx_frames
+        e.rx_frames,
+        e.rx_refused,
+        e.rx_duplicates
     );
     let (mut nic, ()) = l.exit();
     stats(&mut nic);

@@ -219,11 +219,16 @@ fn net_app(app: &str, cmdline: &str) -> bool {
     };
     // `irq=on`: interrupt mode (intr.rs) on a card; `irq_interval=US` the polling
     // watchdog's delay.
-    let irq = match pvh::arg(cmdline, "irq").unwrap_or("off") {
-        "on" => true,
-        "off" => false,
+    // `irq=on` takes MSI where the card has it; `irq=intx` the INTx line always.
+    let (irq, msi) = match pvh::arg(cmdline, "irq").unwrap_or("off") {
+        "on" => (true, true),
+        "intx" => (true, false),
+        "off" => (false, false),
         other => {
-            println!("volley unikernel: irq={:?}: expected on or off", other);
+            println!(
+                "volley unikernel: irq={:?}: expected on, intx or off",
+                other
+            );
             return false;
         }
     };
@@ -242,7 +247,7 @@ fn net_app(app: &str, cmdline: &str) -> bool {
         job,
         clock,
         device_barrier,
-        irq: irq.then_some((irq_interval_us, hz)),
+        irq: irq.then_some((irq_interval_us, hz, msi)),
     };
     match pvh::arg(cmdline, "fabric").unwrap_or("ethernet") {
         "ethernet" => ethernet_app(args, None),
@@ -269,8 +274,9 @@ struct NetArgs<'a> {
     job: u64,
     clock: clock::TscClock,
     device_barrier: bool,
-    /// Interrupt mode: the watchdog's delay (µs) and the TSC frequency.
-    irq: Option<(u64, u64)>,
+    /// Interrupt mode: the watchdog's delay (µs), the TSC frequency, whether MSI may
+    /// be used.
+    irq: Option<(u64, u64, bool)>,
 }
 
 /// The Ethernet cards the kernel drives.
@@ -414,12 +420,12 @@ fn card_app(a: NetArgs<'_>, want: Option<Card>, over: Over) -> bool {
             {
                 if let Some(bar) = pci::memory_bar(&f, card.bar()) {
                     pci::enable(&f);
-                    found = Some((card, bar, pci::intx_irq(&f).unwrap_or(0)));
+                    found = Some((card, bar, f));
                 }
             }
         }
     });
-    let Some((card, (base, size), line)) = found else {
+    let Some((card, (base, size), function)) = found else {
         println!(
             "volley unikernel: no {} found",
             want.map_or("e1000, e1000e or tulip", Card::name)
@@ -431,12 +437,9 @@ fn card_app(a: NetArgs<'_>, want: Option<Card>, over: Over) -> bool {
     let mmio = unsafe { hal::MemBar::new(base, size) };
     let irq = match a.irq {
         None => None,
-        Some((interval_us, tsc_hz)) => {
-            if line == 0 || !intr::init() {
-                println!(
-                    "volley unikernel: irq=on: no usable APIC or interrupt line ({})",
-                    line
-                );
+        Some((interval_us, tsc_hz, msi)) => {
+            if !intr::init() {
+                println!("volley unikernel: irq=on: no usable local APIC");
                 return false;
             }
             IRQ_CARD.store(
@@ -444,11 +447,22 @@ fn card_app(a: NetArgs<'_>, want: Option<Card>, over: Over) -> bool {
                 core::sync::atomic::Ordering::SeqCst,
             );
             IRQ_SIZE.store(size, core::sync::atomic::Ordering::SeqCst);
-            intr::route(line, intr::NIC_VECTOR);
+            // MSI where the card has it (the 82574L), else its INTx line through the
+            // I/O APIC.
+            let how = if msi && pci::enable_msi(&function, intr::apic_id(), intr::NIC_VECTOR) {
+                alloc::format!("MSI, vector {:#x}", intr::NIC_VECTOR)
+            } else {
+                let Some(line) = pci::intx_irq(&function) else {
+                    println!("volley unikernel: irq=on: the card has no interrupt line");
+                    return false;
+                };
+                intr::route(line, intr::NIC_VECTOR);
+                alloc::format!("I/O APIC pin {}", line)
+            };
             println!(
-                "volley unikernel: interrupt mode: {} on I/O APIC pin {}, watchdog {} us",
+                "volley unikernel: interrupt mode: {} on {}, watchdog {} us",
                 card.name(),
-                line,
+                how,
                 interval_us
             );
             Some(app::Irq {
