@@ -164,6 +164,31 @@ fn parse_job(s: &str) -> Option<u64> {
     }
 }
 
+/// The number given as `name=` on the command line, `default` when absent; `None`,
+/// after saying why, when it is not a number in `range` (of `unit`).
+fn bounded_arg(
+    cmdline: &str,
+    name: &str,
+    default: u64,
+    range: core::ops::RangeInclusive<u64>,
+    unit: &str,
+) -> Option<u64> {
+    match pvh::arg(cmdline, name).map(|s| s.parse::<u64>()) {
+        None => Some(default),
+        Some(Ok(v)) if range.contains(&v) => Some(v),
+        Some(_) => {
+            println!(
+                "volley unikernel: {}= takes {}, {} to {}",
+                name,
+                unit,
+                range.start(),
+                range.end()
+            );
+            None
+        }
+    }
+}
+
 /// Parses a MAC address `aa:bb:cc:dd:ee:ff`.
 fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
@@ -232,16 +257,17 @@ fn net_app(app: &str, cmdline: &str) -> bool {
             return false;
         }
     };
-    let irq_interval_us = match pvh::arg(cmdline, "irq_interval").map(|s| s.parse::<u64>()) {
-        // 1 ms: the APIC timer ticks at half the delay, and under TCG every tick costs
-        // tens of microseconds of the program's time (a 100 µs delay made LFC's polled
-        // latency 8x worse); on real hardware a shorter delay costs little.
-        None => 1000,
-        Some(Ok(us)) if (10..=1_000_000).contains(&us) => us,
-        Some(_) => {
-            println!("volley unikernel: irq_interval= takes microseconds, 10 to 1000000");
-            return false;
-        }
+    // 1 ms: the APIC timer ticks at half the delay, and under TCG every tick costs tens
+    // of microseconds of the program's time (a 100 µs delay made LFC's polled latency
+    // 8x worse); on real hardware a shorter delay costs little.
+    let Some(irq_interval_us) = bounded_arg(
+        cmdline,
+        "irq_interval",
+        1000,
+        10..=1_000_000,
+        "microseconds",
+    ) else {
+        return false;
     };
     let args = NetArgs {
         app,
@@ -657,13 +683,8 @@ fn ivshmem_app(a: NetArgs<'_>) -> bool {
         return ivshmem::flagpong(shared, &clock, rank);
     }
     // How long to wait for the region to be laid out and for every instance to join.
-    let wait = match pvh::arg(cmdline, "startup").map(|s| s.parse::<u64>()) {
-        None => 20,
-        Some(Ok(s)) if (1..=3600).contains(&s) => s,
-        Some(_) => {
-            println!("volley unikernel: startup= takes seconds, 1 to 3600");
-            return false;
-        }
+    let Some(wait) = bounded_arg(cmdline, "startup", 20, 1..=3600, "seconds") else {
+        return false;
     };
     let wait = volley_core::time::Duration::from_secs(wait);
     let Ok(nic) = ivshmem::open(shared, rank, nodes, job, &clock, wait) else {
