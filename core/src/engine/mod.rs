@@ -829,6 +829,9 @@ pub struct Engine<'a, S = ()> {
     chan_hwm: usize,
     /// Best-effort messages being stored (their timers need watching).
     be_asms: usize,
+    /// One past the highest assembly slot ever taken: lookups scan no further (slots
+    /// are taken lowest first, so this stays small).
+    asm_hwm: usize,
     /// Channels owed a RETRY when a port frees up.
     owed_retries: usize,
     /// Where the search for a free operation slot starts.
@@ -947,6 +950,7 @@ impl<'a, S> Engine<'a, S> {
             rr: 0,
             chan_hwm: 0,
             be_asms: 0,
+            asm_hwm: 0,
             owed_retries: 0,
             op_hint: 0,
             timer_fired: false,

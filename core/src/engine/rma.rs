@@ -353,7 +353,7 @@ impl<'a, S> Engine<'a, S> {
                 None => (None, NO_BELL, NONE),
             }
         };
-        let ai = self.asms.iter().position(|a| !a.used)?;
+        let ai = super::rx::free_asm(&self.asms, &mut self.asm_hwm)?;
         if dest.is_none() && repr.kind == Kind::Put && self.chans[ci].ctrl_full() {
             return None;
         }

@@ -279,7 +279,7 @@ impl<'a, S> Engine<'a, S> {
     }
 
     pub(super) fn find_asm(&self, ci: usize, msg_id: u32, reliable: bool) -> Option<usize> {
-        self.asms.iter().position(|a| {
+        self.asms[..self.asm_hwm].iter().position(|a| {
             a.used && a.chan == ci as u16 && a.msg_id == msg_id && a.reliable == reliable
         })
     }
@@ -297,7 +297,7 @@ impl<'a, S> Engine<'a, S> {
         if !p.input || p.busy {
             return None;
         }
-        let ai = self.asms.iter().position(|a| !a.used)?;
+        let ai = free_asm(&self.asms, &mut self.asm_hwm)?;
         let base = match p.kind {
             BufferKind::GoBack => 0,
             BufferKind::GoAhead => p.cursor,
@@ -378,7 +378,7 @@ impl<'a, S> Engine<'a, S> {
         if self.chans[ci].ctrl_full() {
             return None;
         }
-        let ai = self.asms.iter().position(|a| !a.used)?;
+        let ai = free_asm(&self.asms, &mut self.asm_hwm)?;
         self.asms[ai] = Assembly {
             used: true,
             discard: true,
@@ -691,4 +691,11 @@ impl<'a, S> Engine<'a, S> {
             self.deliver(ai, None);
         }
     }
+}
+
+/// The lowest free assembly slot, if any; `hwm` follows the highest ever taken.
+pub(super) fn free_asm(asms: &[Assembly], hwm: &mut usize) -> Option<usize> {
+    let ai = asms.iter().position(|a| !a.used)?;
+    *hwm = (*hwm).max(ai + 1);
+    Some(ai)
 }

@@ -83,6 +83,106 @@ impl<'a, S> Engine<'a, S> {
         sent
     }
 
+    /// [`Engine::poll_transmit`] for a send just started: only its channel is
+    /// served, unless handlers' sends or board broadcasts are queued (they go first,
+    /// as in a full pass). Other channels wait for the next poll.
+    pub fn transmit_send<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        h: SendHandle,
+        ext: Option<&[u8]>,
+    ) -> usize {
+        let ci = match self.ops.get(h.idx()) {
+            Some(o) if o.gen == h.gen() && o.dest.node != BROADCAST => o.chan as usize,
+            _ => NONE as usize,
+        };
+        let alone = ci < self.chan_hwm && self.outbox.len == 0 && self.board_head == NONE;
+        if !alone || !self.chans[ci].in_use || self.chans[ci].failed {
+            return self.poll_transmit(now, dev, ext);
+        }
+        let sent = self.transmit_chan(now, dev, ci, ext, &mut NoMemory);
+        if sent > 0 {
+            dev.flush(now);
+        }
+        sent
+    }
+
+    /// Sends a best-effort message that fits one frame at once, when nothing is
+    /// queued before it on its channel: no op, no queue, no pass over the channels.
+    /// Most small sends take this path. `false` when it does not apply or the device
+    /// has no room; nothing has happened then, and [`Engine::start_send`] takes the
+    /// message.
+    pub fn send_now<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        port: PortId,
+        head: &[u8],
+        body: &[u8],
+    ) -> bool {
+        let Some(dest) = self.ports.get(port as usize).and_then(|p| p.dest) else {
+            return false;
+        };
+        if dest.node == BROADCAST || head.len() > HEAD_MAX {
+            return false;
+        }
+        let Ok(addr) = self.addr_of(dest.group, dest.node) else {
+            return false;
+        };
+        let ci = match self.peer_map.get(addr.0 as usize) {
+            Some(&ci) if ci != NONE => ci as usize,
+            _ => return false,
+        };
+        let Engine {
+            chans,
+            bufs,
+            cfg,
+            caps,
+            stats,
+            ..
+        } = self;
+        let ch = &mut chans[ci];
+        let tag = if cfg.auth_key.is_some() {
+            wire::TAG_LEN
+        } else {
+            0
+        };
+        let total = head.len() + body.len();
+        let fits = total
+            <= caps
+                .mtu
+                .saturating_sub(HEADER_LEN + tag)
+                .min(u16::MAX as usize);
+        if !fits || !ch.in_use || ch.failed || ch.q_head != NONE {
+            return false;
+        }
+        let mut op = Op::EMPTY;
+        op.state = OpState::Active;
+        op.head[..head.len()].copy_from_slice(head);
+        op.head_len = head.len() as u8;
+        op.body = body;
+        op.total = total as u32;
+        op.src_port = port;
+        op.dest = dest;
+        op.msg_id = ch.next_be_msg;
+        let mut tx = Tx {
+            dev,
+            now,
+            caps: *caps,
+            cfg,
+            stats,
+            window: ack_window(cfg, bufs),
+            sent: 0,
+        };
+        if !tx.data(ch, &op, 0, 0, op.pieces(body, 0, total), true, false) {
+            return false;
+        }
+        ch.next_be_msg = ch.next_be_msg.wrapping_add(1);
+        dev.flush(now);
+        true
+    }
+
     pub(super) fn transmit_chan<D: Device>(
         &mut self,
         now: Instant,
@@ -115,12 +215,7 @@ impl<'a, S> Engine<'a, S> {
         if max_payload == 0 {
             return 0;
         }
-        // Credits: with a receive ring, no more than it has room for (at least one,
-        // so a full ring answers with a refusal and a RETRY once a slot frees).
-        let mut window = cfg.window.min(MAX_WINDOW as u16);
-        if !bufs.pkts.rx.is_empty() {
-            window = window.min(bufs.pkts.rx_free().max(1) as u16);
-        }
+        let window = ack_window(cfg, bufs);
         let mut tx = Tx {
             dev,
             now,
@@ -276,6 +371,18 @@ impl<'a, S> Engine<'a, S> {
 }
 
 /// The pieces of bytes `off..off + len` of an operation's message.
+/// The credits this endpoint advertises in its acks: with a receive ring, no more
+/// than it has room for (at least one, so a full ring answers with a refusal and a
+/// RETRY once a slot frees).
+fn ack_window(cfg: &Config, bufs: &Bufs<'_>) -> u16 {
+    let window = cfg.window.min(MAX_WINDOW as u16);
+    if bufs.pkts.rx.is_empty() {
+        window
+    } else {
+        window.min(bufs.pkts.rx_free().max(1) as u16)
+    }
+}
+
 fn frame_pieces<'b>(
     o: &'b Op<'_>,
     bufs: &'b Bufs<'_>,

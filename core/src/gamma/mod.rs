@@ -291,6 +291,12 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         reliable: bool,
     ) -> Result<usize, Error> {
         user_port(port)?;
+        if !reliable {
+            let now = self.clock.now();
+            if self.engine.send_now(now, &mut self.dev, port, head, body) {
+                return Ok(head.len() + body.len());
+            }
+        }
         // A small reliable message is copied into the engine (eager): the call returns
         // once it is on the wire, and the ack rides on whatever the receiver sends back.
         let eager = if reliable {
@@ -308,19 +314,16 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         // them by a (possibly empty, system-call) look at the device.
         let ext = eager.is_none().then_some(body);
         let now = self.clock.now();
-        self.engine.poll_transmit(now, &mut self.dev, ext);
+        self.engine.transmit_send(now, &mut self.dev, h, ext);
+        // A message that left whole in that pass returns without a receive poll:
+        // most sends cost one transmit pass and no look at the device's receive side.
         loop {
-            let now = self.clock.now();
-            let busy = self
-                .engine
-                .poll(now, &mut self.dev, eager.is_none().then_some(body));
-            self.idle_step(busy);
             match self.engine.send_status(h)? {
                 SendStatus::Pending if eager.is_some() && self.engine.handed_off(h)? => {
                     self.engine.detach(h)?;
                     return Ok(head.len() + body.len());
                 }
-                SendStatus::Pending => continue,
+                SendStatus::Pending => {}
                 SendStatus::Done => {
                     self.engine.release(h)?;
                     return Ok(head.len() + body.len());
@@ -334,6 +337,9 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
                     return Err(Error::PortClosed);
                 }
             }
+            let now = self.clock.now();
+            let busy = self.engine.poll(now, &mut self.dev, ext);
+            self.idle_step(busy);
         }
     }
 
@@ -482,7 +488,8 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
                 }
                 Some(_) => {}
             }
-            let busy = self.poll();
+            // One clock read per turn serves the deadline and the poll.
+            let busy = self.engine.poll(now, &mut self.dev, None);
             self.idle_step(busy);
         }
     }

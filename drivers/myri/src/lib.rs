@@ -284,6 +284,16 @@ impl Geometry {
         self.board_slot() - SLOT_HEADER
     }
 
+    fn rings(&self) -> Rings {
+        Rings {
+            first: self.nic(0),
+            stride: self.nic_len().unwrap_or(0),
+            ring: self.ring_len().unwrap_or(0),
+            slot: self.slot_size as usize,
+            mask: self.slots as u64 - 1,
+        }
+    }
+
     /// Where the boards lie, computed once: readers poll every board on each call.
     fn boards(&self) -> Boards {
         Boards {
@@ -292,6 +302,31 @@ impl Geometry {
             heads: self.heads_len(),
             slot: self.board_slot(),
         }
+    }
+}
+
+/// Where the rings lie, computed once: every frame sent or received needs them.
+#[derive(Debug, Clone, Copy)]
+struct Rings {
+    /// Node 0's NIC memory.
+    first: usize,
+    /// NIC memory per node.
+    stride: usize,
+    /// Bytes per ring.
+    ring: usize,
+    slot: usize,
+    mask: u64,
+}
+
+impl Rings {
+    /// The ring from `src` into `dst`'s NIC memory (as [`Geometry::ring`]).
+    fn ring(&self, dst: u32, src: u32) -> usize {
+        self.first + dst as usize * self.stride + 64 + src as usize * self.ring
+    }
+
+    /// Slot `index` of that ring (as [`Geometry::slot`]).
+    fn slot(&self, ring: usize, index: u64) -> usize {
+        ring + off::RING_SLOTS + (index & self.mask) as usize * self.slot
     }
 }
 
@@ -350,10 +385,13 @@ impl Geometry {
         self.header_len() + node as usize * self.nic_len().unwrap_or(0)
     }
 
+    /// The reference for [`Rings`], which the data path uses.
+    #[cfg(test)]
     fn ring(&self, dst: u32, src: u32) -> usize {
         self.nic(dst) + 64 + src as usize * self.ring_len().unwrap_or(0)
     }
 
+    #[cfg(test)]
     fn slot(&self, dst: u32, src: u32, index: u64) -> usize {
         let i = (index & (self.slots as u64 - 1)) as usize;
         self.ring(dst, src) + off::RING_SLOTS + i * self.slot_size as usize
@@ -428,6 +466,7 @@ pub struct MyriNic {
     /// Barriers this node has completed (its `arrived` word when it attached).
     barriers: u32,
     boards: Boards,
+    rings: Rings,
     /// Frames written into our board, and the fewest any reader has read (cached).
     board_tail: u64,
     board_low: u64,
@@ -514,6 +553,7 @@ impl MyriNic {
             tx_head: [0; MAX_NODES],
             barriers: 0,
             boards: geo.boards(),
+            rings: geo.rings(),
             board_tail: 0,
             board_low: 0,
             board_next: [0; MAX_NODES],
@@ -728,14 +768,8 @@ impl MyriNic {
     }
 }
 
-/// The `tail` and `head` words of the ring from `src` to `dst`.
-fn ring_words<'r>(
-    region: &'r Region,
-    geo: &Geometry,
-    dst: u32,
-    src: u32,
-) -> Option<(&'r AtomicU64, &'r AtomicU64)> {
-    let r = geo.ring(dst, src);
+/// The `tail` and `head` words of the ring at `r` (see [`Rings::ring`]).
+fn ring_words(region: &Region, r: usize) -> Option<(&AtomicU64, &AtomicU64)> {
     let tail = region.u64_at(r + off::RING_TAIL).ok()?;
     let head = region.u64_at(r + off::RING_HEAD).ok()?;
     Some((tail, head))
@@ -798,6 +832,7 @@ impl Device for MyriNic {
             me,
             rr,
             stats,
+            rings,
             ..
         } = self;
         let n = geo.nodes;
@@ -806,13 +841,14 @@ impl Device for MyriNic {
             if src == *me {
                 continue;
             }
-            let Some((_, head_w)) = ring_words(region, geo, *me, src) else {
+            let ring = rings.ring(*me, src);
+            let Some((_, head_w)) = ring_words(region, ring) else {
                 continue;
             };
             // At most one pass over the ring: corrupt slots are skipped, not retried.
             for _ in 0..=geo.slots {
                 let head = head_w.load(Ordering::Relaxed);
-                let slot = geo.slot(*me, src, head);
+                let slot = rings.slot(ring, head);
                 let Ok(seq) = region.u64_at(slot) else { break };
                 if seq.load(Ordering::Acquire) != head.wrapping_add(1) {
                     break; // nothing new from this peer
@@ -848,6 +884,7 @@ impl Device for MyriNic {
             me,
             stats,
             tx_head,
+            rings,
             ..
         } = self;
         let dst = dst.0 as u32;
@@ -855,7 +892,8 @@ impl Device for MyriNic {
             return None;
         }
         let cached = tx_head.get_mut(dst as usize)?;
-        let (tail_w, head_w) = ring_words(region, geo, dst, *me)?;
+        let ring = rings.ring(dst, *me);
+        let (tail_w, head_w) = ring_words(region, ring)?;
         let tail = tail_w.load(Ordering::Relaxed);
         if tail.wrapping_sub(*cached) >= geo.slots as u64 {
             // Looks full: see how far the consumer has got.
@@ -865,7 +903,7 @@ impl Device for MyriNic {
                 return None;
             }
         }
-        let slot = geo.slot(dst, *me, tail);
+        let slot = rings.slot(ring, tail);
         let seq = region.u64_at(slot).ok()?;
         let len = region.u32_at(slot + 8).ok()?;
         // SAFETY: slot `tail` of the ring we alone produce into is free (tail - head

@@ -85,6 +85,11 @@ fn layout_is_cache_line_aligned_and_fits() {
     );
     let end = b.slot(2, BOARD_SLOTS - 1) + 256;
     assert_eq!(end, g.region_len().unwrap());
+    let r = g.rings();
+    for (dst, src, i) in [(0, 1, 0), (2, 1, 3), (1, 2, 7), (2, 0, u64::MAX)] {
+        assert_eq!(r.ring(dst, src), g.ring(dst, src), "cached ring offsets");
+        assert_eq!(r.slot(r.ring(dst, src), i), g.slot(dst, src, i));
+    }
     assert!(Geometry::new(3, 6, 256).is_err());
     assert!(Geometry::new(3, 4, 100).is_err());
     assert!(Geometry::new(0, 4, 256).is_err());

@@ -1,0 +1,181 @@
+//! The engine's own cost per message, without a second core: two GAMMA endpoints on
+//! one Myrinet-like region in one thread take turns, so every poll finds its frame
+//! and no time goes to waiting. The reference row is the same region's raw ring
+//! (a frame written and read, no engine).
+//!
+//! `cargo bench -p volley-myri --bench engine_cost [-- ITERS]` prints the median
+//! nanoseconds per one-way message (send + receive + handler). Under callgrind
+//! (`valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*measured*'`)
+//! the instruction count of the measured loops divided by `2 * ITERS` is the
+//! instructions per message.
+
+use std::alloc::{alloc_zeroed, Layout};
+use std::hint::black_box;
+use std::time::Instant as WallInstant;
+
+use volley_core::engine::{Config, Group, Members};
+use volley_core::gamma::{Gamma, GO_BACK};
+use volley_core::phy::{Device, RxToken, TxToken};
+use volley_core::time::{Instant, StdClock};
+use volley_core::NodeAddr;
+use volley_myri::{Geometry, MyriNic, NicConfig, Region};
+
+type G = Gamma<'static, MyriNic, StdClock, u64>;
+
+fn nics() -> (MyriNic, MyriNic) {
+    // The hosted `shm` fabric's geometry for a few ranks.
+    let geo = Geometry::new(2, 32, 64 * 1024).unwrap();
+    let len = geo.region_len().unwrap();
+    let layout = Layout::from_size_align(len, 4096).unwrap();
+    // SAFETY: non-zero size; the memory is leaked, so it outlives both NICs.
+    let ptr = unsafe { alloc_zeroed(layout) };
+    assert!(!ptr.is_null());
+    // SAFETY: a fresh allocation, never freed, touched only through these regions
+    // (two views of one region stand for two processes' mappings).
+    let r = |_| unsafe { Region::new(ptr, len) }.unwrap();
+    let a = MyriNic::create(r(0), geo, 0, 9, NicConfig::default()).unwrap();
+    let b = MyriNic::attach(r(1), 1, 9, NicConfig::default()).unwrap();
+    (a, b)
+}
+
+fn on_msg(u: &mut volley_core::gamma::Upcall<'_, '_, u64>) {
+    *u.state() += 1;
+}
+
+fn gammas() -> (G, G) {
+    static GROUPS: &[Group<'static>] = &[Group {
+        id: 1,
+        members: Members::Range { first: 0, count: 2 },
+    }];
+    let (a, b) = nics();
+    let mk = |nic, me: u16| -> G {
+        let mut g = Gamma::init_alloc(
+            Config::new(9, 1, me),
+            GROUPS,
+            2,
+            nic,
+            StdClock::default(),
+            0,
+        )
+        .unwrap();
+        let buf: &'static mut [u8] = Vec::leak(vec![0u8; 4096]);
+        g.set_active_port(1, 1 - me, 1, 1, Some(on_msg), None, 1, GO_BACK, Some(buf))
+            .unwrap();
+        g
+    };
+    (mk(a, 0), mk(b, 1))
+}
+
+/// One message from `from` to `to`: sent, then polled until its handler ran.
+#[inline(never)]
+fn hop(from: &mut G, to: &mut G, data: &[u8], reliable: bool) {
+    if reliable {
+        from.send_flowctl(1, data).unwrap();
+    } else {
+        from.send(1, data).unwrap();
+    }
+    to.wait(1, 1).unwrap();
+}
+
+#[inline(never)]
+fn measured_gamma(a: &mut G, b: &mut G, iters: usize, reliable: bool) {
+    let data = [7u8; 8];
+    for _ in 0..iters {
+        hop(a, b, &data, reliable);
+        hop(b, a, &data, reliable);
+    }
+}
+
+#[inline(never)]
+fn measured_raw(a: &mut MyriNic, b: &mut MyriNic, iters: usize) {
+    let data = [7u8; 8];
+    let now = Instant::ZERO;
+    for _ in 0..iters {
+        raw_hop(a, b, 1, &data, now);
+        raw_hop(b, a, 0, &data, now);
+    }
+}
+
+fn raw_hop(x: &mut MyriNic, y: &mut MyriNic, to: u16, data: &[u8], now: Instant) {
+    x.transmit(now, NodeAddr(to))
+        .unwrap()
+        .consume(data.len(), |f| f.copy_from_slice(data));
+    let got = y.receive(now).unwrap().consume(|f| f[0]);
+    black_box(got);
+}
+
+/// Polls that find nothing: how long a waiting receiver takes to notice a frame.
+#[inline(never)]
+fn measured_idle(a: &mut G, iters: usize) {
+    for _ in 0..iters {
+        black_box(a.test(1).unwrap());
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let iters: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(20_000);
+    // `send` or `flowctl` measures only that row (for callgrind); cargo's `--bench`
+    // flag is ignored.
+    let only = args
+        .iter()
+        .find(|a| ["send", "flowctl", "idle"].contains(&a.as_str()));
+    let rounds = 9;
+    let per_msg = |t: WallInstant| t.elapsed().as_nanos() as f64 / (2 * iters) as f64;
+
+    let (mut ra, mut rb) = nics();
+    let raw = median(
+        (0..rounds)
+            .map(|_| {
+                let t = WallInstant::now();
+                measured_raw(&mut ra, &mut rb, iters);
+                per_msg(t)
+            })
+            .collect(),
+    );
+    println!(
+        "{:<44} {:>9.1} ns  1.00x",
+        "reference: raw ring, write + read, 8 B", raw
+    );
+    for (reliable, name) in [
+        (false, "GAMMA send, 8 B"),
+        (true, "GAMMA send_flowctl, 8 B"),
+    ] {
+        if only.is_some_and(|o| o == "idle" || (o == "flowctl") != reliable) {
+            continue;
+        }
+        let (mut a, mut b) = gammas();
+        let ns = median(
+            (0..rounds)
+                .map(|_| {
+                    let t = WallInstant::now();
+                    measured_gamma(&mut a, &mut b, iters, reliable);
+                    per_msg(t)
+                })
+                .collect(),
+        );
+        assert_eq!(*a.state() + *b.state(), (2 * rounds * iters) as u64);
+        println!("{:<44} {:>9.1} ns  {:.2}x", name, ns, ns / raw);
+    }
+    let (mut a, _b) = gammas();
+    let ns = median(
+        (0..rounds)
+            .map(|_| {
+                let t = WallInstant::now();
+                measured_idle(&mut a, iters);
+                t.elapsed().as_nanos() as f64 / iters as f64
+            })
+            .collect(),
+    );
+    println!(
+        "{:<44} {:>9.1} ns  {:.2}x",
+        "GAMMA test, nothing arrived (one poll)",
+        ns,
+        ns / raw
+    );
+}
