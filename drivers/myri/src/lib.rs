@@ -878,6 +878,8 @@ impl Device for MyriNic {
     }
 
     fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<MyriTx<'_>> {
+        // A program that only sends (short sends need no receive poll) is alive too.
+        self.heartbeat();
         let MyriNic {
             region,
             geo,

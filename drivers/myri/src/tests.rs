@@ -244,6 +244,12 @@ fn dead_and_departed_peers_are_reported() {
     );
     b.receive(t(20));
     assert!(a.peer_alive(t(21), NodeAddr(1)), "beating again");
+    assert!(send(&mut b, 0, b"x"), "a node that only sends beats too");
+    assert!(a.peer_alive(t(30), NodeAddr(1)));
+    assert!(
+        a.peer_alive(t(39), NodeAddr(1)),
+        "10 ms since the beat was seen at 30"
+    );
     drop(c);
     assert_eq!(a.state(2), NodeState::Exited);
     assert!(a.all_joined(), "a node that left had joined");
