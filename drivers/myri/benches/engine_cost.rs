@@ -3,11 +3,12 @@
 //! and no time goes to waiting. The reference row is the same region's raw ring
 //! (a frame written and read, no engine).
 //!
-//! `cargo bench -p volley-myri --bench engine_cost [-- ITERS]` prints the median
-//! nanoseconds per one-way message (send + receive + handler). Under callgrind
-//! (`valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*measured*'`)
-//! the instruction count of the measured loops divided by `2 * ITERS` is the
-//! instructions per message.
+//! `cargo bench -p volley-myri --bench engine_cost [-- ITERS]` prints the median of 9
+//! rounds, nanoseconds per one-way message (send + receive + handler), and of one
+//! empty poll. Under callgrind, with `ITERS send` or `ITERS flowctl` as arguments
+//! (`valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*measured_gamma*'`),
+//! the instruction count divided by `18 * ITERS` (9 rounds of `2 * ITERS` messages)
+//! is the instructions per message, both ends included.
 
 use std::alloc::{alloc_zeroed, Layout};
 use std::hint::black_box;
