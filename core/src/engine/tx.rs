@@ -143,17 +143,8 @@ impl<'a, S> Engine<'a, S> {
             ..
         } = self;
         let ch = &mut chans[ci];
-        let tag = if cfg.auth_key.is_some() {
-            wire::TAG_LEN
-        } else {
-            0
-        };
         let total = head.len() + body.len();
-        let fits = total
-            <= caps
-                .mtu
-                .saturating_sub(HEADER_LEN + tag)
-                .min(u16::MAX as usize);
+        let fits = total <= max_payload(cfg, caps);
         if !fits || !ch.in_use || ch.failed || ch.q_head != NONE {
             return false;
         }
@@ -166,15 +157,7 @@ impl<'a, S> Engine<'a, S> {
         op.src_port = port;
         op.dest = dest;
         op.msg_id = ch.next_be_msg;
-        let mut tx = Tx {
-            dev,
-            now,
-            caps: *caps,
-            cfg,
-            stats,
-            window: ack_window(cfg, bufs),
-            sent: 0,
-        };
+        let mut tx = Tx::new(dev, now, caps, cfg, stats, bufs);
         if !tx.data(ch, &op, 0, 0, op.pieces(body, 0, total), true, false) {
             return false;
         }
@@ -203,28 +186,11 @@ impl<'a, S> Engine<'a, S> {
         } = self;
         let gets = &rma.gets[..];
         let ch = &mut chans[ci];
-        let tag = if cfg.auth_key.is_some() {
-            wire::TAG_LEN
-        } else {
-            0
-        };
-        let max_payload = caps
-            .mtu
-            .saturating_sub(HEADER_LEN + tag)
-            .min(u16::MAX as usize);
+        let max_payload = max_payload(cfg, caps);
         if max_payload == 0 {
             return 0;
         }
-        let window = ack_window(cfg, bufs);
-        let mut tx = Tx {
-            dev,
-            now,
-            caps: *caps,
-            cfg,
-            stats,
-            window,
-            sent: 0,
-        };
+        let mut tx = Tx::new(dev, now, caps, cfg, stats, bufs);
 
         // 1. Frames to send again.
         let mut s = ch.snd_una;
@@ -371,6 +337,18 @@ impl<'a, S> Engine<'a, S> {
 }
 
 /// The pieces of bytes `off..off + len` of an operation's message.
+/// The most payload one frame carries on this device (after header and tag).
+fn max_payload(cfg: &Config, caps: &Capabilities) -> usize {
+    let tag = if cfg.auth_key.is_some() {
+        wire::TAG_LEN
+    } else {
+        0
+    };
+    caps.mtu
+        .saturating_sub(HEADER_LEN + tag)
+        .min(u16::MAX as usize)
+}
+
 /// The credits this endpoint advertises in its acks: with a receive ring, no more
 /// than it has room for (at least one, so a full ring answers with a refusal and a
 /// RETRY once a slot frees).
@@ -425,7 +403,26 @@ struct Tx<'t, D> {
     sent: usize,
 }
 
-impl<D: Device> Tx<'_, D> {
+impl<'t, D: Device> Tx<'t, D> {
+    fn new(
+        dev: &'t mut D,
+        now: Instant,
+        caps: &Capabilities,
+        cfg: &'t Config,
+        stats: &'t mut Stats,
+        bufs: &Bufs<'_>,
+    ) -> Self {
+        Tx {
+            dev,
+            now,
+            caps: *caps,
+            cfg,
+            stats,
+            window: ack_window(cfg, bufs),
+            sent: 0,
+        }
+    }
+
     fn emit(&mut self, ch: &mut Channel, mut repr: Repr, pieces: [&[u8]; 2]) -> bool {
         if pieces[0].len() + pieces[1].len() < self.dev.gather_from() {
             return self.emit_with(ch, repr, |rest| {
