@@ -144,7 +144,9 @@ impl<'a, S> Engine<'a, S> {
         } = self;
         let ch = &mut chans[ci];
         let total = head.len() + body.len();
-        let fits = total <= max_payload(cfg, caps);
+        // No frame before the first poll has told the engine the device's MTU.
+        let max = max_payload(cfg, caps);
+        let fits = max > 0 && total <= max;
         if !fits || !ch.in_use || ch.failed || ch.q_head != NONE {
             return false;
         }
@@ -336,7 +338,6 @@ impl<'a, S> Engine<'a, S> {
     }
 }
 
-/// The pieces of bytes `off..off + len` of an operation's message.
 /// The most payload one frame carries on this device (after header and tag).
 fn max_payload(cfg: &Config, caps: &Capabilities) -> usize {
     let tag = if cfg.auth_key.is_some() {
@@ -361,6 +362,7 @@ fn ack_window(cfg: &Config, bufs: &Bufs<'_>) -> u16 {
     }
 }
 
+/// The pieces of bytes `off..off + len` of an operation's message.
 fn frame_pieces<'b>(
     o: &'b Op<'_>,
     bufs: &'b Bufs<'_>,
