@@ -319,3 +319,43 @@ fn a_denial_arriving_after_the_put_completed_is_still_reported() {
     sim.nodes[0].engine_mut().handle_frame(now, &f);
     assert_eq!(sim.nodes[0].poll(), Ok(0));
 }
+
+#[test]
+fn a_ring_of_no_bytes_rings_the_remote_bell_once_in_order_and_is_checked() {
+    let seed = 0x0b11;
+    let mut sim = make_sim(3, seed, lossy());
+    let len = 50_000;
+    let p = pattern(seed, len);
+    data_mut(&mut sim.nodes[0])[..len].copy_from_slice(&p);
+    // A put without a remote bell, then the bell rung on its own: when it rings,
+    // the data is there (same channel, in order).
+    sim.nodes[0].put(1, DATA, DATA, len, 0, 0).unwrap();
+    for _ in 0..3 {
+        sim.nodes[0].ring(1, bell(7)).unwrap();
+    }
+    sim.nodes[0].ring(0, bell(8)).unwrap();
+    assert_eq!(
+        bell_of(&mut sim.nodes[0], 8),
+        1,
+        "a ring of oneself is at once"
+    );
+    sim.nodes[0].ring(2, 0).unwrap();
+    until(&mut sim, 60, |nodes, _| bell_of(&mut nodes[1], 7) == 3);
+    assert!(data(&sim.nodes[1])[..len] == p[..], "seed {seed:#x}");
+    assert_eq!(
+        sim.nodes[0].stats().puts,
+        1,
+        "rings are not counted as puts"
+    );
+    // A bell the target does not expose is refused there and reported here.
+    sim.nodes[0].ring(2, 7 << 40).unwrap();
+    let mut refused = false;
+    until(&mut sim, 60, |nodes, _| {
+        refused |= nodes[0].poll() == Err(Error::BadAddress);
+        refused
+    });
+    assert_eq!(sim.nodes[0].failure(), Some((2, Error::BadAddress)));
+    assert_eq!(bell_of(&mut sim.nodes[2], 7), 0, "seed {seed:#x}");
+    assert_eq!(sim.nodes[0].ring(0, 7 << 40), Err(Error::BadAddress));
+    assert_eq!(sim.nodes[0].ring(9, bell(7)), Err(Error::UnknownNode));
+}

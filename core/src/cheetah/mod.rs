@@ -304,6 +304,25 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
         self.transfer(false, context, remote, local, len, local_bell, remote_bell)
     }
 
+    /// Rings the bell at `bell` in `context` through the fabric, after this
+    /// context's earlier puts and gets to it: a put of no bytes, checked there like
+    /// any put's bell (a refusal is [`Error::BadAddress`] at a later call). A
+    /// deployment that moved the data itself (a direct copy between processes of
+    /// one host) rings the target's bell this way; the target's engine rings it at
+    /// its next poll.
+    pub fn ring(&mut self, context: NodeId, bell: u64) -> Result<(), Error> {
+        self.usable(context)?;
+        if bell == crate::engine::NO_BELL {
+            return Ok(());
+        }
+        if context == self.mycontext() {
+            self.mem.check(bell, 4, Access::Write)?;
+            self.mem.ring(bell);
+            return Ok(());
+        }
+        self.transfer(true, context, bell, 0, 0, 0, bell)
+    }
+
     /// A put (`put`) or get. Within this context it is a checked copy that rings
     /// the destination's bell, then the source's.
     #[allow(clippy::too_many_arguments)]
@@ -774,6 +793,11 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
     /// The device, to change.
     pub fn device_mut(&mut self) -> &mut D {
         &mut self.dev
+    }
+    /// The device and the memory together (a deployment that reads what peers
+    /// published on the device while it changes its memory's view of them).
+    pub fn device_and_memory_mut(&mut self) -> (&mut D, &mut M) {
+        (&mut self.dev, &mut self.mem)
     }
     /// The clock.
     pub fn clock(&self) -> &C {

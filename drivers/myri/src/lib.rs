@@ -15,7 +15,7 @@
 //! | 16 | 4 | `slots` per ring (a power of two) |
 //! | 20 | 4 | `slot_size` (a multiple of 64) |
 //! | 24 | 8 | `generation`: the job this region belongs to |
-//! | 64 + 64 i | 64 | node *i*: `state` u32 (0 absent, 1 alive, 2 exited, 3 dead), `pid` u32, `generation` u64, `heartbeat` u64 |
+//! | 64 + 64 i | 64 | node *i*: `state` u32 (0 absent, 1 alive, 2 exited, 3 dead), `pid` u32, `generation` u64, `heartbeat` u64, `host` u64, `host_version` u64 |
 //! | 64 + 64 nodes + 128 i | 128 | node *i*'s barrier words: `arrived` u32 at 0, `released` u32 at 64 (each on its own cache line) |
 //! | `H` = align4096(64 + 192 nodes) | | NIC memory of node 0, then node 1, ... |
 //!
@@ -76,6 +76,15 @@
 //! `peer_alive`, and the engine fails sends to it instead of waiting. Such a reader
 //! holding a broadcast board full is marked dead in the node table by the writer, so
 //! the board goes on for the others (no launcher watches a VM's process).
+//!
+//! # Host words
+//!
+//! A node's `host` and `host_version` words are what its program tells peers on
+//! the same host through the NIC, as a Myrinet host tells its LANai where its
+//! registered memory lies ([`MyriNic::publish_host`], [`MyriNic::host`]). The model
+//! gives them no meaning; they start at 0 and only their node writes them. Volley's
+//! hosted Cheetah core puts the address of its table of exposed memory there, and
+//! bumps the version around each change of that table (odd while changing).
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
@@ -119,6 +128,8 @@ mod off {
     pub const NODE_PID: usize = 4;
     pub const NODE_GENERATION: usize = 8;
     pub const NODE_HEARTBEAT: usize = 16;
+    pub const NODE_HOST: usize = 24;
+    pub const NODE_HOST_VERSION: usize = 32;
     pub const BARRIER_STRIDE: usize = 128;
     pub const BARRIER_ARRIVED: usize = 0;
     pub const BARRIER_RELEASED: usize = 64;
@@ -572,6 +583,13 @@ impl MyriNic {
         nic.region
             .u64_at(e + off::NODE_HEARTBEAT)?
             .store(0, Ordering::Relaxed);
+        // A rank restarted on a reused region must not advertise its predecessor's.
+        nic.region
+            .u64_at(e + off::NODE_HOST_VERSION)?
+            .store(0, Ordering::Relaxed);
+        nic.region
+            .u64_at(e + off::NODE_HOST)?
+            .store(0, Ordering::Relaxed);
         nic.region
             .u32_at(e + off::NODE_STATE)?
             .store(NodeState::Alive as u32, Ordering::Release);
@@ -619,6 +637,43 @@ impl MyriNic {
     pub fn pid(&self, node: u32) -> u32 {
         self.node_word(node, off::NODE_PID)
             .map_or(0, |w| w.load(Ordering::Relaxed))
+    }
+
+    /// Publishes this node's host words (see "Host words"): `host`, then `version`
+    /// with release ordering, so a peer that sees the version sees the word.
+    pub fn publish_host(&self, host: u64, version: u64) {
+        if let Some(w) = self.node_dword(self.me, off::NODE_HOST) {
+            w.store(host, Ordering::Relaxed);
+        }
+        if let Some(w) = self.node_dword(self.me, off::NODE_HOST_VERSION) {
+            w.store(version, Ordering::Release);
+        }
+    }
+
+    /// Sets only this node's host version word (release): a program marks a change
+    /// of what its host word points to as begun (odd) or done (even).
+    pub fn set_host_version(&self, version: u64) {
+        if let Some(w) = self.node_dword(self.me, off::NODE_HOST_VERSION) {
+            w.store(version, Ordering::Release);
+        }
+    }
+
+    /// A node's host words as `(host, version)`; `(0, 0)` for a node out of range
+    /// or one that published nothing.
+    pub fn host(&self, node: u32) -> (u64, u64) {
+        let v = self
+            .node_dword(node, off::NODE_HOST_VERSION)
+            .map_or(0, |w| w.load(Ordering::Acquire));
+        let h = self
+            .node_dword(node, off::NODE_HOST)
+            .map_or(0, |w| w.load(Ordering::Relaxed));
+        (h, v)
+    }
+
+    /// A node's host version word alone (acquire): cheap enough to read per operation.
+    pub fn host_version(&self, node: u32) -> u64 {
+        self.node_dword(node, off::NODE_HOST_VERSION)
+            .map_or(0, |w| w.load(Ordering::Acquire))
     }
 
     /// True once every node has joined this generation: the start-up barrier. A node

@@ -1071,3 +1071,24 @@ fn a_board_broadcast_to_an_unbound_port_is_dropped_after_the_grace() {
     assert_eq!(gs[2].engine().state(), &vec![(8, 2)]);
     assert_eq!(gs[2].engine().stats().rx_rejected, 1);
 }
+
+#[test]
+fn host_words_are_each_nodes_own_and_start_cleared() {
+    let mem = Mem::new(geo().region_len().unwrap());
+    let cfg = NicConfig::default();
+    let a = MyriNic::create(mem.region(), geo(), 0, 7, cfg).unwrap();
+    let b = MyriNic::attach(mem.region(), 1, 7, cfg).unwrap();
+    assert_eq!(a.host(1), (0, 0), "nothing published yet");
+    b.publish_host(0xdead_b000, 2);
+    assert_eq!(a.host(1), (0xdead_b000, 2));
+    assert_eq!(a.host(0), (0, 0), "a node writes only its own words");
+    b.set_host_version(3);
+    assert_eq!(a.host_version(1), 3);
+    assert_eq!(a.host(1), (0xdead_b000, 3));
+    assert_eq!(a.host(9), (0, 0), "a node out of range has none");
+    // A rank restarted on the region starts without its predecessor's words.
+    drop(b);
+    let b2 = MyriNic::attach(mem.region(), 1, 7, cfg).unwrap();
+    assert_eq!(b2.host(1), (0, 0));
+    assert_eq!(a.host(1), (0, 0));
+}

@@ -1,9 +1,12 @@
 /* Cheetah core: addresses exchanged by ainvoke, a put ring with both bells, a
  * 16 MiB get in pieces with content checks, an ainvoke ping-pong, a handler that
- * itself puts, wait, barrier and finalize. Run with -np N (or under a launcher). */
+ * itself puts, wait, barrier and finalize. Run with -np N (or under a launcher).
+ * With the argument "nodump" every context makes itself non-dumpable first, so
+ * that (without CAP_SYS_PTRACE) no other process may copy into or out of it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <cheetah_core.h>
 
 #define RING_LEN 100000
@@ -57,6 +60,10 @@ int main(int argc, char **argv)
     int me, n, next, prev, i, bell = 0, k;
     struct addrs mine;
     cheetah_core_setup(&argc, &argv);
+    if (argc > 1 && strcmp(argv[1], "nodump") == 0 && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+        perror("prctl");
+        return 2;
+    }
     me = cheetah_core_mycontext();
     n = cheetah_core_ncontexts();
     if (n < 2 || n > 64) { fprintf(stderr, "need 2..64 contexts, have %d\n", n); return 2; }

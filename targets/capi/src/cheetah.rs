@@ -30,9 +30,10 @@ use std::sync::{Mutex, MutexGuard};
 use volley_core::cheetah::{Invocation, AINVOKE_MAX};
 use volley_core::engine::Error;
 use volley_hosted::cheetah::{self as hosted, HostCheetah, Start};
+use volley_hosted::direct;
+use volley_hosted::procmem::ProcessMemory;
 use volley_hosted::Fabric;
 
-use crate::procmem::ProcessMemory;
 use crate::{args_of, die, guard};
 
 /// The program's `void handler(int who, int tag, void *buffer, int length)`.
@@ -86,8 +87,7 @@ pub unsafe extern "C" fn cheetah_core_setup(argc: *mut c_int, argv: *mut c_void)
             Start::Launch(n) => std::process::exit(hosted::launch(n, &args, fabric)),
             Start::Context(b) => b,
         };
-        let c =
-            hosted::cheetah(&boot, fabric, ProcessMemory::default()).unwrap_or_else(|e| die(&e.0));
+        let c = direct::cheetah(&boot, fabric).unwrap_or_else(|e| die(&e.0));
         *lock(&STATE) = Some(c);
         // Contexts start together, as the seed's setup does. No handler is
         // registered yet: an invocation that comes meanwhile waits for the first
@@ -101,7 +101,12 @@ pub unsafe extern "C" fn cheetah_core_setup(argc: *mut c_int, argv: *mut c_void)
 pub extern "C" fn cheetah_core_finalize() {
     guard("cheetah_core_finalize", (), || {
         barrier("cheetah_core_finalize", true);
-        with("cheetah_core_finalize", |c| c.shutdown());
+        with("cheetah_core_finalize", |c| {
+            c.shutdown();
+            if std::env::var_os("VOLLEY_CHEETAH_STATS").is_some_and(|v| v == "1") {
+                eprintln!("volley: cheetah: {}", hosted::describe_stats(c));
+            }
+        });
         *lock(&STATE) = None;
     })
 }
@@ -137,7 +142,8 @@ fn length(call: &str, length: c_int) -> usize {
 }
 
 fn report(call: &str, c: &HostCheetah<ProcessMemory>, e: Error) -> ! {
-    match (e, c.failure()) {
+    let failure = c.failure().or(direct::refused_by(c).map(|n| (n, e)));
+    match (e, failure) {
         (Error::BadAddress, Some((n, _))) => fatal(
             call,
             format!("context {n} refused an address of a put or get: not memory it exposes"),
@@ -215,9 +221,9 @@ fn transfer(
             let (remote, local) = (remote as u64, local as u64);
             let (lb, rb) = (local_bell as u64, remote_bell as u64);
             let r = if put {
-                c.put(n, remote, local, len, lb, rb)
+                direct::put(c, n, remote, local, len, lb, rb)
             } else {
-                c.get(n, remote, local, len, lb, rb)
+                direct::get(c, n, remote, local, len, lb, rb)
             };
             if let Err(e) = r {
                 report(call, c, e);
@@ -396,13 +402,11 @@ pub extern "C" fn cheetah_core_barrier() {
 pub extern "C" fn cheetah_core_expose(base: *mut c_void, len: std::ffi::c_long) -> c_int {
     guard("cheetah_core_expose", -1, || {
         with("cheetah_core_expose", |c| {
-            let (a, n) = (base as u64, len.max(0) as u64);
-            let m = c.memory_mut();
-            if n == 0 || !m.allowed(a, n, true, false) {
-                return -1;
+            if direct::expose(c, base as u64, len.max(0) as u64) {
+                0
+            } else {
+                -1
             }
-            m.exposed.push((a, a + n));
-            0
         })
     })
 }

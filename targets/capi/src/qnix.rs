@@ -31,7 +31,7 @@ use volley_hosted::qnix::{self as hosted, HostQnix};
 use volley_hosted::Fabric;
 
 use crate::guard;
-use crate::procmem::ProcessMemory;
+use volley_hosted::procmem::ProcessMemory;
 
 /// The Host Process Structure (`qx_hps_t`).
 #[repr(C)]

@@ -507,12 +507,98 @@ fn cheetah_put_get_ainvoke_ring_on_both_fabrics() {
 }
 
 #[test]
+fn cheetah_puts_and_gets_complete_while_the_target_never_polls() {
+    let prog = program("cheetah_onesided");
+    let _g = serial();
+    let o = Command::new(VOLLEY)
+        .args(["run", "-n", "2", "--fabric", "shm", "--timeout", "60", "--"])
+        .arg(&prog)
+        .env("VOLLEY_CHEETAH_STATS", "1")
+        .output()
+        .expect("volley runs");
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("[0] 16 puts and a get done while context 1 never polled"),
+        "{t}"
+    );
+    assert!(t.contains("[1] data in place before any poll"), "{t}");
+    assert!(t.contains("[1] remote bells rung: 16"), "{t}");
+    assert!(
+        t.contains("[0] volley: cheetah: context 0: direct copies on (puts 17, gets 1, 2097156 bytes, 0 refused); through the fabric: puts 0, gets 0"),
+        "{t}"
+    );
+    // Through the fabric the same program waits for polls that never come: the
+    // test above can fail.
+    let o = Command::new(VOLLEY)
+        .args(["run", "-n", "2", "--fabric", "shm", "--timeout", "4", "--"])
+        .arg(&prog)
+        .env("VOLLEY_CHEETAH_DIRECT", "0")
+        .output()
+        .expect("volley runs");
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(!t.contains("never polled"), "{t}");
+    assert!(t.contains("timeout after 4s"), "{t}");
+}
+
+#[test]
+fn cheetah_falls_back_to_the_fabric_in_one_line_where_copies_are_not_permitted() {
+    let prog = program("cheetah_ring");
+    let _g = serial();
+    // Non-dumpable processes, and no CAP_SYS_PTRACE even for root: the kernel
+    // refuses process_vm_readv between them.
+    let o = Command::new("setpriv")
+        .args([
+            "--bounding-set=-sys_ptrace",
+            "--inh-caps=-sys_ptrace",
+            VOLLEY,
+        ])
+        .args(["run", "-n", "3", "--fabric", "shm", "--timeout", "60", "--"])
+        .arg(&prog)
+        .arg("nodump")
+        .env("VOLLEY_CHEETAH_STATS", "1")
+        .output()
+        .expect("setpriv runs");
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    for c in 0..3 {
+        assert!(t.contains(&format!("context {c}: done")), "{t}");
+        let line = t
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    "[{c}] volley: cheetah: no direct copies to context "
+                ))
+            })
+            .unwrap_or_else(|| panic!("no notice from context {c}:\n{t}"));
+        assert!(
+            line.contains("(process_vm_readv: Operation not permitted")
+                && line.ends_with("its puts and gets go through the fabric, served at its polls"),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!("[{c}] volley: cheetah: context {c}: direct copies on (puts 0, gets 0, 0 bytes, 0 refused)")),
+            "{t}"
+        );
+        assert_eq!(
+            t.matches(&format!("[{c}] volley: cheetah: no direct copies"))
+                .count(),
+            1,
+            "one line per process:\n{t}"
+        );
+    }
+    assert!(!t.contains("panicked"), "{t}");
+}
+
+#[test]
 fn cheetah_hostile_addresses_are_refused_and_the_target_unharmed() {
     let prog = program("cheetah_hostile");
     let _g = serial();
     for (op, mode, fabric) in [
         ("put", "hidden", "shm"),
         ("get", "hidden", "udp"),
+        ("get", "hidden", "shm"),
         ("put", "text", "shm"),
         ("put", "unmapped", "udp"),
         ("get", "unmapped", "shm"),

@@ -117,6 +117,26 @@ pub fn launch(np: u16, args: &[String], fabric: Fabric) -> i32 {
     })
 }
 
+/// One line of a context's counters: its operations by direct copy and through
+/// the fabric (`VOLLEY_CHEETAH_STATS=1` prints it at finalize).
+pub fn describe_stats(c: &HostCheetah<crate::procmem::ProcessMemory>) -> String {
+    let d = crate::direct::stats(c);
+    let s = c.stats();
+    format!(
+        "context {}: direct copies {} (puts {}, gets {}, {} bytes, {} refused); through the fabric: puts {}, gets {}; ainvokes {}, handlers {}",
+        c.mycontext(),
+        if crate::direct::is_on(c) { "on" } else { "off" },
+        d.puts,
+        d.gets,
+        d.bytes,
+        d.refused,
+        s.puts,
+        s.gets,
+        s.ainvokes,
+        s.handlers
+    )
+}
+
 /// The context for `boot` on `fabric`, serving `mem`.
 pub fn cheetah<M: Memory>(
     boot: &Boot,
