@@ -525,7 +525,7 @@ fn cheetah_puts_and_gets_complete_while_the_target_never_polls() {
     assert!(t.contains("[1] data in place before any poll"), "{t}");
     assert!(t.contains("[1] remote bells rung: 16"), "{t}");
     assert!(
-        t.contains("[0] volley: cheetah: context 0: direct copies on (puts 17, gets 1, 2097156 bytes, 0 refused); through the fabric: puts 0, gets 0"),
+        t.contains("[0] volley: cheetah: context 0: direct copies on (puts 17, gets 1, 2097156 bytes, 0 refused;"),
         "{t}"
     );
     // Through the fabric the same program waits for polls that never come: the
@@ -540,6 +540,18 @@ fn cheetah_puts_and_gets_complete_while_the_target_never_polls() {
     assert!(!o.status.success(), "{t}");
     assert!(!t.contains("never polled"), "{t}");
     assert!(t.contains("timeout after 4s"), "{t}");
+    let o = Command::new(VOLLEY)
+        .args(["run", "-n", "2", "--fabric", "shm", "--timeout", "20", "--"])
+        .arg(&prog)
+        .env("VOLLEY_CHEETAH_DIRECT", "yes")
+        .output()
+        .expect("volley runs");
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(
+        t.contains("[0] volley: VOLLEY_CHEETAH_DIRECT=\"yes\": expected 0 (off) or 1 (on)\n"),
+        "{t}"
+    );
 }
 
 #[test]
@@ -578,7 +590,7 @@ fn cheetah_falls_back_to_the_fabric_in_one_line_where_copies_are_not_permitted()
             "{t}"
         );
         assert!(
-            t.contains(&format!("[{c}] volley: cheetah: context {c}: direct copies on (puts 0, gets 0, 0 bytes, 0 refused)")),
+            t.contains(&format!("[{c}] volley: cheetah: context {c}: direct copies on (puts 0, gets 0, 0 bytes, 0 refused;")),
             "{t}"
         );
         assert_eq!(

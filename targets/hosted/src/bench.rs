@@ -786,6 +786,8 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
     rows.extend(lrows);
     let (crows, dev) = cheetah_rows(boot, fabric, dev, lm, ref_mbs, sw)?;
     rows.extend(crows);
+    let (crows, dev) = cheetah_direct_rows(boot, fabric, dev, lm, ref_mbs, sw)?;
+    rows.extend(crows);
     rows.extend(qnix_rows(boot, fabric, dev, lm, ref_mbs, sw)?);
     Ok(if me == 0 { rows } else { Vec::new() })
 }
@@ -1255,6 +1257,159 @@ fn cheetah_rows(
             samples,
             ref_mbs,
         ));
+    }
+    c.finalize().map_err(e)?;
+    Ok((rows, c.into_device()))
+}
+
+type DirectCheetah = Cheetah<'static, HostDevice, StdClock, crate::procmem::ProcessMemory>;
+
+/// The peer's data buffer and bell, as its tag-3 invocation said.
+static PEER_ADDRS: [std::sync::atomic::AtomicU64; 2] = [
+    std::sync::atomic::AtomicU64::new(0),
+    std::sync::atomic::AtomicU64::new(0),
+];
+
+fn c_addrs(_: &mut DirectCheetah, _who: u16, _tag: i32, buf: &[u8]) {
+    for (i, a) in PEER_ADDRS.iter().enumerate() {
+        let v = buf
+            .get(8 * i..8 * i + 8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_ne_bytes);
+        a.store(v, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Cheetah core as the C library runs it on `shm`: program memory at its own
+/// addresses, puts and gets copied straight between the two processes
+/// ([`crate::direct`]). Rows: a put's one-way latency (the remote bell rung at the
+/// receiver's poll), a get's round trip, and put bandwidth (1 MiB puts, 8 in
+/// flight, against `memcpy`). None on other fabrics, or with
+/// `VOLLEY_CHEETAH_DIRECT=0`.
+fn cheetah_direct_rows(
+    boot: &Boot,
+    fabric: Fabric,
+    dev: HostDevice,
+    lm: f64,
+    ref_mbs: Option<f64>,
+    sw: Sweep,
+) -> Result<(Vec<Row>, HostDevice), HostError> {
+    use crate::procmem::ProcessMemory;
+    use std::sync::atomic::Ordering;
+    if fabric != Fabric::Shm || !crate::direct::wanted()? {
+        return Ok((Vec::new(), dev));
+    }
+    let name = fabric.name();
+    let groups = node::groups(boot.size)?;
+    let mut cfg = node::engine_config(boot, fabric, groups, &dev)?;
+    cfg.job_key ^= 0xd1ec;
+    let e = |e: volley_core::engine::Error| HostError(format!("cheetah direct: {e}"));
+    let mut c: DirectCheetah = Cheetah::setup(
+        cfg,
+        groups,
+        boot.size as usize,
+        dev,
+        StdClock::default(),
+        ProcessMemory::default(),
+    )
+    .map_err(e)?;
+    if !crate::direct::enable(&mut c, boot.job ^ 0xd1ec, 0, true) {
+        return Ok((Vec::new(), c.into_device()));
+    }
+    c.register(3, c_addrs);
+    // Program memory: 2 MiB of data and two bells (put, local), leaked for the run.
+    let data = Vec::leak(vec![0u8; 2 << 20]).as_mut_ptr() as u64;
+    let bells = Vec::leak(vec![0i32; 2]).as_mut_ptr() as u64;
+    let (bell_put, bell_local) = (bells, bells + 4);
+    let me = c.mycontext();
+    let peer = 1 - me;
+    let mut addrs = [0u8; 16];
+    addrs[..8].copy_from_slice(&data.to_ne_bytes());
+    addrs[8..].copy_from_slice(&bell_put.to_ne_bytes());
+    c.ainvoke(peer, 3, &addrs, 0).map_err(e)?;
+    c.barrier().map_err(e)?;
+    let (their_data, their_bell) = (
+        PEER_ADDRS[0].load(Ordering::Relaxed),
+        PEER_ADDRS[1].load(Ordering::Relaxed),
+    );
+    if their_data == 0 {
+        return Err(HostError(
+            "cheetah direct: the peer's addresses did not come".into(),
+        ));
+    }
+    let mut rows = Vec::new();
+    let row = |test: &str, bytes, v: Vec<f64>| latency_row(name, test, bytes, v, lm);
+    let put = crate::direct::put;
+
+    progress("cheetah direct put latency");
+    let iters = sw.iters(20_000);
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..(iters + iters / 10) as i32 {
+        let t0 = StdInstant::now();
+        if me == 0 {
+            put(&mut c, peer, their_data, data, 8, 0, their_bell).map_err(e)?;
+        }
+        c.wait(bell_put, i + 1).map_err(e)?;
+        if me == 1 {
+            put(&mut c, peer, their_data, data, 8, 0, their_bell).map_err(e)?;
+        } else if i >= (iters / 10) as i32 {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    if me == 0 {
+        rows.push(row("cheetah direct put, one-way (remote bell)", 8, samples));
+        let mut samples = Vec::with_capacity(iters);
+        let mut rung = c.bell(bell_local).map_err(e)?;
+        for _ in 0..iters {
+            let t0 = StdInstant::now();
+            crate::direct::get(&mut c, peer, their_data, data + 64, 8, bell_local, 0).map_err(e)?;
+            rung += 1;
+            c.wait(bell_local, rung).map_err(e)?;
+            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        rows.push(row("cheetah direct get, round trip", 8, samples));
+    }
+    c.barrier().map_err(e)?;
+
+    progress("cheetah direct put bandwidth");
+    let len = 1 << 20;
+    let window = 8;
+    let reps = sw.rounds(30);
+    if me == 0 {
+        let mut samples = Vec::with_capacity(reps);
+        let mut rung = c.bell(bell_local).map_err(e)?;
+        for _ in 0..reps {
+            let t0 = StdInstant::now();
+            for _ in 0..window {
+                put(
+                    &mut c,
+                    peer,
+                    their_data,
+                    data + (1 << 20),
+                    len,
+                    bell_local,
+                    0,
+                )
+                .map_err(e)?;
+            }
+            rung += window;
+            c.wait(bell_local, rung).map_err(e)?;
+            let secs = t0.elapsed().as_secs_f64();
+            samples.push((len * window as usize) as f64 / secs / 1e6);
+        }
+        rows.push(bandwidth_row(
+            name,
+            "cheetah direct put bandwidth, 8 in flight",
+            len,
+            samples,
+            ref_mbs,
+        ));
+        let d = crate::direct::stats(&c);
+        if d.puts == 0 || d.gets == 0 {
+            return Err(HostError(format!(
+                "cheetah direct: the copies went through the fabric ({d:?})"
+            )));
+        }
     }
     c.finalize().map_err(e)?;
     Ok((rows, c.into_device()))

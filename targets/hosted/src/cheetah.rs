@@ -123,13 +123,15 @@ pub fn describe_stats(c: &HostCheetah<crate::procmem::ProcessMemory>) -> String 
     let d = crate::direct::stats(c);
     let s = c.stats();
     format!(
-        "context {}: direct copies {} (puts {}, gets {}, {} bytes, {} refused); through the fabric: puts {}, gets {}; ainvokes {}, handlers {}",
+        "context {}: direct copies {} (puts {}, gets {}, {} bytes, {} refused; peers' tables read {} times, their maps {}); through the fabric: puts {}, gets {}; ainvokes {}, handlers {}",
         c.mycontext(),
         if crate::direct::is_on(c) { "on" } else { "off" },
         d.puts,
         d.gets,
         d.bytes,
         d.refused,
+        d.table_reads,
+        d.maps_reads,
         s.puts,
         s.gets,
         s.ainvokes,
