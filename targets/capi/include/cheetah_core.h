@@ -5,11 +5,16 @@
  * Contexts are the ranks of a Volley job (volley run, mpiexec, Slurm); a program
  * started by hand with "-np N" launches N copies of itself on this machine.
  * Bells are plain ints, rung by the library at the moments the seed defines.
- * A put or get is served by the target's library at its next poll, wait or
- * barrier, never by a user handler. Remote addresses are checked by the target:
- * only its private writable memory (or, after cheetah_core_expose, only the
- * ranges exposed) can be reached; anything else is refused, the target is left
- * untouched, and the initiator's next call prints one line and exits 1.
+ * On one host (the shm fabric) a put or get is copied straight between the two
+ * processes (process_vm_writev/readv) and is complete when the call returns,
+ * whatever the target is doing; its remote bell is rung at the target's next
+ * poll. Elsewhere (or where the kernel forbids such copies: one line says so) it
+ * is served by the target's library at its next poll, wait or barrier, never by a
+ * user handler. Remote addresses are checked by the target's rule: only its
+ * private writable memory (or, after cheetah_core_expose, only the ranges
+ * exposed) can be reached; anything else is refused, the target is left
+ * untouched, and the initiator prints one line and exits 1 (at once on one host,
+ * at its next call elsewhere).
  *
  * Link with -lvolley (pkg-config volley).
  */

@@ -21,6 +21,10 @@
 //! error handler does. Every process of a job runs under the job's key, so only the
 //! job's own contexts can ask at all.
 //!
+//! On one host (`shm`) puts and gets are direct copies between the processes
+//! ([`volley_hosted::direct`]): the initiator applies the target's rule, which the
+//! target publishes, before it copies, and a refusal is one line at once.
+//!
 //! One process lock serialises the calls; it is not held while a C handler runs, so
 //! a handler may call any Cheetah function (the seed allows it).
 
