@@ -274,38 +274,58 @@ impl Direct {
     }
 
     /// The peer's memory if direct copies to it are on and its table is current.
-    /// `host` is its published `(table, version)`, `pid` its process; `idle` says
-    /// nothing of ours to any peer is in flight through the fabric.
+    /// `published` reads its `(table, version)` host words, `pid` is its process;
+    /// `idle` says nothing of ours to any peer is in flight through the fabric.
+    ///
+    /// The version is a sequence lock: a table read is kept only if the version
+    /// was even before it and unchanged after it. A peer copied to before waits
+    /// (at most a second) for a change to end rather than go through the fabric,
+    /// so that nothing of its overtakes what went before.
     fn reach(
         &mut self,
         context: NodeId,
         pid: u32,
-        host: (u64, u64),
+        published: &dyn Fn() -> (u64, u64),
         idle: bool,
     ) -> Option<&mut PeerMemory> {
-        let (table, version) = host;
+        let mut host = published();
         let (job, node) = (self.job, self.first + context as u32);
         let i = context as usize;
         let stale = match self.peers.get(i)? {
             Peer::Off => return None,
             // Not published yet, changing, or earlier operations to keep behind.
             Peer::Unknown => {
-                if table == 0 || version % 2 == 1 || pid == 0 || !idle {
+                if host.0 == 0 || host.1 % 2 == 1 || pid == 0 || !idle {
                     return None;
                 }
                 true
             }
-            Peer::On(p) => p.version != version || p.table != table,
+            Peer::On(p) => p.version != host.1 || p.table != host.0,
         };
         if stale {
             let was_on = matches!(self.peers[i], Peer::On(_));
-            if version % 2 == 1 {
-                // Still changing after the caller's wait: stopped or dead there.
-                self.turn_off(context, "its exposure table stays mid-change");
-                return None;
-            }
-            self.stats.table_reads += 1;
-            match read_table(pid as i32, table, job, node) {
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+            let read = loop {
+                if host.1.is_multiple_of(2) {
+                    self.stats.table_reads += 1;
+                    let r = read_table(pid as i32, host.0, job, node);
+                    if published() == host {
+                        break r;
+                    }
+                }
+                if !was_on {
+                    return None;
+                }
+                if std::time::Instant::now() >= until {
+                    // Changing for that long: stopped or dead there.
+                    self.turn_off(context, "its exposure table stays mid-change");
+                    return None;
+                }
+                std::thread::yield_now();
+                host = published();
+            };
+            let (table, version) = host;
+            match read {
                 Ok((mode, ranges)) => {
                     let maps = match &mut self.peers[i] {
                         Peer::On(p) if p.pid == pid as i32 => p.maps.take(),
@@ -526,17 +546,12 @@ fn try_direct(
     };
     let node = mem.direct.first + context as u32;
     let nic = shm.nic();
-    let mut host = nic.host(node);
-    if host.1 % 2 == 1 && matches!(mem.direct.peers.get(context as usize), Some(Peer::On(_))) {
-        // The target is changing its table (a few instructions): wait for it.
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
-        while host.1 % 2 == 1 && std::time::Instant::now() < until {
-            std::thread::yield_now();
-            host = nic.host(node);
-        }
-    }
     let pid = nic.pid(node);
-    if mem.direct.reach(context, pid, host, idle).is_none() {
+    if mem
+        .direct
+        .reach(context, pid, &|| nic.host(node), idle)
+        .is_none()
+    {
         return Ok(false);
     }
     // This side first, with the access the copy makes here.
@@ -685,10 +700,10 @@ mod tests {
         };
         let pid = std::process::id();
         // Not published, or operations still in flight through the fabric: later.
-        assert!(d.reach(1, pid, (0, 0), true).is_none());
-        assert!(d.reach(1, pid, (at, 2), false).is_none());
+        assert!(d.reach(1, pid, &|| (0, 0), true).is_none());
+        assert!(d.reach(1, pid, &|| (at, 2), false).is_none());
         assert!(matches!(d.peers[1], Peer::Unknown));
-        assert!(d.reach(1, pid, (at, 2), true).is_some());
+        assert!(d.reach(1, pid, &|| (at, 2), true).is_some());
         // Default mode: private writable mappings.
         assert_eq!(d.allows(1, b, 4096, 0), Some(true));
         assert_eq!(d.allows(1, b, 4096, b + 8), Some(true));
@@ -698,15 +713,47 @@ mod tests {
         assert_eq!(d.allows(1, 16, 8, 0), Some(false), "unmapped");
         // The program exposes a range; peers see the new version and the new rule.
         t.set_exposed(&[(b, b + 64)]);
-        assert!(d.reach(1, pid, (at, 4), true).is_some());
+        assert!(d.reach(1, pid, &|| (at, 4), true).is_some());
         assert_eq!(d.allows(1, b, 64, b + 60), Some(true));
         assert_eq!(d.allows(1, b + 1, 64, 0), Some(false), "past the range");
         assert_eq!(d.allows(1, b, 8, b + 64), Some(false), "bell outside");
         // A table that stays mid-change turns the peer off for good.
-        assert!(d.reach(1, pid, (at, 5), true).is_none());
+        assert!(d.reach(1, pid, &|| (at, 5), true).is_none());
         assert!(matches!(d.peers[1], Peer::Off));
-        assert!(d.reach(1, pid, (at, 6), true).is_none());
+        assert!(d.reach(1, pid, &|| (at, 6), true).is_none());
         assert!(d.noticed);
         assert_eq!(d.stats.table_reads, 2);
+    }
+
+    #[test]
+    fn a_table_read_while_it_changes_is_not_kept() {
+        let t = Box::new(ExposureTable::new(7, 1));
+        let at = &*t as *const ExposureTable as u64;
+        let mut d = Direct {
+            on: true,
+            job: 7,
+            peers: vec![Peer::Unknown, Peer::Unknown],
+            ..Direct::default()
+        };
+        let pid = std::process::id();
+        // The version moves during the read: not kept, and a context never copied
+        // to goes through the fabric this time.
+        let calls = std::cell::Cell::new(0);
+        let moving = || {
+            calls.set(calls.get() + 1);
+            (at, if calls.get() == 1 { 2 } else { 4 })
+        };
+        assert!(d.reach(1, pid, &moving, true).is_none());
+        assert!(matches!(d.peers[1], Peer::Unknown));
+        assert!(d.reach(1, pid, &|| (at, 4), true).is_some());
+        // A context copied to before reads again until the version holds.
+        calls.set(0);
+        let moving = || {
+            calls.set(calls.get() + 1);
+            (at, if calls.get() == 1 { 6 } else { 8 })
+        };
+        assert!(d.reach(1, pid, &moving, true).is_some());
+        assert!(matches!(&d.peers[1], Peer::On(p) if p.version == 8));
+        assert_eq!(d.stats.table_reads, 4);
     }
 }
