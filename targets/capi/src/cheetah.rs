@@ -224,12 +224,7 @@ fn transfer(
             let n = context(call, c, ctx);
             let (remote, local) = (remote as u64, local as u64);
             let (lb, rb) = (local_bell as u64, remote_bell as u64);
-            let r = if put {
-                direct::put(c, n, remote, local, len, lb, rb)
-            } else {
-                direct::get(c, n, remote, local, len, lb, rb)
-            };
-            if let Err(e) = r {
+            if let Err(e) = direct::transfer(c, put, n, remote, local, len, lb, rb) {
                 report(call, c, e);
             }
         })

@@ -16,7 +16,7 @@ use memmap2::MmapMut;
 use volley_core::gamma::{Gamma, StdClock, BROADCAST, GO_BACK};
 
 use volley_core::cheetah::{Cheetah, Segments};
-use volley_core::engine::Memory;
+use volley_core::engine::{Error, Memory};
 use volley_core::lfc::{Keep, Lfc, Options as LfcOptions, Received};
 
 use crate::bootstrap::Boot;
@@ -1237,19 +1237,10 @@ fn cheetah_rows(
     let window = 8;
     let reps = sw.rounds(30);
     if me == 0 {
-        let mut samples = Vec::with_capacity(reps);
-        let mut rung = c.bell(BELL_LOCAL).map_err(e)?;
-        for _ in 0..reps {
-            let t0 = StdInstant::now();
-            for _ in 0..window {
-                c.put(peer, C_DATA, C_DATA + (1 << 20), len, BELL_LOCAL, 0)
-                    .map_err(e)?;
-            }
-            rung += window;
-            c.wait(BELL_LOCAL, rung).map_err(e)?;
-            let secs = t0.elapsed().as_secs_f64();
-            samples.push((len * window as usize) as f64 / secs / 1e6);
-        }
+        let samples = put_bandwidth(&mut c, reps, window, len, BELL_LOCAL, |c| {
+            c.put(peer, C_DATA, C_DATA + (1 << 20), len, BELL_LOCAL, 0)
+        })
+        .map_err(e)?;
         rows.push(bandwidth_row(
             name,
             "cheetah put bandwidth, 8 in flight",
@@ -1260,6 +1251,31 @@ fn cheetah_rows(
     }
     c.finalize().map_err(e)?;
     Ok((rows, c.into_device()))
+}
+
+/// Put bandwidth in MB/s per round: `window` puts of `len` bytes by `put`, each
+/// ringing the local bell at `bell`, then a wait for them all.
+fn put_bandwidth<M: Memory>(
+    c: &mut Cheetah<'static, HostDevice, StdClock, M>,
+    reps: usize,
+    window: i32,
+    len: usize,
+    bell: u64,
+    mut put: impl FnMut(&mut Cheetah<'static, HostDevice, StdClock, M>) -> Result<(), Error>,
+) -> Result<Vec<f64>, Error> {
+    let mut samples = Vec::with_capacity(reps);
+    let mut rung = c.bell(bell)?;
+    for _ in 0..reps {
+        let t0 = StdInstant::now();
+        for _ in 0..window {
+            put(c)?;
+        }
+        rung += window;
+        c.wait(bell, rung)?;
+        let secs = t0.elapsed().as_secs_f64();
+        samples.push((len * window as usize) as f64 / secs / 1e6);
+    }
+    Ok(samples)
 }
 
 type DirectCheetah = Cheetah<'static, HostDevice, StdClock, crate::procmem::ProcessMemory>;
@@ -1376,27 +1392,10 @@ fn cheetah_direct_rows(
     let window = 8;
     let reps = sw.rounds(30);
     if me == 0 {
-        let mut samples = Vec::with_capacity(reps);
-        let mut rung = c.bell(bell_local).map_err(e)?;
-        for _ in 0..reps {
-            let t0 = StdInstant::now();
-            for _ in 0..window {
-                put(
-                    &mut c,
-                    peer,
-                    their_data,
-                    data + (1 << 20),
-                    len,
-                    bell_local,
-                    0,
-                )
-                .map_err(e)?;
-            }
-            rung += window;
-            c.wait(bell_local, rung).map_err(e)?;
-            let secs = t0.elapsed().as_secs_f64();
-            samples.push((len * window as usize) as f64 / secs / 1e6);
-        }
+        let samples = put_bandwidth(&mut c, reps, window, len, bell_local, |c| {
+            put(c, peer, their_data, data + (1 << 20), len, bell_local, 0)
+        })
+        .map_err(e)?;
         rows.push(bandwidth_row(
             name,
             "cheetah direct put bandwidth, 8 in flight",

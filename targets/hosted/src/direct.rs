@@ -477,7 +477,7 @@ pub fn put(
     local_bell: u64,
     remote_bell: u64,
 ) -> Result<(), Error> {
-    if try_direct(
+    transfer(
         c,
         true,
         context,
@@ -486,10 +486,7 @@ pub fn put(
         len,
         local_bell,
         remote_bell,
-    )? {
-        return Ok(());
-    }
-    c.put(context, remote, local, len, local_bell, remote_bell)
+    )
 }
 
 /// `cheetah_core_get`: a direct copy where the target can be reached so, else
@@ -503,7 +500,7 @@ pub fn get(
     local_bell: u64,
     remote_bell: u64,
 ) -> Result<(), Error> {
-    if try_direct(
+    transfer(
         c,
         false,
         context,
@@ -512,10 +509,30 @@ pub fn get(
         len,
         local_bell,
         remote_bell,
-    )? {
+    )
+}
+
+/// A put (`put`) or get: a direct copy where the target can be reached so, else
+/// through the fabric.
+#[allow(clippy::too_many_arguments)]
+pub fn transfer(
+    c: &mut HostCheetah<ProcessMemory>,
+    put: bool,
+    context: NodeId,
+    remote: u64,
+    local: u64,
+    len: usize,
+    local_bell: u64,
+    remote_bell: u64,
+) -> Result<(), Error> {
+    if try_direct(c, put, context, remote, local, len, local_bell, remote_bell)? {
         return Ok(());
     }
-    c.get(context, remote, local, len, local_bell, remote_bell)
+    if put {
+        c.put(context, remote, local, len, local_bell, remote_bell)
+    } else {
+        c.get(context, remote, local, len, local_bell, remote_bell)
+    }
 }
 
 /// Does the operation by a direct copy if it can: `Ok(true)` when done,
