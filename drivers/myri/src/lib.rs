@@ -670,12 +670,6 @@ impl MyriNic {
         (h, v)
     }
 
-    /// A node's host version word alone (acquire): cheap enough to read per operation.
-    pub fn host_version(&self, node: u32) -> u64 {
-        self.node_dword(node, off::NODE_HOST_VERSION)
-            .map_or(0, |w| w.load(Ordering::Acquire))
-    }
-
     /// True once every node has joined this generation: the start-up barrier. A node
     /// that joined and already left (or died) counts as joined, so a fast rank that
     /// passes the barrier and exits cannot hold a slow one at it forever.

@@ -27,7 +27,6 @@ pub use cheetah::{
     cheetah_core_put, cheetah_core_register, cheetah_core_setup, cheetah_core_wait,
 };
 pub mod lfc;
-
 pub mod qnix;
 pub use lfc::*;
 pub use qnix::*;
