@@ -248,9 +248,12 @@ fn a_long_message_lands_in_the_pool_and_a_short_buffer_is_truncated() {
         )
         .unwrap();
     q.send(s2).unwrap();
+    // The long send goes by rendezvous: it completes once the receiver has acked
+    // the put, which takes the receiver's steps.
     until(&mut sim, seed, 60, |nodes, _| {
-        recv_done(&nodes[1], r) && recv_done(&nodes[1], small)
+        recv_done(&nodes[1], r) && recv_done(&nodes[1], small) && nodes[0].send_doorbell(s) != BUSY
     });
+    assert_eq!(sim.nodes[0].stats().rendezvous, 1);
     assert_eq!(sim.nodes[1].poll_for_receive(r), Ok(len));
     assert!(pool(&sim.nodes[1])[10 * PAGE..10 * PAGE + len] == data[..]);
     assert_eq!(

@@ -33,13 +33,23 @@
 //!   new group of the application once `group_size` members have joined it;
 //!   `barrier` is a dissemination barrier over a group's members in PI order;
 //!   `broadcast` sends to every member but the sender, `multicast` to a list.
+//! - **Long sends go by rendezvous.** A unicast `send` of at least
+//!   [`RENDEZVOUS_MIN`] bytes from one contiguous range asks the receiver first; once
+//!   a receive matches, the receiver grants its range and the NIC writes the data
+//!   straight into it as one put (frames as large as the fabric allows, no packet
+//!   copies, nothing kept early). The receive completes when the last byte lands, the
+//!   send when the receiver has acknowledged them all. A receive region that is not
+//!   one range gets the message as packets instead. Peers may write only into ranges
+//!   granted this way, and only while the grant lasts.
 //! - **Dead peers** become errors: a send to, a receive from, or a barrier with a
 //!   process that stops answering completes with [`QxError::Dead`].
 
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
-use crate::engine::{Access, Capacity, Config, Delivery, Engine, Error, Group, Memory, Storage};
+use crate::engine::{
+    Access, Capacity, Config, Delivery, Engine, Error, Group, Memory, RmaFailure, Storage,
+};
 use crate::phy::Device;
 use crate::time::{Clock, Duration, Instant};
 use crate::NodeId;
@@ -60,6 +70,9 @@ pub const TRANSLATE_MAX: usize = 2 << 20;
 pub const MESSAGE_MAX: usize = POOL_MAX;
 /// Bytes of early messages kept while no receive matches them.
 pub const UNEXPECTED_MAX: usize = 64 << 20;
+/// Shortest unicast `send` that goes by rendezvous (a put into the granted receive
+/// region) rather than as packets.
+pub const RENDEZVOUS_MIN: usize = 16 * 1024;
 
 /// Doorbell: the context has no operation.
 pub const FREE: i32 = 0;
@@ -75,6 +88,32 @@ const K_MSG: u8 = 1;
 const K_REG: u8 = 2;
 const K_JOIN: u8 = 3;
 const K_BAR: u8 = 4;
+/// Rendezvous: request to send (tag, send context, length).
+const K_RTS: u8 = 5;
+/// Rendezvous: clear to send (send context, receive context, granted length), then
+/// the granted address (u64; 0: send it as packets with `K_MSG_TO`).
+const K_CTS: u8 = 6;
+/// Rendezvous: the put failed (receive context); the receive fails.
+const K_FIN: u8 = 7;
+/// A message for receive context `b` of the receiver, matched there already.
+const K_MSG_TO: u8 = 8;
+
+/// Bells the engine rings for rendezvous puts are these pseudo-addresses, never
+/// memory (non-canonical on x86_64, unmapped elsewhere): the [`Gate`] takes them.
+const TOKEN_BASE: u64 = 0xFFFF_F000_0000_0000;
+
+fn token(side: usize, ctx: usize) -> u64 {
+    TOKEN_BASE + ((side * CONTEXTS + ctx) as u64) * 4
+}
+
+fn untoken(t: u64) -> Option<(usize, usize)> {
+    let i = t.checked_sub(TOKEN_BASE)?;
+    if i % 4 != 0 || i / 4 >= (2 * CONTEXTS) as u64 {
+        return None;
+    }
+    let i = (i / 4) as usize;
+    Some((i / CONTEXTS, i % CONTEXTS))
+}
 
 /// Why a QNIX call or operation failed. The seed defines only "a negative number";
 /// these are Volley's, one per cause, with [`QxError::code`] the number returned.
@@ -309,6 +348,108 @@ struct Unexpected {
     src: NodeId,
     tag: i32,
     data: Vec<u8>,
+    /// A rendezvous request (the sender's context, the length), not data.
+    rts: Option<(i32, usize)>,
+}
+
+/// A receive granted to a rendezvous: peers' puts may land in `[addr, addr + len)`.
+#[derive(Debug, Clone, Copy)]
+struct Armed {
+    ctx: usize,
+    src: NodeId,
+    addr: u64,
+    len: usize,
+    /// The message's whole length (longer than `len`: truncated).
+    total: usize,
+}
+
+/// A send going by rendezvous.
+#[derive(Debug, Clone, Copy)]
+struct Rndv {
+    ctx: usize,
+    dest: NodeId,
+    tag: i32,
+    addr: u64,
+    len: usize,
+    state: RndvState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RndvState {
+    /// The request is out; no grant yet.
+    Asked,
+    /// Granted: put `len` bytes at `addr` of receive context `rctx`.
+    Granted { rctx: usize, addr: u64, len: usize },
+    /// The put is in flight.
+    Putting { rctx: usize },
+}
+
+/// Program memory as the engine sees it in a QNIX process: the process's own
+/// operations reach all of it, peers only the ranges granted to rendezvous, and
+/// the rendezvous bells are noted instead of rung.
+struct Gate<'m, M> {
+    mem: &'m mut M,
+    armed: &'m [Armed],
+    rung: &'m mut Vec<u64>,
+}
+
+impl<M: Memory> Memory for Gate<'_, M> {
+    fn check(&mut self, addr: u64, len: u64, access: Access) -> Result<(), Error> {
+        if untoken(addr).is_some() {
+            // A peer may ring the bell of a receive granted to a rendezvous only.
+            return match untoken(addr) {
+                Some((RECV, c)) if access == Access::PeerWrite && len == 4 => {
+                    if self.armed.iter().any(|a| a.ctx == c) {
+                        Ok(())
+                    } else {
+                        Err(Error::BadAddress)
+                    }
+                }
+                _ => Err(Error::BadAddress),
+            };
+        }
+        match access {
+            Access::PeerRead => Err(Error::BadAddress),
+            Access::PeerWrite => {
+                let inside = self.armed.iter().any(|a| {
+                    addr >= a.addr
+                        && addr
+                            .checked_add(len)
+                            .is_some_and(|end| end <= a.addr + a.len as u64)
+                });
+                if inside {
+                    self.mem.check(addr, len, Access::Write)
+                } else {
+                    Err(Error::BadAddress)
+                }
+            }
+            _ => self.mem.check(addr, len, access),
+        }
+    }
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Error> {
+        self.mem.write(addr, data)
+    }
+    fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), Error> {
+        self.mem.read(addr, out)
+    }
+    fn ring(&mut self, bell: u64) {
+        if untoken(bell).is_some() && self.rung.len() < 4 * CONTEXTS {
+            self.rung.push(bell);
+        }
+    }
+}
+
+/// `segs` as one range, if they are adjacent.
+fn contiguous(segs: &[(u64, usize)]) -> Option<(u64, usize)> {
+    let (&(first, _), _) = segs.split_first()?;
+    let mut end = first;
+    for &(a, n) in segs {
+        if a != end {
+            return None;
+        }
+        end = a.checked_add(n as u64)?;
+    }
+    Some((first, (end - first) as usize))
 }
 
 #[derive(Debug, Default)]
@@ -356,6 +497,8 @@ pub struct QnixStats {
     pub dropped: u64,
     /// Barriers completed.
     pub barriers: u64,
+    /// Messages sent by rendezvous (a put into the receiver's granted region).
+    pub rendezvous: u64,
 }
 
 /// One QNIX process.
@@ -381,6 +524,13 @@ pub struct Qnix<'a, D, C, M> {
     posted: Vec<usize>,
     unexpected: VecDeque<Unexpected>,
     unexpected_bytes: usize,
+    /// Receives granted to rendezvous, and the bells rung for rendezvous.
+    armed: Vec<Armed>,
+    rung: Vec<u64>,
+    /// Receives to be filled by a `K_MSG_TO` message from this sender.
+    bound: [Option<NodeId>; CONTEXTS],
+    /// Sends going by rendezvous.
+    rndv: Vec<Rndv>,
     groups: Vec<GroupState>,
     joins: Vec<(usize, usize)>,
     barriers: Vec<BarrierOp>,
@@ -529,6 +679,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             posted: Vec::new(),
             unexpected: VecDeque::new(),
             unexpected_bytes: 0,
+            armed: Vec::new(),
+            rung: Vec::new(),
+            bound: [None; CONTEXTS],
+            rndv: Vec::new(),
             groups: Vec::new(),
             joins: Vec::new(),
             barriers: Vec::new(),
@@ -1156,14 +1310,27 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             self.consume(cmd);
             busy = true;
         }
-        busy |= self.engine.poll(now, &mut self.dev, None);
+        let mut gate = Gate {
+            mem: &mut self.mem,
+            armed: &self.armed,
+            rung: &mut self.rung,
+        };
+        busy |= self.engine.poll_mem(now, &mut self.dev, None, &mut gate);
         busy |= self.receive_packets();
         self.notice_dead();
+        busy |= self.settle_rendezvous();
         busy |= self.advance_barriers();
         self.check_joins();
-        if self.transmit() {
+        let started = self.start_puts();
+        if self.transmit() || started {
             busy = true;
-            self.engine.poll_transmit(now, &mut self.dev, None);
+            let mut gate = Gate {
+                mem: &mut self.mem,
+                armed: &self.armed,
+                rung: &mut self.rung,
+            };
+            self.engine
+                .poll_transmit_mem(now, &mut self.dev, None, &mut gate);
         }
         busy
     }
@@ -1171,6 +1338,9 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     fn consume(&mut self, cmd: Command) {
         match cmd {
             Command::Send { ctx, to, data } => {
+                if self.ask_rendezvous(ctx, &to, &data) {
+                    return;
+                }
                 let c = &self.ctxs[SEND][ctx];
                 self.tx.push_back(TxJob {
                     dests: to,
@@ -1192,7 +1362,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                     .position(|u| u.tag == tag && self.name_of(u.src) == Some(from));
                 if let Some(u) = early.and_then(|i| self.unexpected.remove(i)) {
                     self.unexpected_bytes -= u.data.len();
-                    self.fill(ctx, &u.data);
+                    match u.rts {
+                        Some((sid, len)) => self.grant(u.src, ctx, sid, len),
+                        None => self.fill(ctx, &u.data),
+                    }
                 } else if self.lookup(from).is_ok_and(|n| self.dead[n as usize]) {
                     self.complete_recv(ctx, 0, Err(QxError::Dead));
                 } else {
@@ -1316,7 +1489,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             job.off += n;
             if job.off >= job.len {
                 job.next_dest();
-                if kind == K_MSG {
+                if kind == K_MSG || kind == K_MSG_TO {
                     self.stats.messages_sent += 1;
                 }
             }
@@ -1357,18 +1530,46 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             let _ = self.engine.packet_free(d.packet);
             return;
         };
-        if kind != K_MSG {
+        if kind == K_CTS {
+            let addr = self
+                .engine
+                .packet(d.packet)
+                .and_then(|p| p.get(HEAD..HEAD + 8))
+                .and_then(|p| p.try_into().ok())
+                .map_or(0, u64::from_be_bytes);
+            let _ = self.engine.packet_free(d.packet);
+            self.cleared(d.src, a, b, c, addr);
+            return;
+        }
+        if kind != K_MSG && kind != K_MSG_TO {
             let _ = self.engine.packet_free(d.packet);
             self.control(d.src, kind, a, b, c);
             return;
         }
         let len = c as usize;
-        let target = match self.name_of(d.src) {
-            Some(n) if n.ai == self.me.ai && len <= MESSAGE_MAX => match self.match_posted(n, a) {
+        let from = self
+            .name_of(d.src)
+            .filter(|n| n.ai == self.me.ai && len <= MESSAGE_MAX);
+        let target = match from {
+            // Matched when its rendezvous was granted.
+            Some(_) if kind == K_MSG_TO => {
+                let ctx = usize::try_from(b).ok().filter(|&x| x < CONTEXTS);
+                match ctx.filter(|&x| self.bound[x] == Some(d.src)) {
+                    Some(ctx) => {
+                        self.bound[ctx] = None;
+                        Target::Direct(ctx)
+                    }
+                    None => {
+                        self.stats.dropped += 1;
+                        Target::Discard
+                    }
+                }
+            }
+            Some(n) => match self.match_posted(n, a) {
                 Some(ctx) => Target::Direct(ctx),
                 None => Target::Buffer(Vec::with_capacity(len.min(1 << 20))),
             },
-            _ => {
+            None => {
                 self.stats.dropped += 1;
                 Target::Discard
             }
@@ -1459,7 +1660,12 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             None => {
                 self.stats.unexpected += 1;
                 self.unexpected_bytes += data.len();
-                self.unexpected.push_back(Unexpected { src, tag, data });
+                self.unexpected.push_back(Unexpected {
+                    src,
+                    tag,
+                    data,
+                    rts: None,
+                });
             }
         }
     }
@@ -1475,6 +1681,239 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         };
         self.stats.messages_received += 1;
         self.complete_recv(ctx, n, r);
+    }
+
+    // ------------------------------------------------------------ rendezvous
+
+    /// Starts send `ctx` as a rendezvous if it qualifies: one destination, not
+    /// this process, at least [`RENDEZVOUS_MIN`] bytes in one range.
+    fn ask_rendezvous(&mut self, ctx: usize, to: &[NodeId], data: &TxData) -> bool {
+        let (TxData::Segments(segs), &[dest]) = (data, to) else {
+            return false;
+        };
+        let c = &self.ctxs[SEND][ctx];
+        let Some((addr, len)) = contiguous(segs) else {
+            return false;
+        };
+        let me = self.engine.config().node;
+        if len < RENDEZVOUS_MIN || len != c.len || dest == me || self.is_dead(dest) {
+            return false;
+        }
+        let h = head(K_RTS, c.tag, ctx as i32, len as u32);
+        self.tx.push_back(TxJob::control(alloc::vec![dest], h));
+        self.rndv.push(Rndv {
+            ctx,
+            dest,
+            tag: c.tag,
+            addr,
+            len,
+            state: RndvState::Asked,
+        });
+        true
+    }
+
+    /// A rendezvous request from `src`: granted to a posted receive, else kept in
+    /// arrival order with the early messages.
+    fn requested(&mut self, src: NodeId, tag: i32, sid: i32, len: usize) {
+        let Some(from) = self.name_of(src).filter(|n| n.ai == self.me.ai) else {
+            self.stats.dropped += 1;
+            return;
+        };
+        match self.match_posted(from, tag) {
+            Some(ctx) => self.grant(src, ctx, sid, len),
+            // A sender has at most `CONTEXTS` sends: more is a flood, not a program.
+            None if self.unexpected.len() < CONTEXTS * (self.names.len() + 1) => {
+                self.stats.unexpected += 1;
+                self.unexpected.push_back(Unexpected {
+                    src,
+                    tag,
+                    data: Vec::new(),
+                    rts: Some((sid, len)),
+                });
+            }
+            None => self.stats.dropped += 1,
+        }
+    }
+
+    /// Grants receive `ctx` to `src`'s rendezvous `sid` of `len` bytes: its range if
+    /// it is one (the sender puts there), else packets addressed to it.
+    fn grant(&mut self, src: NodeId, ctx: usize, sid: i32, len: usize) {
+        if self.is_dead(src) {
+            self.complete_recv(ctx, 0, Err(QxError::Dead));
+            return;
+        }
+        let c = &self.ctxs[RECV][ctx];
+        let room = len.min(c.len);
+        let addr = match contiguous(&c.segs).filter(|_| room > 0) {
+            Some((addr, _)) => {
+                self.armed.push(Armed {
+                    ctx,
+                    src,
+                    addr,
+                    len: room,
+                    total: len,
+                });
+                addr
+            }
+            None => {
+                self.bound[ctx] = Some(src);
+                0
+            }
+        };
+        let mut job = TxJob::control(alloc::vec![src], head(K_CTS, sid, ctx as i32, room as u32));
+        job.data = TxData::Owned(addr.to_be_bytes().to_vec());
+        job.len = 8;
+        self.tx.push_back(job);
+    }
+
+    /// The receiver of rendezvous `sid` granted `granted` bytes at `addr` of its
+    /// receive `rctx` (address 0: send packets to that receive).
+    fn cleared(&mut self, src: NodeId, sid: i32, rctx: i32, granted: u32, addr: u64) {
+        let i = self.rndv.iter().position(|r| {
+            Ok(r.ctx) == usize::try_from(sid) && r.dest == src && r.state == RndvState::Asked
+        });
+        let (Some(i), Some(rctx)) = (i, usize::try_from(rctx).ok().filter(|&c| c < CONTEXTS))
+        else {
+            self.stats.dropped += 1;
+            return;
+        };
+        let r = self.rndv[i];
+        if addr != 0 {
+            let len = (granted as usize).min(r.len);
+            self.rndv[i].state = RndvState::Granted { rctx, addr, len };
+            return;
+        }
+        self.rndv.remove(i);
+        self.tx.push_back(TxJob {
+            dests: alloc::vec![src],
+            at: 0,
+            off: 0,
+            started: false,
+            head: head(K_MSG_TO, r.tag, rctx as i32, r.len as u32),
+            len: r.len,
+            data: TxData::Segments(alloc::vec![(r.addr, r.len)]),
+            ctx: Some(r.ctx),
+            failed: None,
+        });
+    }
+
+    /// Starts the puts of granted rendezvous: one at a time per receiver, so that a
+    /// failure, which names only the receiver, names one send.
+    fn start_puts(&mut self) -> bool {
+        let group = self.engine.config().group;
+        let mut busy = false;
+        let mut i = 0;
+        while i < self.rndv.len() {
+            let r = self.rndv[i];
+            let RndvState::Granted { rctx, addr, len } = r.state else {
+                i += 1;
+                continue;
+            };
+            let putting =
+                |o: &Rndv| o.dest == r.dest && matches!(o.state, RndvState::Putting { .. });
+            if self.rndv.iter().any(putting) {
+                i += 1;
+                continue;
+            }
+            let mut gate = Gate {
+                mem: &mut self.mem,
+                armed: &self.armed,
+                rung: &mut self.rung,
+            };
+            let started = self.engine.start_put(
+                &mut gate,
+                group,
+                r.dest,
+                addr,
+                r.addr,
+                len as u32,
+                token(SEND, r.ctx),
+                token(RECV, rctx),
+            );
+            match started {
+                Ok(()) => {
+                    self.rndv[i].state = RndvState::Putting { rctx };
+                    busy = true;
+                    i += 1;
+                }
+                Err(Error::NoResources) => i += 1,
+                Err(e) => {
+                    self.rndv.remove(i);
+                    self.end_put(r.ctx, r.dest, rctx, e);
+                    busy = true;
+                }
+            }
+        }
+        busy
+    }
+
+    /// Completes the rendezvous whose bells rang, and those whose puts failed.
+    fn settle_rendezvous(&mut self) -> bool {
+        let mut busy = false;
+        while let Some(t) = self.rung.pop() {
+            busy = true;
+            match untoken(t) {
+                Some((SEND, ctx)) => {
+                    let i = self
+                        .rndv
+                        .iter()
+                        .position(|r| r.ctx == ctx && matches!(r.state, RndvState::Putting { .. }));
+                    if let Some(i) = i {
+                        self.rndv.remove(i);
+                        self.stats.messages_sent += 1;
+                        self.stats.rendezvous += 1;
+                        self.complete_send(ctx, Ok(()));
+                    }
+                }
+                Some((_, ctx)) => {
+                    if let Some(i) = self.armed.iter().position(|a| a.ctx == ctx) {
+                        let a = self.armed.swap_remove(i);
+                        let r = if a.total > a.len {
+                            Err(QxError::Truncated)
+                        } else {
+                            Ok(())
+                        };
+                        self.stats.messages_received += 1;
+                        self.complete_recv(ctx, a.len, r);
+                    }
+                }
+                None => {}
+            }
+        }
+        while let Some(f) = self.engine.take_rma_failure() {
+            busy = true;
+            self.put_failed(f);
+        }
+        busy
+    }
+
+    fn put_failed(&mut self, f: RmaFailure) {
+        let i = self
+            .rndv
+            .iter()
+            .position(|r| r.dest == f.node && matches!(r.state, RndvState::Putting { .. }));
+        let Some(i) = i else {
+            return;
+        };
+        let r = self.rndv.remove(i);
+        if let RndvState::Putting { rctx } = r.state {
+            self.end_put(r.ctx, r.dest, rctx, f.error);
+        }
+    }
+
+    /// Send `ctx`'s put to receive `rctx` of `dest` failed with `e`: a refused range
+    /// fails the receive too (a dead receiver fails nothing more).
+    fn end_put(&mut self, ctx: usize, dest: NodeId, rctx: usize, e: Error) {
+        let e = match e {
+            Error::SendFailure => QxError::Dead,
+            Error::BadAddress => QxError::Fault,
+            e => e.into(),
+        };
+        if e != QxError::Dead {
+            let h = head(K_FIN, rctx as i32, 0, 0);
+            self.tx.push_back(TxJob::control(alloc::vec![dest], h));
+        }
+        self.complete_send(ctx, Err(e));
     }
 
     /// A registration, join or barrier token from `src`.
@@ -1511,6 +1950,17 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 }
                 if g.members.len() as i32 > b {
                     g.bad = true;
+                }
+            }
+            K_RTS => self.requested(src, a, b, c as usize),
+            K_FIN => {
+                let i = self
+                    .armed
+                    .iter()
+                    .position(|x| Ok(x.ctx) == usize::try_from(a) && x.src == src);
+                if let Some(i) = i {
+                    let x = self.armed.swap_remove(i);
+                    self.complete_recv(x.ctx, 0, Err(QxError::Fault));
                 }
             }
             K_BAR => {
@@ -1653,7 +2103,37 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 Target::Buffer(v) => self.unexpected_bytes -= v.len(),
                 _ => {}
             }
+            self.end_rendezvous_with(n);
         }
+    }
+
+    /// Rendezvous with dead `n` fail: sends to it, receives granted to it.
+    fn end_rendezvous_with(&mut self, n: NodeId) {
+        let mut k = 0;
+        while k < self.rndv.len() {
+            if self.rndv[k].dest == n {
+                let r = self.rndv.remove(k);
+                self.complete_send(r.ctx, Err(QxError::Dead));
+            } else {
+                k += 1;
+            }
+        }
+        let mut k = 0;
+        while k < self.armed.len() {
+            if self.armed[k].src == n {
+                let a = self.armed.swap_remove(k);
+                self.complete_recv(a.ctx, 0, Err(QxError::Dead));
+            } else {
+                k += 1;
+            }
+        }
+        for ctx in 0..CONTEXTS {
+            if self.bound[ctx] == Some(n) {
+                self.bound[ctx] = None;
+                self.complete_recv(ctx, 0, Err(QxError::Dead));
+            }
+        }
+        self.unexpected.retain(|u| u.src != n || u.rts.is_none());
     }
 
     fn idle_step(&mut self, busy: bool) {
