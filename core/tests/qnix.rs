@@ -666,3 +666,131 @@ fn misuse_is_a_typed_error() {
     }
     assert_eq!(QxError::from_code(0), None);
 }
+
+/// Long sends: a receive posted before the request gets the data as one put into
+/// its range (also truncated); one posted after it gets packets, and the send does
+/// not wait for it; a receive that is not one range gets packets addressed to it.
+/// Messages with one tag keep their order whichever way each went.
+#[test]
+fn long_sends_go_by_rendezvous_and_keep_their_order() {
+    for seed in [0x7e5_u64, 0xb0b] {
+        let mut sim = make_sim(&app(2), seed, lossy());
+        let big = 100_000;
+        let small = 3_000;
+        let data = pattern(seed, 3 * big);
+        mem_mut(&mut sim.nodes[0])[..3 * big].copy_from_slice(&data);
+        let from = Name::new(5, 0);
+        let to = Name::new(5, 1);
+        // Posted first: tag 1 (one range of the pool, all of it) and tag 2 (40 KB
+        // room for 100 KB: truncated), tag 3 in two pieces of MEM with a gap.
+        let r1 = sim.nodes[1]
+            .recv_context(from, 1, true, 0, big, Region::Pool(0))
+            .unwrap();
+        let r2 = sim.nodes[1]
+            .recv_context(from, 2, true, 0, 40_000, Region::Pool(40))
+            .unwrap();
+        let gap = vec![(MEM, 60_000), (MEM + 70_000, 60_000)];
+        let r3 = sim.nodes[1]
+            .recv_context(from, 3, true, 0, big, Region::Segments(gap))
+            .unwrap();
+        for r in [r1, r2, r3] {
+            sim.nodes[1].receive(r).unwrap();
+        }
+        // Sent: tags 1, 2, 3 (100 KB each), then tag 4: big, small, big, with no
+        // receive posted for tag 4 yet.
+        let q = &mut sim.nodes[0];
+        let mut sends = vec![];
+        let msgs = [
+            (1, 0, big),
+            (2, big, big),
+            (3, 2 * big, big),
+            (4, 0, big),
+            (4, big, small),
+            (4, 2 * big, big),
+        ];
+        for &(tag, at, len) in &msgs {
+            let region = Region::Segments(vec![(MEM + at as u64, len)]);
+            let s = q.send_context(to, tag, true, 0, len, region).unwrap();
+            q.send(s).unwrap();
+            sends.push(s);
+        }
+        // Every send completes, the tag-4 ones with no receive posted.
+        until(&mut sim, seed, 60, |nodes, _| {
+            sends.iter().all(|&s| nodes[0].send_doorbell(s) != BUSY)
+                && [r1, r2, r3].iter().all(|&r| recv_done(&nodes[1], r))
+        });
+        for &s in &sends {
+            assert_eq!(sim.nodes[0].poll_for_send(s), Ok(()), "seed {seed:#x}");
+        }
+        assert_eq!(sim.nodes[0].stats().rendezvous, 2, "tags 1 and 2 by put");
+        let n1 = &mut sim.nodes[1];
+        assert_eq!(n1.poll_for_receive(r1), Ok(big));
+        assert!(pool(n1)[..big] == data[..big], "seed {seed:#x}");
+        assert_eq!(n1.poll_for_receive(r2), Err(QxError::Truncated));
+        assert!(pool(n1)[40 * PAGE..40 * PAGE + 40_000] == data[big..big + 40_000]);
+        assert_eq!(pool(n1)[40 * PAGE + 40_000], 0, "nothing past the receive");
+        assert_eq!(n1.poll_for_receive(r3), Ok(big));
+        assert!(mem(n1)[..60_000] == data[2 * big..2 * big + 60_000]);
+        assert!(mem(n1)[60_000..70_000].iter().all(|&b| b == 0), "the gap");
+        assert!(mem(n1)[70_000..110_000] == data[2 * big + 60_000..3 * big]);
+        // Tag 4, posted now: in sending order.
+        let mut got = vec![];
+        for (k, &(_, at, len)) in msgs[3..].iter().enumerate() {
+            let region = Region::Segments(vec![(MEM + (1 << 20) + (k * big) as u64, big)]);
+            let r = n1.recv_context(from, 4, true, 0, big, region).unwrap();
+            n1.receive(r).unwrap();
+            got.push((r, at, len));
+        }
+        until(&mut sim, seed, 60, |nodes, _| {
+            got.iter().all(|&(r, _, _)| recv_done(&nodes[1], r))
+        });
+        for (k, &(r, at, len)) in got.iter().enumerate() {
+            let n1 = &mut sim.nodes[1];
+            assert_eq!(
+                n1.poll_for_receive(r),
+                Ok(len),
+                "tag 4 #{k}, seed {seed:#x}"
+            );
+            let place = (1 << 20) + k * big;
+            assert!(
+                mem(n1)[place..place + len] == data[at..at + len],
+                "tag 4 #{k}"
+            );
+        }
+    }
+}
+
+/// A receiver dies while a rendezvous put is under way: the send fails at the
+/// sender, not a hang.
+#[test]
+fn a_rendezvous_with_a_dead_receiver_fails() {
+    let seed = 0xd1e;
+    let mut sim = make_sim(&app(2), seed, FaultConfig::default());
+    let len = 4 << 20;
+    let r = sim.nodes[1]
+        .recv_context(
+            Name::new(5, 0),
+            1,
+            true,
+            0,
+            len,
+            Region::Segments(vec![(MEM, len)]),
+        )
+        .unwrap();
+    sim.nodes[1].receive(r).unwrap();
+    let q = &mut sim.nodes[0];
+    let region = Region::Segments(vec![(MEM, len)]);
+    let s = q
+        .send_context(Name::new(5, 1), 1, true, 0, len, region)
+        .unwrap();
+    q.send(s).unwrap();
+    // Until the put has begun to land.
+    until(&mut sim, seed, 30, |nodes, _| {
+        nodes[1].engine().stats().rx_frames > 40
+    });
+    sim.net.kill(1);
+    until(&mut sim, seed, 120, |nodes, _| {
+        nodes[0].send_doorbell(s) != BUSY
+    });
+    assert_eq!(sim.nodes[0].poll_for_send(s), Err(QxError::Dead));
+}

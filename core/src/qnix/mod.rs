@@ -329,6 +329,8 @@ enum Target {
     Discard,
     Direct(usize),
     Buffer(Vec<u8>),
+    /// The data of a rendezvous request kept early (the sender's context).
+    Early(i32, Vec<u8>),
 }
 
 /// A message arriving from one source.
@@ -348,7 +350,8 @@ struct Unexpected {
     src: NodeId,
     tag: i32,
     data: Vec<u8>,
-    /// A rendezvous request (the sender's context, the length), not data.
+    /// A rendezvous request (the sender's context, the length) that no receive
+    /// matched: its data follows as packets and takes this place in the order.
     rts: Option<(i32, usize)>,
 }
 
@@ -529,6 +532,8 @@ pub struct Qnix<'a, D, C, M> {
     rung: Vec<u64>,
     /// Receives to be filled by a `K_MSG_TO` message from this sender.
     bound: [Option<NodeId>; CONTEXTS],
+    /// Receives matched to a kept request `(sender, its context, receive)`.
+    early_bound: Vec<(NodeId, i32, usize)>,
     /// Sends going by rendezvous.
     rndv: Vec<Rndv>,
     groups: Vec<GroupState>,
@@ -682,6 +687,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             armed: Vec::new(),
             rung: Vec::new(),
             bound: [None; CONTEXTS],
+            early_bound: Vec::new(),
             rndv: Vec::new(),
             groups: Vec::new(),
             joins: Vec::new(),
@@ -1363,7 +1369,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 if let Some(u) = early.and_then(|i| self.unexpected.remove(i)) {
                     self.unexpected_bytes -= u.data.len();
                     match u.rts {
-                        Some((sid, len)) => self.grant(u.src, ctx, sid, len),
+                        // Its data is on its way as packets.
+                        Some((sid, _)) => self.early_bound.push((u.src, sid, ctx)),
                         None => self.fill(ctx, &u.data),
                     }
                 } else if self.lookup(from).is_ok_and(|n| self.dead[n as usize]) {
@@ -1552,6 +1559,19 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             .filter(|n| n.ai == self.me.ai && len <= MESSAGE_MAX);
         let target = match from {
             // Matched when its rendezvous was granted.
+            // The data of a request kept early: into the receive matched to it since,
+            // else into its place among the early messages.
+            Some(_) if kind == K_MSG_TO && b < 0 => {
+                let sid = -(b + 1);
+                let i = self
+                    .early_bound
+                    .iter()
+                    .position(|&(s, x, _)| s == d.src && x == sid);
+                match i {
+                    Some(i) => Target::Direct(self.early_bound.swap_remove(i).2),
+                    None => Target::Early(sid, Vec::with_capacity(len.min(1 << 20))),
+                }
+            }
             Some(_) if kind == K_MSG_TO => {
                 let ctx = usize::try_from(b).ok().filter(|&x| x < CONTEXTS);
                 match ctx.filter(|&x| self.bound[x] == Some(d.src)) {
@@ -1604,7 +1624,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                         st.fault = true;
                     }
                 }
-                Target::Buffer(v) => {
+                Target::Buffer(v) | Target::Early(_, v) => {
                     v.extend_from_slice(p);
                     self.unexpected_bytes += n;
                 }
@@ -1637,6 +1657,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 self.unexpected_bytes -= v.len();
                 self.arrived(src as NodeId, st.tag, v);
             }
+            Target::Early(sid, v) => self.early_arrived(src as NodeId, sid, v),
             Target::Discard => {}
         }
     }
@@ -1722,6 +1743,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         match self.match_posted(from, tag) {
             Some(ctx) => self.grant(src, ctx, sid, len),
             // A sender has at most `CONTEXTS` sends: more is a flood, not a program.
+            // No receive yet: the data comes at once as packets and is kept, as a
+            // short message would be, so a sender never waits for a receive.
             None if self.unexpected.len() < CONTEXTS * (self.names.len() + 1) => {
                 self.stats.unexpected += 1;
                 self.unexpected.push_back(Unexpected {
@@ -1730,6 +1753,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                     data: Vec::new(),
                     rts: Some((sid, len)),
                 });
+                self.clear_to_send(src, sid, -1, 0, 0);
             }
             None => self.stats.dropped += 1,
         }
@@ -1760,36 +1784,75 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 0
             }
         };
-        let mut job = TxJob::control(alloc::vec![src], head(K_CTS, sid, ctx as i32, room as u32));
+        self.clear_to_send(src, sid, ctx as i32, room, addr);
+    }
+
+    fn clear_to_send(&mut self, src: NodeId, sid: i32, rctx: i32, room: usize, addr: u64) {
+        let mut job = TxJob::control(alloc::vec![src], head(K_CTS, sid, rctx, room as u32));
         job.data = TxData::Owned(addr.to_be_bytes().to_vec());
         job.len = 8;
         self.tx.push_back(job);
     }
 
+    /// The data of kept request `sid` from `src` has all come.
+    fn early_arrived(&mut self, src: NodeId, sid: i32, data: Vec<u8>) {
+        let kept = self
+            .unexpected
+            .iter()
+            .position(|u| u.src == src && u.rts.is_some_and(|r| r.0 == sid));
+        let bound = self
+            .early_bound
+            .iter()
+            .position(|&(s, x, _)| s == src && x == sid);
+        match (kept, bound) {
+            (Some(i), _) => {
+                let u = &mut self.unexpected[i];
+                u.data = data;
+                u.rts = None;
+            }
+            (None, Some(b)) => {
+                self.unexpected_bytes -= data.len();
+                let ctx = self.early_bound.swap_remove(b).2;
+                self.fill(ctx, &data);
+            }
+            (None, None) => {
+                self.unexpected_bytes -= data.len();
+                self.stats.dropped += 1;
+            }
+        }
+    }
+
     /// The receiver of rendezvous `sid` granted `granted` bytes at `addr` of its
-    /// receive `rctx` (address 0: send packets to that receive).
+    /// receive `rctx` (address 0: send packets to that receive; `rctx` -1: no receive
+    /// there yet).
     fn cleared(&mut self, src: NodeId, sid: i32, rctx: i32, granted: u32, addr: u64) {
         let i = self.rndv.iter().position(|r| {
             Ok(r.ctx) == usize::try_from(sid) && r.dest == src && r.state == RndvState::Asked
         });
-        let (Some(i), Some(rctx)) = (i, usize::try_from(rctx).ok().filter(|&c| c < CONTEXTS))
-        else {
+        let Some(i) = i.filter(|_| (-1..CONTEXTS as i32).contains(&rctx)) else {
             self.stats.dropped += 1;
             return;
         };
         let r = self.rndv[i];
-        if addr != 0 {
+        if rctx >= 0 && addr != 0 {
             let len = (granted as usize).min(r.len);
-            self.rndv[i].state = RndvState::Granted { rctx, addr, len };
+            self.rndv[i].state = RndvState::Granted {
+                rctx: rctx as usize,
+                addr,
+                len,
+            };
             return;
         }
+        // Packets instead: to receive `rctx` there, or, with no receive there yet
+        // (-1), kept by the receiver in the place of request `sid`.
+        let to = if rctx < 0 { -(sid + 1) } else { rctx };
         self.rndv.remove(i);
         self.tx.push_back(TxJob {
             dests: alloc::vec![src],
             at: 0,
             off: 0,
             started: false,
-            head: head(K_MSG_TO, r.tag, rctx as i32, r.len as u32),
+            head: head(K_MSG_TO, r.tag, to, r.len as u32),
             len: r.len,
             data: TxData::Segments(alloc::vec![(r.addr, r.len)]),
             ctx: Some(r.ctx),
@@ -2100,7 +2163,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 Target::Direct(ctx) if st.active => {
                     self.complete_recv(ctx, 0, Err(QxError::Dead));
                 }
-                Target::Buffer(v) => self.unexpected_bytes -= v.len(),
+                Target::Buffer(v) | Target::Early(_, v) => self.unexpected_bytes -= v.len(),
                 _ => {}
             }
             self.end_rendezvous_with(n);
@@ -2211,5 +2274,78 @@ impl TxJob {
         self.at += 1;
         self.off = 0;
         self.started = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cheetah::Segments;
+
+    #[test]
+    fn peers_reach_only_granted_ranges_and_bells() {
+        let mut buf = [0u8; 256];
+        let mut mem = Segments::new();
+        let base = mem.expose(&mut buf);
+        let armed = [Armed {
+            ctx: 5,
+            src: 1,
+            addr: base + 64,
+            len: 64,
+            total: 64,
+        }];
+        let mut rung = Vec::new();
+        let mut g = Gate {
+            mem: &mut mem,
+            armed: &armed,
+            rung: &mut rung,
+        };
+        let peer = Access::PeerWrite;
+        assert_eq!(g.check(base + 64, 64, peer), Ok(()));
+        assert_eq!(g.check(base + 100, 8, peer), Ok(()));
+        for (addr, len) in [
+            (base + 63, 2),
+            (base + 120, 9),
+            (base, 8),
+            (base + 64, u64::MAX),
+        ] {
+            assert_eq!(
+                g.check(addr, len, peer),
+                Err(Error::BadAddress),
+                "{addr:#x}+{len}"
+            );
+        }
+        assert_eq!(
+            g.check(base + 64, 8, Access::PeerRead),
+            Err(Error::BadAddress)
+        );
+        // The process itself reaches all of its memory.
+        assert_eq!(g.check(base, 256, Access::Read), Ok(()));
+        assert_eq!(g.check(base, 256, Access::Write), Ok(()));
+        // Bells: a granted receive's, for peers; never another context's or a send's.
+        assert_eq!(g.check(token(RECV, 5), 4, peer), Ok(()));
+        assert_eq!(g.check(token(RECV, 6), 4, peer), Err(Error::BadAddress));
+        assert_eq!(g.check(token(SEND, 5), 4, peer), Err(Error::BadAddress));
+        assert_eq!(
+            g.check(token(RECV, 5), 4, Access::Write),
+            Err(Error::BadAddress)
+        );
+        g.ring(token(SEND, 3));
+        g.ring(base + 64);
+        assert_eq!(rung, [token(SEND, 3)], "memory is never rung");
+        assert_eq!(
+            untoken(token(RECV, CONTEXTS - 1)),
+            Some((RECV, CONTEXTS - 1))
+        );
+        assert_eq!(untoken(token(RECV, CONTEXTS - 1) + 4), None);
+        assert_eq!(untoken(token(SEND, 0) + 2), None);
+    }
+
+    #[test]
+    fn only_adjacent_segments_are_one_range() {
+        assert_eq!(contiguous(&[(100, 10), (110, 5)]), Some((100, 15)));
+        assert_eq!(contiguous(&[(100, 10), (111, 5)]), None);
+        assert_eq!(contiguous(&[]), None);
+        assert_eq!(contiguous(&[(u64::MAX - 1, 5)]), None);
     }
 }

@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
     }
     CHECK(n >= 5, "run with 5 processes");
     CHECK(hps->proc_name[1] == me && hps->group_size == n, "hps");
-    CHECK(qx_buffer_pool(32) == 0 && hps->buffer_pool != NULL, "pool");
+    CHECK(qx_buffer_pool(64) == 0 && hps->buffer_pool != NULL, "pool");
     CHECK(qx_buffer_pool(1) == QX_EEXIST, "second pool");
     CHECK(qx_buffer_pool(4096) == QX_EEXIST || qx_buffer_pool(4096) == QX_ETOOLONG, "pool limit");
     unsigned char *pool = (unsigned char *)hps->buffer_pool;
@@ -198,6 +198,26 @@ int main(int argc, char **argv) {
         CHECK(qx_poll_for_send(d) < 0, "nothing posted");
     }
     barrier(AI, n);
+
+    /* Long messages around the ring (tag 40, 40000 bytes, pool pages 32.. to 48..):
+       the library sends them by rendezvous, straight into a receive posted before
+       the request (even processes), or as packets kept until the receive is posted
+       (odd processes post theirs only once their own send is done). */
+    {
+        const long len = 40000;
+        int prev = (me + n - 1) % n, next_p[2] = {AI, (me + 1) % n};
+        int r = -1;
+        if (me % 2 == 0) r = recv_post(AI, prev, 40, len, 48);
+        barrier(AI, n);
+        fill(pool + 32 * QX_PAGE_SIZE, me, (me + 1) % n, 40, len);
+        int s = qx_send_context(next_p, 40, 1, 10, len, 32, NULL);
+        CHECK(s >= 0 && qx_send(s) == 0, "long send around the ring");
+        CHECK(qx_poll_for_send(s) == 0, "long send done");
+        if (me % 2 == 1) r = recv_post(AI, prev, 40, len, 48);
+        CHECK(qx_poll_for_receive(r) == len, "long receive around the ring");
+        CHECK(same(pool + 48 * QX_PAGE_SIZE, prev, me, 40, len), "long message differs");
+        barrier(AI, n);
+    }
 
     /* Misuse is a negative number with a name. */
     CHECK(qx_send(63) == QX_ENOCTX, "unused context");
