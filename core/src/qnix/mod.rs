@@ -34,13 +34,15 @@
 //!   `barrier` is a dissemination barrier over a group's members in PI order;
 //!   `broadcast` sends to every member but the sender, `multicast` to a list.
 //! - **Long sends go by rendezvous.** A unicast `send` of at least
-//!   [`RENDEZVOUS_MIN`] bytes from one contiguous range asks the receiver first; once
-//!   a receive matches, the receiver grants its range and the NIC writes the data
+//!   [`RENDEZVOUS_MIN`] bytes from one contiguous range asks the receiver first. A
+//!   receive already posted there as one range is granted: the NIC writes the data
 //!   straight into it as one put (frames as large as the fabric allows, no packet
-//!   copies, nothing kept early). The receive completes when the last byte lands, the
-//!   send when the receiver has acknowledged them all. A receive region that is not
-//!   one range gets the message as packets instead. Peers may write only into ranges
-//!   granted this way, and only while the grant lasts.
+//!   copies). The receive completes when the last byte lands, the send when the
+//!   receiver has acknowledged them all. Otherwise the receiver asks for packets: to
+//!   a receive that is not one range, or, with no receive posted yet, kept in the
+//!   request's place among the early messages, so a send never waits for a receive.
+//!   Peers may write only into ranges granted this way, and only while the grant
+//!   lasts.
 //! - **Dead peers** become errors: a send to, a receive from, or a barrier with a
 //!   process that stops answering completes with [`QxError::Dead`].
 
