@@ -103,6 +103,9 @@ pub struct RmaFailure {
     pub node: NodeId,
     /// `BadAddress` (the peer refused the address) or `SendFailure` (peer dead).
     pub error: Error,
+    /// The operation's local bell, which did not ring ([`NO_BELL`] where none was
+    /// given, or for a put refused after its bell rang).
+    pub local_bell: u64,
 }
 
 /// Gets in flight and failures not yet taken.
@@ -429,13 +432,18 @@ impl<'a, S> Engine<'a, S> {
             group: ch.peer_group,
             node: ch.peer_node,
             error: Error::BadAddress,
+            local_bell: NO_BELL,
         };
         if repr.offset == CONTROL_DENY_GET {
             if let Some(g) = self.rma.gets.iter_mut().find(|g| {
                 g.state == GetState::Waiting && g.chan == ci as u16 && g.req == repr.msg_id
             }) {
                 g.state = GetState::Free;
-                self.rma.fail(failure);
+                let local_bell = g.local_bell;
+                self.rma.fail(RmaFailure {
+                    local_bell,
+                    ..failure
+                });
             }
             return;
         }
@@ -466,12 +474,17 @@ impl<'a, S> Engine<'a, S> {
             group: ch.peer_group,
             node: ch.peer_node,
             error: Error::SendFailure,
+            local_bell: NO_BELL,
         };
         for gi in 0..GET_SLOTS {
             let g = &mut self.rma.gets[gi];
             if g.state == GetState::Waiting && g.chan == ci as u16 {
                 g.state = GetState::Free;
-                self.rma.fail(failure);
+                let local_bell = g.local_bell;
+                self.rma.fail(RmaFailure {
+                    local_bell,
+                    ..failure
+                });
             }
         }
     }
@@ -509,6 +522,7 @@ impl<'a, S> Engine<'a, S> {
                     group: dest.group,
                     node: dest.node,
                     error,
+                    local_bell: bell,
                 });
             }
         }

@@ -1862,8 +1862,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         });
     }
 
-    /// Starts the puts of granted rendezvous: one at a time per receiver, so that a
-    /// failure, which names only the receiver, names one send.
+    /// Starts the puts of granted rendezvous.
     fn start_puts(&mut self) -> bool {
         let group = self.engine.config().group;
         let mut busy = false;
@@ -1874,12 +1873,6 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 i += 1;
                 continue;
             };
-            let putting =
-                |o: &Rndv| o.dest == r.dest && matches!(o.state, RndvState::Putting { .. });
-            if self.rndv.iter().any(putting) {
-                i += 1;
-                continue;
-            }
             let mut gate = Gate {
                 mem: &mut self.mem,
                 armed: &self.armed,
@@ -1953,10 +1946,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     }
 
     fn put_failed(&mut self, f: RmaFailure) {
-        let i = self
-            .rndv
-            .iter()
-            .position(|r| r.dest == f.node && matches!(r.state, RndvState::Putting { .. }));
+        // The failure names the put by its local bell.
+        let i = self.rndv.iter().position(|r| {
+            token(SEND, r.ctx) == f.local_bell && matches!(r.state, RndvState::Putting { .. })
+        });
         let Some(i) = i else {
             return;
         };
@@ -2341,6 +2334,54 @@ mod tests {
         );
         assert_eq!(untoken(token(RECV, CONTEXTS - 1) + 4), None);
         assert_eq!(untoken(token(SEND, 0) + 2), None);
+    }
+
+    /// A put the receiver refuses (here: its grant moved under it) fails the send
+    /// at the sender with `Fault`, and the receive with it (`K_FIN`): no hang.
+    #[cfg(feature = "std")]
+    #[test]
+    fn a_refused_rendezvous_put_fails_both_ends() {
+        use crate::engine::{Group, Members};
+        use crate::sim::{Sim, SimConfig, SimQnix};
+        let groups: &'static [Group<'static>] = Vec::leak(alloc::vec![Group {
+            id: 1,
+            members: Members::Range { first: 0, count: 2 },
+        }]);
+        let len = 64 * 1024;
+        // The first segment exposed is at 1 << 40.
+        let base = 1u64 << 40;
+        let mut sim = Sim::new(2, SimConfig::lan(0x5e7), |i, dev, clock| {
+            let mut mem = Segments::new();
+            assert_eq!(mem.expose(Vec::leak(alloc::vec![0u8; len])), base);
+            let c = Config::new(9, 1, i as u16);
+            let q: SimQnix<'static, Segments<'static>> =
+                Qnix::new(c, groups, 2, dev, clock, mem).unwrap();
+            q
+        });
+        for (i, q) in sim.nodes.iter_mut().enumerate() {
+            q.register(Name::new(5, i as i32), 5, 2).unwrap();
+        }
+        let limit = sim.now() + Duration::from_secs(10);
+        sim.run_until(limit, |n, _| n.iter_mut().all(|q| q.registered().unwrap()))
+            .unwrap();
+        let seg = Region::Segments(alloc::vec![(base, len)]);
+        let r = sim.nodes[1].recv_context(Name::new(5, 0), 1, true, 0, len, seg.clone());
+        let r = r.unwrap();
+        sim.nodes[1].receive(r).unwrap();
+        let s = sim.nodes[0].send_context(Name::new(5, 1), 1, true, 0, len, seg);
+        let s = s.unwrap();
+        sim.nodes[0].send(s).unwrap();
+        let limit = sim.now() + Duration::from_secs(10);
+        sim.run_until(limit, |n, _| !n[1].armed.is_empty()).unwrap();
+        sim.nodes[1].armed[0].addr += 1;
+        let limit = sim.now() + Duration::from_secs(10);
+        sim.run_until(limit, |n, _| {
+            n[0].send_doorbell(s) != BUSY && n[1].recv_doorbell(r) != BUSY
+        })
+        .unwrap();
+        assert_eq!(sim.nodes[0].poll_for_send(s), Err(QxError::Fault));
+        assert_eq!(sim.nodes[1].poll_for_receive(r), Err(QxError::Fault));
+        assert!(sim.nodes[1].armed.is_empty());
     }
 
     #[test]
