@@ -4,14 +4,17 @@
  *   volley run -n 5 -- ./qnix_test          contexts, tags, short and long sends,
  *                                            broadcast, multicast, join_group, barrier
  *   volley run -n 4 -- ./qnix_test apps      two applications (AI 7 and 9) in one job
+ *   volley run -n 2 -- ./qnix_test spin      doorbells watched in the HPS, no calls
  *
  * The process id is the launcher's rank (VOLLEY_RANK, or PMI_RANK under mpiexec).
  * Every check prints what failed and exits 1.
  */
+#define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #include <qnix.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CHECK(cond, ...)                                                   \
     do {                                                                   \
@@ -90,12 +93,62 @@ static int apps(void) {
     return 0;
 }
 
+/* Spins on an HPS doorbell, calling nothing, for at most 5 s: the NIC must move
+   the data meanwhile. Returns the doorbell's last value. */
+static int spin(volatile int *bell) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        int b = *bell;
+        if (b != QX_BUSY) return b;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec >= 5) return b;
+    }
+}
+
+/* Process 0 receives 64 KB from process 1; after posting, both only watch their
+   doorbells in the HPS (the seed's model: the NIC writes them). */
+static int spin_test(void) {
+    int name[2] = {1, me};
+    qx_hps_t *hps = qx_init(name, 1, 2);
+    CHECK(hps != NULL, "qx_init");
+    CHECK(qx_buffer_pool(32) == 0, "pool");
+    unsigned char *pool = (unsigned char *)hps->buffer_pool;
+    const long len = 65536;
+    int r = -1, s = -1;
+    if (me == 0) r = recv_post(1, 1, 9, len, 0);
+    barrier(1, 2);
+    if (me == 1) {
+        int to[2] = {1, 0};
+        fill(pool + 16 * QX_PAGE_SIZE, 1, 0, 9, len);
+        s = qx_send_context(to, 9, 1, 16, len, 16, NULL);
+        CHECK(s >= 0 && qx_send(s) == 0, "send");
+    }
+    int b = me == 0 ? spin(&hps->recv_doorbell[r]) : spin(&hps->send_doorbell[s]);
+    if (b == QX_BUSY) {
+        printf("spin: no progress in 5 s: process %d\n", me);
+        return 1;
+    }
+    CHECK(b == QX_DONE, "doorbell %d", b);
+    if (me == 0) {
+        CHECK(qx_poll_for_receive(r) == len, "receive");
+        CHECK(same(pool, 1, 0, 9, len), "data differs");
+    } else {
+        CHECK(qx_poll_for_send(s) == 0, "send done");
+    }
+    barrier(1, 2);
+    CHECK(qx_end(name) == 0, "qx_end");
+    printf("spin ok: process %d\n", me);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     me = env_int("VOLLEY_RANK", "PMI_RANK");
     n = env_int("VOLLEY_SIZE", "PMI_SIZE");
     if (me < 0) me = 0;
     if (n < 1) n = 1;
     if (argc > 1 && strcmp(argv[1], "apps") == 0) return apps();
+    if (argc > 1 && strcmp(argv[1], "spin") == 0) return spin_test();
     if (argc > 1 && strcmp(argv[1], "alone") == 0) n = 2; /* more than the job has */
     const int AI = 1;
     int name[2] = {AI, me};

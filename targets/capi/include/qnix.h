@@ -55,7 +55,8 @@ extern "C" {
 /*
  * The Host Process Structure qx_init returns: the process's doorbells, indexed
  * like the context lists, written by the library's NIC step (which runs inside
- * every qx_* call), and the buffer pool once qx_buffer_pool made it.
+ * every qx_* call, and between calls on the library's NIC thread unless
+ * VOLLEY_QNIX_NIC=0), and the buffer pool once qx_buffer_pool made it.
  */
 typedef struct qx_hps {
     int proc_name[2];

@@ -1,9 +1,14 @@
 //! The QNIX C ABI (`include/qnix.h`): De Vivo's interface on Volley.
 //!
 //! - **The NIC.** `qx_send` and the other commands check their arguments and post a
-//!   command in the process's command queue; the library's NIC step, run inside
-//!   every `qx_*` call (and spun by `qx_poll_for_*`), consumes it, moves the data
-//!   and writes the doorbells in the HPS `qx_init` returned.
+//!   command in the process's command queue; the library's NIC step consumes it,
+//!   moves the data and writes the doorbells in the HPS `qx_init` returned. The step
+//!   runs inside every `qx_*` call (and is spun by `qx_poll_for_*`), and between
+//!   calls on the library's NIC thread: every 20 us while a doorbell is busy, every
+//!   millisecond otherwise (so peers' messages and acks are taken), never while the
+//!   program is inside a call. So a program may spin on its doorbells in the HPS, as
+//!   on the original NIC, or compute while its messages move. `VOLLEY_QNIX_NIC=0`
+//!   turns the thread off: the work is then done only inside calls.
 //! - **Physical addresses.** `qx_buffer_translate` reads `/proc/self/pagemap`: the
 //!   kernel gives frame numbers only to a process with `CAP_SYS_ADMIN`, so elsewhere
 //!   it returns `QX_ENOPHYS` and a program uses the buffer pool instead. The pages
@@ -22,8 +27,9 @@
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_long, c_ulong, c_void};
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::time::Duration;
 
 use volley_core::engine::Memory;
 use volley_core::qnix::{Name, QxError, Region, CONTEXTS, PAGE, SHORT_MAX, TRANSLATE_MAX};
@@ -51,16 +57,66 @@ struct State {
     hps: *mut QxHps,
     send_reg: [usize; CONTEXTS],
     recv_reg: [usize; CONTEXTS],
+    /// Which `qx_init` this is: the NIC thread of an earlier one stops.
+    generation: u64,
 }
 
-// SAFETY: the HPS pointer is only written under the state lock; the library is
-// single-threaded per process as QNIX is, the lock only keeps it sound.
+// SAFETY: the HPS pointer is only written under the state lock, by the program's
+// calls and by the NIC thread, one at a time.
 unsafe impl Send for State {}
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 /// Frames this process translated: frame number to virtual page.
 static FRAMES: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
 static LAST: AtomicI32 = AtomicI32::new(0);
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the NIC thread is wanted (`VOLLEY_QNIX_NIC`, on by default).
+fn nic_wanted() -> Result<bool, String> {
+    match std::env::var("VOLLEY_QNIX_NIC") {
+        Err(_) => Ok(true),
+        Ok(v) => match v.trim() {
+            "1" | "" => Ok(true),
+            "0" => Ok(false),
+            _ => Err(format!("VOLLEY_QNIX_NIC={v:?}: expected 0 (off) or 1 (on)")),
+        },
+    }
+}
+
+/// The NIC between calls: steps the state of `qx_init` number `generation` while
+/// the program is not inside a call, until `qx_end`.
+fn start_nic(generation: u64) -> std::io::Result<()> {
+    let busy_wait = Duration::from_micros(20);
+    let idle_wait = Duration::from_millis(1);
+    std::thread::Builder::new()
+        .name("qnix-nic".into())
+        .spawn(move || {
+            // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack,
+            // so that the short sleeps are short.
+            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64) };
+            loop {
+                let g = match STATE.try_lock() {
+                    Ok(g) => Some(g),
+                    Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                    // The program is inside a call: it does the work.
+                    Err(TryLockError::WouldBlock) => None,
+                };
+                let pending = match g {
+                    None => true,
+                    Some(mut g) => match g.as_mut() {
+                        Some(s) if s.generation == generation => {
+                            let busy = s.q.step();
+                            s.sync();
+                            busy || s.pending()
+                        }
+                        _ => return,
+                    },
+                };
+                std::thread::sleep(if pending { busy_wait } else { idle_wait });
+            }
+        })
+        .map(|_| ())
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -92,13 +148,24 @@ impl State {
         let h = self.hps;
         for i in 0..CONTEXTS {
             let (s, r) = (self.q.send_doorbell(i), self.q.recv_doorbell(i));
-            // SAFETY: `h` is the live, leaked HPS; volatile because the program
-            // polls these fields.
+            // SAFETY: `h` is the live, leaked HPS, whose `int`s are aligned. Atomic
+            // release stores: the program polls these fields (from the NIC thread's
+            // point of view, concurrently) and then reads the data they announce.
             unsafe {
-                std::ptr::addr_of_mut!((*h).send_doorbell[i]).write_volatile(s);
-                std::ptr::addr_of_mut!((*h).recv_doorbell[i]).write_volatile(r);
+                let sb = std::ptr::addr_of_mut!((*h).send_doorbell[i]);
+                let rb = std::ptr::addr_of_mut!((*h).recv_doorbell[i]);
+                AtomicI32::from_ptr(sb).store(s, Ordering::Release);
+                AtomicI32::from_ptr(rb).store(r, Ordering::Release);
             }
         }
+    }
+
+    /// Whether an operation is under way (a doorbell is busy).
+    fn pending(&self) -> bool {
+        (0..CONTEXTS).any(|i| {
+            self.q.send_doorbell(i) == volley_core::qnix::BUSY
+                || self.q.recv_doorbell(i) == volley_core::qnix::BUSY
+        })
     }
 
     /// Resolves the context region of send context `i` for a send of `short` kind.
@@ -221,6 +288,10 @@ fn init(
         return Err(QxError::Exists);
     }
     let say = |m: &str| eprintln!("volley: {m}");
+    let nic = nic_wanted().map_err(|e| {
+        say(&format!("qx_init: {e}"));
+        QxError::Invalid
+    })?;
     let fabric = Fabric::from_env().map_err(|e| {
         say(&format!("qx_init: {}", e.0));
         QxError::Invalid
@@ -249,12 +320,21 @@ fn init(
         buffer_pool: std::ptr::null_mut(),
         buffer_pool_size: 0,
     }));
+    let generation = GENERATION.fetch_add(1, Ordering::Relaxed) + 1;
     *g = Some(State {
         q,
         hps,
         send_reg: [0; CONTEXTS],
         recv_reg: [0; CONTEXTS],
+        generation,
     });
+    if nic {
+        start_nic(generation).map_err(|e| {
+            say(&format!("qx_init: no NIC thread: {e}"));
+            *g = None;
+            QxError::NoMemory
+        })?;
+    }
     Ok(hps)
 }
 

@@ -713,3 +713,40 @@ fn qnix_group_larger_than_the_job_is_one_line() {
     assert!(t.contains("qx_init: group size disagrees"), "{t}");
     assert!(!t.contains("panicked"), "{t}");
 }
+
+/// The library's NIC thread moves a 64 KB message (a rendezvous) while both
+/// processes only watch their doorbells in the HPS, calling nothing, on both
+/// fabrics. With the thread off the same program sees no progress (the test can
+/// fail), and a bad setting is one line.
+#[test]
+fn qnix_doorbells_ring_while_the_program_calls_nothing() {
+    let prog = program("qnix_test");
+    let _g = serial();
+    for fabric in ["shm", "udp"] {
+        let o = launch("2", fabric, &prog, &["spin"]);
+        let t = text(&o);
+        assert!(o.status.success(), "{fabric}:\n{t}");
+        assert_eq!(t.matches("spin ok").count(), 2, "{fabric}:\n{t}");
+    }
+    let run = |value: &str| {
+        Command::new(VOLLEY)
+            .args(["run", "-n", "2", "--fabric", "shm", "--timeout", "30", "--"])
+            .arg(&prog)
+            .arg("spin")
+            .env("VOLLEY_QNIX_NIC", value)
+            .output()
+            .expect("volley runs")
+    };
+    let o = run("0");
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains("spin: no progress in 5 s"), "{t}");
+    let o = run("fast");
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(
+        t.contains("[0] volley: qx_init: VOLLEY_QNIX_NIC=\"fast\": expected 0 (off) or 1 (on)\n"),
+        "{t}"
+    );
+    assert!(!t.contains("panicked"), "{t}");
+}
