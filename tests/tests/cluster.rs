@@ -1,4 +1,5 @@
-//! Several unikernel nodes, each its own QEMU, talking GAMMA over their e1000s.
+//! Several unikernel nodes, each its own QEMU, talking GAMMA (and Cheetah core, QNIX)
+//! over their e1000s and 21143s.
 //! One cluster at a time: the machine has 2 cores and TCG is not fast.
 
 use std::sync::Mutex;
@@ -217,6 +218,76 @@ fn e1000_and_21143_nodes_share_one_lan() {
             consoles[0].contains(&format!("pingpong {len} B ok")),
             "{}",
             consoles[0]
+        );
+    }
+}
+
+/// Cheetah core on three nodes (an e1000, a 21143 and an 82574L on one hub): a
+/// put ring and a get ring with both bells and every byte checked, handlers
+/// invoked from context 0 (one answers with an invocation, one puts back), a put
+/// to memory context 1 never exposed refused there, barrier and finalize.
+#[test]
+fn three_nodes_run_cheetah_puts_gets_and_handlers() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let port = ports();
+    let cards = [E1000, TULIP, E1000E];
+    let boots: Vec<Boot> = cards
+        .iter()
+        .enumerate()
+        .map(|(i, card)| {
+            node(
+                format!("app=cheetah rank={i} macs={}", macs(3)),
+                hub_card(i, port, card),
+            )
+        })
+        .collect();
+    let out = run_all(&boots);
+    for (i, o) in out.iter().enumerate() {
+        assert_eq!(o.verdict, Verdict::Success, "node {i}:\n{}", o.console);
+        assert!(
+            o.console.contains(&format!("cheetah ok: context {i} of 3")),
+            "{}",
+            o.console
+        );
+    }
+    assert!(
+        out[1].console.contains(" 1 denied"),
+        "context 1 refused the hostile put:\n{}",
+        out[1].console
+    );
+}
+
+/// QNIX on three nodes of one hub: contexts matched by tag, a short message kept
+/// early, a 64 KB message by rendezvous straight into the receiver's buffer pool,
+/// every byte checked; a group of all with barriers and a broadcast.
+#[test]
+fn three_nodes_run_qnix_contexts_a_rendezvous_groups_and_barriers() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let port = ports();
+    let boots: Vec<Boot> = (0..3)
+        .map(|i| {
+            node(
+                format!("app=qnix rank={i} macs={}", macs(3)),
+                hub_card(i, port, E1000),
+            )
+        })
+        .collect();
+    let out = run_all(&boots);
+    for (i, o) in out.iter().enumerate() {
+        assert_eq!(o.verdict, Verdict::Success, "node {i}:\n{}", o.console);
+        assert!(
+            o.console.contains(&format!("qnix ok: process {i} of 3")),
+            "{}",
+            o.console
+        );
+        assert!(
+            o.console.contains("(1 by rendezvous)"),
+            "the long message went by rendezvous:\n{}",
+            o.console
         );
     }
 }

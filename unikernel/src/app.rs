@@ -9,6 +9,8 @@
 //! `app=sendfail`: every instance sends to the last one (a process that kills itself)
 //! until SENDFAILURE. With `irq=on`: `app=irqpong`, `app=irqbarrier`, `app=watchdog`
 //! (interrupt mode, intr.rs) and `app=lfclatency` (LFC's latency program, lfc_app.rs).
+//! `app=cheetah`: Cheetah core's puts, gets, bells and handlers (cheetah_app.rs);
+//! `app=qnix`: QNIX contexts, a rendezvous, groups and barriers (qnix_app.rs).
 
 extern crate alloc;
 
@@ -109,6 +111,12 @@ pub fn run<D: Device>(
     };
     if app == "lfclatency" {
         return crate::lfc_app::latency(nic, groups, cfg, clock, nodes, irq, stats);
+    }
+    if app == "cheetah" {
+        return crate::cheetah_app::run(nic, groups, cfg, clock, nodes, stats);
+    }
+    if app == "qnix" {
+        return crate::qnix_app::run(nic, groups, cfg, clock, nodes, stats);
     }
     let mut g: Node<D> = match Gamma::init_alloc(cfg, groups, nodes as usize, nic, clock, 0) {
         Ok(g) => g,

@@ -17,6 +17,7 @@ extern crate alloc;
 
 mod app;
 mod boot;
+mod cheetah_app;
 mod clock;
 mod exit;
 mod fwcfg;
@@ -29,6 +30,7 @@ mod lfc_app;
 mod pci;
 mod port;
 mod pvh;
+mod qnix_app;
 mod serial;
 mod tsc;
 mod udp;
