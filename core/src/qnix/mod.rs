@@ -1560,7 +1560,6 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             .name_of(d.src)
             .filter(|n| n.ai == self.me.ai && len <= MESSAGE_MAX);
         let target = match from {
-            // Matched when its rendezvous was granted.
             // The data of a request kept early: into the receive matched to it since,
             // else into its place among the early messages.
             Some(_) if kind == K_MSG_TO && b < 0 => {
@@ -1574,6 +1573,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                     None => Target::Early(sid, Vec::with_capacity(len.min(1 << 20))),
                 }
             }
+            // Matched when its rendezvous was granted.
             Some(_) if kind == K_MSG_TO => {
                 let ctx = usize::try_from(b).ok().filter(|&x| x < CONTEXTS);
                 match ctx.filter(|&x| self.bound[x] == Some(d.src)) {
