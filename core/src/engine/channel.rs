@@ -116,6 +116,14 @@ pub struct Channel {
     pub(crate) next_be_msg: u32,
     pub(crate) rto: Duration,
     pub(crate) rto_at: Option<Instant>,
+    /// The timeout after progress: the configured one at first, then from the
+    /// round-trip estimate ([`Channel::measure`]).
+    pub(crate) rto_base: Duration,
+    /// The frame being timed (sequence number, first sent), if any.
+    pub(crate) rtt_probe: Option<(u32, Instant)>,
+    /// Smoothed round trip and its variation, nanoseconds (0: no sample yet).
+    pub(crate) srtt: u64,
+    pub(crate) rttvar: u64,
     pub(crate) retries: u8,
     pub(crate) refused: bool,
     /// The peer refused our oldest frame and has taken nothing since: its program
@@ -169,6 +177,10 @@ impl Channel {
         next_be_msg: 0,
         rto: Duration::ZERO,
         rto_at: None,
+        rto_base: Duration::ZERO,
+        rtt_probe: None,
+        srtt: 0,
+        rttvar: 0,
         retries: 0,
         refused: false,
         held: false,
@@ -206,6 +218,7 @@ impl Channel {
         self.peer_node = node;
         self.peer_window = window;
         self.rto = rto;
+        self.rto_base = rto;
     }
 
     /// Frames sent and not yet acknowledged cumulatively.
@@ -241,6 +254,46 @@ impl Channel {
         self.inflight[seq as usize % MAX_WINDOW].slot = slot;
         self.snd_nxt = seq.wrapping_add(1);
         seq
+    }
+
+    /// [`Channel::push`] of a frame sent for the first time at `now`: timed if no
+    /// other frame is.
+    pub(crate) fn push_timed(&mut self, slot: Slot, now: Instant) -> u32 {
+        let seq = self.push(slot);
+        if self.rtt_probe.is_none() {
+            self.rtt_probe = Some((seq, now));
+        }
+        seq
+    }
+
+    /// Takes a round-trip sample once the timed frame is acknowledged and sets the
+    /// timeout after progress to `srtt + 4 * rttvar` within `[floor, ceiling]`
+    /// (RFC 6298; Karn's rule: a frame sent again is not timed, see
+    /// [`Channel::untime`]). A slow path (a loaded host, an emulated NIC) so stops
+    /// resending frames whose acks are merely late.
+    pub(crate) fn measure(&mut self, now: Instant, floor: Duration, ceiling: Duration) {
+        let Some((seq, sent)) = self.rtt_probe else {
+            return;
+        };
+        if !seq_lt(seq, self.snd_una) {
+            return;
+        }
+        self.rtt_probe = None;
+        let r = now.saturating_since(sent).total_nanos();
+        if self.srtt == 0 {
+            self.srtt = r.max(1);
+            self.rttvar = r / 2;
+        } else {
+            self.rttvar = (3 * self.rttvar + self.srtt.abs_diff(r)) / 4;
+            self.srtt = ((7 * self.srtt + r) / 8).max(1);
+        }
+        let rto = self.srtt.saturating_add(self.rttvar.saturating_mul(4));
+        self.rto_base = Duration::from_nanos(rto.clamp(floor.total_nanos(), ceiling.total_nanos()));
+    }
+
+    /// Frames go again: the one being timed no longer gives a clean sample.
+    pub(crate) fn untime(&mut self) {
+        self.rtt_probe = None;
     }
 
     pub(crate) fn slot(&self, seq: u32) -> &Inflight {
@@ -320,6 +373,7 @@ impl Channel {
         }
         if n > 0 {
             self.resend_any = true;
+            self.untime();
         }
         n
     }
@@ -338,6 +392,9 @@ impl Channel {
             s = s.wrapping_add(1);
         }
         self.resend_any |= n > 0;
+        if n > 0 {
+            self.untime();
+        }
         n
     }
 
@@ -530,5 +587,61 @@ mod tests {
             c.push(Slot::Free);
         }
         assert!(!c.can_send_new(), "never more than the SACK bitmap covers");
+    }
+
+    /// The timeout after progress follows the measured round trip (RFC 6298) within
+    /// its bounds, and a frame sent again gives no sample (Karn).
+    #[test]
+    fn the_timeout_follows_the_round_trip_and_resent_frames_are_not_timed() {
+        let (floor, ceiling) = (Duration::from_micros(500), Duration::from_millis(200));
+        let ack = |c: &mut Channel, n: u32| {
+            c.on_ack(
+                AckInfo {
+                    ack: n,
+                    sack: 0,
+                    window: 64,
+                },
+                |_| (),
+            );
+        };
+        let mut c = chan();
+        c.rto_base = floor;
+        let t0 = Instant::ZERO;
+        let ms = Duration::from_millis;
+        // 2 ms round trips: 2 + 4 * 1 = 6 ms at first, then the variation decays.
+        c.push_timed(Slot::Free, t0);
+        c.push_timed(Slot::Free, t0 + ms(1));
+        assert_eq!(c.rtt_probe, Some((0, t0)), "one frame timed at a time");
+        ack(&mut c, 1);
+        c.measure(t0 + ms(2), floor, ceiling);
+        assert_eq!(c.rto_base, ms(6));
+        assert_eq!(c.rtt_probe, None);
+        let mut t = t0 + ms(2);
+        for k in 2..40 {
+            c.push_timed(Slot::Free, t);
+            t = t + ms(2);
+            ack(&mut c, k + 1);
+            c.measure(t, floor, ceiling);
+        }
+        let settled = c.rto_base;
+        assert!(settled >= ms(2) && settled < ms(3), "{settled}");
+        // A fast path stays at the floor; a very slow one at the ceiling.
+        let mut f = chan();
+        f.push_timed(Slot::Free, t0);
+        ack(&mut f, 1);
+        f.measure(t0 + Duration::from_micros(10), floor, ceiling);
+        assert_eq!(f.rto_base, floor);
+        let mut s = chan();
+        s.push_timed(Slot::Free, t0);
+        ack(&mut s, 1);
+        s.measure(t0 + Duration::from_secs(1), floor, ceiling);
+        assert_eq!(s.rto_base, ceiling);
+        // Karn: the timed frame went again, so its ack measures nothing.
+        c.push_timed(Slot::Barrier { epoch: 0, round: 0 }, t);
+        assert_eq!(c.mark_all_for_resend(), 1);
+        let all = c.snd_nxt;
+        ack(&mut c, all);
+        c.measure(t + ms(50), floor, ceiling);
+        assert_eq!(c.rto_base, settled);
     }
 }

@@ -127,7 +127,8 @@ impl<'a, S> Engine<'a, S> {
         }
         if progress {
             ch.held = false;
-            ch.rto = self.cfg.rto_initial;
+            ch.measure(now, self.cfg.rto_initial, self.cfg.rto_max);
+            ch.rto = ch.rto_base;
             ch.rto_at = (ch.outstanding() > 0).then(|| now + ch.rto);
         }
         if flags.contains(Flags::RETRY) {

@@ -47,6 +47,7 @@ impl<'a, S> Engine<'a, S> {
                 self.fail_channel(ci);
                 continue;
             }
+            ch.untime();
             if self.caps.reliable && !refused {
                 // Nothing is lost on this link: probe with the oldest frame only.
                 let una = ch.snd_una;

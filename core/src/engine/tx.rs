@@ -239,7 +239,7 @@ impl<'a, S> Engine<'a, S> {
             if !tx.slot(ch, seq, slot, gets) {
                 return tx.sent;
             }
-            ch.push(slot);
+            ch.push_timed(slot, now);
             ch.ctrl.copy_within(1.., 0);
             ch.ctrl_len -= 1;
         }
@@ -303,11 +303,14 @@ impl<'a, S> Engine<'a, S> {
             op.framed += len as u32;
             op.started = true;
             if reliable {
-                ch.push(Slot::Data {
-                    op: oi as u16,
-                    offset: off,
-                    len: len as u16,
-                });
+                ch.push_timed(
+                    Slot::Data {
+                        op: oi as u16,
+                        offset: off,
+                        len: len as u16,
+                    },
+                    now,
+                );
                 op.unacked += 1;
             }
             if last {
