@@ -99,7 +99,8 @@ pub struct Config {
     pub node: NodeId,
     /// Credits advertised to each peer: frames beyond the cumulative ack (at most 64).
     pub window: u16,
-    /// First retransmission timeout.
+    /// First retransmission timeout, and the least one: once round trips are
+    /// measured the timeout is `srtt + 4 * rttvar` (RFC 6298), never below this.
     pub rto_initial: Duration,
     /// Ceiling of the exponential back-off.
     pub rto_max: Duration,
