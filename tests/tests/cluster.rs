@@ -222,23 +222,20 @@ fn e1000_and_21143_nodes_share_one_lan() {
     }
 }
 
-/// Cheetah core on three nodes (an e1000, a 21143 and an 82574L on one hub): a
-/// put ring and a get ring with both bells and every byte checked, handlers
-/// invoked from context 0 (one answers with an invocation, one puts back), a put
-/// to memory context 1 never exposed refused there, barrier and finalize.
-#[test]
-fn three_nodes_run_cheetah_puts_gets_and_handlers() {
+/// Runs `app` on nodes with `cards[i]` on one hub; every node must succeed and
+/// print `{app} ok: {who} i of n`. Returns the consoles.
+fn hub_app(app: &str, who: &str, cards: &[&str]) -> Vec<String> {
     let _one = ONE_CLUSTER_AT_A_TIME
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     let port = ports();
-    let cards = [E1000, TULIP, E1000E];
+    let n = cards.len();
     let boots: Vec<Boot> = cards
         .iter()
         .enumerate()
         .map(|(i, card)| {
             node(
-                format!("app=cheetah rank={i} macs={}", macs(3)),
+                format!("app={app} rank={i} macs={}", macs(n)),
                 hub_card(i, port, card),
             )
         })
@@ -247,15 +244,25 @@ fn three_nodes_run_cheetah_puts_gets_and_handlers() {
     for (i, o) in out.iter().enumerate() {
         assert_eq!(o.verdict, Verdict::Success, "node {i}:\n{}", o.console);
         assert!(
-            o.console.contains(&format!("cheetah ok: context {i} of 3")),
+            o.console.contains(&format!("{app} ok: {who} {i} of {n}")),
             "{}",
             o.console
         );
     }
+    out.into_iter().map(|o| o.console).collect()
+}
+
+/// Cheetah core on three nodes (an e1000, a 21143 and an 82574L on one hub): a
+/// put ring and a get ring with both bells and every byte checked, handlers
+/// invoked from context 0 (one answers with an invocation, one puts back), a put
+/// to memory context 1 never exposed refused there, barrier and finalize.
+#[test]
+fn three_nodes_run_cheetah_puts_gets_and_handlers() {
+    let out = hub_app("cheetah", "context", &[E1000, TULIP, E1000E]);
     assert!(
-        out[1].console.contains(" 1 denied"),
+        out[1].contains(" 1 denied"),
         "context 1 refused the hostile put:\n{}",
-        out[1].console
+        out[1]
     );
 }
 
@@ -264,30 +271,10 @@ fn three_nodes_run_cheetah_puts_gets_and_handlers() {
 /// every byte checked; a group of all with barriers and a broadcast.
 #[test]
 fn three_nodes_run_qnix_contexts_a_rendezvous_groups_and_barriers() {
-    let _one = ONE_CLUSTER_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let port = ports();
-    let boots: Vec<Boot> = (0..3)
-        .map(|i| {
-            node(
-                format!("app=qnix rank={i} macs={}", macs(3)),
-                hub_card(i, port, E1000),
-            )
-        })
-        .collect();
-    let out = run_all(&boots);
-    for (i, o) in out.iter().enumerate() {
-        assert_eq!(o.verdict, Verdict::Success, "node {i}:\n{}", o.console);
+    for console in hub_app("qnix", "process", &[E1000; 3]) {
         assert!(
-            o.console.contains(&format!("qnix ok: process {i} of 3")),
-            "{}",
-            o.console
-        );
-        assert!(
-            o.console.contains("(1 by rendezvous)"),
-            "the long message went by rendezvous:\n{}",
-            o.console
+            console.contains("(1 by rendezvous)"),
+            "the long message went by rendezvous:\n{console}"
         );
     }
 }

@@ -96,12 +96,7 @@ fn program<D: Device>(q: &mut Node<D>, me: i32, n: i32) -> Option<()> {
         q.recv_context(prev, 20, true, 16, LONG, Region::Pool(16)),
     )?;
     check("qx_receive", q.receive(rl))?;
-    let all = check(
-        "send_context",
-        q.send_context(next, 0, true, 0, 0, Region::None),
-    )?;
-    check("qx_barrier", q.barrier(all, AI, n))?;
-    check("qx_barrier", q.poll_for_send(all))?;
+    barrier(q, AI, n)?;
     let short = pattern(me, 10, SHORT);
     let ss = check(
         "send_context",
@@ -146,12 +141,7 @@ fn program<D: Device>(q: &mut Node<D>, me: i32, n: i32) -> Option<()> {
     check("qx_join_group", q.join_group(j, 50, n))?;
     check("qx_join_group", q.poll_for_send(j))?;
     for _ in 0..3 {
-        let b = check(
-            "send_context",
-            q.send_context(next, 0, true, 0, 0, Region::None),
-        )?;
-        check("qx_barrier", q.barrier(b, 50, n))?;
-        check("qx_barrier", q.poll_for_send(b))?;
+        barrier(q, 50, n)?;
     }
     let word = pattern(0, 30, 64);
     if me == 0 {
@@ -174,11 +164,16 @@ fn program<D: Device>(q: &mut Node<D>, me: i32, n: i32) -> Option<()> {
             return None;
         }
     }
-    let last = check(
+    barrier(q, AI, n)
+}
+
+/// `qx_barrier` on `group` of `size`, waited for.
+fn barrier<D: Device>(q: &mut Node<D>, group: i32, size: i32) -> Option<()> {
+    let me = q.name();
+    let b = check(
         "send_context",
-        q.send_context(next, 0, true, 0, 0, Region::None),
+        q.send_context(me, 0, true, 0, 0, Region::None),
     )?;
-    check("qx_barrier", q.barrier(last, AI, n))?;
-    check("qx_barrier", q.poll_for_send(last))?;
-    Some(())
+    check("qx_barrier", q.barrier(b, group, size))?;
+    check("qx_barrier", q.poll_for_send(b))
 }
