@@ -619,7 +619,7 @@ mod tests {
         let mut t = t0 + ms(2);
         for k in 2..40 {
             c.push_timed(Slot::Free, t);
-            t = t + ms(2);
+            t += ms(2);
             ack(&mut c, k + 1);
             c.measure(t, floor, ceiling);
         }
