@@ -839,7 +839,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         self.engine.flush_acks();
         loop {
             let busy = self.step();
-            let idle = self.queue.is_empty() && self.tx.is_empty() && self.engine.is_quiescent();
+            let idle = self.queue.is_empty()
+                && self.tx.is_empty()
+                && self.rndv.is_empty()
+                && self.engine.is_quiescent();
             if idle || self.clock.now() >= deadline {
                 break;
             }
