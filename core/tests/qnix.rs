@@ -319,10 +319,14 @@ fn broadcast_and_multicast_reach_three_receivers() {
         .unwrap();
     let to = [Name::new(5, 1), Name::new(5, 2), Name::new(5, 3)];
     q.multicast_short(m, &to).unwrap();
+    // The 50 KB broadcast goes to each member by rendezvous: it completes once all
+    // four have acknowledged it.
     until(&mut sim, seed, 60, |nodes, _| {
         (1..5).all(|i| recv_done(&nodes[i], rs[i - 1].0))
             && (1..4).all(|i| recv_done(&nodes[i], rs[i - 1].1))
+            && nodes[0].send_doorbell(b) != BUSY
     });
+    assert_eq!(sim.nodes[0].stats().rendezvous, 4, "one per member");
     for i in 1..5 {
         let (b, m) = rs[i - 1];
         assert_eq!(

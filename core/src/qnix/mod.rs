@@ -33,8 +33,9 @@
 //!   new group of the application once `group_size` members have joined it;
 //!   `barrier` is a dissemination barrier over a group's members in PI order;
 //!   `broadcast` sends to every member but the sender, `multicast` to a list.
-//! - **Long sends go by rendezvous.** A unicast `send` of at least
-//!   [`RENDEZVOUS_MIN`] bytes from one contiguous range asks the receiver first. A
+//! - **Long sends go by rendezvous.** A `send` (and a `broadcast` or `multicast`,
+//!   to each member) of at least [`RENDEZVOUS_MIN`] bytes from one contiguous
+//!   range asks the receiver first. A
 //!   receive already posted there as one range is granted: the NIC writes the data
 //!   straight into it as one put (frames as large as the fabric allows, no packet
 //!   copies). The receive completes when the last byte lands, the send when the
@@ -536,8 +537,11 @@ pub struct Qnix<'a, D, C, M> {
     bound: [Option<NodeId>; CONTEXTS],
     /// Receives matched to a kept request `(sender, its context, receive)`.
     early_bound: Vec<(NodeId, i32, usize)>,
-    /// Sends going by rendezvous.
+    /// Sends going by rendezvous (one per destination).
     rndv: Vec<Rndv>,
+    /// Per send context: parts not ended yet, and the first error of those that did.
+    parts: [u16; CONTEXTS],
+    part_error: [Option<QxError>; CONTEXTS],
     groups: Vec<GroupState>,
     joins: Vec<(usize, usize)>,
     barriers: Vec<BarrierOp>,
@@ -691,6 +695,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             bound: [None; CONTEXTS],
             early_bound: Vec::new(),
             rndv: Vec::new(),
+            parts: [0; CONTEXTS],
+            part_error: [None; CONTEXTS],
             groups: Vec::new(),
             joins: Vec::new(),
             barriers: Vec::new(),
@@ -1349,9 +1355,12 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     fn consume(&mut self, cmd: Command) {
         match cmd {
             Command::Send { ctx, to, data } => {
-                if self.ask_rendezvous(ctx, &to, &data) {
+                // Destinations reached by rendezvous leave the rest to packets.
+                let to = self.ask_rendezvous(ctx, to, &data);
+                if to.is_empty() {
                     return;
                 }
+                self.parts[ctx] += 1;
                 let c = &self.ctxs[SEND][ctx];
                 self.tx.push_back(TxJob {
                     dests: to,
@@ -1425,7 +1434,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 let (ctx, failed) = (job.ctx, job.failed);
                 self.tx.pop_front();
                 if let Some(ctx) = ctx {
-                    self.complete_send(ctx, failed.map_or(Ok(()), Err));
+                    self.part_done(ctx, failed.map_or(Ok(()), Err));
                 }
                 busy = true;
                 continue;
@@ -1711,31 +1720,48 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
 
     // ------------------------------------------------------------ rendezvous
 
-    /// Starts send `ctx` as a rendezvous if it qualifies: one destination, not
-    /// this process, at least [`RENDEZVOUS_MIN`] bytes in one range.
-    fn ask_rendezvous(&mut self, ctx: usize, to: &[NodeId], data: &TxData) -> bool {
-        let (TxData::Segments(segs), &[dest]) = (data, to) else {
-            return false;
-        };
+    /// Starts send `ctx` by rendezvous to each destination that qualifies: at
+    /// least [`RENDEZVOUS_MIN`] bytes in one range, not this process, not dead
+    /// (a broadcast or multicast asks each member). Returns the others.
+    fn ask_rendezvous(&mut self, ctx: usize, to: Vec<NodeId>, data: &TxData) -> Vec<NodeId> {
         let c = &self.ctxs[SEND][ctx];
-        let Some((addr, len)) = contiguous(segs) else {
-            return false;
+        let range = match data {
+            TxData::Segments(segs) => contiguous(segs),
+            TxData::Owned(_) => None,
         };
-        let me = self.engine.config().node;
-        if len < RENDEZVOUS_MIN || len != c.len || dest == me || self.is_dead(dest) {
-            return false;
+        let Some((addr, len)) = range.filter(|&(_, n)| n >= RENDEZVOUS_MIN && n == c.len) else {
+            return to;
+        };
+        let (tag, me) = (c.tag, self.engine.config().node);
+        let (asked, rest): (Vec<NodeId>, Vec<NodeId>) =
+            to.into_iter().partition(|&d| d != me && !self.is_dead(d));
+        for dest in asked {
+            let h = head(K_RTS, tag, ctx as i32, len as u32);
+            self.tx.push_back(TxJob::control(alloc::vec![dest], h));
+            self.rndv.push(Rndv {
+                ctx,
+                dest,
+                tag,
+                addr,
+                len,
+                state: RndvState::Asked,
+            });
+            self.parts[ctx] += 1;
         }
-        let h = head(K_RTS, c.tag, ctx as i32, len as u32);
-        self.tx.push_back(TxJob::control(alloc::vec![dest], h));
-        self.rndv.push(Rndv {
-            ctx,
-            dest,
-            tag: c.tag,
-            addr,
-            len,
-            state: RndvState::Asked,
-        });
-        true
+        rest
+    }
+
+    /// One part of send `ctx` (a rendezvous, or its packets) ended with `r`; the
+    /// send completes with the first error once every part has.
+    fn part_done(&mut self, ctx: usize, r: Result<(), QxError>) {
+        if let Err(e) = r {
+            self.part_error[ctx].get_or_insert(e);
+        }
+        self.parts[ctx] = self.parts[ctx].saturating_sub(1);
+        if self.parts[ctx] == 0 {
+            let e = self.part_error[ctx].take();
+            self.complete_send(ctx, e.map_or(Ok(()), Err));
+        }
     }
 
     /// A rendezvous request from `src`: granted to a posted receive, else kept in
@@ -1923,7 +1949,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                         self.rndv.remove(i);
                         self.stats.messages_sent += 1;
                         self.stats.rendezvous += 1;
-                        self.complete_send(ctx, Ok(()));
+                        self.part_done(ctx, Ok(()));
                     }
                 }
                 Some((_, ctx)) => {
@@ -1951,7 +1977,9 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     fn put_failed(&mut self, f: RmaFailure) {
         // The failure names the put by its local bell.
         let i = self.rndv.iter().position(|r| {
-            token(SEND, r.ctx) == f.local_bell && matches!(r.state, RndvState::Putting { .. })
+            token(SEND, r.ctx) == f.local_bell
+                && r.dest == f.node
+                && matches!(r.state, RndvState::Putting { .. })
         });
         let Some(i) = i else {
             return;
@@ -1974,7 +2002,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             let h = head(K_FIN, rctx as i32, 0, 0);
             self.tx.push_back(TxJob::control(alloc::vec![dest], h));
         }
-        self.complete_send(ctx, Err(e));
+        self.part_done(ctx, Err(e));
     }
 
     /// A registration, join or barrier token from `src`.
@@ -2174,7 +2202,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         while k < self.rndv.len() {
             if self.rndv[k].dest == n {
                 let r = self.rndv.remove(k);
-                self.complete_send(r.ctx, Err(QxError::Dead));
+                self.part_done(r.ctx, Err(QxError::Dead));
             } else {
                 k += 1;
             }
