@@ -221,3 +221,36 @@ fn eth_rows_start_with_the_bare_af_packet_reference() {
     let after = std::fs::read_dir("/sys/class/net").unwrap().count();
     assert_eq!(before, after, "the veth pair must be gone");
 }
+
+/// With `--peers`, Volley's rows measured in the peer rounds are named apart from
+/// the sweep's: no two rows of the CSV share fabric, test and size, and MPICH's
+/// rows carry Volley's ratio to them.
+#[test]
+fn peer_rounds_rows_are_named_apart_from_the_sweep() {
+    if volley_hosted::peers::on_path("mpiexec.mpich").is_none() {
+        eprintln!("mpiexec.mpich is missing: install Debian's mpich (.ci/run does)");
+        return;
+    }
+    let text = bench(&["--fabric", "shm", "--peers", "--csv"]);
+    let mut r = csv::ReaderBuilder::new().from_reader(text.as_bytes());
+    let rows: Vec<csv::StringRecord> = r.records().map(|x| x.unwrap()).collect();
+    let mut keys: Vec<(String, String, String)> = rows
+        .iter()
+        .map(|r| (r[0].to_string(), r[1].to_string(), r[2].to_string()))
+        .collect();
+    let n = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), n, "rows named alike:\n{text}");
+    for test in [
+        "Volley in peer rounds: latency, one-way, send_flowctl",
+        "Volley in peer rounds: bandwidth, streaming, isend_flowctl",
+    ] {
+        assert!(rows.iter().any(|r| &r[1] == test), "no {test}:\n{text}");
+    }
+    let mpich = rows
+        .iter()
+        .find(|r| r[1].starts_with("MPICH MPI_Send/MPI_Recv ping-pong"))
+        .unwrap_or_else(|| panic!("no MPICH ping-pong row:\n{text}"));
+    assert!(mpich[7].parse::<f64>().unwrap() > 0.0, "{text}");
+}

@@ -883,6 +883,10 @@ fn gamma_stream(
     Ok(samples)
 }
 
+/// What Volley's own rows of the peer rounds are named after: the sweep has rows
+/// of the same tests, and a reader of the CSV or JSON must tell them apart.
+pub const PEER_ROUNDS: &str = "Volley in peer rounds: ";
+
 /// `volley bench --peers`, Volley's part of one round: 8-byte one-way latency and
 /// 1 MiB streaming, the figures the peers' programs measure. Rank 0 returns the rows.
 pub fn peer_round(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostError> {
@@ -899,11 +903,17 @@ pub fn peer_round(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, Ho
     Ok(vec![
         Row {
             ratio: None,
-            ..latency_row(name, "latency, one-way, send_flowctl", 8, lat, 1.0)
+            ..latency_row(
+                name,
+                &format!("{PEER_ROUNDS}latency, one-way, send_flowctl"),
+                8,
+                lat,
+                1.0,
+            )
         },
         bandwidth_row(
             name,
-            "bandwidth, streaming, isend_flowctl",
+            &format!("{PEER_ROUNDS}bandwidth, streaming, isend_flowctl"),
             1 << 20,
             bw,
             None,
