@@ -67,6 +67,23 @@ fn csv_is_rfc4180_and_json_one_document_with_the_same_rows() {
             "{reference}"
         );
     }
+    // The 64 KB tag's ratio is to the time the bare stream takes to carry 64 KB.
+    let row = |test: &str| {
+        rows.iter()
+            .find(|r| &r[0] == "udp" && &r[1] == test)
+            .unwrap_or_else(|| panic!("no {test}:\n{text}"))
+    };
+    let (tag, stream) = (
+        row("frame tag, keyed BLAKE3"),
+        row("reference: bare TCP stream, loopback"),
+    );
+    let f = |r: &csv::StringRecord, i: usize| r[i].parse::<f64>().unwrap();
+    let implied = 65_000.0 * f(tag, 7) / f(tag, 4);
+    assert!(
+        (implied / f(stream, 4) - 1.0).abs() < 0.01,
+        "{implied} MB/s implied, stream {}",
+        f(stream, 4)
+    );
     // Collective rows at 2 and 4 ranks on both fabrics (a label says when the ranks
     // outnumber the cores), three broadcast sizes; MPICH beside shm when installed,
     // with Volley's ratio to it.
