@@ -1209,19 +1209,10 @@ fn cheetah_rows(
 
     progress("cheetah put latency");
     let iters = sw.iters(20_000);
-    let mut samples = Vec::with_capacity(iters);
-    for i in 0..(iters + iters / 10) as i32 {
-        let t0 = StdInstant::now();
-        if me == 0 {
-            c.put(peer, C_DATA, C_DATA, 8, 0, BELL_PUT).map_err(e)?;
-        }
-        c.wait(BELL_PUT, i + 1).map_err(e)?;
-        if me == 1 {
-            c.put(peer, C_DATA, C_DATA, 8, 0, BELL_PUT).map_err(e)?;
-        } else if i >= (iters / 10) as i32 {
-            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
-        }
-    }
+    let samples = put_pingpong(&mut c, iters, BELL_PUT, |c| {
+        c.put(peer, C_DATA, C_DATA, 8, 0, BELL_PUT)
+    })
+    .map_err(e)?;
     if me == 0 {
         rows.push(row("cheetah put, one-way (remote bell)", 8, samples));
     }
@@ -1272,6 +1263,32 @@ fn cheetah_rows(
 
 /// Put bandwidth in MB/s per round: `window` puts of `len` bytes by `put`, each
 /// ringing the local bell at `bell`, then a wait for them all.
+/// An 8-byte put ping-pong between contexts 0 and 1 (`put` rings the other's
+/// `bell`, which each waits for in turn); one-way microseconds at context 0 after a
+/// tenth of warm-up, none at context 1.
+fn put_pingpong<M: Memory>(
+    c: &mut Cheetah<'static, HostDevice, StdClock, M>,
+    iters: usize,
+    bell: u64,
+    mut put: impl FnMut(&mut Cheetah<'static, HostDevice, StdClock, M>) -> Result<(), Error>,
+) -> Result<Vec<f64>, Error> {
+    let me = c.mycontext();
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..(iters + iters / 10) as i32 {
+        let t0 = StdInstant::now();
+        if me == 0 {
+            put(c)?;
+        }
+        c.wait(bell, i + 1)?;
+        if me == 1 {
+            put(c)?;
+        } else if i >= (iters / 10) as i32 {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    Ok(samples)
+}
+
 fn put_bandwidth<M: Memory>(
     c: &mut Cheetah<'static, HostDevice, StdClock, M>,
     reps: usize,
@@ -1376,19 +1393,10 @@ fn cheetah_direct_rows(
 
     progress("cheetah direct put latency");
     let iters = sw.iters(20_000);
-    let mut samples = Vec::with_capacity(iters);
-    for i in 0..(iters + iters / 10) as i32 {
-        let t0 = StdInstant::now();
-        if me == 0 {
-            put(&mut c, peer, their_data, data, 8, 0, their_bell).map_err(e)?;
-        }
-        c.wait(bell_put, i + 1).map_err(e)?;
-        if me == 1 {
-            put(&mut c, peer, their_data, data, 8, 0, their_bell).map_err(e)?;
-        } else if i >= (iters / 10) as i32 {
-            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
-        }
-    }
+    let samples = put_pingpong(&mut c, iters, bell_put, |c| {
+        put(c, peer, their_data, data, 8, 0, their_bell)
+    })
+    .map_err(e)?;
     if me == 0 {
         rows.push(row("cheetah direct put, one-way (remote bell)", 8, samples));
         let mut samples = Vec::with_capacity(iters);
