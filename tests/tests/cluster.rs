@@ -6,7 +6,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use volley_qemu::{
-    dgram_card, dgram_nic, hub_card, macs, ports, run_all, Boot, Verdict, E1000, E1000E, TULIP,
+    dgram_card, dgram_nic, hub_card, macs, ports, run_all, Boot, Outcome, Verdict, E1000, E1000E,
+    TULIP,
 };
 
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -154,9 +155,9 @@ fn a_node_without_a_key_refuses_to_run() {
     assert!(out[0].console.contains("no job key"), "{}", out[0].console);
 }
 
-/// Barriers and a broadcast on four nodes with `cards[i]` on one hub; with `app=mixed`
-/// instances 0 and 1 first ping-pong up to 1 MiB. Returns the consoles.
-fn hub_cluster(app: &str, cards: &[&str]) -> Vec<String> {
+/// Runs `app` on one node per entry of `cards`, node `i` with `cards[i]`, all on
+/// one hub (one cluster at a time).
+fn on_hub(app: &str, cards: &[&str]) -> Vec<Outcome> {
     let _one = ONE_CLUSTER_AT_A_TIME
         .lock()
         .unwrap_or_else(|e| e.into_inner());
@@ -172,7 +173,13 @@ fn hub_cluster(app: &str, cards: &[&str]) -> Vec<String> {
             )
         })
         .collect();
-    let out = run_all(&boots);
+    run_all(&boots)
+}
+
+/// Barriers and a broadcast on four nodes with `cards[i]` on one hub; with `app=mixed`
+/// instances 0 and 1 first ping-pong up to 1 MiB. Returns the consoles.
+fn hub_cluster(app: &str, cards: &[&str]) -> Vec<String> {
+    let out = on_hub(app, cards);
     for (i, o) in out.iter().enumerate() {
         assert_eq!(
             o.verdict,
@@ -225,22 +232,8 @@ fn e1000_and_21143_nodes_share_one_lan() {
 /// Runs `app` on nodes with `cards[i]` on one hub; every node must succeed and
 /// print `{app} ok: {who} i of n`. Returns the consoles.
 fn hub_app(app: &str, who: &str, cards: &[&str]) -> Vec<String> {
-    let _one = ONE_CLUSTER_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let port = ports();
+    let out = on_hub(app, cards);
     let n = cards.len();
-    let boots: Vec<Boot> = cards
-        .iter()
-        .enumerate()
-        .map(|(i, card)| {
-            node(
-                format!("app={app} rank={i} macs={}", macs(n)),
-                hub_card(i, port, card),
-            )
-        })
-        .collect();
-    let out = run_all(&boots);
     for (i, o) in out.iter().enumerate() {
         assert_eq!(o.verdict, Verdict::Success, "node {i}:\n{}", o.console);
         assert!(
