@@ -215,3 +215,25 @@ fn a_stale_garbage_or_corrupt_region_is_refused() {
         out[2].console
     );
 }
+
+/// Cheetah core and QNIX on the Myrinet-like model: the same programs as over the
+/// Ethernet cards (`app=cheetah`, `app=qnix`), three nodes, through the shared rings.
+#[test]
+fn three_nodes_run_cheetah_and_qnix_over_ivshmem() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    for (app, who) in [("cheetah", "context"), ("qnix", "process")] {
+        let region = SharedRegion::new(REGION);
+        let out = cluster(app, 3, &region);
+        all_succeed(&out);
+        for (i, o) in out.iter().enumerate() {
+            assert!(
+                o.console.contains(&format!("{app} ok: {who} {i} of 3")),
+                "{}",
+                o.console
+            );
+            assert!(o.console.contains(" corrupt 0 "), "{}", o.console);
+        }
+    }
+}
