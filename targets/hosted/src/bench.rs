@@ -1261,8 +1261,6 @@ fn cheetah_rows(
     Ok((rows, c.into_device()))
 }
 
-/// Put bandwidth in MB/s per round: `window` puts of `len` bytes by `put`, each
-/// ringing the local bell at `bell`, then a wait for them all.
 /// An 8-byte put ping-pong between contexts 0 and 1 (`put` rings the other's
 /// `bell`, which each waits for in turn); one-way microseconds at context 0 after a
 /// tenth of warm-up, none at context 1.
@@ -1289,6 +1287,8 @@ fn put_pingpong<M: Memory>(
     Ok(samples)
 }
 
+/// Put bandwidth in MB/s per round: `window` puts of `len` bytes by `put`, each
+/// ringing the local bell at `bell`, then a wait for them all.
 fn put_bandwidth<M: Memory>(
     c: &mut Cheetah<'static, HostDevice, StdClock, M>,
     reps: usize,
