@@ -548,6 +548,11 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
         self.dead.iter().position(|&d| d).map(|n| n as NodeId)
     }
 
+    /// Whether `context` was found dead.
+    pub fn is_dead(&self, context: NodeId) -> bool {
+        self.dead.get(context as usize).copied().unwrap_or(false)
+    }
+
     /// The context and error of the last failed operation, if any.
     pub fn failure(&self) -> Option<(NodeId, Error)> {
         self.failed

@@ -5,8 +5,8 @@
  * Contexts are the ranks of a Volley job (volley run, mpiexec, Slurm); a program
  * started by hand with "-np N" launches N copies of itself on this machine.
  * Bells are plain ints, rung by the library at the moments the seed defines.
- * On one host (the shm fabric) a put or get is copied straight between the two
- * processes (process_vm_writev/readv) and is complete when the call returns,
+ * Between processes of one host (on any fabric) a put or get is copied straight
+ * between the two (process_vm_writev/readv) and is complete when the call returns,
  * whatever the target is doing; its remote bell is rung at the target's next
  * poll. Elsewhere (or where the kernel forbids such copies: one line says so) it
  * is served by the target's library at its next poll, wait or barrier, never by a

@@ -21,7 +21,7 @@
 //! error handler does. Every process of a job runs under the job's key, so only the
 //! job's own contexts can ask at all.
 //!
-//! On one host (`shm`) puts and gets are direct copies between the processes
+//! Between processes of one host puts and gets are direct copies
 //! ([`volley_hosted::direct`]): the initiator applies the target's rule, which the
 //! target publishes, before it copies, and a refusal is one line at once.
 //!

@@ -1330,11 +1330,11 @@ fn c_addrs(_: &mut DirectCheetah, _who: u16, _tag: i32, buf: &[u8]) {
     }
 }
 
-/// Cheetah core as the C library runs it on `shm`: program memory at its own
-/// addresses, puts and gets copied straight between the two processes
+/// Cheetah core as the C library runs it on `shm` and `udp`: program memory at its
+/// own addresses, puts and gets copied straight between the two processes
 /// ([`crate::direct`]). Rows: a put's one-way latency (the remote bell rung at the
 /// receiver's poll), a get's round trip, and put bandwidth (1 MiB puts, 8 in
-/// flight, against `memcpy`). None on other fabrics, or with
+/// flight, against the fabric's reference). None on `eth`, or with
 /// `VOLLEY_CHEETAH_DIRECT=0`.
 fn cheetah_direct_rows(
     boot: &Boot,
@@ -1346,7 +1346,7 @@ fn cheetah_direct_rows(
 ) -> Result<(Vec<Row>, HostDevice), HostError> {
     use crate::procmem::ProcessMemory;
     use std::sync::atomic::Ordering;
-    if fabric != Fabric::Shm || !crate::direct::wanted()? {
+    if !matches!(fabric, Fabric::Shm | Fabric::Udp) || !crate::direct::wanted()? {
         return Ok((Vec::new(), dev));
     }
     let name = fabric.name();

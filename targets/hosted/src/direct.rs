@@ -1,7 +1,7 @@
 //! Direct copies between the processes of one host: Cheetah core's put and get
 //! without the target's CPU.
 //!
-//! On the `shm` fabric every context of a job runs on this host, so an initiator
+//! Between contexts of a job on one host, whatever the fabric, an initiator
 //! copies straight into (`process_vm_writev`) or out of (`process_vm_readv`) the
 //! target's memory, one copy, and the operation is complete when the call returns:
 //! the local bell rings at once. A remote bell is rung by the target's engine at its
@@ -14,8 +14,13 @@
 //! The target decides, exactly as for puts its engine serves: by default its
 //! private writable mappings, after `cheetah_core_expose` only the ranges exposed
 //! ([`ProcessMemory`]). It publishes that decision in an **exposure table** in its
-//! own memory, whose address it writes into its node's host word in the fabric's
-//! region ([`volley_myri::MyriNic::publish_host`]). The initiator:
+//! own memory, and the table's address and a version word where same-host peers
+//! find them: on `shm` in its node's host words in the fabric's region
+//! ([`volley_myri::MyriNic::publish_host`]); on `udp` and `eth` in a page of its
+//! own, a `memfd` named `volley-expos-<job>-<node>`, which a peer finds (and the
+//! target's pid with it) in the target's `/proc/<pid>/maps`, looking at most four
+//! times, 200 ms apart, for peers it has not found (those on other hosts never
+//! are). The initiator:
 //!
 //! 1. reads the table once with `process_vm_readv` and checks it (magic, job, node,
 //!    pid): a table that does not match, or a process it may not read, turns
@@ -34,7 +39,7 @@
 //! switched back from direct copies except when they become impossible.
 //!
 //! `VOLLEY_CHEETAH_DIRECT=0` turns the path off (every put and get through the
-//! fabric); `1`, the default, turns it on where the fabric is `shm`.
+//! fabric); `1`, the default, turns it on.
 
 use std::ffi::c_void;
 
@@ -153,6 +158,138 @@ pub(crate) struct Direct {
     noticed: bool,
     refused_by: Option<NodeId>,
     stats: DirectStats,
+    /// Off `shm`: this process's published words, and where peers' are.
+    page: Option<Page>,
+    found: Vec<Option<(i32, u64)>>,
+    scans: u32,
+    last_scan: Option<std::time::Instant>,
+}
+
+/// A page of its own holding a process's `[table address, version]` (off `shm`):
+/// a `memfd` mapping whose name peers look for in `/proc/<pid>/maps`.
+#[derive(Debug)]
+struct Page {
+    words: *mut u64,
+    _fd: std::os::fd::OwnedFd,
+}
+
+// SAFETY: the mapping belongs to this value alone; its words are written through
+// atomics by whoever holds the value (the process's memory, under its lock).
+unsafe impl Send for Page {}
+
+const PAGE_BYTES: usize = 4096;
+
+fn page_name(job: u64, node: u32) -> String {
+    format!("volley-expos-{job:016x}-{node}")
+}
+
+impl Page {
+    fn new(job: u64, node: u32) -> std::io::Result<Page> {
+        use std::os::fd::FromRawFd;
+        let name = std::ffi::CString::new(page_name(job, node)).map_err(std::io::Error::other)?;
+        // SAFETY: a NUL-terminated name; the descriptor returned is ours to own.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just created and is owned by nothing else.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        use std::os::fd::AsRawFd;
+        // SAFETY: the descriptor is a memfd of ours; the size is a page.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), PAGE_BYTES as libc::off_t) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh shared mapping of the whole memfd, read and write.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                PAGE_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Page {
+            words: p as *mut u64,
+            _fd: fd,
+        })
+    }
+
+    fn word(&self, i: usize) -> &std::sync::atomic::AtomicU64 {
+        // SAFETY: words 0 and 1 of the mapping, page-aligned and alive as long as
+        // `self`; only ever accessed atomically.
+        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.words.add(i.min(1))) }
+    }
+
+    fn get(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Acquire;
+        (self.word(0).load(Acquire), self.word(1).load(Acquire))
+    }
+
+    fn publish(&self, table: u64, version: u64) {
+        use std::sync::atomic::Ordering::Release;
+        self.word(0).store(table, Release);
+        self.word(1).store(version, Release);
+    }
+}
+
+impl Drop for Page {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `Page::new`, not used after this.
+        unsafe { libc::munmap(self.words as *mut c_void, PAGE_BYTES) };
+    }
+}
+
+/// A peer's published `(table, version)` read from its page at `at`; `None` if
+/// the page cannot be read (the process is gone, or not reachable).
+fn read_page(pid: i32, at: u64) -> Option<(u64, u64)> {
+    let mut w = [0u64; 2];
+    vm_copy(pid, false, w.as_mut_ptr() as u64, at, 16).ok()?;
+    Some((w[0], w[1]))
+}
+
+/// The pages of job `job` in `/proc/*/maps`: `(node, pid, address)`, for the
+/// processes this one may read. A page is kept only if the table it names says
+/// the same process and node (a child that inherited the mapping does not).
+fn scan_pages(job: u64) -> Vec<(u32, i32, u64)> {
+    let prefix = format!("/memfd:{}", page_name(job, 0));
+    let prefix = &prefix[..prefix.len() - 1];
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            continue;
+        };
+        for line in maps.lines() {
+            let Some(at) = line.find(prefix) else {
+                continue;
+            };
+            let rest = &line[at + prefix.len()..];
+            let node = rest.split(' ').next().and_then(|n| n.parse::<u32>().ok());
+            let start = line
+                .split('-')
+                .next()
+                .and_then(|a| u64::from_str_radix(a, 16).ok());
+            let (Some(node), Some(start)) = (node, start) else {
+                continue;
+            };
+            let ok = read_page(pid, start)
+                .is_some_and(|(table, _)| read_table(pid, table, job, node).is_ok());
+            if ok {
+                out.push((node, pid, start));
+            }
+        }
+    }
+    out
 }
 
 /// Why a copy between processes failed.
@@ -366,6 +503,34 @@ impl Direct {
         }
     }
 
+    /// Off `shm`: where context `context` publishes, `(pid, page address)`, looked
+    /// for in `/proc` (at most four times, 200 ms apart, while some are not found).
+    fn locate(&mut self, context: NodeId) -> Option<(i32, u64)> {
+        let i = context as usize;
+        if let Some(f) = self.found.get(i).copied().flatten() {
+            return Some(f);
+        }
+        let now = std::time::Instant::now();
+        let due = self
+            .last_scan
+            .is_none_or(|t| now.duration_since(t) >= std::time::Duration::from_millis(200));
+        if self.page.is_none() || self.scans >= 4 || !due {
+            return None;
+        }
+        self.scans += 1;
+        self.last_scan = Some(now);
+        let me = std::process::id() as i32;
+        for (node, pid, at) in scan_pages(self.job) {
+            let Some(c) = node.checked_sub(self.first).map(|c| c as usize) else {
+                continue;
+            };
+            if pid != me && c < self.found.len() && self.found[c].is_none() {
+                self.found[c] = Some((pid, at));
+            }
+        }
+        self.found.get(i).copied().flatten()
+    }
+
     /// Whether the peer allows `[addr, addr + len)` (and the bell, if any).
     fn allows(&mut self, context: NodeId, addr: u64, len: u64, bell: u64) -> Option<bool> {
         let Peer::On(p) = self.peers.get_mut(context as usize)? else {
@@ -413,13 +578,20 @@ pub fn wanted() -> Result<bool, HostError> {
 pub fn enable(c: &mut HostCheetah<ProcessMemory>, job: u64, first: u32, on: bool) -> bool {
     let n = c.ncontexts() as usize;
     let node = first + c.mycontext() as u32;
-    let (dev, mem) = c.device_and_memory_mut();
-    let HostDevice::Shm(shm) = dev else {
-        return false;
-    };
     if !on {
         return false;
     }
+    let (dev, mem) = c.device_and_memory_mut();
+    let page = match dev {
+        HostDevice::Shm(_) => None,
+        _ => match Page::new(job, node) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("volley: cheetah: no direct copies (memfd: {e}); puts and gets go through the fabric");
+                return false;
+            }
+        },
+    };
     let mut t = Box::new(ExposureTable::new(job, node));
     t.set_exposed(mem.exposed());
     let addr = &*t as *const ExposureTable as u64;
@@ -429,7 +601,15 @@ pub fn enable(c: &mut HostCheetah<ProcessMemory>, job: u64, first: u32, on: bool
     d.job = job;
     d.first = first;
     d.peers = (0..n).map(|_| Peer::Unknown).collect();
-    shm.nic().publish_host(addr, 2);
+    d.found = vec![None; n];
+    match (dev, page) {
+        (HostDevice::Shm(shm), _) => shm.nic().publish_host(addr, 2),
+        (_, Some(p)) => {
+            p.publish(addr, 2);
+            d.page = Some(p);
+        }
+        _ => {}
+    }
     true
 }
 
@@ -437,17 +617,27 @@ pub fn enable(c: &mut HostCheetah<ProcessMemory>, job: u64, first: u32, on: bool
 /// tells same-host peers that the table changed (see [`ProcessMemory::expose`]).
 pub fn expose(c: &mut HostCheetah<ProcessMemory>, addr: u64, len: u64) -> bool {
     let (dev, mem) = c.device_and_memory_mut();
-    let nic = match dev {
-        HostDevice::Shm(s) if mem.direct.on => Some(s.nic()),
-        _ => None,
-    };
-    let Some(nic) = nic else {
+    if !mem.direct.on {
+        return mem.expose(addr, len);
+    }
+    if let HostDevice::Shm(s) = dev {
+        let nic = s.nic();
+        let (table, version) = nic.host(nic.node());
+        nic.set_host_version(version | 1);
+        let ok = mem.expose(addr, len);
+        nic.publish_host(table, (version | 1) + 1);
+        return ok;
+    }
+    let Some((table, version)) = mem.direct.page.as_ref().map(Page::get) else {
         return mem.expose(addr, len);
     };
-    let (table, version) = nic.host(nic.node());
-    nic.set_host_version(version | 1);
+    if let Some(p) = &mem.direct.page {
+        p.publish(table, version | 1);
+    }
     let ok = mem.expose(addr, len);
-    nic.publish_host(table, (version | 1) + 1);
+    if let Some(p) = &mem.direct.page {
+        p.publish(table, (version | 1) + 1);
+    }
     ok
 }
 
@@ -557,23 +747,40 @@ fn try_direct(
     c.memory_mut().direct.refused_by = None;
     c.check_failure()?;
     let idle = c.engine().rma_pending() == 0;
+    let dead = c.is_dead(context);
     let (dev, mem) = c.device_and_memory_mut();
-    let HostDevice::Shm(shm) = dev else {
-        return Ok(false);
-    };
     let node = mem.direct.first + context as u32;
-    let nic = shm.nic();
     // A context that left or was found dead gets nothing more by copy: its pid
     // may name another process one day. The fabric reports the failure.
-    if nic.state(node) != volley_myri::NodeState::Alive {
-        return Ok(false);
-    }
-    let pid = nic.pid(node);
-    if mem
-        .direct
-        .reach(context, pid, &|| nic.host(node), idle)
-        .is_none()
-    {
+    let reached = match dev {
+        HostDevice::Shm(shm) => {
+            let nic = shm.nic();
+            if nic.state(node) != volley_myri::NodeState::Alive {
+                return Ok(false);
+            }
+            let pid = nic.pid(node);
+            mem.direct
+                .reach(context, pid, &|| nic.host(node), idle)
+                .is_some()
+        }
+        _ => {
+            let Some((pid, at)) = mem.direct.locate(context).filter(|_| !dead) else {
+                return Ok(false);
+            };
+            if read_page(pid, at).is_none() {
+                // Gone, or no longer readable: the fabric from now on.
+                if let Some(p) = mem.direct.peers.get_mut(context as usize) {
+                    *p = Peer::Off;
+                }
+                return Ok(false);
+            }
+            let published = || read_page(pid, at).unwrap_or((0, 1));
+            mem.direct
+                .reach(context, pid as u32, &published, idle)
+                .is_some()
+        }
+    };
+    if !reached {
         return Ok(false);
     }
     // This side first, with the access the copy makes here.
@@ -702,6 +909,43 @@ mod tests {
             .collect();
         t.set_exposed(&many);
         assert_eq!(read_table(me(), at, 0x1234, 3), Ok((MODE_TOO_MANY, vec![])));
+    }
+
+    /// Off `shm`, a process's page is found in `/proc/*/maps` by its job and node,
+    /// with its pid, only when the table it names is that process's and node's; the
+    /// words read back as published, and a page dropped is gone.
+    #[test]
+    fn pages_are_found_by_job_and_node_in_proc() {
+        let job = 0x5eed_0000_0000_0000 ^ u64::from(std::process::id());
+        let t = Box::new(ExposureTable::new(job, 7));
+        let at = &*t as *const ExposureTable as u64;
+        let page = Page::new(job, 7).unwrap();
+        // Not published yet: the table address is 0, so the page is not kept.
+        assert!(scan_pages(job).is_empty());
+        page.publish(at, 2);
+        let found = scan_pages(job);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let (node, pid, addr) = found[0];
+        assert_eq!((node, pid), (7, me()));
+        assert_eq!(read_page(pid, addr), Some((at, 2)));
+        page.publish(at, 3);
+        assert_eq!(
+            read_page(pid, addr),
+            Some((at, 3)),
+            "the version as published"
+        );
+        // A page whose table names another node, or of another job, is not kept.
+        let liar = Page::new(job, 8).unwrap();
+        liar.publish(at, 2);
+        assert_eq!(
+            scan_pages(job).len(),
+            1,
+            "node 8's page names node 7's table"
+        );
+        assert!(scan_pages(job ^ 1).is_empty());
+        drop(page);
+        drop(liar);
+        assert!(scan_pages(job).is_empty(), "unmapped with its owner");
     }
 
     #[test]
