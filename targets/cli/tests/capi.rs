@@ -765,3 +765,59 @@ fn qnix_doorbells_ring_while_the_program_calls_nothing() {
     );
     assert!(!t.contains("panicked"), "{t}");
 }
+
+/// Another user's process that names a page like a Volley process's (same job,
+/// same node, a table valid in form) is never taken for the peer, although root
+/// can read every process's map: the puts land in the real target, on `udp`.
+#[test]
+fn cheetah_never_takes_another_users_page_for_a_peer() {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("not root: no other user to run the forger as (CI runs as root)");
+        return;
+    }
+    let forger = program("forged_page");
+    let prog = program("cheetah_onesided");
+    let _g = serial();
+    // Where user nobody can run it.
+    let dir = std::env::temp_dir().join(format!("volley-forger-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = dir.join("forged_page");
+    std::fs::copy(&forger, &copy).unwrap();
+    let job = format!(
+        "0x{:x}",
+        0x7e57_0000_0000u64 + u64::from(std::process::id())
+    );
+    let mut f = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&copy)
+        .args([job.as_str(), "1", "60"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("setpriv runs");
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(f.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("ready"), "forger: {line}");
+    let o = Command::new(VOLLEY)
+        .args(["run", "-n", "2", "--fabric", "udp", "--timeout", "60"])
+        .args(["--job", job.as_str(), "--"])
+        .arg(&prog)
+        .env("VOLLEY_CHEETAH_STATS", "1")
+        .output()
+        .expect("volley runs");
+    let _ = f.kill();
+    let _ = f.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("[1] data in place before any poll"), "{t}");
+    assert!(
+        t.contains("[0] volley: cheetah: context 0: direct copies on (puts 17, gets 1,"),
+        "{t}"
+    );
+}

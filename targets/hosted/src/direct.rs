@@ -252,9 +252,9 @@ fn read_page(pid: i32, at: u64) -> Option<(u64, u64)> {
     Some((w[0], w[1]))
 }
 
-/// The pages of job `job` in `/proc/*/maps`: `(node, pid, address)`, for the
-/// processes this one may read. A page is kept only if the table it names says
-/// the same process and node (a child that inherited the mapping does not).
+/// The pages of job `job` in `/proc/*/maps`: `(node, pid, address)`, for this
+/// user's processes. A page is kept only if the table it names says the same
+/// process and node (a child that inherited the mapping does not).
 fn scan_pages(job: u64) -> Vec<(u32, i32, u64)> {
     let prefix = format!("/memfd:{}", page_name(job, 0));
     let prefix = &prefix[..prefix.len() - 1];
@@ -262,10 +262,18 @@ fn scan_pages(job: u64) -> Vec<(u32, i32, u64)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
     };
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
     for e in dir.flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
             continue;
         };
+        // Only this user's processes: a process of another user could name a page
+        // like ours (root may read every process's map), and is never a peer.
+        use std::os::unix::fs::MetadataExt;
+        if e.metadata().map_or(true, |m| m.uid() != uid) {
+            continue;
+        }
         let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
             continue;
         };
