@@ -18,9 +18,9 @@
 //! find them: on `shm` in its node's host words in the fabric's region
 //! ([`volley_myri::MyriNic::publish_host`]); on `udp` and `eth` in a page of its
 //! own, a `memfd` named `volley-expos-<job>-<node>`, which a peer finds (and the
-//! target's pid with it) in the target's `/proc/<pid>/maps`, looking at most four
-//! times, 200 ms apart, for peers it has not found (those on other hosts never
-//! are). The initiator:
+//! target's pid with it) in the maps of this user's processes (never another
+//! user's), looking at most four times, 200 ms apart, for peers it has not found
+//! (those on other hosts never are). The initiator:
 //!
 //! 1. reads the table once with `process_vm_readv` and checks it (magic, job, node,
 //!    pid): a table that does not match, or a process it may not read, turns
