@@ -62,6 +62,9 @@ fn build(name: &str, flags: &[&str]) -> PathBuf {
             .arg(&src)
             .arg("-L")
             .arg(&lib)
+            // DT_RPATH, not RUNPATH: it comes before cargo's LD_LIBRARY_PATH, which
+            // may hold an older libvolley.so uplifted by an earlier partial build.
+            .arg("-Wl,--disable-new-dtags")
             .arg(format!("-Wl,-rpath,{}", lib.display()))
             .arg("-lvolley")
             .output()
