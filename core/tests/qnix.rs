@@ -798,3 +798,31 @@ fn a_rendezvous_with_a_dead_receiver_fails() {
     });
     assert_eq!(sim.nodes[0].poll_for_send(s), Err(QxError::Dead));
 }
+
+/// A broadcast to a group whose only member is the sender reaches nobody and
+/// completes at once, long (rendezvous-sized) or short.
+#[test]
+fn a_broadcast_to_a_group_of_one_completes() {
+    let seed = 0x10e;
+    let mut sim = make_sim(&app(2), seed, FaultConfig::default());
+    let q = &mut sim.nodes[0];
+    let j = q
+        .send_context(Name::new(5, 0), 0, true, 0, 0, Region::None)
+        .unwrap();
+    q.join_group(j, 60, 1).unwrap();
+    assert_eq!(q.poll_for_send(j), Ok(()));
+    let b = q
+        .send_context(Name::new(5, 0), 9, true, 0, 50_000, Region::Pool(0))
+        .unwrap();
+    q.broadcast(b, 60).unwrap();
+    let s = q
+        .send_context(Name::new(5, 0), 9, true, 0, 8, Region::Data(vec![1; 8]))
+        .unwrap();
+    q.broadcast_short(s, 60).unwrap();
+    // Bounded: a send that never completes fails here instead of hanging.
+    until(&mut sim, seed, 5, |nodes, _| {
+        nodes[0].send_doorbell(b) != BUSY && nodes[0].send_doorbell(s) != BUSY
+    });
+    assert_eq!(sim.nodes[0].poll_for_send(b), Ok(()), "seed {seed:#x}");
+    assert_eq!(sim.nodes[0].poll_for_send(s), Ok(()));
+}

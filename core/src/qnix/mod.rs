@@ -1355,9 +1355,11 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     fn consume(&mut self, cmd: Command) {
         match cmd {
             Command::Send { ctx, to, data } => {
-                // Destinations reached by rendezvous leave the rest to packets.
+                // Destinations reached by rendezvous leave the rest to packets. A
+                // send to nobody (a group of one) is a job with no destination,
+                // which completes at once.
                 let to = self.ask_rendezvous(ctx, to, &data);
-                if to.is_empty() {
+                if to.is_empty() && self.parts[ctx] > 0 {
                     return;
                 }
                 self.parts[ctx] += 1;
