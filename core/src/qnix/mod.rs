@@ -1364,17 +1364,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 }
                 self.parts[ctx] += 1;
                 let c = &self.ctxs[SEND][ctx];
-                self.tx.push_back(TxJob {
-                    dests: to,
-                    at: 0,
-                    off: 0,
-                    started: false,
-                    head: head(K_MSG, c.tag, 0, c.len as u32),
-                    len: c.len,
-                    data,
-                    ctx: Some(ctx),
-                    failed: None,
-                });
+                let h = head(K_MSG, c.tag, 0, c.len as u32);
+                self.tx.push_back(TxJob::message(to, h, c.len, data, ctx));
             }
             Command::Receive { ctx } => {
                 let (from, tag) = (self.ctxs[RECV][ctx].peer, self.ctxs[RECV][ctx].tag);
@@ -1880,17 +1871,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         // (-1), kept by the receiver in the place of request `sid`.
         let to = if rctx < 0 { -(sid + 1) } else { rctx };
         self.rndv.remove(i);
-        self.tx.push_back(TxJob {
-            dests: alloc::vec![src],
-            at: 0,
-            off: 0,
-            started: false,
-            head: head(K_MSG_TO, r.tag, to, r.len as u32),
-            len: r.len,
-            data: TxData::Segments(alloc::vec![(r.addr, r.len)]),
-            ctx: Some(r.ctx),
-            failed: None,
-        });
+        let h = head(K_MSG_TO, r.tag, to, r.len as u32);
+        let data = TxData::Segments(alloc::vec![(r.addr, r.len)]);
+        self.tx
+            .push_back(TxJob::message(alloc::vec![src], h, r.len, data, r.ctx));
     }
 
     /// Starts the puts of granted rendezvous.
@@ -2285,15 +2269,30 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
 
 impl TxJob {
     fn control(dests: Vec<NodeId>, head: [u8; HEAD]) -> Self {
+        Self::new(dests, head, 0, TxData::Owned(Vec::new()), None)
+    }
+
+    /// Message `head` of `len` bytes of `data` for send context `ctx`.
+    fn message(dests: Vec<NodeId>, head: [u8; HEAD], len: usize, data: TxData, ctx: usize) -> Self {
+        Self::new(dests, head, len, data, Some(ctx))
+    }
+
+    fn new(
+        dests: Vec<NodeId>,
+        head: [u8; HEAD],
+        len: usize,
+        data: TxData,
+        ctx: Option<usize>,
+    ) -> Self {
         TxJob {
             dests,
             at: 0,
             off: 0,
             started: false,
             head,
-            len: 0,
-            data: TxData::Owned(Vec::new()),
-            ctx: None,
+            len,
+            data,
+            ctx,
             failed: None,
         }
     }

@@ -775,14 +775,22 @@ fn try_direct(
             let Some((pid, at)) = mem.direct.locate(context).filter(|_| !dead) else {
                 return Ok(false);
             };
-            if read_page(pid, at).is_none() {
+            let Some(first) = read_page(pid, at) else {
                 // Gone, or no longer readable: the fabric from now on.
                 if let Some(p) = mem.direct.peers.get_mut(context as usize) {
                     *p = Peer::Off;
                 }
                 return Ok(false);
-            }
-            let published = || read_page(pid, at).unwrap_or((0, 1));
+            };
+            // The words just read serve `reach`'s first look: one read per
+            // operation, not two (each is a system call).
+            let first = std::cell::Cell::new(Some(first));
+            let published = || {
+                first
+                    .take()
+                    .or_else(|| read_page(pid, at))
+                    .unwrap_or((0, 1))
+            };
             mem.direct
                 .reach(context, pid as u32, &published, idle)
                 .is_some()
