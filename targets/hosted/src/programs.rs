@@ -24,6 +24,8 @@ pub struct State {
     pub check: bool,
     /// Messages checked, per source instance.
     pub seen: Vec<u64>,
+    /// Messages handled, per source instance (checked or not).
+    pub from: Vec<u64>,
 }
 
 /// Test pattern: byte `i` of message `k` from `src`.
@@ -63,7 +65,12 @@ fn on_recv(u: &mut Upcall<'_, '_, State>) {
             ));
         }
     }
-    u.state().handled += 1;
+    let st = u.state();
+    st.handled += 1;
+    if st.from.len() <= src {
+        st.from.resize(src + 1, 0);
+    }
+    st.from[src] += 1;
 }
 
 fn on_error(u: &mut Upcall<'_, '_, State>) {
@@ -363,7 +370,9 @@ pub fn victim(boot: &Boot, fabric: Fabric) -> Result<i32, HostError> {
         unreachable!("SIGKILL returned");
     }
     if me == victim {
-        g.set_passive_port(4, 0, pid, 4, 4, GO_BACK, Some(leak(1 << 16)))?;
+        // Active, so that `on_recv` counts messages per sender.
+        let buf = Some(leak(1 << 16));
+        g.set_active_port(4, 0, pid, 4, Some(on_recv), None, 4, GO_BACK, buf)?;
     } else {
         g.set_passive_port(4, victim, pid, 4, 4, GO_BACK, None)?;
     }
@@ -379,7 +388,14 @@ pub fn victim(boot: &Boot, fabric: Fabric) -> Result<i32, HostError> {
                 g.sync()?;
             }
         } else {
-            while g.test(4)? < 3 {}
+            // Die only once every survivor has sent (so has left the first barrier):
+            // a survivor still in it could see the death there, not in its sends.
+            let heard_all = |st: &State| {
+                (0..boot.size)
+                    .filter(|&r| r != victim)
+                    .all(|r| st.from.get(r as usize).is_some_and(|&n| n > 0))
+            };
+            while g.test(4)? < 3 || !heard_all(g.state()) {}
         }
         // SAFETY: raising SIGKILL on ourselves has no memory-safety preconditions.
         unsafe { libc::raise(libc::SIGKILL) };
