@@ -49,20 +49,32 @@ impl<'a, S> Engine<'a, S> {
         while self.board_head != NONE {
             let oi = self.board_head as usize;
             let o = self.ops[oi];
+            let packet = o.kind == Kind::Packet;
             let len = (o.total as usize).saturating_sub(o.head_len as usize);
-            let body = self
-                .bufs
-                .eager
-                .get(o.eager as usize)
-                .and_then(|b| b.data.get(..len))
-                .unwrap_or(&[]);
+            let body = if packet {
+                self.bufs.pkts.payload(o.packet)
+            } else {
+                self.bufs
+                    .eager
+                    .get(o.eager as usize)
+                    .and_then(|b| b.data.get(..len))
+            };
+            let body = body.unwrap_or(&[]);
             let head = &o.head[..o.head_len as usize];
+            // A packet (LFC) has no tree prefix: its root is `src_port` and the
+            // board's mark is in `offset`, as a tree packet's shape (WIRE.md).
+            let prefix_len = if packet { 0 } else { wire::TREE_PREFIX };
             let mut prefix = [0u8; wire::TREE_PREFIX];
             prefix[0..2].copy_from_slice(&o.root.to_be_bytes());
             prefix[2] = BOARD;
             prefix[4..8].copy_from_slice(&o.bseq.to_be_bytes());
+            let prefix = &prefix[..prefix_len];
             let repr = Repr {
-                kind: Kind::Multicast,
+                kind: if packet {
+                    Kind::Packet
+                } else {
+                    Kind::Multicast
+                },
                 flags: Flags::TREE | Flags::LAST,
                 job_key: self.cfg.job_key,
                 ends: Endpoints {
@@ -76,9 +88,9 @@ impl<'a, S> Engine<'a, S> {
                 seq: 0,
                 ack: None,
                 msg_id: o.bseq,
-                offset: 0,
+                offset: if packet { u32::from(BOARD) } else { 0 },
                 total_len: o.total,
-                payload_len: (wire::TREE_PREFIX + head.len() + body.len()) as u16,
+                payload_len: (prefix_len + head.len() + body.len()) as u16,
             };
             let key = self.cfg.auth_key.as_ref();
             let frame_len = repr.buffer_len() + if key.is_some() { wire::TAG_LEN } else { 0 };
@@ -87,8 +99,8 @@ impl<'a, S> Engine<'a, S> {
             let written = dev.board_transmit(now, frame_len, &mut |buf| {
                 ok = repr
                     .emit_frame_with(buf, skip_crc, key, |p| {
-                        let (a, rest) = p.split_at_mut(wire::TREE_PREFIX);
-                        a.copy_from_slice(&prefix);
+                        let (a, rest) = p.split_at_mut(prefix_len);
+                        a.copy_from_slice(prefix);
                         let (b, c) = rest.split_at_mut(head.len());
                         b.copy_from_slice(head);
                         c.copy_from_slice(body);
@@ -107,7 +119,7 @@ impl<'a, S> Engine<'a, S> {
             self.stats.board_tx += 1;
             sent += 1;
             finish_op(&mut self.ops, &mut self.bufs, oi, ok);
-            if !ok && o.detached {
+            if !ok && o.detached && !packet {
                 self.notify_send_failure(o.src_port, o.dest);
             }
         }
@@ -132,6 +144,14 @@ impl<'a, S> Engine<'a, S> {
         if addr != from {
             self.stats.rx_spoofed += 1;
             return true;
+        }
+        if repr.kind == Kind::Packet {
+            if let Ok(ci) = self.channel_for(addr, repr.ends.src_group, repr.ends.src_node) {
+                let ch = &mut self.chans[ci];
+                ch.heard_at = now;
+                ch.silent_since = None;
+            }
+            return self.rx_board_packet(&repr, payload);
         }
         let tag = TreeTag::parse(payload).filter(|t| {
             repr.kind == Kind::Multicast

@@ -154,19 +154,19 @@ pub(super) enum MemberList<'m> {
 }
 
 impl MemberList<'_> {
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         match *self {
             MemberList::All(n) => n as usize,
             MemberList::List(l) => l.len(),
         }
     }
-    fn get(&self, i: usize) -> NodeId {
+    pub(super) fn get(&self, i: usize) -> NodeId {
         match *self {
             MemberList::All(_) => i as NodeId,
             MemberList::List(l) => l[i],
         }
     }
-    fn contains(&self, x: NodeId) -> bool {
+    pub(super) fn contains(&self, x: NodeId) -> bool {
         match *self {
             MemberList::All(n) => x < n,
             MemberList::List(l) => l.contains(&x),

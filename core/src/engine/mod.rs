@@ -821,6 +821,9 @@ pub struct Engine<'a, S = ()> {
     /// linked through their ops' `next`.
     board_head: u16,
     board_tail: u16,
+    /// A multicast packet of ours went down a tree: the later ones must too (see
+    /// `packet_board_fits`).
+    packet_tree_used: bool,
     state: S,
     stats: Stats,
     caps: Capabilities,
@@ -944,6 +947,7 @@ impl<'a, S> Engine<'a, S> {
             bcast_next: 0,
             board_head: NONE,
             board_tail: NONE,
+            packet_tree_used: false,
             state,
             stats: Stats::default(),
             caps: Capabilities::new(1500, false, false),

@@ -17,7 +17,7 @@
 //! `poll`, so the code it runs (LFC's `lfc_upcall`) may launch packets and free
 //! others with the whole engine at hand.
 
-use super::mcast::{forward_targets, Tree, INTERNAL, MAX_CHILDREN, UNICAST};
+use super::mcast::{forward_targets, Tree, BOARD, INTERNAL, MAX_CHILDREN, UNICAST};
 use super::*;
 
 /// Largest payload of a packet (LFC's `lfc_packet_size` is this or less where a
@@ -372,9 +372,14 @@ impl<'a, S> Engine<'a, S> {
         self.check_launch(id, len)?;
         let me = self.cfg.node;
         let members = self.mcast_members(gid).ok_or(Error::UnknownGroup)?;
+        if self.packet_board_fits(len) {
+            let anyone = (0..members.len()).any(|i| members.get(i) != me);
+            return self.launch_board(id, gid, len, anyone);
+        }
         let mut out = [0; MAX_CHILDREN];
         let n = forward_targets(members, me, me, tree, &mut out).unwrap_or(0);
         self.reserve_sends(&out[..n], 0)?;
+        self.packet_tree_used = true;
         let b = &mut self.bufs.pkts.tx[id.index()];
         b.len = len as u16;
         b.user = false;
@@ -382,6 +387,116 @@ impl<'a, S> Engine<'a, S> {
             self.start_packet_send(id, child, gid, me, tree);
         }
         Ok(())
+    }
+
+    /// Whether multicast packets go through the device's board (see `board`): it
+    /// reaches every instance of our group and holds the frame, and no multicast of
+    /// ours ever went down a tree (one path, so members get them in launch order).
+    fn packet_board_fits(&self, len: usize) -> bool {
+        let tag = if self.cfg.auth_key.is_some() {
+            wire::TAG_LEN
+        } else {
+            0
+        };
+        !self.packet_tree_used
+            && self.caps.board_nodes == self.size
+            && HEADER_LEN + len + tag <= self.caps.board_mtu
+            && (0..self.size).all(|i| {
+                self.group(self.cfg.group)
+                    .and_then(|g| g.members.addr(i))
+                    .is_some_and(|a| a.0 < self.size)
+            })
+    }
+
+    /// Queues packet `id` to be written once into the device's board, where each
+    /// member of `gid` takes it itself: the device model is the multicast, no member
+    /// forwards (LFC's NIC-level multicast on `shm`). `anyone`: a member other than
+    /// this instance exists (else the packet just goes back to the pool).
+    fn launch_board(
+        &mut self,
+        id: PacketId,
+        gid: u16,
+        len: usize,
+        anyone: bool,
+    ) -> Result<(), Error> {
+        let oi = if anyone { Some(self.alloc_op()?) } else { None };
+        let b = &mut self.bufs.pkts.tx[id.index()];
+        b.len = len as u16;
+        b.user = false;
+        let Some(oi) = oi else { return Ok(()) };
+        b.net += 1;
+        let me = self.cfg.node;
+        let mut op = Op::EMPTY;
+        op.state = OpState::Active;
+        op.detached = true;
+        op.kind = Kind::Packet;
+        op.packet = id.0;
+        op.total = len as u32;
+        op.src_port = me;
+        op.root = me;
+        op.dest = Dest {
+            group: self.cfg.group,
+            node: BROADCAST,
+            port: gid,
+        };
+        op.gen = self.ops[oi].gen;
+        self.ops[oi] = op;
+        self.queue_board(oi);
+        Ok(())
+    }
+
+    /// A packet from the board of `root` (checked by `rx_board`: ours, from the
+    /// node it names). Taken and queued for delivery if this instance is one of
+    /// `gid`'s members, taken and skipped if not; `false` (left on the board, which
+    /// holds back that root's later frames) while no receive slot is free.
+    pub(super) fn rx_board_packet(&mut self, repr: &Repr, payload: &[u8]) -> bool {
+        let gid = repr.ends.dst_port;
+        let root = repr.ends.src_node;
+        let me = self.cfg.node;
+        let well_formed = repr.flags.contains(Flags::TREE)
+            && !repr.flags.contains(Flags::RELIABLE)
+            && repr.ends.dst_node == BROADCAST
+            && repr.ends.src_port == root
+            && repr.offset == u32::from(BOARD)
+            && payload.len() <= PACKET_MAX
+            && gid != UNICAST
+            && gid != INTERNAL;
+        let Some(members) = self.mcast_members(gid).filter(|_| well_formed) else {
+            // Groups are static and the same everywhere: an unknown one is garbage.
+            self.stats.rx_malformed += 1;
+            return true;
+        };
+        if root == me || !members.contains(me) {
+            return true;
+        }
+        if self.bufs.pkts.rx_free() == 0 || self.bufs.pkts.len >= self.bufs.pkts.queue.len() {
+            return false;
+        }
+        self.store_packet(payload, root, gid);
+        self.stats.rx_frames += 1;
+        self.stats.board_rx += 1;
+        true
+    }
+
+    /// Stores a received packet into a free receive slot (the caller checked there
+    /// is one, and room in the delivery queue) and queues its delivery.
+    fn store_packet(&mut self, payload: &[u8], root: NodeId, gid: u16) -> Option<PacketId> {
+        let slot = self.bufs.pkts.rx.iter().position(PacketBuf::is_free)?;
+        let n = payload.len().min(PACKET_MAX);
+        self.bufs.pkts.rx_used += 1;
+        let b = &mut self.bufs.pkts.rx[slot];
+        b.data[..n].copy_from_slice(&payload[..n]);
+        b.len = n as u16;
+        let id = PacketId::rx(slot);
+        self.bufs.pkts.push(Delivery {
+            packet: id,
+            src: root,
+            len: n,
+            multicast: gid != UNICAST && gid != INTERNAL,
+            internal: gid == INTERNAL,
+        });
+        self.stats.delivered += 1;
+        Some(id)
     }
 
     /// Checks that a send to each of `targets` can start now (operation slots, plus
@@ -492,36 +607,23 @@ impl<'a, S> Engine<'a, S> {
             self.consume_message(ci);
             return true;
         }
-        let Some(slot) = self.bufs.pkts.rx.iter().position(PacketBuf::is_free) else {
-            return false;
-        };
-        if self.bufs.pkts.len >= self.bufs.pkts.queue.len()
+        if self.bufs.pkts.rx_free() == 0
+            || self.bufs.pkts.len >= self.bufs.pkts.queue.len()
             || self.reserve_sends(&out[..kids], 0).is_err()
         {
             return false;
         }
-        let n = payload.len().min(PACKET_MAX);
-        self.bufs.pkts.rx_used += 1;
-        let b = &mut self.bufs.pkts.rx[slot];
-        b.data[..n].copy_from_slice(&payload[..n]);
-        b.len = n as u16;
-        let id = PacketId::rx(slot);
+        let Some(id) = self.store_packet(payload, root, gid) else {
+            return false;
+        };
         // Forwarded before the program sees it: a slow consumer does not hold up the tree.
         let tree = Tree::from_u32(repr.offset).unwrap_or_default();
         for &child in &out[..kids] {
             self.start_packet_send(id, child, gid, root, tree);
         }
-        self.bufs.pkts.push(Delivery {
-            packet: id,
-            src: root,
-            len: n,
-            multicast,
-            internal: gid == INTERNAL,
-        });
         self.consume_message(ci);
         // Not `self.delivered`: a poll goes on draining (LFC makes an upcall for
         // each packet that has arrived), bounded by its batch.
-        self.stats.delivered += 1;
         true
     }
 

@@ -1091,3 +1091,254 @@ fn host_words_are_each_nodes_own_and_start_cleared() {
     assert_eq!(b2.host(1), (0, 0));
     assert_eq!(a.host(1), (0, 0));
 }
+
+/// What an LFC instance on the model recorded: (root, multicast flag, value) per
+/// upcall, and the packets it kept.
+#[derive(Debug, Default)]
+struct LfcSeen {
+    got: Vec<(u16, bool, u32)>,
+    keep: bool,
+    kept: Vec<volley_core::engine::PacketId>,
+}
+
+type MyriLfc = volley_core::lfc::Lfc<'static, MyriNic, volley_core::time::StdClock, LfcSeen>;
+
+fn lfc_upcall(l: &mut MyriLfc, r: volley_core::lfc::Received) -> volley_core::lfc::Keep {
+    let b = l.packet(r.packet).unwrap();
+    let v = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let ok = b[4..]
+        .iter()
+        .enumerate()
+        .all(|(i, &x)| x == (v as usize + i) as u8);
+    assert!(ok, "packet {v} from {} has wrong contents", r.src);
+    let st = l.state_mut();
+    st.got
+        .push((r.src, r.flags & volley_core::lfc::UPCALL_MCAST != 0, v));
+    if st.keep {
+        st.kept.push(r.packet);
+        volley_core::lfc::Keep::Yes
+    } else {
+        volley_core::lfc::Keep::No
+    }
+}
+
+/// `n` LFC instances on one fresh region, chain trees (every hop a member), a
+/// receive ring of 4 packets, and a group of the odd ranks.
+fn lfcs(n: u16) -> (Mem, Vec<MyriLfc>, u16) {
+    use volley_core::engine::{Config, Group, Members};
+    use volley_core::lfc::{Lfc, Options, Tree};
+    let geo = Geometry::new(n as u32, 8, 2048).unwrap();
+    let mem = Mem::new(geo.region_len().unwrap());
+    let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
+        id: 1,
+        members: Members::Range { first: 0, count: n },
+    }]);
+    let opts = Options {
+        tree: Tree::Chain,
+        ring_frames: 4,
+        send_packets: 8,
+        ..Options::default()
+    };
+    let odd: Vec<u16> = (0..n).filter(|r| r % 2 == 1).collect();
+    let mut gid = 0;
+    let ls = (0..n)
+        .map(|i| {
+            let nic = if i == 0 {
+                MyriNic::create(mem.region(), geo, 0, 3, NicConfig::default())
+            } else {
+                MyriNic::attach(mem.region(), i as u32, 3, NicConfig::default())
+            }
+            .unwrap();
+            let clock = volley_core::time::StdClock::default();
+            let cfg = Config::new(7, 1, i);
+            let mut l = Lfc::init_alloc(
+                cfg,
+                groups,
+                n as usize,
+                nic,
+                clock,
+                opts,
+                lfc_upcall,
+                LfcSeen::default(),
+            )
+            .unwrap();
+            gid = l.group_create(&odd).unwrap();
+            l
+        })
+        .collect();
+    (mem, ls, gid)
+}
+
+/// Launches packet `v` (value, then a pattern) of `size` bytes from `l` to group `gid`.
+fn lfc_mcast(l: &mut MyriLfc, gid: u16, v: u32, size: usize) {
+    let p = l.send_alloc(false).unwrap();
+    let b = l.packet_mut(p).unwrap();
+    b[..4].copy_from_slice(&v.to_le_bytes());
+    for (i, x) in b[4..size].iter_mut().enumerate() {
+        *x = (v as usize + i) as u8;
+    }
+    l.mcast_launch(gid, p, size, false).unwrap();
+}
+
+/// Polls the instances `which` until `done`, failing after 20 s.
+fn lfc_poll_until(
+    ls: &mut [MyriLfc],
+    which: &[usize],
+    what: &str,
+    done: impl Fn(&[MyriLfc]) -> bool,
+) {
+    let t0 = std::time::Instant::now();
+    while !done(ls) {
+        assert!(
+            t0.elapsed().as_secs() < 20,
+            "{what}: {:?}",
+            ls.iter()
+                .map(|l| (
+                    l.state().got.clone(),
+                    l.engine().stats().rx_malformed,
+                    l.engine().stats().board_rx
+                ))
+                .collect::<Vec<_>>()
+        );
+        for &i in which {
+            ls[i].poll().unwrap();
+        }
+    }
+}
+
+/// LFC multicast on the Myrinet-like model is forwarded by the device, below the
+/// program: the root writes each packet once into its board and every member takes
+/// it there. So with a chain tree (0 → 1 → 2 → 3) members 2 and 3 get every packet
+/// while member 1 never polls, each member gets its packets exactly once, in launch
+/// order, flagged as multicast; and a member that keeps its packets holds the board
+/// (its receive slots are its credits) without losing any.
+#[test]
+fn lfc_multicast_is_forwarded_by_the_device_without_the_members() {
+    use volley_core::engine::MCAST_ALL;
+    let (_mem, mut ls, odd) = lfcs(4);
+    ls[3].state_mut().keep = true;
+    // Ten to everybody and five to the odd ranks, interleaved: fewer than the board's
+    // slots, since member 1 reads nothing for now.
+    let mut want = vec![Vec::new(); 4];
+    for v in 0..15u32 {
+        let (gid, to): (u16, &[usize]) = if v % 3 == 2 {
+            (odd, &[1, 3])
+        } else {
+            (MCAST_ALL, &[1, 2, 3])
+        };
+        lfc_mcast(&mut ls[0], gid, v, 4 + v as usize * 60);
+        for &m in to {
+            want[m].push((0, true, v));
+        }
+    }
+    // Member 3 keeps everything: 4 slots, then the board holds the rest for it.
+    lfc_poll_until(
+        &mut ls,
+        &[0, 2, 3],
+        "member 2 never got its packets",
+        |ls| ls[2].state().got.len() == want[2].len() && ls[3].state().got.len() == 4,
+    );
+    assert_eq!(
+        ls[2].state().got,
+        want[2],
+        "member 2: every packet once, in order"
+    );
+    assert!(ls[1].state().got.is_empty());
+    for _ in 0..1000 {
+        ls[3].poll().unwrap();
+    }
+    assert_eq!(
+        ls[3].state().got.len(),
+        4,
+        "no slot free: the rest stay on the board"
+    );
+    let kept = std::mem::take(&mut ls[3].state_mut().kept);
+    ls[3].state_mut().keep = false;
+    for p in kept {
+        ls[3].packet_free(p).unwrap();
+    }
+    lfc_poll_until(
+        &mut ls,
+        &[0, 1, 2, 3],
+        "members 1 and 3 never got theirs",
+        |ls| (1..4).all(|m| ls[m].state().got.len() == want[m].len()),
+    );
+    for m in 1..4 {
+        assert_eq!(ls[m].state().got, want[m], "member {m}");
+        assert_eq!(
+            ls[m].engine().stats().board_rx,
+            want[m].len() as u64,
+            "member {m}"
+        );
+        assert_eq!(
+            ls[m].engine().packets_free(),
+            (8, 4),
+            "member {m}: every slot back"
+        );
+    }
+    assert_eq!(ls[0].engine().stats().board_tx, 15, "one write per packet");
+    // A later packet goes on once every reader has taken the earlier ones.
+    lfc_mcast(&mut ls[0], MCAST_ALL, 99, 4);
+    lfc_poll_until(&mut ls, &[0, 1, 2, 3], "the last packet never came", |ls| {
+        (1..4).all(|m| ls[m].state().got.last() == Some(&(0, true, 99)))
+    });
+}
+
+/// Packet frames on a board are untrusted: one that claims another root, names an
+/// unknown group, asks for acks, lacks the board's mark or is longer than a packet
+/// is dropped and counted at every reader, never delivered or a panic; the root's
+/// real packets around them arrive.
+#[test]
+fn forged_board_packets_are_dropped() {
+    use volley_core::engine::{BROADCAST, MCAST_ALL};
+    use volley_core::wire::{Endpoints, Flags, Kind, Repr};
+    let (_mem, mut ls, _) = lfcs(3);
+    let forged = |f: &dyn Fn(&mut Repr), len: usize| {
+        let mut r = Repr {
+            kind: Kind::Packet,
+            flags: Flags::TREE | Flags::LAST,
+            job_key: 7,
+            ends: Endpoints {
+                src_group: 1,
+                src_node: 0,
+                src_port: 0,
+                dst_group: 1,
+                dst_node: BROADCAST,
+                dst_port: MCAST_ALL,
+            },
+            seq: 0,
+            ack: None,
+            msg_id: 0,
+            offset: 4, // the board's mark (WIRE.md)
+            total_len: len as u32,
+            payload_len: len as u16,
+        };
+        f(&mut r);
+        let mut buf = vec![0u8; r.buffer_len()];
+        r.emit_frame_with(&mut buf, false, None, |p| p.fill(0))
+            .unwrap();
+        buf
+    };
+    let good = forged(&|_| {}, 4);
+    assert!(board_send(ls[0].device_mut(), &good), "the control frame");
+    let bad = [
+        forged(&|r| r.ends.src_port = 2, 4),
+        forged(&|r| r.ends.dst_port = 77, 4),
+        forged(&|r| r.flags |= Flags::RELIABLE, 4),
+        forged(&|r| r.offset = 1, 4),
+        forged(&|_| {}, volley_core::engine::PACKET_MAX + 1),
+    ];
+    for f in &bad {
+        assert!(board_send(ls[0].device_mut(), f));
+    }
+    lfc_mcast(&mut ls[0], MCAST_ALL, 5, 8);
+    lfc_poll_until(&mut ls, &[0, 1, 2], "the real packet never came", |ls| {
+        ls[1..].iter().all(|l| l.state().got.len() == 2)
+    });
+    for l in &ls[1..] {
+        let st = l.engine().stats();
+        assert_eq!(l.state().got, vec![(0, true, 0), (0, true, 5)]);
+        assert_eq!(st.rx_malformed, bad.len() as u64);
+        assert_eq!(st.board_rx, 2);
+    }
+}

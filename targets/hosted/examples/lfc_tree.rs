@@ -1,5 +1,6 @@
-//! LFC in Rust: every process broadcasts a numbered stream of packets down the
-//! configured tree (`-lfc-tree`, or `LFC_TREE`); the upcall checks order and keeps
+//! LFC in Rust: every process broadcasts a numbered stream of packets (down the
+//! configured tree, `-lfc-tree` or `LFC_TREE`; on `shm` through the device's board,
+//! which needs no tree); the upcall checks order and keeps
 //! every tenth packet, which the program frees later. Then, with interrupts enabled,
 //! process 0 sends one packet per peer while the others compute and never poll: the
 //! interrupt thread delivers them. Last, every process takes fetch-and-add values
