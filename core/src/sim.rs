@@ -452,20 +452,17 @@ impl Device for ThreadPort {
     }
 }
 
-fn keep_message(u: &mut crate::engine::Upcall<'_, '_, Vec<u8>>) {
-    let d = u.data().to_vec();
-    *u.state() = d;
-}
-
 /// Two engines, instances 0 and 1 of group 1, set up to move one reliable message
-/// from instance 0's port 0 to instance 1's port 1 (which keeps it in its state) over
-/// any pair of devices: the drivers' common test harness.
+/// from instance 0's port 0 to instance 1's port 1 (which keeps it in `received`)
+/// over any pair of devices: the drivers' common test harness.
 #[derive(Debug)]
 pub struct Pair {
     /// Instance 0, the sender.
-    pub a: crate::engine::Engine<'static, Vec<u8>>,
-    /// Instance 1, the receiver; its state is the last message received.
-    pub b: crate::engine::Engine<'static, Vec<u8>>,
+    pub a: crate::engine::Engine<'static>,
+    /// Instance 1, the receiver.
+    pub b: crate::engine::Engine<'static>,
+    /// The last message `b` received.
+    pub received: Vec<u8>,
 }
 
 impl Pair {
@@ -491,7 +488,6 @@ impl Pair {
                 Config::new(job_key, 1, node),
                 GROUPS,
                 Storage::with_capacity(cap),
-                Vec::new(),
             )
             .expect("a valid two-node configuration")
         };
@@ -503,8 +499,8 @@ impl Pair {
                 port: 1,
             }),
             input: false,
-            recv: None,
-            err: None,
+            recv: false,
+            err: false,
             sem: 0,
             kind: BufferKind::GoBack,
             buffer: None,
@@ -513,14 +509,25 @@ impl Pair {
         let input = PortSetup {
             dest: None,
             input: true,
-            recv: Some(keep_message),
-            err: None,
+            recv: true,
+            err: false,
             sem: 0,
             kind: BufferKind::GoBack,
             buffer: Some(Vec::leak(std::vec![0u8; max_len])),
         };
         b.bind_port(1, input).expect("port 1 binds");
-        Pair { a, b }
+        Pair {
+            a,
+            b,
+            received: Vec::new(),
+        }
+    }
+
+    /// Keeps the last message `b`'s notices report (call after each of `b`'s polls).
+    pub fn take_notices(&mut self) {
+        while let Some((n, view)) = self.b.next_notice() {
+            self.received = view.data(&n).to_vec();
+        }
     }
 
     /// Sends `msg` reliably and polls: `a` over `da`, `b` over `db`, then `between`
@@ -544,6 +551,7 @@ impl Pair {
         for _ in 0..rounds {
             self.a.poll(now, da, None);
             self.b.poll(now, db, None);
+            self.take_notices();
             between(da, db);
             if self.a.send_status(h) == Ok(SendStatus::Done) {
                 return true;

@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use volley_core::engine::{
-    Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, PortSetup, Storage, Upcall,
+    Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, PortSetup, Storage,
 };
 use volley_core::phy::{Loopback, Ring};
 use volley_core::time::{Duration, Instant};
@@ -15,12 +15,16 @@ const GROUPS: &[Group<'static>] = &[Group {
     members: Members::Range { first: 0, count: 4 },
 }];
 
-fn count(u: &mut Upcall<'_, '_, u64>) {
-    let n = u.data().len() as u64;
-    *u.state() += 1 + n;
+/// Takes the engine's notices and reads each one's data, as a handler would.
+fn drain(e: &mut Engine<'static>) -> u64 {
+    let mut n = 0;
+    while let Some((notice, view)) = e.next_notice() {
+        n += 1 + view.data(&notice).len() as u64;
+    }
+    n
 }
 
-fn target() -> Engine<'static, u64> {
+fn target() -> Engine<'static> {
     let mut cfg = Config::new(77, 3, 1);
     cfg.reassembly_timeout = Duration::from_micros(50);
     let cap = Capacity {
@@ -31,7 +35,7 @@ fn target() -> Engine<'static, u64> {
         assemblies: 3,
         eager: 4,
     };
-    let mut e = Engine::new(cfg, GROUPS, Storage::with_capacity(cap), 0).unwrap();
+    let mut e = Engine::new(cfg, GROUPS, Storage::with_capacity(cap)).unwrap();
     for (port, kind, len) in [
         (0u16, BufferKind::GoBack, 64usize),
         (1, BufferKind::GoAhead, 100),
@@ -47,8 +51,8 @@ fn target() -> Engine<'static, u64> {
                     port,
                 }),
                 input: true,
-                recv: Some(count),
-                err: Some(count),
+                recv: true,
+                err: true,
                 sem: port,
                 kind,
                 buffer,
@@ -129,6 +133,7 @@ proptest! {
         let mut e = target();
         for (i, f) in frames.iter().enumerate() {
             e.handle_frame(Instant::from_micros(i as u64), f);
+            drain(&mut e);
         }
         prop_assert_eq!(e.stats().rx_frames, frames.len() as u64);
     }
@@ -139,7 +144,7 @@ proptest! {
         let mut rings: Vec<Ring<128, 512>> = (0..4).map(|_| Ring::new()).collect();
         let mut now = Instant::ZERO;
         // A send of our own keeps the sending side busy meanwhile.
-        e.bind_port(5, PortSetup { dest: Some(Dest { group: 3, node: 2, port: 1 }), input: false, recv: None, err: None, sem: 5, kind: BufferKind::GoBack, buffer: None }).unwrap();
+        e.bind_port(5, PortSetup { dest: Some(Dest { group: 3, node: 2, port: 1 }), input: false, recv: false, err: false, sem: 5, kind: BufferKind::GoBack, buffer: None }).unwrap();
         let h = e.start_send(5, b"hello", Body::Borrowed(&[1; 700]), true).unwrap();
         for (i, mut f) in frames.into_iter().enumerate() {
             if let Some(&(at, x)) = flips.get(i) {
@@ -147,13 +152,16 @@ proptest! {
                 f[at % n] ^= x;
             }
             e.handle_frame(now, &f);
+            drain(&mut e);
             now += Duration::from_micros(7);
             e.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+            drain(&mut e);
             for r in rings.iter_mut() {
                 *r = Ring::new();
             }
         }
         e.handle_timeout(now + Duration::from_secs(1));
+        drain(&mut e);
         let s = e.stats();
         // A frame delivers at most one message (ours adds one); a best-effort frame
         // whose message id jumps reports each vanished message lost, at most a window's
@@ -261,6 +269,7 @@ proptest! {
         let mut now = Instant::ZERO;
         for f in frames {
             e.handle_frame_mem(now, &f, None, &mut mem);
+            drain(&mut e);
             now += Duration::from_micros(7);
             e.poll_mem(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None, &mut mem);
             for r in rings.iter_mut() {

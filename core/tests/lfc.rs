@@ -424,7 +424,7 @@ fn internal_packets_do_not_wait_behind_the_programs() {
             eager: 0,
         };
         let st = Storage::with_capacity(cap).with_packets(4, 4, 1, 2);
-        Engine::new(Config::new(7, 1, node), g, st, ()).unwrap()
+        Engine::new(Config::new(7, 1, node), g, st).unwrap()
     };
     let (mut a, mut b) = (mk(0), mk(1));
     let mut rings: Vec<Ring<64, 1500>> = (0..2).map(|_| Ring::new()).collect();

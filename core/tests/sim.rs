@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use volley_core::engine::{Capacity, Config, Group, Members, Storage};
-use volley_core::gamma::{Upcall, BROADCAST, ERR_SENDFAILURE, GO_BACK, PORTS};
+use volley_core::gamma::{PortHandlers, Upcall, BROADCAST, ERR_SENDFAILURE, GO_BACK, PORTS};
 use volley_core::phy::FaultConfig;
 use volley_core::sim::{Sim, SimClock, SimConfig, SimDevice, SimGamma};
 use volley_core::time::{Duration, Instant};
@@ -37,19 +37,19 @@ fn leak<T>(v: Vec<T>) -> &'static mut [T] {
     Vec::leak(v)
 }
 
-fn storage<S>(fabric: usize, channels: usize) -> Storage<'static, S> {
+fn storage(fabric: usize, channels: usize) -> Storage<'static> {
     sized(fabric, channels, 256, 8, 4)
 }
 
 /// Storage with every table sized by the caller (the scaling tests keep them small
 /// at 1024 nodes).
-fn sized<S>(
+fn sized(
     fabric: usize,
     channels: usize,
     ops: usize,
     assemblies: usize,
     eager: usize,
-) -> Storage<'static, S> {
+) -> Storage<'static> {
     Storage::with_capacity(Capacity {
         ports: PORTS,
         channels,
@@ -58,6 +58,13 @@ fn sized<S>(
         assemblies,
         eager,
     })
+}
+
+/// An empty handler table for every GAMMA port.
+fn handlers<S>() -> managed::ManagedSlice<'static, PortHandlers<'static, S>> {
+    let mut v = Vec::new();
+    v.resize_with(PORTS, || PortHandlers::EMPTY);
+    v.into()
 }
 
 fn gamma<S>(
@@ -69,7 +76,16 @@ fn gamma<S>(
     clock: SimClock,
     state: S,
 ) -> SimGamma<'static, S> {
-    SimGamma::init(c, groups, storage(fabric, channels), dev, clock, state).unwrap()
+    SimGamma::init(
+        c,
+        groups,
+        storage(fabric, channels),
+        handlers(),
+        dev,
+        clock,
+        state,
+    )
+    .unwrap()
 }
 
 // ------------------------------------------------------------------ messages
@@ -561,7 +577,7 @@ fn barrier_cost(n: u16, seed: u64, rounds: usize) -> Duration {
     let mut sim = Sim::new(n as usize, sc, |i, dev, clock| {
         let mut s = sized(n as usize, 32, 4, 1, 0);
         s.sems = vec![Default::default(); PORTS].into();
-        SimGamma::init(cfg(1, i as u16), g, s, dev, clock, ()).unwrap()
+        SimGamma::init(cfg(1, i as u16), g, s, handlers(), dev, clock, ()).unwrap()
     });
     let start = sim.now();
     for _ in 0..rounds {
@@ -839,7 +855,7 @@ fn a_reliable_send_to_an_unbound_port_fails_in_bounded_time() {
         let mut c = cfg(1, i as u16);
         c.unbound_grace = Duration::from_millis(50);
         let s = storage(2, 2);
-        SimGamma::init(c, g, s, dev, clock, Closed::default()).unwrap()
+        SimGamma::init(c, g, s, handlers(), dev, clock, Closed::default()).unwrap()
     });
     // Reserved ports are refused as destinations.
     for reserved in [1023, 1024] {
@@ -1048,7 +1064,16 @@ fn quiet_pair(seed: u64, lossy_link: bool) -> Sim<SimGamma<'static, Quiet>> {
     let mut sim = Sim::new(2, sc, |i, dev, clock| {
         // The default failure budget (30 s), not the tests' short one.
         let c = Config::new(0x1234, 1, i as u16);
-        SimGamma::init(c, g, storage(2, 2), dev, clock, Quiet::default()).unwrap()
+        SimGamma::init(
+            c,
+            g,
+            storage(2, 2),
+            handlers(),
+            dev,
+            clock,
+            Quiet::default(),
+        )
+        .unwrap()
     });
     for (me, peer) in [(0u16, 1u16), (1, 0)] {
         sim.nodes[me as usize]
@@ -1126,7 +1151,16 @@ fn a_rank_waiting_for_a_dead_sender_gets_an_error_not_a_hang() {
     let mut sim = Sim::new(2, SimConfig::lan(seed), |i, dev, clock| {
         let mut c = cfg(1, i as u16);
         c.keepalive = Duration::from_millis(20);
-        SimGamma::init(c, g, storage(2, 2), dev, clock, Quiet::default()).unwrap()
+        SimGamma::init(
+            c,
+            g,
+            storage(2, 2),
+            handlers(),
+            dev,
+            clock,
+            Quiet::default(),
+        )
+        .unwrap()
     });
     sim.nodes[1]
         .set_active_port(
@@ -1496,7 +1530,7 @@ fn crossing_broadcasts(
             }
         }
         let store = sized(n as usize, n as usize, 256, 8, eager(i));
-        SimGamma::init(cfg(1, i as u16), g, store, dev, clock, st).unwrap()
+        SimGamma::init(cfg(1, i as u16), g, store, handlers(), dev, clock, st).unwrap()
     });
     for node in sim.nodes.iter_mut() {
         node.set_active_port(
@@ -1577,7 +1611,7 @@ fn broadcast_cost(n: u16, seed: u64, tree: bool) -> f64 {
         }
         let chans = if i == 0 && !tree { n as usize } else { k + 2 };
         let s = sized(n as usize, chans, 2 * n as usize, 4, 16);
-        SimGamma::init(c, g, s, dev, clock, Bar::default()).unwrap()
+        SimGamma::init(c, g, s, handlers(), dev, clock, Bar::default()).unwrap()
     });
     for (i, node) in sim.nodes.iter_mut().enumerate() {
         let dest = if i == 0 { BROADCAST } else { 0 };

@@ -201,8 +201,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             assemblies: 16 + 2 * fabric_nodes,
             eager: 0,
         };
-        let storage: Storage<'a, ()> = Storage::with_capacity(cap).with_packets(64, 256, 0, 0);
-        let mut engine = Engine::new(cfg, groups, storage, ())?;
+        let storage: Storage<'a> = Storage::with_capacity(cap).with_packets(64, 256, 0, 0);
+        let mut engine = Engine::new(cfg, groups, storage)?;
         engine.set_capabilities(dev.capabilities());
         let now = clock.now();
         let n = fabric_nodes;

@@ -45,7 +45,7 @@ pub(super) struct Atomics {
     pub(super) next_req: u32,
 }
 
-impl<'a, S> Engine<'a, S> {
+impl<'a> Engine<'a> {
     /// Starts adding `delta` to counter `var` of instance `node` of group `group`; the
     /// answer (the value before the add) comes from [`Engine::fetch_add_result`].
     /// Personalities first try [`Device::fetch_add`], which needs no frame.

@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl<'a, S> Engine<'a, S> {
+impl<'a> Engine<'a> {
     // -------------------------------------------------------------- barrier
 
     /// Starts a barrier among all members of this process's group (dissemination

@@ -13,7 +13,7 @@
 use super::mcast::{TreeTag, BOARD};
 use super::*;
 
-impl<'a, S> Engine<'a, S> {
+impl<'a> Engine<'a> {
     /// Whether a broadcast of `total` bytes to group `g` can go through the board:
     /// it reaches exactly the group's members (ours, at fabric addresses below its
     /// size) and one frame holds the message.
@@ -152,6 +152,11 @@ impl<'a, S> Engine<'a, S> {
                 ch.silent_since = None;
             }
             return self.rx_board_packet(&repr, payload);
+        }
+        if self.delivered {
+            // One message to a port per poll, as from the rings: its owner's handler
+            // reads it in place before the port may store the next (GO_BACK).
+            return false;
         }
         let tag = TreeTag::parse(payload).filter(|t| {
             repr.kind == Kind::Multicast

@@ -306,6 +306,7 @@ impl Channel {
 
     /// Applies an incoming ack; calls `acked` once for every slot newly acknowledged.
     /// Returns true if anything was newly acknowledged.
+    #[inline]
     pub(crate) fn on_ack(&mut self, a: AckInfo, mut acked: impl FnMut(Slot)) -> bool {
         let mut progress = false;
         // A cumulative ack can only cover what was sent.

@@ -230,7 +230,7 @@ pub(super) fn forward_targets(
     Some(c)
 }
 
-impl<'a, S> Engine<'a, S> {
+impl<'a> Engine<'a> {
     /// Creates a static multicast group of instances of this engine's group (LFC
     /// `lfc_group_create`): every process must create the same groups with the same
     /// members in the same order, before packets are multicast to them. Returns the
@@ -306,7 +306,7 @@ impl TreeTag {
     }
 }
 
-impl<'a, S> Engine<'a, S> {
+impl<'a> Engine<'a> {
     /// A fragment of a reliable broadcast in our group ([`Flags::TREE`]): stored
     /// into the port like any message, in the order its root sent them, and, where
     /// this member has children in the tree, copied into an eager buffer that the

@@ -657,6 +657,8 @@ pub struct Stats {
     pub rma_landed: u64,
     /// Reliable broadcasts of other roots passed on to our children in the tree.
     pub forwarded: u64,
+    /// Notices dropped because nobody took them (see [`Storage::notices`]).
+    pub notices_dropped: u64,
     /// Our broadcasts written once into the device's board (not one frame a member).
     pub board_tx: u64,
     /// Other roots' broadcasts taken from their boards.
@@ -665,9 +667,13 @@ pub struct Stats {
 
 /// Tables an engine works in, from caller storage (`&mut [T]`) or, with `alloc`, a `Vec`.
 #[derive(Debug)]
-pub struct Storage<'a, S> {
+pub struct Storage<'a> {
     /// Ports (GAMMA: 1025).
-    pub ports: ManagedSlice<'a, Port<'a, S>>,
+    pub ports: ManagedSlice<'a, Port<'a>>,
+    /// Notices for ports' owners, waiting to be taken: at least as many as
+    /// operations + assemblies + 256 (what one call can raise: each operation fails
+    /// once, each assembly is delivered once, a receive batch is 256 frames).
+    pub notices: ManagedSlice<'a, Notice>,
     /// Semaphores (GAMMA: 1025).
     pub sems: ManagedSlice<'a, Semaphore>,
     /// One channel per peer talked to.
@@ -708,7 +714,7 @@ pub struct Capacity {
 }
 
 #[cfg(feature = "alloc")]
-impl<S> Storage<'_, S> {
+impl Storage<'_> {
     /// Tables of the given sizes, allocated once here and never resized.
     pub fn with_capacity(c: Capacity) -> Self {
         use alloc::vec::Vec;
@@ -718,6 +724,7 @@ impl<S> Storage<'_, S> {
         ops.resize_with(c.ops, || Op::EMPTY);
         Storage {
             ports: ports.into(),
+            notices: alloc::vec![Notice::default(); c.ops + c.assemblies + 256].into(),
             sems: alloc::vec![Semaphore::default(); c.ports].into(),
             channels: alloc::vec![Channel::EMPTY; c.channels].into(),
             peer_map: alloc::vec![NONE; c.fabric_nodes].into(),
@@ -801,11 +808,12 @@ struct BarrierState {
 }
 
 /// The protocol engine of one endpoint.
-pub struct Engine<'a, S = ()> {
+pub struct Engine<'a> {
     cfg: Config,
     groups: &'a [Group<'a>],
     size: u16,
-    ports: ManagedSlice<'a, Port<'a, S>>,
+    ports: ManagedSlice<'a, Port<'a>>,
+    notices: Notices<'a>,
     sems: ManagedSlice<'a, Semaphore>,
     chans: ManagedSlice<'a, Channel>,
     peer_map: ManagedSlice<'a, u16>,
@@ -824,7 +832,6 @@ pub struct Engine<'a, S = ()> {
     /// A multicast packet of ours went down a tree: the later ones must too (see
     /// `packet_board_fits`).
     packet_tree_used: bool,
-    state: S,
     stats: Stats,
     caps: Capabilities,
     bar: BarrierState,
@@ -852,7 +859,7 @@ pub struct Engine<'a, S = ()> {
     rma: rma::Rma,
 }
 
-impl<S> core::fmt::Debug for Engine<'_, S> {
+impl core::fmt::Debug for Engine<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Engine")
             .field("cfg", &self.cfg)
@@ -908,14 +915,9 @@ fn finish_op(ops: &mut [Op<'_>], bufs: &mut Bufs<'_>, i: usize, ok: bool) {
     }
 }
 
-impl<'a, S> Engine<'a, S> {
+impl<'a> Engine<'a> {
     /// An engine for `cfg.node` of group `cfg.group`, talking to the groups in `groups`.
-    pub fn new(
-        cfg: Config,
-        groups: &'a [Group<'a>],
-        storage: Storage<'a, S>,
-        state: S,
-    ) -> Result<Self, Error> {
+    pub fn new(cfg: Config, groups: &'a [Group<'a>], storage: Storage<'a>) -> Result<Self, Error> {
         let g = groups
             .iter()
             .find(|g| g.id == cfg.group)
@@ -931,6 +933,7 @@ impl<'a, S> Engine<'a, S> {
             cfg,
             groups,
             ports: storage.ports,
+            notices: Notices::new(storage.notices),
             sems: storage.sems,
             chans: storage.channels,
             peer_map: storage.peer_map,
@@ -948,7 +951,6 @@ impl<'a, S> Engine<'a, S> {
             board_head: NONE,
             board_tail: NONE,
             packet_tree_used: false,
-            state,
             stats: Stats::default(),
             caps: Capabilities::new(1500, false, false),
             bar: BarrierState::default(),
@@ -989,18 +991,6 @@ impl<'a, S> Engine<'a, S> {
     pub fn size(&self) -> u16 {
         self.size
     }
-    /// The application state shared with handlers.
-    pub fn state(&self) -> &S {
-        &self.state
-    }
-    /// The application state, mutably.
-    pub fn state_mut(&mut self) -> &mut S {
-        &mut self.state
-    }
-    /// Ends the engine, handing back the application state.
-    pub fn into_state(self) -> S {
-        self.state
-    }
     /// Number of ports.
     pub fn port_count(&self) -> usize {
         self.ports.len()
@@ -1008,16 +998,6 @@ impl<'a, S> Engine<'a, S> {
     /// Number of semaphores.
     pub fn sem_count(&self) -> usize {
         self.sems.len()
-    }
-
-    fn handler_cx(&mut self) -> HandlerCx<'_, 'a, S> {
-        HandlerCx {
-            ports: &mut self.ports,
-            sems: &mut self.sems,
-            state: &mut self.state,
-            eager: &mut self.bufs.eager,
-            outbox: &mut self.outbox,
-        }
     }
 
     fn group(&self, id: GroupId) -> Option<&Group<'a>> {

@@ -225,7 +225,7 @@ impl<'a> Packets<'a> {
     }
 }
 
-impl<'a, S> Engine<'a, S> {
+impl<'a> Engine<'a> {
     /// Largest payload a packet may carry on this device: [`PACKET_MAX`], or less if
     /// the device's frames are smaller.
     pub fn packet_size(&self) -> usize {

@@ -1,8 +1,14 @@
-//! GAMMA's port model as the engine serves it: ports (output binding, input buffer,
-//! handlers, semaphore), semaphores, the handler context (`Upcall`) with its outbox,
-//! and the notification that runs a port's handlers. The engine's other mechanisms
-//! (channels, assemblies, packets, trees) do not depend on it except through
-//! `notify` and the port table.
+//! Ports as the engine serves them: output binding, input buffer and semaphore
+//! (GAMMA's port model, which the other personalities use only for counters), the
+//! [`Notice`]s the engine queues for a personality's handlers, and the narrow view of
+//! the engine a handler may use ([`HandlerView`]: post buffers, signal, queue sends).
+//!
+//! The engine holds no handler and no application state: a port only says whether
+//! its owner wants a notice of messages or of errors. The personality takes the
+//! notices after each call into the engine ([`Engine::next_notice`]) and runs its
+//! own handlers with its own state (GAMMA: `gamma::Upcall`). The engine's other
+//! mechanisms (channels, assemblies, packets, trees) do not depend on ports except
+//! through `notify` and the port table.
 
 use super::*;
 
@@ -27,9 +33,6 @@ pub enum Errno {
     /// A send to this port's destination failed: the peer stopped answering.
     SendFailure = 4,
 }
-
-/// A receiver or error handler.
-pub type Handler<'a, S> = fn(&mut Upcall<'_, 'a, S>);
 
 /// A port's destination buffer: lent for the engine's lifetime, or (with `alloc`)
 /// owned, moving into the port and back out by value when a fresh one is posted.
@@ -103,12 +106,13 @@ impl From<alloc::vec::Vec<u8>> for RecvBuf<'_> {
     }
 }
 
-/// One port: output binding, input buffer, handlers and semaphore.
-pub struct Port<'a, S> {
+/// One port: output binding, input buffer, semaphore, and whether its owner wants
+/// notices.
+pub struct Port<'a> {
     pub(super) dest: Option<Dest>,
     pub(super) input: bool,
-    pub(super) recv: Option<Handler<'a, S>>,
-    pub(super) err: Option<Handler<'a, S>>,
+    pub(super) recv: bool,
+    pub(super) err: bool,
     pub(super) sem: u16,
     pub(super) kind: BufferKind,
     pub(super) buf: Option<RecvBuf<'a>>,
@@ -118,7 +122,7 @@ pub struct Port<'a, S> {
     pub(super) busy: bool,
 }
 
-impl<S> core::fmt::Debug for Port<'_, S> {
+impl core::fmt::Debug for Port<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Port")
             .field("dest", &self.dest)
@@ -132,13 +136,13 @@ impl<S> core::fmt::Debug for Port<'_, S> {
     }
 }
 
-impl<'a, S> Port<'a, S> {
+impl<'a> Port<'a> {
     /// An unbound port.
-    pub const EMPTY: Port<'a, S> = Port {
+    pub const EMPTY: Port<'a> = Port {
         dest: None,
         input: false,
-        recv: None,
-        err: None,
+        recv: false,
+        err: false,
         sem: 0,
         kind: BufferKind::GoBack,
         buf: None,
@@ -158,15 +162,16 @@ impl<'a, S> Port<'a, S> {
 }
 
 /// How to set a port up.
-pub struct PortSetup<'a, S> {
+pub struct PortSetup<'a> {
     /// Output binding, if the port sends.
     pub dest: Option<Dest>,
     /// Whether the port receives.
     pub input: bool,
-    /// Run when a message has landed.
-    pub recv: Option<Handler<'a, S>>,
-    /// Run on an error at the port; without one, errors count on the semaphore.
-    pub err: Option<Handler<'a, S>>,
+    /// A [`Notice`] is queued when a message has landed (its owner has a handler).
+    pub recv: bool,
+    /// A [`Notice`] is queued on an error at the port; without, errors count on the
+    /// semaphore.
+    pub err: bool,
     /// Semaphore incremented per message.
     pub sem: u16,
     /// How successive messages fill the buffer.
@@ -175,7 +180,7 @@ pub struct PortSetup<'a, S> {
     pub buffer: Option<&'a mut [u8]>,
 }
 
-impl<S> core::fmt::Debug for PortSetup<'_, S> {
+impl core::fmt::Debug for PortSetup<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("PortSetup")
             .field("dest", &self.dest)
@@ -197,19 +202,40 @@ pub struct Semaphore {
     pub peer_dead: bool,
 }
 
-/// The context a handler runs in: the message, the port, and the engine's counters.
-pub struct Upcall<'u, 'a, S> {
-    pub(super) port: PortId,
-    pub(super) errno: Option<Errno>,
-    pub(super) msg_len: u32,
-    pub(super) stored: usize,
-    pub(super) base: usize,
-    pub(super) src: Endpoints,
-    pub(super) ports: &'u mut [Port<'a, S>],
-    pub(super) sems: &'u mut [Semaphore],
-    pub(super) state: &'u mut S,
-    pub(super) eager: &'u mut [EagerBuf],
-    pub(super) outbox: &'u mut Outbox,
+/// What a port's owner is told: a message has landed (`errno` `None`, or
+/// `FrameLost`/`MsgTooLong` for one delivered damaged), or a send through the port
+/// failed (`SendFailure`). Taken with [`Engine::next_notice`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Notice {
+    /// The port.
+    pub port: PortId,
+    /// The error, if this is for the error handler.
+    pub errno: Option<Errno>,
+    /// Length of the message as sent.
+    pub msg_len: u32,
+    /// Bytes of it stored in the port's buffer (less when truncated).
+    pub stored: usize,
+    /// Where in the buffer they start.
+    pub base: usize,
+    /// Sender's (for a failed send: destination's) group, instance and port.
+    pub src: Endpoints,
+}
+
+/// The parts of the engine a handler may touch while it runs: ports, semaphores and
+/// the outbox of sends queued from handlers (started once the handler returns).
+pub struct HandlerView<'u, 'a> {
+    ports: &'u mut [Port<'a>],
+    sems: &'u mut [Semaphore],
+    eager: &'u mut [EagerBuf],
+    outbox: &'u mut Outbox,
+}
+
+impl core::fmt::Debug for HandlerView<'_, '_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("HandlerView")
+            .field("outbox", &self.outbox.len)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Sends a handler queued, at most this many per poll.
@@ -231,107 +257,66 @@ pub struct Outbox {
     pub(super) len: usize,
 }
 
-impl<S> core::fmt::Debug for Upcall<'_, '_, S> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Upcall")
-            .field("port", &self.port)
-            .field("errno", &self.errno)
-            .field("msg_len", &self.msg_len)
-            .field("stored", &self.stored)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<'a, S> Upcall<'_, 'a, S> {
-    /// The port that triggered this handler (GAMMA `gamma_active_port`).
-    pub fn active_port(&self) -> PortId {
-        self.port
-    }
-    /// The error being reported, if this is an error handler (GAMMA `gamma_errno`).
-    pub fn errno(&self) -> Option<Errno> {
-        self.errno
-    }
-    /// Length of the message as sent.
-    pub fn msg_len(&self) -> usize {
-        self.msg_len as usize
-    }
-    /// Bytes of it stored in the buffer (less when truncated).
-    pub fn len(&self) -> usize {
-        self.stored
-    }
-    /// True for an empty message.
-    pub fn is_empty(&self) -> bool {
-        self.stored == 0
-    }
-    /// Sender's group, instance and port.
-    pub fn source(&self) -> Dest {
-        Dest {
-            group: self.src.src_group,
-            node: self.src.src_node,
-            port: self.src.src_port,
-        }
-    }
-    /// The stored message, read from the port's buffer.
-    pub fn data(&self) -> &[u8] {
-        let p = &self.ports[self.port as usize];
-        let end = self.base + self.stored;
-        p.buf
-            .as_deref()
-            .and_then(|b| b.get(self.base..end))
+impl<'a> HandlerView<'_, 'a> {
+    /// The message `n` reports, read from its port's buffer.
+    pub fn data(&self, n: &Notice) -> &[u8] {
+        let end = n.base + n.stored;
+        self.ports
+            .get(n.port as usize)
+            .and_then(|p| p.buf.as_deref())
+            .and_then(|b| b.get(n.base..end))
             .unwrap_or(&[])
     }
-    /// The application state shared with handlers.
-    pub fn state(&mut self) -> &mut S {
-        self.state
-    }
-    /// Increments semaphore `sem` (GAMMA `gamma_signal`).
+    /// Increments semaphore `sem`.
     pub fn signal(&mut self, sem: u16) -> Result<(), Error> {
         signal(self.sems, sem)
     }
-    /// Increments error semaphore `sem` (GAMMA `gamma_sigerr`).
+    /// Increments error semaphore `sem`.
     pub fn sigerr(&mut self, sem: u16) -> Result<(), Error> {
         sigerr(self.sems, sem)
     }
-    /// Binds a fresh buffer to `port`, returning the previous one (GAMMA
-    /// `gamma_post_recv`). Allowed on the port whose handler is running: its message
-    /// has landed, and the next one goes into `buf`.
+    /// Binds a fresh buffer to `port`, returning the previous one. Allowed on the
+    /// port whose notice is being handled: its message has landed, and the next one
+    /// goes into `buf`.
     pub fn post_recv(
         &mut self,
         port: PortId,
-        buf: impl Into<RecvBuf<'a>>,
+        buf: RecvBuf<'a>,
     ) -> Result<Option<RecvBuf<'a>>, Error> {
-        post_recv(self.ports, port, buf.into())
+        post_recv(self.ports, port, buf)
     }
-    /// Binds a fresh buffer keeping the port's buffer size (GAMMA `gamma_attach_buffer`).
+    /// Binds a fresh buffer keeping the port's buffer size.
     pub fn attach_buffer(
         &mut self,
         port: PortId,
-        buf: impl Into<RecvBuf<'a>>,
+        buf: RecvBuf<'a>,
     ) -> Result<Option<RecvBuf<'a>>, Error> {
-        attach_buffer(self.ports, port, buf.into())
+        attach_buffer(self.ports, port, buf)
     }
     /// Takes the buffer back from `port`.
     pub fn take_buffer(&mut self, port: PortId) -> Result<Option<RecvBuf<'a>>, Error> {
         take_buffer(self.ports, port)
     }
-    /// A semaphore's state (GAMMA `gamma_test` from a handler).
+    /// A semaphore's state.
     pub fn semaphore(&self, sem: u16) -> Result<Semaphore, Error> {
         self.sems
             .get(sem as usize)
             .copied()
             .ok_or(Error::InvalidSemaphore)
     }
-    /// Queues a best-effort send through `port` (GAMMA `gamma_send` from a handler).
-    /// `head` (at most [`HEAD_MAX`] bytes) and `body` are copied into one of the
-    /// engine's eager buffers, so together at most [`EAGER_MAX`] bytes; the message
-    /// leaves when the handler has returned, in the order queued. A failure later is
-    /// reported through the port's error handler or error semaphore. Returns the length.
-    pub fn send(&mut self, port: PortId, head: &[u8], body: &[u8]) -> Result<usize, Error> {
-        self.queue(port, head, body, false)
-    }
-    /// Queues a reliable send (GAMMA `gamma_send_flowctl` from a handler); see [`Upcall::send`].
-    pub fn send_flowctl(&mut self, port: PortId, head: &[u8], body: &[u8]) -> Result<usize, Error> {
-        self.queue(port, head, body, true)
+    /// Queues a send through `port`, reliable or best-effort: `head` (at most
+    /// [`HEAD_MAX`] bytes) and `body` are copied into one of the engine's eager
+    /// buffers, so together at most [`EAGER_MAX`] bytes; the message leaves at the
+    /// next transmit pass, in the order queued. A failure later is a `SendFailure`
+    /// notice (or an error on the port's semaphore). Returns the length.
+    pub fn send(
+        &mut self,
+        port: PortId,
+        head: &[u8],
+        body: &[u8],
+        reliable: bool,
+    ) -> Result<usize, Error> {
+        self.queue(port, head, body, reliable)
     }
     fn queue(
         &mut self,
@@ -386,15 +371,15 @@ pub(super) fn sigerr(sems: &mut [Semaphore], sem: u16) -> Result<(), Error> {
     Ok(())
 }
 
-pub(super) fn port_mut<'p, 'a, S>(
-    ports: &'p mut [Port<'a, S>],
+pub(super) fn port_mut<'p, 'a>(
+    ports: &'p mut [Port<'a>],
     port: PortId,
-) -> Result<&'p mut Port<'a, S>, Error> {
+) -> Result<&'p mut Port<'a>, Error> {
     ports.get_mut(port as usize).ok_or(Error::InvalidPort)
 }
 
-pub(super) fn post_recv<'a, S>(
-    ports: &mut [Port<'a, S>],
+pub(super) fn post_recv<'a>(
+    ports: &mut [Port<'a>],
     port: PortId,
     buf: RecvBuf<'a>,
 ) -> Result<Option<RecvBuf<'a>>, Error> {
@@ -408,8 +393,8 @@ pub(super) fn post_recv<'a, S>(
     Ok(p.buf.replace(buf))
 }
 
-pub(super) fn attach_buffer<'a, S>(
-    ports: &mut [Port<'a, S>],
+pub(super) fn attach_buffer<'a>(
+    ports: &mut [Port<'a>],
     port: PortId,
     buf: RecvBuf<'a>,
 ) -> Result<Option<RecvBuf<'a>>, Error> {
@@ -425,8 +410,8 @@ pub(super) fn attach_buffer<'a, S>(
     Ok(p.buf.replace(buf))
 }
 
-pub(super) fn take_buffer<'a, S>(
-    ports: &mut [Port<'a, S>],
+pub(super) fn take_buffer<'a>(
+    ports: &mut [Port<'a>],
     port: PortId,
 ) -> Result<Option<RecvBuf<'a>>, Error> {
     let p = port_mut(ports, port)?;
@@ -438,7 +423,7 @@ pub(super) fn take_buffer<'a, S>(
     Ok(p.buf.take())
 }
 
-/// What to tell a port's handlers.
+/// What to tell a port's owner (see `Engine::notify`).
 pub(super) struct Note {
     pub(super) port: PortId,
     pub(super) errno: Option<Errno>,
@@ -449,65 +434,129 @@ pub(super) struct Note {
     pub(super) src: Endpoints,
 }
 
-/// Borrowed parts of the engine a handler may touch.
-pub(super) struct HandlerCx<'e, 'a, S> {
-    pub(super) ports: &'e mut [Port<'a, S>],
-    pub(super) sems: &'e mut [Semaphore],
-    pub(super) state: &'e mut S,
-    pub(super) eager: &'e mut [EagerBuf],
-    pub(super) outbox: &'e mut Outbox,
+/// Notices waiting for the personality, oldest first (caller storage).
+#[derive(Debug)]
+pub struct Notices<'a> {
+    pub(super) ring: ManagedSlice<'a, Notice>,
+    pub(super) head: usize,
+    pub(super) len: usize,
 }
 
-pub(super) fn notify<S>(cx: HandlerCx<'_, '_, S>, n: Note) {
-    let HandlerCx {
-        ports,
-        sems,
-        state,
-        eager,
-        outbox,
-    } = cx;
-    let Some(p) = ports.get(n.port as usize) else {
-        return;
-    };
-    // A port not set up for input has no handler or semaphore to tell (seed: both are
-    // part of setting a port up for input); the engine's counters still see it.
-    if !p.input && n.errno != Some(Errno::SendFailure) {
-        return;
-    }
-    let sem = p.sem as usize;
-    let handler = if n.errno.is_some() { p.err } else { p.recv };
-    if let Some(s) = sems.get_mut(sem) {
-        if n.count {
-            s.count = s.count.saturating_add(1);
-        }
-        if n.errno.is_some() && handler.is_none() {
-            s.errors = s.errors.saturating_add(1);
+impl<'a> Notices<'a> {
+    /// A queue in `ring`.
+    pub fn new(ring: ManagedSlice<'a, Notice>) -> Self {
+        Notices {
+            ring,
+            head: 0,
+            len: 0,
         }
     }
-    if let Some(h) = handler {
-        let mut up = Upcall {
+
+    #[inline]
+    fn push(&mut self, n: Notice) -> bool {
+        let cap = self.ring.len();
+        if self.len >= cap {
+            return false;
+        }
+        // head < cap and len < cap: one subtraction wraps it (no division).
+        let mut at = self.head + self.len;
+        if at >= cap {
+            at -= cap;
+        }
+        self.ring[at] = n;
+        self.len += 1;
+        true
+    }
+
+    #[inline]
+    fn pop(&mut self) -> Option<Notice> {
+        if self.len == 0 {
+            return None;
+        }
+        let n = self.ring[self.head];
+        self.head += 1;
+        if self.head == self.ring.len() {
+            self.head = 0;
+        }
+        self.len -= 1;
+        Some(n)
+    }
+}
+
+impl<'a> Engine<'a> {
+    // -------------------------------------------------------------- notices
+
+    /// Counts event `n` on its port's semaphore and, if the port's owner wants it,
+    /// queues it as a [`Notice`]. A port not set up for input has no semaphore or
+    /// owner to tell (GAMMA: both belong to setting a port up for input), except of a
+    /// failed send through it; the engine's counters still see it.
+    #[inline]
+    pub(super) fn notify(&mut self, n: Note) {
+        let Some(p) = self.ports.get(n.port as usize) else {
+            return;
+        };
+        if !p.input && n.errno != Some(Errno::SendFailure) {
+            return;
+        }
+        let wanted = if n.errno.is_some() { p.err } else { p.recv };
+        if let Some(s) = self.sems.get_mut(p.sem as usize) {
+            if n.count {
+                s.count = s.count.saturating_add(1);
+            }
+            if n.errno.is_some() && !wanted {
+                s.errors = s.errors.saturating_add(1);
+            }
+        }
+        if !wanted {
+            return;
+        }
+        let notice = Notice {
             port: n.port,
             errno: n.errno,
             msg_len: n.msg_len,
             stored: n.stored,
             base: n.base,
             src: n.src,
-            ports,
-            sems,
-            state,
-            eager,
-            outbox,
         };
-        h(&mut up);
+        if !self.notices.push(notice) {
+            // Sized so that this cannot happen when notices are taken after every
+            // call (see `Capacity`); counted if it does.
+            self.stats.notices_dropped += 1;
+        }
     }
-}
 
-impl<'a, S> Engine<'a, S> {
+    /// The oldest notice not yet taken, with the view of the engine its handler may
+    /// use. Take them after every call into the engine: a GO_BACK port's next
+    /// message is stored only at the next receive.
+    #[inline]
+    pub fn next_notice(&mut self) -> Option<(Notice, HandlerView<'_, 'a>)> {
+        let n = self.notices.pop()?;
+        let view = HandlerView {
+            ports: &mut self.ports,
+            sems: &mut self.sems,
+            eager: &mut self.bufs.eager,
+            outbox: &mut self.outbox,
+        };
+        Some((n, view))
+    }
+
+    /// Notices waiting.
+    #[inline]
+    pub fn notices_pending(&self) -> usize {
+        self.notices.len
+    }
+
+    /// Sends queued from handlers that no transmit pass has started yet.
+    #[inline]
+    pub fn outbox_pending(&self) -> usize {
+        self.outbox.len
+    }
+
     // ---------------------------------------------------------------- ports
 
     /// Sets a port up (or re-binds it). Fails with `PortBusy` while a message is being
     /// stored into it.
-    pub fn bind_port(&mut self, port: PortId, setup: PortSetup<'a, S>) -> Result<(), Error> {
+    pub fn bind_port(&mut self, port: PortId, setup: PortSetup<'a>) -> Result<(), Error> {
         if setup.sem as usize >= self.sems.len() {
             return Err(Error::InvalidSemaphore);
         }

@@ -152,7 +152,7 @@ fn be64(b: &[u8]) -> u64 {
         .map_or(0, u64::from_be_bytes)
 }
 
-impl<'a, S> Engine<'a, S> {
+impl<'a> Engine<'a> {
     /// Starts writing `len` bytes from local address `local` to address `remote` of
     /// instance `node` of `group`. `local_bell` is rung here once the local bytes may
     /// be reused (the target has them all), `remote_bell` there once they have all

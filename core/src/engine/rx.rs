@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl<'a, S> Engine<'a, S> {
+impl<'a> Engine<'a> {
     // ------------------------------------------------------------ receiving
 
     /// Processes one received frame. Never panics, whatever the bytes. The CRC is
@@ -19,6 +19,7 @@ impl<'a, S> Engine<'a, S> {
     }
 
     /// [`Engine::handle_frame_from`] with program memory for one-sided operations.
+    #[inline]
     pub fn handle_frame_mem(
         &mut self,
         now: Instant,
@@ -77,6 +78,7 @@ impl<'a, S> Engine<'a, S> {
     /// Parses an untrusted frame of this job, counting why one is dropped. The
     /// header is read once, into private memory: the frame may sit in a ring slot
     /// or board that another process can still write.
+    #[inline]
     pub(super) fn parse_ours<'f>(&mut self, frame: &'f [u8]) -> Option<(Repr, &'f [u8])> {
         let key = self.cfg.auth_key.as_ref();
         let (repr, payload) = match Repr::parse_frame(frame, self.caps.integrity, key) {
@@ -101,6 +103,7 @@ impl<'a, S> Engine<'a, S> {
         Some((repr, payload))
     }
 
+    #[inline]
     pub(super) fn on_ack(&mut self, now: Instant, ci: usize, a: AckInfo, flags: Flags) {
         let refused = flags.contains(Flags::REFUSED);
         let ops = &mut self.ops;
@@ -140,6 +143,7 @@ impl<'a, S> Engine<'a, S> {
         }
     }
 
+    #[inline]
     pub(super) fn rx_reliable(
         &mut self,
         now: Instant,
@@ -286,6 +290,7 @@ impl<'a, S> Engine<'a, S> {
     }
 
     /// Reserves room in the destination port for a new message, or `None` to refuse.
+    #[inline]
     pub(super) fn reserve(
         &mut self,
         ci: usize,
@@ -399,6 +404,7 @@ impl<'a, S> Engine<'a, S> {
     }
 
     /// Copies a fragment into its place in the port buffer.
+    #[inline]
     pub(super) fn place(&mut self, ai: usize, offset: u32, payload: &[u8]) {
         let a = &mut self.asms[ai];
         a.received = a.received.saturating_add(payload.len() as u32);
@@ -447,6 +453,7 @@ impl<'a, S> Engine<'a, S> {
         Ok(ai)
     }
 
+    #[inline]
     pub(super) fn rx_reliable_data(
         &mut self,
         now: Instant,
@@ -496,6 +503,7 @@ impl<'a, S> Engine<'a, S> {
         true
     }
 
+    #[inline]
     pub(super) fn deliver_in_order(&mut self, ci: usize, mem: &mut dyn Memory) {
         loop {
             let want = self.chans[ci].next_deliver;
@@ -523,6 +531,7 @@ impl<'a, S> Engine<'a, S> {
     }
 
     /// Hands a finished (or abandoned, with `lost`) message to its port.
+    #[inline]
     pub(super) fn deliver(&mut self, ai: usize, lost: Option<Errno>) {
         let a = &mut self.asms[ai];
         a.used = false;
@@ -585,18 +594,15 @@ impl<'a, S> Engine<'a, S> {
                 }
             }
         }
-        notify(
-            self.handler_cx(),
-            Note {
-                port: a.port,
-                errno,
-                count: true,
-                msg_len: a.total,
-                stored: a.cap.min(a.received as usize),
-                base: a.base,
-                src: a.src,
-            },
-        );
+        self.notify(Note {
+            port: a.port,
+            errno,
+            count: true,
+            msg_len: a.total,
+            stored: a.cap.min(a.received as usize),
+            base: a.base,
+            src: a.src,
+        });
     }
 
     /// Tells the peers whose frames were refused to send them again: a port or a
@@ -619,21 +625,19 @@ impl<'a, S> Engine<'a, S> {
     pub(super) fn report_lost(&mut self, repr: &Repr) {
         self.stats.lost += 1;
         if (repr.ends.dst_port as usize) < self.ports.len() {
-            notify(
-                self.handler_cx(),
-                Note {
-                    port: repr.ends.dst_port,
-                    errno: Some(Errno::FrameLost),
-                    count: false,
-                    msg_len: repr.total_len,
-                    stored: 0,
-                    base: 0,
-                    src: repr.ends,
-                },
-            );
+            self.notify(Note {
+                port: repr.ends.dst_port,
+                errno: Some(Errno::FrameLost),
+                count: false,
+                msg_len: repr.total_len,
+                stored: 0,
+                base: 0,
+                src: repr.ends,
+            });
         }
     }
 
+    #[inline]
     pub(super) fn rx_best_effort(&mut self, now: Instant, ci: usize, repr: &Repr, payload: &[u8]) {
         let msg = repr.msg_id;
         let expect = self.chans[ci].be_expect;

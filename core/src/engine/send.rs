@@ -32,12 +32,13 @@ impl<'k> Targets<'k> {
     }
 }
 
-impl<'a, S> Engine<'a, S> {
+impl<'a> Engine<'a> {
     // ---------------------------------------------------------------- sends
 
     /// Starts sending `head` (copied, at most [`HEAD_MAX`] bytes) followed by `body`
     /// through `port`'s output binding. `reliable` selects the flow-controlled,
     /// retransmitting service. A broadcast binding sends to every other member.
+    #[inline]
     pub fn start_send(
         &mut self,
         port: PortId,
@@ -56,6 +57,7 @@ impl<'a, S> Engine<'a, S> {
     /// relays below it. Once [`Engine::handed_off`], the caller may
     /// [`Engine::detach`]: delivery is then the engine's job, and a failure is reported
     /// through the port's error handler or error semaphore.
+    #[inline]
     pub fn start_send_eager(
         &mut self,
         port: PortId,
@@ -65,6 +67,7 @@ impl<'a, S> Engine<'a, S> {
         self.start(port, head, Src::Copy(body), true)
     }
 
+    #[inline]
     pub(super) fn start(
         &mut self,
         port: PortId,
@@ -253,6 +256,7 @@ impl<'a, S> Engine<'a, S> {
 
     /// Fills slot `oi` (already taken by `alloc_op`) from `proto` and queues it on
     /// channel `ci`.
+    #[inline]
     pub(super) fn enqueue(&mut self, ci: usize, oi: usize, proto: &Op<'a>) {
         let ch = &mut self.chans[ci];
         let gen = self.ops[oi].gen;
@@ -291,23 +295,20 @@ impl<'a, S> Engine<'a, S> {
     }
 
     pub(super) fn notify_send_failure(&mut self, port: PortId, dest: Dest) {
-        notify(
-            self.handler_cx(),
-            Note {
-                port,
-                errno: Some(Errno::SendFailure),
-                count: false,
-                msg_len: 0,
-                stored: 0,
-                base: 0,
-                src: Endpoints {
-                    src_group: dest.group,
-                    src_node: dest.node,
-                    src_port: dest.port,
-                    ..Endpoints::default()
-                },
+        self.notify(Note {
+            port,
+            errno: Some(Errno::SendFailure),
+            count: false,
+            msg_len: 0,
+            stored: 0,
+            base: 0,
+            src: Endpoints {
+                src_group: dest.group,
+                src_node: dest.node,
+                src_port: dest.port,
+                ..Endpoints::default()
             },
-        );
+        });
     }
 
     /// Progress of a send. A finished one keeps its slot until [`Engine::release`].

@@ -116,7 +116,7 @@ pub(super) enum Fit {
     Skip,
 }
 
-impl<'a, S> Engine<'a, S> {
+impl<'a> Engine<'a> {
     /// Whether a member `h` levels above the leaves may open a stream of `len`
     /// buffers (their count checked by `reserve_tree`): stream slots go by level
     /// like buffers, one left for each level below.

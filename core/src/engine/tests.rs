@@ -20,14 +20,52 @@ const G: &[Group<'static>] = &[
 type Log = Vec<(PortId, Vec<u8>, Option<Errno>, NodeId)>;
 type Rings = Vec<Ring<64, 512>>;
 
-fn record(u: &mut Upcall<'_, '_, Log>) {
-    let entry = (
-        u.active_port(),
-        u.data().to_vec(),
-        u.errno(),
-        u.source().node,
-    );
-    u.state().push(entry);
+/// An engine and the log of the notices it raised, as a personality's handlers
+/// would see them: taken after every call that can raise one.
+struct TE {
+    e: Engine<'static>,
+    log: Log,
+}
+
+impl core::ops::Deref for TE {
+    type Target = Engine<'static>;
+    fn deref(&self) -> &Engine<'static> {
+        &self.e
+    }
+}
+
+impl core::ops::DerefMut for TE {
+    fn deref_mut(&mut self) -> &mut Engine<'static> {
+        &mut self.e
+    }
+}
+
+impl TE {
+    fn new(e: Engine<'static>) -> TE {
+        TE { e, log: Vec::new() }
+    }
+    fn state(&self) -> &Log {
+        &self.log
+    }
+    fn record(&mut self) {
+        while let Some((n, view)) = self.e.next_notice() {
+            let entry = (n.port, view.data(&n).to_vec(), n.errno, n.src.src_node);
+            self.log.push(entry);
+        }
+    }
+    fn poll<D: Device>(&mut self, now: Instant, dev: &mut D, ext: Option<&[u8]>) -> bool {
+        let busy = self.e.poll(now, dev, ext);
+        self.record();
+        busy
+    }
+    fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
+        self.e.handle_frame(now, frame);
+        self.record();
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        self.e.handle_timeout(now);
+        self.record();
+    }
 }
 
 fn cap() -> Capacity {
@@ -41,15 +79,15 @@ fn cap() -> Capacity {
     }
 }
 
-fn engine(group: GroupId, node: NodeId) -> Engine<'static, Log> {
+fn engine(group: GroupId, node: NodeId) -> TE {
     let mut cfg = Config::new(0xAB, group, node);
     cfg.rto_initial = Duration::from_micros(50);
     cfg.rto_max = Duration::from_micros(400);
     cfg.peer_timeout = Duration::from_millis(2);
-    Engine::new(cfg, G, Storage::with_capacity(cap()), Vec::new()).unwrap()
+    TE::new(Engine::new(cfg, G, Storage::with_capacity(cap())).unwrap())
 }
 
-fn out(dest_node: NodeId, port: PortId) -> PortSetup<'static, Log> {
+fn out(dest_node: NodeId, port: PortId) -> PortSetup<'static> {
     PortSetup {
         dest: Some(Dest {
             group: 7,
@@ -57,20 +95,20 @@ fn out(dest_node: NodeId, port: PortId) -> PortSetup<'static, Log> {
             port,
         }),
         input: false,
-        recv: None,
-        err: None,
+        recv: false,
+        err: false,
         sem: 0,
         kind: BufferKind::GoBack,
         buffer: None,
     }
 }
 
-fn input(buf: &'static mut [u8], kind: BufferKind, sem: u16) -> PortSetup<'static, Log> {
+fn input(buf: &'static mut [u8], kind: BufferKind, sem: u16) -> PortSetup<'static> {
     PortSetup {
         dest: None,
         input: true,
-        recv: Some(record),
-        err: Some(record),
+        recv: true,
+        err: true,
         sem,
         kind,
         buffer: Some(buf),
@@ -82,11 +120,7 @@ fn leak(n: usize) -> &'static mut [u8] {
 }
 
 /// Polls every engine over the loopback rings until `done` or 10,000 rounds.
-fn run(
-    es: &mut [&mut Engine<'static, Log>],
-    rings: &mut Rings,
-    mut done: impl FnMut(&[&mut Engine<'static, Log>]) -> bool,
-) {
+fn run(es: &mut [&mut TE], rings: &mut Rings, mut done: impl FnMut(&[&mut TE]) -> bool) {
     let mut now = Instant::ZERO;
     for _ in 0..10_000 {
         for e in es.iter_mut() {
@@ -196,7 +230,7 @@ fn dead_peer_fails_send_and_runs_error_handler() {
     let mut rings = rings();
     let mut a = engine(7, 0);
     let mut setup = out(1, 2);
-    setup.err = Some(record);
+    setup.err = true;
     setup.sem = 4;
     a.bind_port(1, setup).unwrap();
     let h = a.start_send(1, b"x", Body::Borrowed(&[]), true).unwrap();
@@ -258,7 +292,7 @@ fn api_misuse_is_a_typed_error() {
     a.post_recv(1, leak(8)).unwrap();
     assert_eq!(a.attach_buffer(1, leak(4)), Err(Error::BufferTooSmall));
     let bad_cfg = Config::new(1, 7, 3);
-    assert!(Engine::<()>::new(bad_cfg, G, Storage::with_capacity(cap()), ()).is_err());
+    assert!(Engine::new(bad_cfg, G, Storage::with_capacity(cap())).is_err());
 }
 
 #[test]
@@ -290,13 +324,8 @@ fn inter_group_send_and_foreign_frames() {
         (&b"to group 9"[..], 0)
     );
     // A frame of another job is dropped and counted.
-    let mut other = Engine::new(
-        Config::new(0xCD, 7, 0),
-        G,
-        Storage::with_capacity(cap()),
-        Log::new(),
-    )
-    .unwrap();
+    let mut other =
+        TE::new(Engine::new(Config::new(0xCD, 7, 0), G, Storage::with_capacity(cap())).unwrap());
     other
         .bind_port(
             1,
@@ -385,8 +414,8 @@ fn best_effort_loss_is_reported_as_framelost() {
 
 /// Three members of group 7: member 0 broadcasts from port 1 to port 2, which
 /// the others bind for input (64-byte GO_BACK buffers).
-fn broadcast_group() -> Vec<Engine<'static, Log>> {
-    let mut es: Vec<Engine<'static, Log>> = (0..3).map(|i| engine(7, i)).collect();
+fn broadcast_group() -> Vec<TE> {
+    let mut es: Vec<TE> = (0..3).map(|i| engine(7, i)).collect();
     es[0].bind_port(1, out(BROADCAST, 2)).unwrap();
     for e in es.iter_mut().skip(1) {
         e.bind_port(2, input(leak(64), BufferKind::GoBack, 0))
@@ -405,7 +434,7 @@ fn broadcast_and_barrier() {
     for e in es.iter_mut().skip(1) {
         e.start_barrier().unwrap();
     }
-    let mut refs: Vec<&mut Engine<'static, Log>> = es.iter_mut().collect();
+    let mut refs: Vec<&mut TE> = es.iter_mut().collect();
     // Two of three arrived: nobody may leave.
     for _ in 0..100 {
         run(&mut refs, &mut rings, |_| true);
@@ -626,7 +655,7 @@ fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
         1,
         PortSetup {
             input: true,
-            recv: Some(record),
+            recv: true,
             ..out(1, 2)
         },
     )
@@ -728,7 +757,7 @@ fn an_eager_broadcast_goes_from_one_copy_freed_when_every_member_has_it() {
         es[0].start_send_eager(1, b"", b"full"),
         Err(Error::NoResources)
     );
-    let mut refs: Vec<&mut Engine<'static, Log>> = es.iter_mut().collect();
+    let mut refs: Vec<&mut TE> = es.iter_mut().collect();
     run(&mut refs, &mut rings, |es| {
         hs.iter()
             .all(|&h| es[0].send_status(h) == Ok(SendStatus::Done))
@@ -760,9 +789,9 @@ fn frames_sent_as_parts_arrive_like_written_ones() {
         let keyed = |node| {
             let mut cfg = Config::new(0xAB, 7, node);
             cfg.auth_key = key;
-            Engine::new(cfg, G, Storage::with_capacity(cap()), Vec::new()).unwrap()
+            TE::new(Engine::new(cfg, G, Storage::with_capacity(cap())).unwrap())
         };
-        let (mut a, mut b): (Engine<'static, Log>, Engine<'static, Log>) = (keyed(0), keyed(1));
+        let (mut a, mut b): (TE, TE) = (keyed(0), keyed(1));
         a.bind_port(1, out(1, 2)).unwrap();
         b.bind_port(2, input(leak(4000), BufferKind::GoBack, 3))
             .unwrap();

@@ -3,11 +3,12 @@
 
 use super::*;
 
-impl<'a, S> Engine<'a, S> {
+impl<'a> Engine<'a> {
     // ---------------------------------------------------------------- timers
 
     /// Fires every timer due at `now`: retransmissions, delayed acks, abandoned
     /// best-effort messages, and declares peers dead when retries run out.
+    #[inline]
     pub fn handle_timeout(&mut self, now: Instant) {
         for ci in 0..self.chan_hwm {
             let ch = &mut self.chans[ci];

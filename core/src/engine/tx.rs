@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl<'a, S> Engine<'a, S> {
+impl<'a> Engine<'a> {
     // --------------------------------------------------------------- sending
 
     /// Starts the sends handlers queued. Only those queued before this call: a
@@ -692,7 +692,7 @@ impl<'t, D: Device> Tx<'t, D> {
             }
             Slot::Deny { msg, code } => self.control(ch, seq, Kind::Control, msg, code, 0),
             Slot::GetRequest { get, req } => {
-                let payload = Engine::<()>::get_request_payload(gets, get, req);
+                let payload = Engine::get_request_payload(gets, get, req);
                 let repr = Repr {
                     kind: Kind::GetRequest,
                     flags: Flags::RELIABLE | Flags::ACK_REQ,

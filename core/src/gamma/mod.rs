@@ -44,13 +44,15 @@
 //!   addition that gives up at a deadline.
 
 use crate::engine::{
-    Body, Config, Dest, Engine, Error, Group, PortSetup, SendHandle, SendStatus, Storage,
+    Body, Config, Dest, Engine, Error, Group, HandlerView, Notice, PortSetup, Semaphore,
+    SendHandle, SendStatus, Storage,
 };
 use crate::phy::Device;
 use crate::time::{Duration, Instant};
 use crate::{GroupId, NodeId, PortId};
+use managed::ManagedSlice;
 
-pub use crate::engine::{BufferKind, Errno, Handler, RecvBuf, Upcall, BROADCAST};
+pub use crate::engine::{BufferKind, Errno, RecvBuf, BROADCAST};
 
 /// Ports per process, numbered `0..=1024`.
 pub const PORTS: usize = 1025;
@@ -75,9 +77,143 @@ pub use crate::time::Clock;
 #[cfg(feature = "std")]
 pub use crate::time::StdClock;
 
-/// One GAMMA process: the engine, its device and its clock.
+/// A receiver or error handler.
+pub type Handler<'a, S> = fn(&mut Upcall<'_, 'a, S>);
+
+/// A port's two handlers.
+pub struct PortHandlers<'a, S> {
+    /// Run when a message has landed.
+    pub recv: Option<Handler<'a, S>>,
+    /// Run on an error at the port.
+    pub err: Option<Handler<'a, S>>,
+}
+
+impl<'a, S> PortHandlers<'a, S> {
+    /// No handler.
+    pub const EMPTY: PortHandlers<'a, S> = PortHandlers {
+        recv: None,
+        err: None,
+    };
+}
+
+impl<S> core::fmt::Debug for PortHandlers<'_, S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PortHandlers")
+            .field("recv", &self.recv.is_some())
+            .field("err", &self.err.is_some())
+            .finish()
+    }
+}
+
+/// The context a handler runs in: the message (or error), the engine's ports,
+/// semaphores and outbox, and the application state.
+pub struct Upcall<'u, 'a, S> {
+    notice: Notice,
+    view: HandlerView<'u, 'a>,
+    state: &'u mut S,
+}
+
+impl<S> core::fmt::Debug for Upcall<'_, '_, S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Upcall")
+            .field("notice", &self.notice)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, S> Upcall<'_, 'a, S> {
+    /// The port that triggered this handler (GAMMA `gamma_active_port`).
+    pub fn active_port(&self) -> PortId {
+        self.notice.port
+    }
+    /// The error being reported, if this is an error handler (GAMMA `gamma_errno`).
+    pub fn errno(&self) -> Option<Errno> {
+        self.notice.errno
+    }
+    /// Length of the message as sent.
+    pub fn msg_len(&self) -> usize {
+        self.notice.msg_len as usize
+    }
+    /// Bytes of it stored in the buffer (less when truncated).
+    pub fn len(&self) -> usize {
+        self.notice.stored
+    }
+    /// True for an empty message.
+    pub fn is_empty(&self) -> bool {
+        self.notice.stored == 0
+    }
+    /// Sender's group, instance and port.
+    pub fn source(&self) -> Dest {
+        let e = &self.notice.src;
+        Dest {
+            group: e.src_group,
+            node: e.src_node,
+            port: e.src_port,
+        }
+    }
+    /// The stored message, read from the port's buffer.
+    pub fn data(&self) -> &[u8] {
+        self.view.data(&self.notice)
+    }
+    /// The application state shared with handlers.
+    pub fn state(&mut self) -> &mut S {
+        self.state
+    }
+    /// Increments semaphore `sem` (GAMMA `gamma_signal`).
+    pub fn signal(&mut self, sem: u16) -> Result<(), Error> {
+        self.view.signal(sem)
+    }
+    /// Increments error semaphore `sem` (GAMMA `gamma_sigerr`).
+    pub fn sigerr(&mut self, sem: u16) -> Result<(), Error> {
+        self.view.sigerr(sem)
+    }
+    /// Binds a fresh buffer to `port`, returning the previous one (GAMMA
+    /// `gamma_post_recv`). Allowed on the port whose handler is running: its message
+    /// has landed, and the next one goes into `buf`.
+    pub fn post_recv(
+        &mut self,
+        port: PortId,
+        buf: impl Into<RecvBuf<'a>>,
+    ) -> Result<Option<RecvBuf<'a>>, Error> {
+        self.view.post_recv(port, buf.into())
+    }
+    /// Binds a fresh buffer keeping the port's buffer size (GAMMA `gamma_attach_buffer`).
+    pub fn attach_buffer(
+        &mut self,
+        port: PortId,
+        buf: impl Into<RecvBuf<'a>>,
+    ) -> Result<Option<RecvBuf<'a>>, Error> {
+        self.view.attach_buffer(port, buf.into())
+    }
+    /// Takes the buffer back from `port`.
+    pub fn take_buffer(&mut self, port: PortId) -> Result<Option<RecvBuf<'a>>, Error> {
+        self.view.take_buffer(port)
+    }
+    /// A semaphore's state (GAMMA `gamma_test` from a handler).
+    pub fn semaphore(&self, sem: u16) -> Result<Semaphore, Error> {
+        self.view.semaphore(sem)
+    }
+    /// Queues a best-effort send through `port` (GAMMA `gamma_send` from a handler).
+    /// `head` (at most [`crate::engine::HEAD_MAX`] bytes) and `body` are copied into
+    /// one of the engine's eager buffers, so together at most
+    /// [`crate::engine::EAGER_MAX`] bytes; the message leaves when the handler has
+    /// returned, in the order queued. A failure later is reported through the port's
+    /// error handler or error semaphore. Returns the length.
+    pub fn send(&mut self, port: PortId, head: &[u8], body: &[u8]) -> Result<usize, Error> {
+        self.view.send(port, head, body, false)
+    }
+    /// Queues a reliable send (GAMMA `gamma_send_flowctl` from a handler); see [`Upcall::send`].
+    pub fn send_flowctl(&mut self, port: PortId, head: &[u8], body: &[u8]) -> Result<usize, Error> {
+        self.view.send(port, head, body, true)
+    }
+}
+
+/// One GAMMA process: the engine, its device and its clock, the ports' handlers and
+/// the state they share.
 pub struct Gamma<'a, D, C, S = ()> {
-    engine: Engine<'a, S>,
+    engine: Engine<'a>,
+    handlers: ManagedSlice<'a, PortHandlers<'a, S>>,
+    state: S,
     dev: D,
     clock: C,
     idle: Option<fn()>,
@@ -122,11 +258,13 @@ fn user_sem(sem: u16) -> Result<(), Error> {
 
 impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// `gamma_init`: joins group `cfg.group` as instance `cfg.node`, with tables from
-    /// `storage` (at least [`PORTS`] ports and [`SEMAPHORES`] semaphores).
+    /// `storage` (at least [`PORTS`] ports and [`SEMAPHORES`] semaphores) and a
+    /// handler table of at least [`PORTS`] entries.
     pub fn init(
         cfg: Config,
         groups: &'a [Group<'a>],
-        storage: Storage<'a, S>,
+        storage: Storage<'a>,
+        handlers: ManagedSlice<'a, PortHandlers<'a, S>>,
         dev: D,
         clock: C,
         state: S,
@@ -134,11 +272,16 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         if storage.ports.len() < PORTS || storage.sems.len() < SEMAPHORES {
             return Err(Error::BadConfig);
         }
-        let mut engine = Engine::new(cfg, groups, storage, state)?;
+        if handlers.len() < PORTS {
+            return Err(Error::BadConfig);
+        }
+        let mut engine = Engine::new(cfg, groups, storage)?;
         // Sends before the first poll are framed to this device's MTU.
         engine.set_capabilities(dev.capabilities());
         Ok(Gamma {
             engine,
+            handlers,
+            state,
             dev,
             clock,
             idle: None,
@@ -166,7 +309,10 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             assemblies: fabric_nodes.clamp(16, 1024),
             eager: 32,
         };
-        Self::init(cfg, groups, Storage::with_capacity(cap), dev, clock, state)
+        let mut handlers = alloc::vec::Vec::with_capacity(PORTS);
+        handlers.resize_with(PORTS, || PortHandlers::EMPTY);
+        let storage = Storage::with_capacity(cap);
+        Self::init(cfg, groups, storage, handlers.into(), dev, clock, state)
     }
 
     /// `gamma_exit`: finishes every send still in flight (or sees it fail), waiting at
@@ -183,14 +329,14 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         self.engine.flush_acks();
         loop {
             let now = self.clock.now();
-            self.engine.poll(now, &mut self.dev, None);
+            self.engine_poll(now, None);
             if self.engine.is_quiescent() || now >= deadline {
                 break;
             }
             self.idle_step(false);
         }
-        let Gamma { engine, dev, .. } = self;
-        (dev, engine.into_state())
+        let Gamma { dev, state, .. } = self;
+        (dev, state)
     }
 
     /// `gamma_set_active_port`: binds `port` for output to `(dest_node, dest_par_pid,
@@ -221,13 +367,18 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         let setup = PortSetup {
             dest: Some(dest),
             input: true,
-            recv: receiver_handler,
-            err: error_handler,
+            recv: receiver_handler.is_some(),
+            err: error_handler.is_some(),
             sem: semaphore,
             kind: buffer_kind,
             buffer,
         };
-        self.engine.bind_port(port, setup)
+        self.engine.bind_port(port, setup)?;
+        self.handlers[port as usize] = PortHandlers {
+            recv: receiver_handler,
+            err: error_handler,
+        };
+        Ok(())
     }
 
     /// `gamma_set_passive_port`: as [`Gamma::set_active_port`] without handlers; errors
@@ -315,6 +466,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         let ext = eager.is_none().then_some(body);
         let now = self.clock.now();
         self.engine.transmit_send(now, &mut self.dev, h, ext);
+        self.run_handlers(now, ext);
         // A message that left whole in that pass returns without a receive poll:
         // most sends cost one transmit pass and no look at the device's receive side.
         loop {
@@ -338,7 +490,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
                 }
             }
             let now = self.clock.now();
-            let busy = self.engine.poll(now, &mut self.dev, ext);
+            let busy = self.engine_poll(now, ext);
             self.idle_step(busy);
         }
     }
@@ -383,6 +535,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         // Start the first frames now, as GAMMA's trap into the driver did.
         let now = self.clock.now();
         self.engine.poll_transmit(now, &mut self.dev, None);
+        self.run_handlers(now, None);
         Ok(h)
     }
 
@@ -489,7 +642,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
                 Some(_) => {}
             }
             // One clock read per turn serves the deadline and the poll.
-            let busy = self.engine.poll(now, &mut self.dev, None);
+            let busy = self.engine_poll(now, None);
             self.idle_step(busy);
         }
     }
@@ -504,7 +657,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// `gamma_atomic`: runs `f` with no handler in between (handlers only run inside
     /// polls, so this holds by construction), on the state handlers share.
     pub fn atomic<R>(&mut self, f: impl FnOnce(&mut S) -> R) -> R {
-        f(self.engine.state_mut())
+        f(&mut self.state)
     }
 
     /// `gamma_sync`: barrier among all processes of the group. If a member has died,
@@ -582,6 +735,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         let h = self.engine.start_fetch_add(group, node, var, delta)?;
         let now = self.clock.now();
         self.engine.poll_transmit(now, &mut self.dev, None);
+        self.run_handlers(now, None);
         loop {
             if let Some(v) = self.engine.fetch_add_result(h)? {
                 return Ok(v);
@@ -623,7 +777,44 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// Lets the engine make progress once: receive, run handlers, retransmit, send.
     pub fn poll(&mut self) -> bool {
         let now = self.clock.now();
-        self.engine.poll(now, &mut self.dev, None)
+        self.engine_poll(now, None)
+    }
+
+    /// One engine poll (`ext`: the body of a blocking send in progress), then the
+    /// handlers of what it delivered or reported.
+    fn engine_poll(&mut self, now: Instant, ext: Option<&[u8]>) -> bool {
+        let busy = self.engine.poll(now, &mut self.dev, ext);
+        self.run_handlers(now, ext);
+        busy
+    }
+
+    /// Runs the handler of every notice the engine queued, oldest first, with the
+    /// state; what they queued to send leaves at once (`ext` as for the poll). A
+    /// notice for a port whose handler has since been removed only counted.
+    fn run_handlers(&mut self, now: Instant, ext: Option<&[u8]>) {
+        if self.engine.notices_pending() == 0 {
+            return;
+        }
+        while let Some((notice, view)) = self.engine.next_notice() {
+            let h = self.handlers.get(notice.port as usize).and_then(|h| {
+                if notice.errno.is_some() {
+                    h.err
+                } else {
+                    h.recv
+                }
+            });
+            if let Some(h) = h {
+                let mut up = Upcall {
+                    notice,
+                    view,
+                    state: &mut self.state,
+                };
+                h(&mut up);
+            }
+        }
+        if self.engine.outbox_pending() > 0 {
+            self.engine.poll_transmit(now, &mut self.dev, ext);
+        }
     }
 
     /// When the engine next needs a poll (see [`Engine::poll_at`]).
@@ -633,21 +824,21 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
 
     /// The state handlers share.
     pub fn state(&self) -> &S {
-        self.engine.state()
+        &self.state
     }
 
     /// The state handlers share, mutably.
     pub fn state_mut(&mut self) -> &mut S {
-        self.engine.state_mut()
+        &mut self.state
     }
 
     /// The engine, for its counters and lower-level calls.
-    pub fn engine(&self) -> &Engine<'a, S> {
+    pub fn engine(&self) -> &Engine<'a> {
         &self.engine
     }
 
     /// The engine, mutably.
-    pub fn engine_mut(&mut self) -> &mut Engine<'a, S> {
+    pub fn engine_mut(&mut self) -> &mut Engine<'a> {
         &mut self.engine
     }
 

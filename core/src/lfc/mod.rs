@@ -218,7 +218,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     pub fn init(
         cfg: Config,
         groups: &'a [Group<'a>],
-        storage: Storage<'a, ()>,
+        storage: Storage<'a>,
         dev: D,
         clock: C,
         opts: Options,
@@ -228,7 +228,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         if storage.packets.tx.is_empty() || storage.packets.rx.is_empty() {
             return Err(Error::BadConfig);
         }
-        let mut engine = Engine::new(cfg, groups, storage, ())?;
+        let mut engine = Engine::new(cfg, groups, storage)?;
         engine.set_capabilities(dev.capabilities());
         let now = clock.now();
         Ok(Lfc {

@@ -656,8 +656,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             assemblies: 16 + 2 * fabric_nodes,
             eager: 0,
         };
-        let storage: Storage<'a, ()> = Storage::with_capacity(cap).with_packets(64, 256, 0, 0);
-        let mut engine = Engine::new(cfg, groups, storage, ())?;
+        let storage: Storage<'a> = Storage::with_capacity(cap).with_packets(64, 256, 0, 0);
+        let mut engine = Engine::new(cfg, groups, storage)?;
         engine.set_capabilities(dev.capabilities());
         if engine.packet_size() <= HEAD {
             return Err(QxError::Invalid);

@@ -400,7 +400,7 @@ fn the_engine_takes_its_credit_only_path_over_the_nic() {
     );
     let (a, b) = (&p.a, &p.b);
     assert!(done, "the send did not complete");
-    assert_eq!(b.state().as_slice(), msg);
+    assert_eq!(p.received.as_slice(), msg);
     assert_eq!(a.stats().retransmits, 0);
     assert!(a.stats().tx_frames >= 530, "1 MiB in 1984-byte frames");
     assert!(
@@ -478,7 +478,7 @@ fn a_concurrent_writer_never_panics_the_receiver() {
     pair.b.set_capabilities(b.capabilities());
     // The sending engine's frames are real (valid headers), so the receiver parses
     // them deep before the scribbles make them inconsistent.
-    let send = |e: &mut volley_core::engine::Engine<'static, Vec<u8>>| {
+    let send = |e: &mut volley_core::engine::Engine<'static>| {
         let body = volley_core::engine::Body::Borrowed(&[0x5A; 3000]);
         if let Ok(h) = e.start_send(0, &[], body, false) {
             let _ = e.detach(h);
@@ -874,7 +874,7 @@ fn a_refused_message_does_not_hold_the_nic_barrier() {
 }
 
 /// Records each broadcast's length and first byte.
-fn on_bcast(up: &mut volley_core::engine::Upcall<'_, 'static, Vec<(usize, u8)>>) {
+fn on_bcast(up: &mut volley_core::gamma::Upcall<'_, 'static, Vec<(usize, u8)>>) {
     let rec = (up.msg_len(), up.data().first().copied().unwrap_or(0));
     up.state().push(rec);
 }
@@ -966,7 +966,7 @@ fn poll_until(
 /// Polls every instance until each member has recorded `want` broadcasts.
 fn poll_until_recorded(gs: &mut [BcastGamma], want: usize, t0: std::time::Instant) {
     poll_until(gs, t0, 20, "broadcasts stuck", |gs| {
-        gs[1..].iter().all(|g| g.engine().state().len() >= want)
+        gs[1..].iter().all(|g| g.state().len() >= want)
     });
 }
 
@@ -997,7 +997,7 @@ fn short_broadcasts_go_through_the_board_in_the_roots_order() {
         gs[0].engine().send_status(h).unwrap() != volley_core::engine::SendStatus::Pending
     });
     for (i, g) in gs.iter().enumerate().skip(1) {
-        assert_eq!(g.engine().state(), &sent, "member {i}'s broadcasts");
+        assert_eq!(g.state(), &sent, "member {i}'s broadcasts");
         assert_eq!(
             g.engine().stats().board_rx,
             29,
@@ -1040,7 +1040,7 @@ fn forged_board_frames_are_dropped() {
     gs[0].send_flowctl(5, &[2; 8]).unwrap();
     poll_until_recorded(&mut gs, 2, std::time::Instant::now());
     let st = gs[1].engine().stats();
-    assert_eq!(gs[1].engine().state(), &vec![(8, 1), (8, 2)]);
+    assert_eq!(gs[1].state(), &vec![(8, 1), (8, 2)]);
     assert_eq!(st.board_rx, 2);
     assert_eq!(st.rx_malformed, 3, "garbage, truncated, other shape");
     assert_eq!(st.rx_spoofed, 1);
@@ -1065,10 +1065,10 @@ fn a_board_broadcast_to_an_unbound_port_is_dropped_after_the_grace() {
     bind_bcast(&mut gs[2]);
     gs[0].send_flowctl(5, &[2; 8]).unwrap();
     poll_until(&mut gs, t0, 10, "the later broadcast never came", |gs| {
-        !gs[2].engine().state().is_empty() && gs[1].engine().state().len() >= 2
+        !gs[2].state().is_empty() && gs[1].state().len() >= 2
     });
-    assert_eq!(gs[1].engine().state(), &vec![(8, 1), (8, 2)]);
-    assert_eq!(gs[2].engine().state(), &vec![(8, 2)]);
+    assert_eq!(gs[1].state(), &vec![(8, 1), (8, 2)]);
+    assert_eq!(gs[2].state(), &vec![(8, 2)]);
     assert_eq!(gs[2].engine().stats().rx_rejected, 1);
 }
 

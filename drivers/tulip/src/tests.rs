@@ -629,7 +629,7 @@ fn the_engine_moves_a_message_over_two_fake_chips() {
         Duration::from_micros(5),
     );
     assert!(done, "the send did not complete");
-    assert_eq!(p.b.state().as_slice(), msg);
+    assert_eq!(p.received.as_slice(), msg);
     assert!(nb.stats().rx_frames >= 69, "100 kB in 1444-byte payloads");
 }
 
