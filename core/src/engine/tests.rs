@@ -898,3 +898,55 @@ fn a_short_best_effort_send_goes_at_once_and_never_overtakes() {
     assert!(b.state().iter().all(|e| e.2.is_none()), "nothing lost");
     assert_eq!(b.stats().lost, 0);
 }
+
+/// Single-frame messages to an idle GO_BACK port take the short path (no assembly)
+/// on both services, in order, each counted and reported like any; one that does
+/// not fit the buffer goes the general way and is reported truncated; and the
+/// channel's order goes on after both (the short path keeps the message ids).
+#[test]
+fn single_frame_messages_skip_the_assembly_and_keep_the_order() {
+    let mut rings = rings();
+    let (mut a, mut b) = (engine(7, 0), engine(7, 1));
+    a.bind_port(1, out(1, 2)).unwrap();
+    b.bind_port(2, input(leak(16), BufferKind::GoBack, 3))
+        .unwrap();
+    let mut want = Vec::new();
+    for k in 0..12u8 {
+        let msg: &'static [u8] = Vec::leak(std::vec![k; 1 + k as usize % 16]);
+        let reliable = k % 3 != 0;
+        let h = a.start_send(1, b"", Body::Borrowed(msg), reliable).unwrap();
+        run(&mut [&mut a, &mut b], &mut rings, |es| {
+            es[1].state().len() == want.len() + 1 && es[0].send_status(h) != Ok(SendStatus::Pending)
+        });
+        a.release(h).unwrap();
+        want.push((2, msg.to_vec(), None, 0));
+    }
+    assert_eq!(b.state(), &want);
+    assert_eq!(b.asm_hwm, 0, "no assembly was taken");
+    assert_eq!(b.semaphore(3).unwrap().count, 12);
+    // Too long for the buffer: the general path, truncated.
+    let h = a
+        .start_send(1, b"", Body::Borrowed(&[9; 20]), true)
+        .unwrap();
+    run(&mut [&mut a, &mut b], &mut rings, |es| {
+        es[1].state().len() == 13 && es[0].send_status(h) != Ok(SendStatus::Pending)
+    });
+    assert_eq!(
+        b.state()[12],
+        (2, std::vec![9; 16], Some(Errno::MsgTooLong), 0)
+    );
+    assert_eq!(b.asm_hwm, 1);
+    // Both services go on in order after it.
+    for (k, reliable) in [(20u8, true), (21, false), (22, true)] {
+        let h = a
+            .start_send(1, &[k], Body::Borrowed(&[]), reliable)
+            .unwrap();
+        run(&mut [&mut a, &mut b], &mut rings, |es| {
+            es[0].send_status(h) != Ok(SendStatus::Pending)
+                && es[1].state().last().is_some_and(|m| m.1 == [k])
+        });
+        a.release(h).unwrap();
+    }
+    assert_eq!(b.state().len(), 16);
+    assert_eq!(b.stats().lost, 0);
+}
