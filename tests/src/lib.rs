@@ -9,6 +9,9 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+
+mod doorbell;
+pub use doorbell::DoorbellServer;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -468,6 +471,13 @@ impl SharedRegion {
             "-device".into(),
             "ivshmem-plain,memdev=hm".into(),
         ]
+    }
+}
+
+impl SharedRegion {
+    /// An ivshmem server handing this region to `ivshmem-doorbell` devices.
+    pub fn doorbell_server(&self) -> DoorbellServer {
+        DoorbellServer::new(&self.path, &self.dir, 1)
     }
 }
 

@@ -237,3 +237,84 @@ fn three_nodes_run_cheetah_and_qnix_over_ivshmem() {
         }
     }
 }
+
+/// Interrupt mode over `ivshmem-doorbell` (the region handed out by the harness's
+/// ivshmem server): 2200 ping-pong round trips where each side waits halted until a
+/// doorbell's MSI-X interrupt, which its peer rings after each frame it writes. Each
+/// node takes well over a thousand doorbell interrupts, and its peer rang them.
+/// Then the polling watchdog: while a node polls, the doorbell stays masked; while it
+/// computes, every message reaches its handler from the interrupt.
+#[test]
+fn interrupt_mode_over_ivshmem_doorbells() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    for app in ["irqpong", "watchdog"] {
+        let region = SharedRegion::new(REGION);
+        let server = region.doorbell_server();
+        let job = job_id();
+        let boots: Vec<Boot> = (0..2)
+            .map(|i| {
+                let mut b = Boot::new(&format!(
+                    "app={app} irq=on rank={i} nodes=2 fabric=ivshmem job={job}"
+                ));
+                b.extra = server.qemu_args();
+                b.timeout = Duration::from_secs(120);
+                b
+            })
+            .collect();
+        let out = run_all(&boots);
+        all_succeed(&out);
+        for o in &out {
+            assert!(
+                o.console
+                    .contains("interrupt mode: ivshmem doorbell on MSI-X"),
+                "{}",
+                o.console
+            );
+            let card = count(o, "interrupts: card ");
+            let rung = count(o, "doorbells rung ");
+            if app == "irqpong" {
+                assert!(card > 1000 && rung > 1000, "{card} {rung}: {}", o.console);
+            }
+        }
+        if app == "irqpong" {
+            assert!(
+                out[0].console.contains("interrupt-mode one-way median"),
+                "{}",
+                out[0].console
+            );
+        } else {
+            let o = &out[1];
+            assert!(
+                o.console.contains(
+                    "computing, 100 of 100 messages reached the handler at interrupt time"
+                ),
+                "{}",
+                o.console
+            );
+            assert!(count(o, "polling took ") <= 10, "{}", o.console);
+            // While computing, the doorbells (not only the watchdog's timer) woke it.
+            assert!(
+                count(o, "messages reached the handler at interrupt time (") >= 50,
+                "{}",
+                o.console
+            );
+        }
+    }
+}
+
+/// The number after `prefix` on the node's console.
+fn count(o: &Outcome, prefix: &str) -> u64 {
+    o.console
+        .lines()
+        .find_map(|l| {
+            l.split(prefix)
+                .nth(1)?
+                .split([',', ' '])
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no {prefix:?} in:\n{}", o.console))
+}

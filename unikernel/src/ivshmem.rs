@@ -6,8 +6,12 @@
 //! join it; a region holding another job's layout, or garbage, is never joined: the
 //! joining node waits for instance 0 to lay it out and says why it gave up.
 
+use core::sync::atomic::{AtomicU64, Ordering};
+
 use volley_core::gamma::Clock;
+use volley_core::phy::{BarrierMembers, BarrierPoll, Capabilities, Device};
 use volley_core::time::{Duration, Instant};
+use volley_core::NodeAddr;
 use volley_myri::{Geometry, MyriError, MyriNic, NicConfig, NodeState, Region};
 
 use crate::clock::TscClock;
@@ -18,19 +22,20 @@ const IVSHMEM: (u16, u16) = (0x1AF4, 0x1110);
 /// Slots per ring: frames in flight between a pair of nodes.
 const SLOTS: u32 = 16;
 
-/// The shared memory behind the first `ivshmem-plain` device: (address, length), BAR2
-/// assigned, decoded and mapped write-back.
-pub fn find() -> Option<(u64, u64)> {
+/// The shared memory behind the first ivshmem device (`ivshmem-plain`, or
+/// `ivshmem-doorbell`, whose region comes from an ivshmem server): (address, length),
+/// BAR2 assigned, decoded and mapped write-back; and the device.
+pub fn find() -> Option<((u64, u64), pci::Function)> {
     let mut bar = None;
     pci::scan(|f| {
         if (f.vendor, f.device) == IVSHMEM && bar.is_none() {
             if let Some(b) = pci::memory_bar(&f, 2) {
                 pci::enable_memory(&f);
-                bar = Some(b);
+                bar = Some((b, f));
             }
         }
     });
-    let (base, len) = bar?;
+    let ((base, len), function) = bar?;
     println!(
         "volley unikernel: ivshmem BAR2 at {:#x}, {} KiB",
         base,
@@ -42,7 +47,7 @@ pub fn find() -> Option<(u64, u64)> {
             len >> 10
         );
     }
-    Some((base, len))
+    Some(((base, len), function))
 }
 
 /// The largest slot (a power of two from 1 KiB to 64 KiB) with which `nodes` nodes fit
@@ -208,4 +213,181 @@ pub fn flagpong((base, len): (u64, u64), clock: &TscClock, rank: u16) -> bool {
         );
     }
     true
+}
+
+// ------------------------------------------------------------------ doorbells
+
+/// `ivshmem-doorbell` registers in BAR0 (QEMU's ivshmem spec): this VM's peer id, and
+/// the doorbell, written `peer << 16 | vector` to raise that vector in that peer.
+const IVPOSITION: u64 = 8;
+const DOORBELL: u64 = 12;
+/// Marks a node's host word (see `volley_myri`'s host words) as its doorbell id: the
+/// ivshmem server numbers VMs in connection order, not by rank.
+const ID_TAG: u64 = 0x4442_0000_0000_0000;
+
+fn reg_read(regs: u64, off: u64) -> u32 {
+    // SAFETY: a register of the doorbell device's BAR0, assigned by `pci::memory_bar`
+    // in the identity-mapped, uncached PCI hole; reads have no side effect here.
+    unsafe { core::ptr::read_volatile((regs + off) as *const u32) }
+}
+
+fn reg_write(regs: u64, off: u64, v: u32) {
+    // SAFETY: as in `reg_read`; the doorbell register only signals the peer.
+    unsafe { core::ptr::write_volatile((regs + off) as *mut u32, v) }
+}
+
+/// The MSI-X table entry of the doorbell's vector 0 (0: none), for [`doorbell_irq`].
+static MSIX_ENTRY: AtomicU64 = AtomicU64::new(0);
+
+/// The interrupt side of `ivshmem-doorbell`: its BAR0 registers and vector 0 through
+/// MSI-X at `vector` on this CPU (QEMU's doorbell device interrupts only by MSI-X).
+/// `None` for an `ivshmem-plain` device (no MSI-X) or a table that cannot be placed.
+pub fn doorbell(function: &pci::Function, apic_id: u8, vector: u8) -> Option<u64> {
+    if !pci::has_msix(function) {
+        return None;
+    }
+    let (regs, _) = pci::memory_bar(function, 0)?;
+    let entry = pci::enable_msix(function, apic_id, vector)?;
+    MSIX_ENTRY.store(entry, Ordering::SeqCst);
+    Some(regs)
+}
+
+/// The doorbell's interrupt control for `intr` (op 0 mask, 1 unmask, 2 acknowledge):
+/// the MSI-X entry's mask bit. A doorbell rung while masked stays pending in the
+/// device and is delivered on unmasking, so none is lost; MSI needs no acknowledge.
+pub fn doorbell_irq(op: u8) -> bool {
+    let entry = MSIX_ENTRY.load(Ordering::SeqCst);
+    if entry == 0 {
+        return false;
+    }
+    if op < 2 {
+        // SAFETY: the vector control word of the entry `doorbell` programmed.
+        unsafe { core::ptr::write_volatile((entry + 12) as *mut u32, (op == 0) as u32) };
+    }
+    true
+}
+
+/// The Myrinet-like model with doorbells: after each transmit pass it rings every
+/// node it wrote a frame to (a broadcast board frame: every node), so a node halted
+/// in interrupt mode wakes for it. A node whose doorbell id is not published yet is
+/// rung at a later pass (until then it finds the frame when it polls).
+#[derive(Debug)]
+pub struct Doorbells {
+    nic: MyriNic,
+    regs: u64,
+    /// Peers' doorbell ids by rank, once read from their host words.
+    ids: alloc::vec::Vec<Option<u16>>,
+    due: alloc::vec::Vec<bool>,
+    any_due: bool,
+    /// Doorbells rung.
+    pub rung: u64,
+}
+
+impl Doorbells {
+    /// `nic` with the doorbell registers at `regs`; publishes this VM's doorbell id in
+    /// its host word for the other nodes.
+    pub fn new(nic: MyriNic, regs: u64) -> Doorbells {
+        let me = reg_read(regs, IVPOSITION) as u16;
+        nic.publish_host(ID_TAG | me as u64, 0);
+        let n = nic.geometry().nodes as usize;
+        println!("volley unikernel: ivshmem doorbell id {}", me);
+        Doorbells {
+            nic,
+            regs,
+            ids: alloc::vec![None; n],
+            due: alloc::vec![false; n],
+            any_due: false,
+            rung: 0,
+        }
+    }
+
+    /// The model underneath.
+    pub fn nic(&mut self) -> &mut MyriNic {
+        &mut self.nic
+    }
+
+    fn mark(&mut self, node: usize) {
+        if let Some(d) = self.due.get_mut(node) {
+            *d = true;
+            self.any_due = true;
+        }
+    }
+
+    fn ring_due(&mut self) {
+        self.any_due = false;
+        for node in 0..self.due.len() {
+            if !self.due[node] {
+                continue;
+            }
+            if self.ids[node].is_none() {
+                let (word, _) = self.nic.host(node as u32);
+                if word & !0xFFFF == ID_TAG {
+                    self.ids[node] = Some(word as u16);
+                }
+            }
+            match self.ids[node] {
+                Some(id) => {
+                    self.due[node] = false;
+                    reg_write(self.regs, DOORBELL, (id as u32) << 16);
+                    self.rung += 1;
+                }
+                None => self.any_due = true,
+            }
+        }
+    }
+}
+
+impl Device for Doorbells {
+    type RxToken<'a> = <MyriNic as Device>::RxToken<'a>;
+    type TxToken<'a> = <MyriNic as Device>::TxToken<'a>;
+
+    fn receive(&mut self, now: Instant) -> Option<Self::RxToken<'_>> {
+        self.nic.receive(now)
+    }
+    fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<Self::TxToken<'_>> {
+        // Marked before the frame is written: a bell too many costs a wake-up, one
+        // too few a wait for the watchdog.
+        self.mark(dst.0 as usize);
+        self.nic.transmit(now, dst)
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.nic.capabilities()
+    }
+    fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
+        self.nic.peer_alive(now, peer)
+    }
+    fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
+        self.nic.fetch_add(peer, var, delta)
+    }
+    fn barrier(&mut self, now: Instant, members: &BarrierMembers<'_>) -> BarrierPoll {
+        self.nic.barrier(now, members)
+    }
+    fn flush(&mut self, now: Instant) {
+        self.nic.flush(now);
+        if self.any_due {
+            self.ring_due();
+        }
+    }
+    fn gather_from(&self) -> usize {
+        self.nic.gather_from()
+    }
+    fn transmit_parts(&mut self, now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
+        self.mark(dst.0 as usize);
+        self.nic.transmit_parts(now, dst, parts)
+    }
+    fn board_transmit(&mut self, now: Instant, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> bool {
+        let written = self.nic.board_transmit(now, len, fill);
+        if written {
+            let me = self.nic.node() as usize;
+            for node in (0..self.due.len()).filter(|&n| n != me) {
+                self.mark(node);
+            }
+            // Board frames may be written by a pass with no channel to flush.
+            self.ring_due();
+        }
+        written
+    }
+    fn board_receive(&mut self, now: Instant, take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool) -> bool {
+        self.nic.board_receive(now, take)
+    }
 }

@@ -661,11 +661,6 @@ fn ivshmem_app(a: NetArgs<'_>) -> bool {
         device_barrier,
         irq,
     } = a;
-    if irq.is_some() {
-        // The doorbell interrupt (ivshmem-doorbell) is not driven yet.
-        println!("volley unikernel: irq=on needs a network card (fabric=ethernet or udp)");
-        return false;
-    }
     let nodes: u16 = match pvh::arg(cmdline, "nodes").and_then(|n| n.parse().ok()) {
         Some(n) if (1..=volley_myri::MAX_NODES as u16).contains(&n) && rank < n => n,
         _ => {
@@ -677,9 +672,39 @@ fn ivshmem_app(a: NetArgs<'_>) -> bool {
             return false;
         }
     };
-    let Some(shared) = ivshmem::find() else {
+    let Some((shared, function)) = ivshmem::find() else {
         println!("volley unikernel: no ivshmem-plain device (-device ivshmem-plain,memdev=...)");
         return false;
+    };
+    // Interrupt mode: the doorbell device's MSI-X vector wakes a halted wait.
+    let doorbell = match irq {
+        None => None,
+        Some((interval_us, tsc_hz, _)) => {
+            if !intr::init() {
+                println!("volley unikernel: irq=on: no usable local APIC");
+                return false;
+            }
+            let Some(regs) = ivshmem::doorbell(&function, intr::apic_id(), intr::NIC_VECTOR)
+            else {
+                println!(
+                    "volley unikernel: irq=on over ivshmem needs -device ivshmem-doorbell (an ivshmem server's region with MSI-X), not ivshmem-plain"
+                );
+                return false;
+            };
+            println!(
+                "volley unikernel: interrupt mode: ivshmem doorbell on MSI-X, vector {:#x}, watchdog {} us",
+                intr::NIC_VECTOR,
+                interval_us
+            );
+            Some((
+                regs,
+                app::Irq {
+                    card: ivshmem::doorbell_irq,
+                    interval_us,
+                    tsc_hz,
+                },
+            ))
+        }
     };
     if app == "flagpong" {
         return ivshmem::flagpong(shared, &clock, rank);
@@ -692,6 +717,27 @@ fn ivshmem_app(a: NetArgs<'_>) -> bool {
     let Ok(nic) = ivshmem::open(shared, rank, nodes, job, &clock, wait) else {
         return false;
     };
+    if let Some((regs, irq)) = doorbell {
+        return app::run(
+            app,
+            ivshmem::Doorbells::new(nic, regs),
+            app::Fabric::SharedMemory,
+            clock,
+            rank,
+            nodes,
+            job,
+            device_barrier,
+            Some(irq),
+            |d: &mut ivshmem::Doorbells| {
+                let rung = d.rung;
+                let s = d.nic().stats();
+                println!(
+                    "volley unikernel: ivshmem tx {} rx {} no-credit {} corrupt {} board tx {} rx {} doorbells rung {}",
+                    s.tx_frames, s.rx_frames, s.no_credit, s.corrupt, s.board_tx, s.board_rx, rung
+                );
+            },
+        );
+    }
     app::run(
         app,
         nic,

@@ -195,36 +195,74 @@ pub fn intx_irq(f: &Function) -> Option<u8> {
 /// local APIC with `vector` (fixed delivery, edge: Intel SDM vol. 3, 11.11) and
 /// enables it, which turns its INTx line off. False if it has no MSI capability.
 pub fn enable_msi(f: &Function, apic_id: u8, vector: u8) -> bool {
+    let Some(ptr) = capability(f, 0x05) else {
+        return false;
+    };
+    let head = read(f, ptr);
+    let control = (head >> 16) as u16;
+    let wide = control & (1 << 7) != 0;
+    write(f, ptr + 4, 0xFEE0_0000 | (apic_id as u32) << 12);
+    let data_at = if wide {
+        write(f, ptr + 8, 0);
+        ptr + 12
+    } else {
+        ptr + 8
+    };
+    // The data register is the low 16 bits of its dword.
+    let old = read(f, data_at);
+    write(f, data_at, (old & 0xFFFF_0000) | vector as u32);
+    // One message (MME 0), enabled.
+    let control = (control & !(0b111 << 4)) | 1;
+    write(f, ptr, (head & 0xFFFF) | (control as u32) << 16);
+    true
+}
+
+/// The config-space offset of function `f`'s capability `id`, if it has one.
+fn capability(f: &Function, id: u8) -> Option<u8> {
     // Status bit 4: a capability list at 0x34.
     if read(f, 0x04) & (1 << 20) == 0 {
-        return false;
+        return None;
     }
     let mut ptr = (read(f, 0x34) & 0xFC) as u8;
     // Bounded: a looping list in a broken device must not hang the boot.
     for _ in 0..48 {
         if ptr < 0x40 {
-            return false;
+            return None;
         }
         let head = read(f, ptr);
-        if head & 0xFF == 0x05 {
-            let control = (head >> 16) as u16;
-            let wide = control & (1 << 7) != 0;
-            write(f, ptr + 4, 0xFEE0_0000 | (apic_id as u32) << 12);
-            let data_at = if wide {
-                write(f, ptr + 8, 0);
-                ptr + 12
-            } else {
-                ptr + 8
-            };
-            // The data register is the low 16 bits of its dword.
-            let old = read(f, data_at);
-            write(f, data_at, (old & 0xFFFF_0000) | vector as u32);
-            // One message (MME 0), enabled.
-            let control = (control & !(0b111 << 4)) | 1;
-            write(f, ptr, (head & 0xFFFF) | (control as u32) << 16);
-            return true;
+        if head & 0xFF == id as u32 {
+            return Some(ptr);
         }
         ptr = ((head >> 8) & 0xFC) as u8;
     }
-    false
+    None
+}
+
+/// Whether function `f` has an MSI-X capability.
+pub fn has_msix(f: &Function) -> bool {
+    capability(f, 0x11).is_some()
+}
+
+/// Points entry 0 of function `f`'s MSI-X table (PCI Local Bus 3.0, 6.8.2) at this
+/// CPU's local APIC with `vector`, masked, and enables MSI-X (which turns INTx off).
+/// Returns the entry's physical address: its vector control word at +12 masks (1)
+/// and unmasks (0) it; a message raised while masked is held pending and sent on
+/// unmasking. `None` without MSI-X or if the table's BAR cannot be placed.
+pub fn enable_msix(f: &Function, apic_id: u8, vector: u8) -> Option<u64> {
+    let cap = capability(f, 0x11)?;
+    let table = read(f, cap + 4);
+    let (bar, _) = memory_bar(f, (table & 7) as u8)?;
+    let entry = bar + (table & !7) as u64;
+    let words = [0xFEE0_0000 | (apic_id as u32) << 12, 0, vector as u32, 1];
+    for (i, w) in words.iter().enumerate() {
+        // SAFETY: entry 0 of the table, inside the BAR just assigned (identity-mapped,
+        // uncached PCI hole), which nothing else uses.
+        unsafe { core::ptr::write_volatile((entry + 4 * i as u64) as *mut u32, *w) };
+    }
+    enable(f);
+    let head = read(f, cap);
+    // Message control: enable (bit 15), function mask off (bit 14).
+    let control = ((head >> 16) as u16 & !(1 << 14)) | 1 << 15;
+    write(f, cap, (head & 0xFFFF) | (control as u32) << 16);
+    Some(entry)
 }
