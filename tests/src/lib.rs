@@ -50,6 +50,22 @@ impl Outcome {
             .find(|(_, l)| l.contains(needle))
             .map(|(t, _)| *t)
     }
+
+    /// The number after `prefix` on the console (up to a comma or a space); panics,
+    /// showing the console, if there is none.
+    pub fn count(&self, prefix: &str) -> u64 {
+        self.console
+            .lines()
+            .find_map(|l| {
+                l.split(prefix)
+                    .nth(1)?
+                    .split([',', ' '])
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no {prefix:?} in:\n{}", self.console))
+    }
 }
 
 /// One node to boot.

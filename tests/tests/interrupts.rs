@@ -30,21 +30,6 @@ fn cluster(boots: &[Boot]) -> Vec<Outcome> {
     out
 }
 
-/// The number after `prefix` on the node's console.
-fn count(o: &Outcome, prefix: &str) -> u64 {
-    o.console
-        .lines()
-        .find_map(|l| {
-            l.split(prefix)
-                .nth(1)?
-                .split([',', ' '])
-                .next()?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no {prefix:?} in:\n{}", o.console))
-}
-
 fn pair(app: &str, card: &str, extra: &str) -> Vec<Outcome> {
     let base = ports();
     let boots: Vec<Boot> = (0..2)
@@ -77,11 +62,7 @@ fn interrupt_mode_ping_pong_on_every_card() {
         );
         for o in &out {
             assert!(o.console.contains(how), "{card} {mode}: {}", o.console);
-            assert!(
-                count(o, "interrupts: card ") > 1000,
-                "{card}: {}",
-                o.console
-            );
+            assert!(o.count("interrupts: card ") > 1000, "{card}: {}", o.console);
         }
     }
 }
@@ -126,7 +107,7 @@ fn hub_barriers(cards: &[&str]) {
                 o.console
             );
         }
-        assert!(count(o, "interrupts: card ") > 0, "{}", o.console);
+        assert!(o.count("interrupts: card ") > 0, "{}", o.console);
     }
 }
 
@@ -143,9 +124,9 @@ fn the_polling_watchdog_keeps_a_polling_program_quiet_and_serves_a_computing_one
             "{card}: {}",
             o.console
         );
-        assert!(count(o, "polling took ") <= 10, "{card}: {}", o.console);
+        assert!(o.count("polling took ") <= 10, "{card}: {}", o.console);
         assert!(
-            count(o, "polls at interrupt time ") > 0,
+            o.count("polls at interrupt time ") > 0,
             "{card}: {}",
             o.console
         );
@@ -169,7 +150,7 @@ fn the_lfc_latency_program_runs_in_polling_and_interrupt_mode() {
             );
         }
         for o in &out {
-            assert!(count(o, "upcalls, ") >= 1000, "{card}: {}", o.console);
+            assert!(o.count("upcalls, ") >= 1000, "{card}: {}", o.console);
         }
     }
 }

@@ -272,8 +272,8 @@ fn interrupt_mode_over_ivshmem_doorbells() {
                 "{}",
                 o.console
             );
-            let card = count(o, "interrupts: card ");
-            let rung = count(o, "doorbells rung ");
+            let card = o.count("interrupts: card ");
+            let rung = o.count("doorbells rung ");
             if app == "irqpong" {
                 assert!(card > 1000 && rung > 1000, "{card} {rung}: {}", o.console);
             }
@@ -293,28 +293,13 @@ fn interrupt_mode_over_ivshmem_doorbells() {
                 "{}",
                 o.console
             );
-            assert!(count(o, "polling took ") <= 10, "{}", o.console);
+            assert!(o.count("polling took ") <= 10, "{}", o.console);
             // While computing, the doorbells (not only the watchdog's timer) woke it.
             assert!(
-                count(o, "messages reached the handler at interrupt time (") >= 50,
+                o.count("messages reached the handler at interrupt time (") >= 50,
                 "{}",
                 o.console
             );
         }
     }
-}
-
-/// The number after `prefix` on the node's console.
-fn count(o: &Outcome, prefix: &str) -> u64 {
-    o.console
-        .lines()
-        .find_map(|l| {
-            l.split(prefix)
-                .nth(1)?
-                .split([',', ' '])
-                .next()?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no {prefix:?} in:\n{}", o.console))
 }

@@ -375,7 +375,12 @@ impl Device for Doorbells {
         self.mark(dst.0 as usize);
         self.nic.transmit_parts(now, dst, parts)
     }
-    fn board_transmit(&mut self, now: Instant, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> bool {
+    fn board_transmit(
+        &mut self,
+        now: Instant,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> bool {
         let written = self.nic.board_transmit(now, len, fill);
         if written {
             let me = self.nic.node() as usize;
@@ -387,7 +392,11 @@ impl Device for Doorbells {
         }
         written
     }
-    fn board_receive(&mut self, now: Instant, take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool) -> bool {
+    fn board_receive(
+        &mut self,
+        now: Instant,
+        take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
+    ) -> bool {
         self.nic.board_receive(now, take)
     }
 }

@@ -684,8 +684,7 @@ fn ivshmem_app(a: NetArgs<'_>) -> bool {
                 println!("volley unikernel: irq=on: no usable local APIC");
                 return false;
             }
-            let Some(regs) = ivshmem::doorbell(&function, intr::apic_id(), intr::NIC_VECTOR)
-            else {
+            let Some(regs) = ivshmem::doorbell(&function, intr::apic_id(), intr::NIC_VECTOR) else {
                 println!(
                     "volley unikernel: irq=on over ivshmem needs -device ivshmem-doorbell (an ivshmem server's region with MSI-X), not ivshmem-plain"
                 );
