@@ -238,6 +238,31 @@ fn three_nodes_run_cheetah_and_qnix_over_ivshmem() {
     }
 }
 
+/// Interrupt mode asked for over `ivshmem-plain`, which has no doorbell: one line
+/// saying what is missing, and a failure verdict (not a hang on interrupts that never
+/// come).
+#[test]
+fn interrupt_mode_without_a_doorbell_device_is_one_line() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let region = SharedRegion::new(REGION);
+    let mut b = Boot::new(&format!(
+        "app=irqpong irq=on rank=0 nodes=2 fabric=ivshmem job={}",
+        job_id()
+    ));
+    b.extra = region.qemu_args();
+    b.timeout = Duration::from_secs(60);
+    let o = volley_qemu::run(&b);
+    assert_eq!(o.verdict, Verdict::Failure, "{}", o.console);
+    assert!(
+        o.console
+            .contains("irq=on over ivshmem needs -device ivshmem-doorbell"),
+        "{}",
+        o.console
+    );
+}
+
 /// Interrupt mode over `ivshmem-doorbell` (the region handed out by the harness's
 /// ivshmem server): 2200 ping-pong round trips where each side waits halted until a
 /// doorbell's MSI-X interrupt, which its peer rings after each frame it writes. Each
