@@ -4,7 +4,8 @@
 //!
 //! The engine owns no device and reads no clock. The caller:
 //! 1. calls [`Engine::poll`]`(now, &mut device, ext)` whenever it wants progress: it
-//!    drains received frames (running handlers as messages complete), fires expired
+//!    drains received frames (queuing notices and deliveries as messages complete, for
+//!    the personality to take after the call), fires expired
 //!    timers, advances the barrier, and transmits what the windows and credits allow;
 //! 2. may sleep until [`Engine::poll_at`] (`None`: nothing to do until a frame comes);
 //! 3. starts work with the non-blocking calls ([`Engine::start_send`],
@@ -12,8 +13,9 @@
 //!
 //! `poll` is [`Engine::handle_frame`] for each received frame, then
 //! [`Engine::handle_timeout`], then [`Engine::poll_transmit`]; they may be called
-//! separately in that order. Everything happens inside these calls: handlers run on the
-//! caller's stack, straight off the device's receive token.
+//! separately in that order. Everything happens inside these calls; the engine calls no
+//! personality code. The personality takes what they raised ([`Engine::next_notice`],
+//! [`Engine::next_delivery`]) right after each, and runs its handlers then.
 //!
 //! # Delivery service
 //!
@@ -31,8 +33,11 @@
 //! one, reports `FrameLost` on the port; it never hands over silently wrong data.
 //!
 //! A message is placed straight into the destination port's posted buffer at its
-//! fragment offset; the handler runs when the whole message has landed, and the port
-//! takes no new message until then.
+//! fragment offset; its port's owner is told (a [`Notice`]) when the whole message has
+//! landed. A poll hands at most one message to ports, so the owner's handler runs
+//! before the port's buffer takes the next. (A best-effort message reported lost
+//! because a later one began may show the later one's first bytes by then: its
+//! `FrameLost` is what counts.)
 
 use managed::ManagedSlice;
 

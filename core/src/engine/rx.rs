@@ -1,5 +1,5 @@
 //! Receiving: frame validation and dispatch, acks, reliable and best-effort
-//! assembly straight into port buffers, delivery to handlers, rejections.
+//! assembly straight into port buffers, delivery (notices to ports' owners), rejections.
 
 use super::*;
 

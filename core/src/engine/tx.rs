@@ -6,8 +6,9 @@ use super::*;
 impl<'a> Engine<'a> {
     // --------------------------------------------------------------- sending
 
-    /// Starts the sends handlers queued. Only those queued before this call: a
-    /// handler run from here (an error handler) queues for the next one.
+    /// Starts the sends handlers queued. Only those queued before this call: one
+    /// that fails here is a `SendFailure` notice, whose handler runs after the call
+    /// and queues for the next one.
     pub(super) fn start_queued(&mut self) {
         let queued = core::mem::take(&mut self.outbox);
         for q in &queued.items[..queued.len] {
@@ -17,7 +18,7 @@ impl<'a> Engine<'a> {
             };
             match self.start(q.port, &[], src, q.reliable) {
                 Ok(h) => {
-                    // Nobody holds the handle: a failure goes to the port's error handler.
+                    // Nobody holds the handle: a failure is a notice to the port's owner.
                     let _ = self.detach(h);
                 }
                 Err(_) => {
