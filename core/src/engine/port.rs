@@ -436,7 +436,7 @@ pub(super) struct Note {
 
 /// Notices waiting for the personality, oldest first (caller storage).
 #[derive(Debug)]
-pub struct Notices<'a> {
+pub(super) struct Notices<'a> {
     pub(super) ring: ManagedSlice<'a, Notice>,
     pub(super) head: usize,
     pub(super) len: usize,
@@ -444,7 +444,7 @@ pub struct Notices<'a> {
 
 impl<'a> Notices<'a> {
     /// A queue in `ring`.
-    pub fn new(ring: ManagedSlice<'a, Notice>) -> Self {
+    pub(super) fn new(ring: ManagedSlice<'a, Notice>) -> Self {
         Notices {
             ring,
             head: 0,
