@@ -1094,6 +1094,38 @@ fn lfc_rows(
         rows.push(row("lfc latency, one-way, polling", 8, samples));
     }
 
+    // The same exchange by `lfc_bcast_launch` both ways: on `shm` one write into the
+    // root's board in NIC memory, elsewhere down the tree (here one hop).
+    progress("lfc broadcast, polling");
+    l.barrier()?;
+    let bcast = |l: &mut HostLfc<LfcBench>| -> Result<(), HostError> {
+        let p = l.send_alloc(true)?;
+        l.packet_mut(p)
+            .ok_or_else(|| HostError("lfc packet".into()))?[..8]
+            .copy_from_slice(&[7; 8]);
+        l.bcast_launch(p, 8, true)?;
+        Ok(())
+    };
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..iters + iters / 10 {
+        let t0 = StdInstant::now();
+        if me == 0 {
+            bcast(&mut l)?;
+        }
+        want += 1;
+        while count.load(Ordering::Acquire) < want {
+            l.poll()?;
+        }
+        if me == 1 {
+            bcast(&mut l)?;
+        } else if i >= iters / 10 {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    if me == 0 {
+        rows.push(row("lfc broadcast, one-way, polling, 2 ranks", 8, samples));
+    }
+
     progress("lfc latency, interrupts");
     // The interrupt thread takes over; both sides spin on the counter.
     let period = l.options().intr_first.min(l.options().interval);
