@@ -328,3 +328,46 @@ fn interrupt_mode_over_ivshmem_doorbells() {
         }
     }
 }
+
+/// Four nodes in interrupt mode over `ivshmem-doorbell`, every wait halted: 20
+/// barriers as frames (a barrier in NIC memory writes no frame and rings no doorbell,
+/// so its waits would wake only at the watchdog's ticks) and a broadcast through the
+/// board, whose frame rings every other node. Every node takes doorbell interrupts
+/// and rings others.
+#[test]
+fn four_nodes_run_barriers_and_a_broadcast_woken_by_doorbells() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let region = SharedRegion::new(REGION);
+    let server = region.doorbell_server();
+    let job = job_id();
+    let boots: Vec<Boot> = (0..4)
+        .map(|i| {
+            let mut b = Boot::new(&format!(
+                "app=irqbarrier irq=on barrier=frames rank={i} nodes=4 fabric=ivshmem job={job}"
+            ));
+            b.extra = server.qemu_args();
+            b.timeout = Duration::from_secs(120);
+            b
+        })
+        .collect();
+    let out = run_all(&boots);
+    all_succeed(&out);
+    assert!(
+        out[0].console.contains("20 barriers ok"),
+        "{}",
+        out[0].console
+    );
+    for (i, o) in out.iter().enumerate() {
+        if i > 0 {
+            assert!(
+                o.console.contains(&format!("node {i} got the broadcast")),
+                "{}",
+                o.console
+            );
+        }
+        assert!(o.count("interrupts: card ") > 0, "{}", o.console);
+        assert!(o.count("doorbells rung ") > 0, "{}", o.console);
+    }
+}
