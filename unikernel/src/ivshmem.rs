@@ -360,7 +360,29 @@ impl Device for Doorbells {
         self.nic.fetch_add(peer, var, delta)
     }
     fn barrier(&mut self, now: Instant, members: &BarrierMembers<'_>) -> BarrierPoll {
-        self.nic.barrier(now, members)
+        // The barrier in NIC memory writes words, not frames: ring whoever waits on
+        // what this call wrote. An arrival wakes the parent in the combining tree
+        // (volley_myri's layout: position p's parent is (p - 1) / fan-in); a release
+        // wakes every member.
+        let before = self.nic.stats();
+        let poll = self.nic.barrier(now, members);
+        let after = self.nic.stats();
+        if after.barrier_releases != before.barrier_releases {
+            for i in (0..members.n).filter(|&i| i != members.me) {
+                if let Some(a) = (members.addr)(i) {
+                    self.mark(a.0 as usize);
+                }
+            }
+        } else if after.barrier_arrivals != before.barrier_arrivals && members.me > 0 {
+            let parent = (members.me - 1) / volley_myri::BARRIER_FANIN;
+            if let Some(a) = (members.addr)(parent) {
+                self.mark(a.0 as usize);
+            }
+        }
+        if self.any_due {
+            self.ring_due();
+        }
+        poll
     }
     fn flush(&mut self, now: Instant) {
         self.nic.flush(now);

@@ -452,6 +452,10 @@ pub struct NicStats {
     pub board_rx: u64,
     /// Board writes refused: a reader had not taken the oldest frame yet.
     pub board_full: u64,
+    /// Barrier arrivals this node wrote for its subtree (one per barrier).
+    pub barrier_arrivals: u64,
+    /// Barrier releases this node wrote (position 0, one per barrier).
+    pub barrier_releases: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -749,6 +753,7 @@ impl MyriNic {
             return Err(MyriError::BadNode);
         }
         let arrived = word(me, off::BARRIER_ARRIVED)?;
+        let mut wrote = false;
         let done = if reached(arrived) {
             reached(word(0, off::BARRIER_RELEASED)?)
         } else {
@@ -760,11 +765,18 @@ impl MyriNic {
             }
             // The subtree is in: its arrival happens-before the parent's acquire.
             arrived.store(target, Ordering::Release);
+            wrote = true;
             if me == 0 {
                 word(0, off::BARRIER_RELEASED)?.store(target, Ordering::Release);
             }
             me == 0 || reached(word(0, off::BARRIER_RELEASED)?)
         };
+        if wrote {
+            self.stats.barrier_arrivals += 1;
+            if me == 0 {
+                self.stats.barrier_releases += 1;
+            }
+        }
         if done {
             self.barriers = target;
         }
