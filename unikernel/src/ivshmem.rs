@@ -225,15 +225,22 @@ const DOORBELL: u64 = 12;
 /// ivshmem server numbers VMs in connection order, not by rank.
 const ID_TAG: u64 = 0x4442_0000_0000_0000;
 
-fn reg_read(regs: u64, off: u64) -> u32 {
-    // SAFETY: a register of the doorbell device's BAR0, assigned by `pci::memory_bar`
-    // in the identity-mapped, uncached PCI hole; reads have no side effect here.
-    unsafe { core::ptr::read_volatile((regs + off) as *const u32) }
-}
+/// The doorbell device's register BAR. Only [`doorbell`] makes one, from the BAR it
+/// assigned, so every access through it is to that device's registers.
+#[derive(Debug, Clone, Copy)]
+pub struct DoorbellRegs(u64);
 
-fn reg_write(regs: u64, off: u64, v: u32) {
-    // SAFETY: as in `reg_read`; the doorbell register only signals the peer.
-    unsafe { core::ptr::write_volatile((regs + off) as *mut u32, v) }
+impl DoorbellRegs {
+    fn read(self, off: u64) -> u32 {
+        // SAFETY: a register of the doorbell device's BAR0 (the type's invariant),
+        // identity-mapped in the uncached PCI hole; reads have no side effect here.
+        unsafe { core::ptr::read_volatile((self.0 + off) as *const u32) }
+    }
+
+    fn write(self, off: u64, v: u32) {
+        // SAFETY: as in `read`; the doorbell register only signals the peer.
+        unsafe { core::ptr::write_volatile((self.0 + off) as *mut u32, v) }
+    }
 }
 
 /// The MSI-X table entry of the doorbell's vector 0 (0: none), for [`doorbell_irq`].
@@ -242,14 +249,17 @@ static MSIX_ENTRY: AtomicU64 = AtomicU64::new(0);
 /// The interrupt side of `ivshmem-doorbell`: its BAR0 registers and vector 0 through
 /// MSI-X at `vector` on this CPU (QEMU's doorbell device interrupts only by MSI-X).
 /// `None` for an `ivshmem-plain` device (no MSI-X) or a table that cannot be placed.
-pub fn doorbell(function: &pci::Function, apic_id: u8, vector: u8) -> Option<u64> {
+pub fn doorbell(function: &pci::Function, apic_id: u8, vector: u8) -> Option<DoorbellRegs> {
     if !pci::has_msix(function) {
         return None;
     }
-    let (regs, _) = pci::memory_bar(function, 0)?;
+    let (regs, len) = pci::memory_bar(function, 0)?;
+    if len < 16 {
+        return None;
+    }
     let entry = pci::enable_msix(function, apic_id, vector)?;
     MSIX_ENTRY.store(entry, Ordering::SeqCst);
-    Some(regs)
+    Some(DoorbellRegs(regs))
 }
 
 /// The doorbell's interrupt control for `intr` (op 0 mask, 1 unmask, 2 acknowledge):
@@ -274,7 +284,7 @@ pub fn doorbell_irq(op: u8) -> bool {
 #[derive(Debug)]
 pub struct Doorbells {
     nic: MyriNic,
-    regs: u64,
+    regs: DoorbellRegs,
     /// Peers' doorbell ids by rank, once read from their host words.
     ids: alloc::vec::Vec<Option<u16>>,
     due: alloc::vec::Vec<bool>,
@@ -286,8 +296,8 @@ pub struct Doorbells {
 impl Doorbells {
     /// `nic` with the doorbell registers at `regs`; publishes this VM's doorbell id in
     /// its host word for the other nodes.
-    pub fn new(nic: MyriNic, regs: u64) -> Doorbells {
-        let me = reg_read(regs, IVPOSITION) as u16;
+    pub fn new(nic: MyriNic, regs: DoorbellRegs) -> Doorbells {
+        let me = regs.read(IVPOSITION) as u16;
         nic.publish_host(ID_TAG | me as u64, 0);
         let n = nic.geometry().nodes as usize;
         println!("volley unikernel: ivshmem doorbell id {}", me);
@@ -328,7 +338,7 @@ impl Doorbells {
             match self.ids[node] {
                 Some(id) => {
                     self.due[node] = false;
-                    reg_write(self.regs, DOORBELL, (id as u32) << 16);
+                    self.regs.write(DOORBELL, (id as u32) << 16);
                     self.rung += 1;
                 }
                 None => self.any_due = true,
