@@ -301,6 +301,23 @@ pub fn run(boot: &Boot) -> Outcome {
     }
 }
 
+/// The verdict of the `barrier`-family apps (`collectives`, `irqbarrier`, ...): node 0
+/// reports its 20 barriers and every other node the broadcast it got.
+pub fn assert_barriers_and_broadcast(out: &[Outcome]) {
+    assert!(
+        out[0].console.contains("20 barriers ok"),
+        "{}",
+        out[0].console
+    );
+    for (i, o) in out.iter().enumerate().skip(1) {
+        assert!(
+            o.console.contains(&format!("node {i} got the broadcast")),
+            "{}",
+            o.console
+        );
+    }
+}
+
 /// Boots every node at once and waits for all their verdicts.
 pub fn run_all(boots: &[Boot]) -> Vec<Outcome> {
     let handles: Vec<_> = boots

@@ -6,8 +6,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use volley_qemu::{
-    dgram_card, dgram_nic, hub_card, macs, ports, run_all, Boot, Outcome, Verdict, E1000, E1000E,
-    TULIP,
+    assert_barriers_and_broadcast, dgram_card, dgram_nic, hub_card, macs, ports, run_all, Boot,
+    Outcome, Verdict, E1000, E1000E, TULIP,
 };
 
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -195,18 +195,7 @@ fn hub_cluster(app: &str, cards: &[&str]) -> Vec<String> {
             o.console
         );
     }
-    assert!(
-        out[0].console.contains("20 barriers ok"),
-        "{}",
-        out[0].console
-    );
-    for (i, o) in out.iter().enumerate().skip(1) {
-        assert!(
-            o.console.contains(&format!("node {i} got the broadcast")),
-            "{}",
-            o.console
-        );
-    }
+    assert_barriers_and_broadcast(&out);
     out.into_iter().map(|o| o.console).collect()
 }
 
