@@ -12,8 +12,8 @@
 //! `VOLLEY_FUZZ_SECS=3600 VOLLEY_SEED=7 cargo test --release -p volley-core --test fuzz_engine`.
 
 use volley_core::engine::{
-    Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, PortSetup, Storage, Tree,
-    MCAST_ALL,
+    Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, NoMemory, PortSetup, Storage,
+    Tree, MCAST_ALL,
 };
 use volley_core::phy::{Device, Loopback, Ring, RxToken};
 use volley_core::rng::Rng;
@@ -262,7 +262,27 @@ fn mutated_frames_never_panic_the_engine() {
             if with_key && rng.chance(0.7) {
                 resign(&mut f);
             }
-            e.handle_frame(now, &f);
+            if rng.chance(0.3) && f.len() >= HEADER_LEN {
+                // As a device that sends payloads from where they lie hands it over:
+                // header and tag here, the payload there (or a cut anywhere).
+                let tag = if with_key && f.len() >= HEADER_LEN + TAG_LEN {
+                    TAG_LEN
+                } else {
+                    0
+                };
+                let (head, payload) = if rng.chance(0.8) {
+                    let end = f.len() - tag;
+                    let mut head = f[..HEADER_LEN].to_vec();
+                    head.extend_from_slice(&f[end..]);
+                    (head, f[HEADER_LEN..end].to_vec())
+                } else {
+                    let k = rng.below(f.len() as u64 + 1) as usize;
+                    (f[..k].to_vec(), f[k..].to_vec())
+                };
+                e.handle_split_frame(now, &head, &payload, None, &mut NoMemory);
+            } else {
+                e.handle_frame(now, &f);
+            }
             notices(&mut e);
             drain(&mut e);
             frames += 1;

@@ -347,6 +347,21 @@ impl Doorbells {
     }
 }
 
+impl Doorbells {
+    /// After a board write: every other node has a frame to read.
+    fn board_written(&mut self, written: bool) -> bool {
+        if written {
+            let me = self.nic.node() as usize;
+            for node in (0..self.due.len()).filter(|&n| n != me) {
+                self.mark(node);
+            }
+            // Board frames may be written by a pass with no channel to flush.
+            self.ring_due();
+        }
+        written
+    }
+}
+
 impl Device for Doorbells {
     type RxToken<'a> = <MyriNic as Device>::RxToken<'a>;
     type TxToken<'a> = <MyriNic as Device>::TxToken<'a>;
@@ -414,15 +429,36 @@ impl Device for Doorbells {
         fill: &mut dyn FnMut(&mut [u8]),
     ) -> bool {
         let written = self.nic.board_transmit(now, len, fill);
-        if written {
-            let me = self.nic.node() as usize;
-            for node in (0..self.due.len()).filter(|&n| n != me) {
-                self.mark(node);
-            }
-            // Board frames may be written by a pass with no channel to flush.
-            self.ring_due();
-        }
-        written
+        self.board_written(written)
+    }
+    fn board_transmit_pooled(
+        &mut self,
+        now: Instant,
+        head: &[u8],
+        slot: usize,
+        len: usize,
+        tail: &[u8],
+    ) -> bool {
+        let written = self.nic.board_transmit_pooled(now, head, slot, len, tail);
+        self.board_written(written)
+    }
+    fn pool_slot(&self, i: usize) -> Option<&[u8]> {
+        self.nic.pool_slot(i)
+    }
+    fn pool_slot_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+        self.nic.pool_slot_mut(i)
+    }
+    fn transmit_pooled(
+        &mut self,
+        now: Instant,
+        dst: NodeAddr,
+        head: &[u8],
+        slot: usize,
+        len: usize,
+        tail: &[u8],
+    ) -> bool {
+        self.mark(dst.0 as usize);
+        self.nic.transmit_pooled(now, dst, head, slot, len, tail)
     }
     fn board_receive(
         &mut self,

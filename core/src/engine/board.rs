@@ -51,7 +51,15 @@ impl<'a> Engine<'a> {
             let o = self.ops[oi];
             let packet = o.kind == Kind::Packet;
             let len = (o.total as usize).saturating_sub(o.head_len as usize);
-            let body = if packet {
+            // A packet in a device send slot: the device moves it into the board.
+            let pooled = if packet {
+                self.bufs.pkts.pooled_slot(o.packet)
+            } else {
+                None
+            };
+            let body = if pooled.is_some() {
+                None
+            } else if packet {
                 self.bufs.pkts.payload(o.packet)
             } else {
                 self.bufs
@@ -60,6 +68,7 @@ impl<'a> Engine<'a> {
                     .and_then(|b| b.data.get(..len))
             };
             let body = body.unwrap_or(&[]);
+            let body_len = if pooled.is_some() { len } else { body.len() };
             let head = &o.head[..o.head_len as usize];
             // A packet (LFC) has no tree prefix: its root is `src_port` and the
             // board's mark is in `offset`, as a tree packet's shape (WIRE.md).
@@ -90,23 +99,39 @@ impl<'a> Engine<'a> {
                 msg_id: o.bseq,
                 offset: if packet { u32::from(BOARD) } else { 0 },
                 total_len: o.total,
-                payload_len: (prefix_len + head.len() + body.len()) as u16,
+                payload_len: (prefix_len + head.len() + body_len) as u16,
             };
             let key = self.cfg.auth_key.as_ref();
             let frame_len = repr.buffer_len() + if key.is_some() { wire::TAG_LEN } else { 0 };
             let skip_crc = self.caps.integrity;
             let mut ok = false;
-            let written = dev.board_transmit(now, frame_len, &mut |buf| {
-                ok = repr
-                    .emit_frame_with(buf, skip_crc, key, |p| {
-                        let (a, rest) = p.split_at_mut(prefix_len);
-                        a.copy_from_slice(prefix);
-                        let (b, c) = rest.split_at_mut(head.len());
-                        b.copy_from_slice(head);
-                        c.copy_from_slice(body);
-                    })
-                    .is_ok();
-            });
+            let written = if let Some(k) = pooled {
+                let parts = dev
+                    .pool_slot(k)
+                    .and_then(|b| b.get(..len))
+                    .map(|b| repr.frame_parts(skip_crc, key, [head, b]));
+                match parts {
+                    Some(Ok((h, t))) => {
+                        ok = true;
+                        let tag = if key.is_some() { &t[..] } else { &[] };
+                        dev.board_transmit_pooled(now, &h, k, len, tag)
+                    }
+                    // A slot the device no longer has: the packet fails.
+                    _ => true,
+                }
+            } else {
+                dev.board_transmit(now, frame_len, &mut |buf| {
+                    ok = repr
+                        .emit_frame_with(buf, skip_crc, key, |p| {
+                            let (a, rest) = p.split_at_mut(prefix_len);
+                            a.copy_from_slice(prefix);
+                            let (b, c) = rest.split_at_mut(head.len());
+                            b.copy_from_slice(head);
+                            c.copy_from_slice(body);
+                        })
+                        .is_ok();
+                })
+            };
             if !written {
                 break;
             }

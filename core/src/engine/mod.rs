@@ -1039,7 +1039,13 @@ impl<'a> Engine<'a> {
         for _ in 0..256 {
             let Some(tok) = dev.receive(now) else { break };
             let src = tok.source();
-            tok.consume(|f| self.handle_frame_mem(now, f, src, mem));
+            tok.consume_parts(|f, body| {
+                if body.is_empty() {
+                    self.handle_frame_mem(now, f, src, mem)
+                } else {
+                    self.handle_split_frame(now, f, body, src, mem)
+                }
+            });
             busy = true;
             if self.delivered {
                 break;

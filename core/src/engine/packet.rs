@@ -36,6 +36,8 @@ pub struct PacketBuf {
     /// Sends still reading it.
     net: u16,
     len: u16,
+    /// The bytes lie in the device's send slot of the same index, not in `data`.
+    pooled: bool,
     data: [u8; PACKET_MAX],
 }
 
@@ -47,6 +49,7 @@ impl PacketBuf {
         lent: false,
         net: 0,
         len: 0,
+        pooled: false,
         data: [0; PACKET_MAX],
     };
 
@@ -187,10 +190,22 @@ impl<'a> Packets<'a> {
         }
     }
 
-    /// The bytes a send of packet `id` reads.
+    /// The bytes a send of packet `id` reads (`None` for one in a device send slot).
     pub(super) fn payload(&self, id: u16) -> Option<&[u8]> {
-        let b = self.buf(PacketId(id))?;
+        let b = self.buf(PacketId(id)).filter(|b| !b.pooled)?;
         b.data.get(..b.len as usize)
+    }
+
+    /// The device send slot that holds packet `id`, if one does.
+    pub(super) fn pooled_slot(&self, id: u16) -> Option<usize> {
+        let id = PacketId(id);
+        if id.is_rx() {
+            return None;
+        }
+        self.tx
+            .get(id.index())
+            .filter(|b| b.pooled)
+            .map(|_| id.index())
     }
 
     /// A send reading packet `id` finished: one reader less.
@@ -240,9 +255,27 @@ impl<'a> Engine<'a> {
             .min(PACKET_MAX)
     }
 
-    /// Takes a free send packet (LFC `lfc_send_alloc`); `NoResources` while all are
-    /// in flight (poll and try again).
+    /// Takes a free send packet (LFC `lfc_send_alloc`) in engine memory;
+    /// `NoResources` while all are in flight (poll and try again).
     pub fn packet_alloc(&mut self) -> Result<PacketId, Error> {
+        self.packet_take(false)
+    }
+
+    /// [`Engine::packet_alloc`] on device `dev`: where the device has send slots in
+    /// its own memory ([`Capabilities::pool_slots`]), the packet is one of them, and
+    /// its launch is sent from where the program wrote it, with no copy on the way
+    /// (LFC's packets in NIC memory). Read and fill it with [`Engine::packet_in`] and
+    /// [`Engine::packet_mut_in`].
+    pub fn packet_alloc_on<D: Device>(&mut self, dev: &D) -> Result<PacketId, Error> {
+        self.caps = dev.capabilities();
+        let id = self.packet_take(true)?;
+        let i = id.index();
+        let b = &mut self.bufs.pkts.tx[i];
+        b.pooled = b.pooled && dev.pool_slot(i).is_some_and(|s| s.len() >= PACKET_MAX);
+        Ok(id)
+    }
+
+    fn packet_take(&mut self, pool: bool) -> Result<PacketId, Error> {
         let i = self
             .bufs
             .pkts
@@ -250,24 +283,59 @@ impl<'a> Engine<'a> {
             .iter()
             .position(PacketBuf::is_free)
             .ok_or(Error::NoResources)?;
+        // A slot holds a packet of the largest size this device carries.
+        let pooled =
+            pool && i < usize::from(self.caps.pool_slots) && self.caps.pool_slot_size >= PACKET_MAX;
         let b = &mut self.bufs.pkts.tx[i];
         b.user = true;
         b.lent = false;
         b.len = 0;
+        b.pooled = pooled;
         Ok(PacketId::tx(i))
     }
 
-    /// The packet's bytes: a send packet's whole buffer, a delivered one's payload.
+    /// The packet's bytes: a send packet's whole buffer, a delivered one's payload
+    /// (`None` for one in a device send slot: see [`Engine::packet_in`]).
     pub fn packet(&self, id: PacketId) -> Option<&[u8]> {
-        let b = self.bufs.pkts.buf(id).filter(|b| b.user || b.queued)?;
+        let b = self
+            .bufs
+            .pkts
+            .buf(id)
+            .filter(|b| (b.user || b.queued) && !b.pooled)?;
         let n = if b.lent { b.len as usize } else { PACKET_MAX };
         b.data.get(..n)
     }
 
-    /// The packet's whole buffer, to fill (a send packet) or change (a kept one).
+    /// The packet's whole buffer, to fill (a send packet) or change (a kept one)
+    /// (`None` for one in a device send slot: see [`Engine::packet_mut_in`]).
     pub fn packet_mut(&mut self, id: PacketId) -> Option<&mut [u8]> {
-        let b = self.bufs.pkts.buf_mut(id).filter(|b| b.user)?;
+        let b = self.bufs.pkts.buf_mut(id).filter(|b| b.user && !b.pooled)?;
         Some(&mut b.data[..])
+    }
+
+    /// [`Engine::packet`] of a packet that may lie in a send slot of `dev`.
+    pub fn packet_in<'d, D: Device>(&'d self, dev: &'d D, id: PacketId) -> Option<&'d [u8]> {
+        let b = self.bufs.pkts.buf(id).filter(|b| b.user || b.queued)?;
+        let n = if b.lent { b.len as usize } else { PACKET_MAX };
+        if b.pooled {
+            dev.pool_slot(id.index())?.get(..n)
+        } else {
+            b.data.get(..n)
+        }
+    }
+
+    /// [`Engine::packet_mut`] of a packet that may lie in a send slot of `dev`.
+    pub fn packet_mut_in<'d, D: Device>(
+        &'d mut self,
+        dev: &'d mut D,
+        id: PacketId,
+    ) -> Option<&'d mut [u8]> {
+        let b = self.bufs.pkts.buf_mut(id).filter(|b| b.user)?;
+        if b.pooled {
+            dev.pool_slot_mut(id.index())?.get_mut(..PACKET_MAX)
+        } else {
+            Some(&mut b.data[..])
+        }
     }
 
     /// The packet a pointer into a pool names, for a C facade: `addr` must be the
@@ -282,8 +350,21 @@ impl<'a> Engine<'a> {
         };
         let p = &self.bufs.pkts;
         find(&p.tx)
+            .filter(|&i| !p.tx[i].pooled)
             .map(PacketId::tx)
             .or_else(|| find(&p.rx).map(PacketId::rx))
+    }
+
+    /// [`Engine::packet_at`] for packets that may lie in send slots of `dev`.
+    pub fn packet_at_in<D: Device>(&self, dev: &D, addr: usize) -> Option<PacketId> {
+        let p = &self.bufs.pkts;
+        let pooled = (0..p.tx.len()).find(|&i| {
+            p.tx[i].pooled
+                && dev
+                    .pool_slot(i)
+                    .is_some_and(|s| s.as_ptr() as usize == addr)
+        });
+        pooled.map(PacketId::tx).or_else(|| self.packet_at(addr))
     }
 
     /// Free send packets.

@@ -31,6 +31,40 @@ impl<'a> Engine<'a> {
         let Some((repr, payload)) = self.parse_ours(frame) else {
             return;
         };
+        self.handle_parsed(now, &repr, payload, source, mem)
+    }
+
+    /// [`Engine::handle_frame_mem`] of a frame received in two parts: the header (and
+    /// tag) in `head`, the payload where its sender's device left it
+    /// ([`crate::phy::RxToken::consume_parts`]). Never panics, whatever the bytes.
+    pub fn handle_split_frame(
+        &mut self,
+        now: Instant,
+        head: &[u8],
+        payload: &[u8],
+        source: Option<NodeAddr>,
+        mem: &mut dyn Memory,
+    ) {
+        self.stats.rx_frames += 1;
+        let key = self.cfg.auth_key.as_ref();
+        let parsed = Repr::parse_parts(head, payload, self.caps.integrity, key);
+        let Some(repr) = self.count_parse(parsed) else {
+            return;
+        };
+        self.handle_parsed(now, &repr, payload, source, mem)
+    }
+
+    /// A parsed frame of this job: addressing checks, acks, dispatch by kind.
+    #[inline]
+    fn handle_parsed(
+        &mut self,
+        now: Instant,
+        repr: &Repr,
+        payload: &[u8],
+        source: Option<NodeAddr>,
+        mem: &mut dyn Memory,
+    ) {
+        let repr = *repr;
         if repr.ends.dst_group != self.cfg.group || repr.ends.dst_node != self.cfg.node {
             self.stats.rx_foreign_group += 1;
             return;
@@ -87,7 +121,19 @@ impl<'a> Engine<'a> {
     #[inline]
     pub(super) fn parse_ours<'f>(&mut self, frame: &'f [u8]) -> Option<(Repr, &'f [u8])> {
         let key = self.cfg.auth_key.as_ref();
-        let (repr, payload) = match Repr::parse_frame(frame, self.caps.integrity, key) {
+        match Repr::parse_frame(frame, self.caps.integrity, key) {
+            Ok((repr, payload)) => self.count_parse(Ok(repr)).map(|r| (r, payload)),
+            Err(e) => {
+                self.count_parse(Err(e));
+                None
+            }
+        }
+    }
+
+    /// Counts why a frame failed to parse, or is of another job.
+    #[inline]
+    fn count_parse(&mut self, parsed: Result<Repr, WireError>) -> Option<Repr> {
+        let repr = match parsed {
             Ok(r) => r,
             Err(WireError::BadTag) => {
                 self.stats.rx_unauthenticated += 1;
@@ -106,7 +152,7 @@ impl<'a> Engine<'a> {
             self.stats.rx_foreign_job += 1;
             return None;
         }
-        Some((repr, payload))
+        Some(repr)
     }
 
     #[inline]

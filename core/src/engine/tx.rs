@@ -207,12 +207,16 @@ impl<'a> Engine<'a> {
                     }
                     Slot::Data { op, offset, len } => {
                         let o = &ops[op as usize];
-                        match frame_pieces(o, bufs, ext, offset, len as usize) {
-                            Some(pieces) => {
-                                let last = offset + len as u32 == o.total;
-                                tx.data(ch, o, s, offset, pieces, last, true)
+                        if let Some(k) = bufs.pkts.pooled_slot(o.packet) {
+                            tx.pooled(ch, o, s, k, true)
+                        } else {
+                            match frame_pieces(o, bufs, ext, offset, len as usize) {
+                                Some(pieces) => {
+                                    let last = offset + len as u32 == o.total;
+                                    tx.data(ch, o, s, offset, pieces, last, true)
+                                }
+                                None => false,
                             }
-                            None => false,
                         }
                     }
                     ctrl @ (Slot::Barrier { .. }
@@ -292,11 +296,18 @@ impl<'a> Engine<'a> {
                 if len == 0 && !last {
                     break;
                 }
-                let Some(pieces) = frame_pieces(o, bufs, ext, off, len) else {
-                    break;
-                };
-                if !tx.data(ch, o, seq, off, pieces, last, false) {
-                    break;
+                if let Some(k) = bufs.pkts.pooled_slot(o.packet) {
+                    // A packet is one frame, sent from the device slot it lies in.
+                    if !tx.pooled(ch, o, seq, k, false) {
+                        break;
+                    }
+                } else {
+                    let Some(pieces) = frame_pieces(o, bufs, ext, off, len) else {
+                        break;
+                    };
+                    if !tx.data(ch, o, seq, off, pieces, last, false) {
+                        break;
+                    }
                 }
             }
             let last = off as usize + len == o.total as usize;
@@ -517,27 +528,8 @@ impl<'t, D: Device> Tx<'t, D> {
         last: bool,
         resend: bool,
     ) -> bool {
-        let mut flags = Flags::empty();
-        if o.reliable {
-            flags |= Flags::RELIABLE;
-            // Ask for an ack at message ends (so sends complete), on resends, and
-            // before the window runs dry.
-            let filling = ch.outstanding() + 1 >= (ch.peer_window as u32 * 3 / 4).max(1);
-            // Nobody waits for an eager message's ack: let it ride on the reply.
-            // A root's broadcast has no reply, and its copy is wanted for the next
-            // one. A relay frees a chunk of its ring once every child has acked it.
-            let chunk_end = o.chunked()
-                && (offset as usize + pieces[0].len() + pieces[1].len())
-                    .is_multiple_of(stream::CHUNK);
-            let root_copy = o.kind == Kind::Multicast && !o.relay;
-            let wanted = (o.eager == NONE || root_copy) && o.packet == NONE;
-            if (last && wanted) || resend || filling || chunk_end {
-                flags |= Flags::ACK_REQ;
-            }
-        }
-        if last {
-            flags |= Flags::LAST;
-        }
+        let payload = pieces[0].len() + pieces[1].len();
+        let mut flags = self.data_flags(ch, o, offset, payload, last, resend);
         // A tree broadcast's fragments start with its root, shape and number; the
         // first piece (at most the 20-byte head) is copied behind them.
         let mut first = [0u8; wire::TREE_PREFIX + HEAD_MAX];
@@ -553,7 +545,45 @@ impl<'t, D: Device> Tx<'t, D> {
             pieces
         };
         let payload_len = (pieces[0].len() + pieces[1].len()) as u16;
-        let repr = Repr {
+        let repr = self.data_repr(o, flags, seq, offset, payload_len);
+        self.emit(ch, repr, pieces)
+    }
+
+    /// Packet operation `o` (one frame) from device send slot `slot`, where the
+    /// program wrote it: the device sends it from there, header and tag beside it.
+    fn pooled(
+        &mut self,
+        ch: &mut Channel,
+        o: &Op<'_>,
+        seq: u32,
+        slot: usize,
+        resend: bool,
+    ) -> bool {
+        let len = o.total as usize;
+        let flags = self.data_flags(ch, o, 0, len, true, resend);
+        let mut repr = self.data_repr(o, flags, seq, 0, len as u16);
+        self.address(ch, &mut repr);
+        let key = self.cfg.auth_key.as_ref();
+        let Some(body) = self.dev.pool_slot(slot).and_then(|b| b.get(..len)) else {
+            return false;
+        };
+        let Ok((h, t)) = repr.frame_parts(self.caps.integrity, key, [&[], body]) else {
+            return false;
+        };
+        let tag = if key.is_some() { &t[..] } else { &[] };
+        if !self
+            .dev
+            .transmit_pooled(self.now, ch.peer, &h, slot, len, tag)
+        {
+            return false;
+        }
+        self.sent_frame(ch, &repr);
+        true
+    }
+
+    /// The header of a data frame of `o` (addresses and ack filled in at emission).
+    fn data_repr(&self, o: &Op<'_>, flags: Flags, seq: u32, offset: u32, payload_len: u16) -> Repr {
+        Repr {
             kind: o.kind,
             flags,
             job_key: 0,
@@ -572,8 +602,40 @@ impl<'t, D: Device> Tx<'t, D> {
             },
             total_len: o.total,
             payload_len,
-        };
-        self.emit(ch, repr, pieces)
+        }
+    }
+
+    /// The flags of a data frame of `o` carrying `payload` bytes from `offset`.
+    fn data_flags(
+        &self,
+        ch: &Channel,
+        o: &Op<'_>,
+        offset: u32,
+        payload: usize,
+        last: bool,
+        resend: bool,
+    ) -> Flags {
+        let mut flags = Flags::empty();
+        if o.reliable {
+            flags |= Flags::RELIABLE;
+            // Ask for an ack at message ends (so sends complete), on resends, and
+            // before the window runs dry.
+            let filling = ch.outstanding() + 1 >= (ch.peer_window as u32 * 3 / 4).max(1);
+            // Nobody waits for an eager message's ack: let it ride on the reply.
+            // A root's broadcast has no reply, and its copy is wanted for the next
+            // one. A relay frees a chunk of its ring once every child has acked it.
+            let chunk_end =
+                o.chunked() && (offset as usize + payload).is_multiple_of(stream::CHUNK);
+            let root_copy = o.kind == Kind::Multicast && !o.relay;
+            let wanted = (o.eager == NONE || root_copy) && o.packet == NONE;
+            if (last && wanted) || resend || filling || chunk_end {
+                flags |= Flags::ACK_REQ;
+            }
+        }
+        if last {
+            flags |= Flags::LAST;
+        }
+        flags
     }
 
     /// A fragment of a put or get reply: the prefix, then `len` bytes read from

@@ -398,7 +398,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     /// to come free, draining the network meanwhile, with upcalls if allowed.
     pub fn send_alloc(&mut self, upcalls_allowed: bool) -> Result<PacketId, Error> {
         loop {
-            match self.engine.packet_alloc() {
+            match self.engine.packet_alloc_on(&self.dev) {
                 Ok(id) => return Ok(id),
                 Err(Error::NoResources) => self.wait_step(upcalls_allowed)?,
                 Err(e) => return Err(e),
@@ -465,19 +465,21 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
 
     /// A packet's bytes (a received one's payload, a send packet's whole buffer).
     pub fn packet(&self, packet: PacketId) -> Option<&[u8]> {
-        self.engine.packet(packet)
+        self.engine.packet_in(&self.dev, packet)
     }
 
     /// A packet's buffer, to fill before a launch (its first [`Lfc::packet_size`]
     /// bytes are sent).
     pub fn packet_mut(&mut self, packet: PacketId) -> Option<&mut [u8]> {
         let n = self.engine.packet_size();
-        self.engine.packet_mut(packet).map(|b| &mut b[..n])
+        self.engine
+            .packet_mut_in(&mut self.dev, packet)
+            .map(|b| &mut b[..n])
     }
 
     /// The packet whose data starts at `addr` (for a C facade).
     pub fn packet_at(&self, addr: usize) -> Option<PacketId> {
-        self.engine.packet_at(addr)
+        self.engine.packet_at_in(&self.dev, addr)
     }
 
     /// `lfc_packet_free`: gives back a packet an upcall kept.
@@ -763,7 +765,10 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
             self.stats_arrivals -= others;
         } else {
             let p = self.send_alloc(false)?;
-            let b = self.engine.packet_mut(p).ok_or(Error::InvalidHandle)?;
+            let b = self
+                .engine
+                .packet_mut_in(&mut self.dev, p)
+                .ok_or(Error::InvalidHandle)?;
             b[..4].copy_from_slice(&(buf as u32).to_le_bytes());
             for (i, v) in mine.iter().enumerate() {
                 b[4 + 8 * i..12 + 8 * i].copy_from_slice(&v.to_le_bytes());
@@ -781,7 +786,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     }
 
     fn stats_packet(&mut self, d: Delivery) {
-        let Some(b) = self.engine.packet(d.packet) else {
+        let Some(b) = self.engine.packet_in(&self.dev, d.packet) else {
             return;
         };
         if d.len < 4 + 8 * LfcStats::COUNT {

@@ -225,8 +225,14 @@ impl<D: Device, const BUF: usize> Device for FaultInjector<D, BUF> {
     }
 
     fn capabilities(&self) -> Capabilities {
+        // Frames from send slots would go past the faults: none here.
+        let inner = Capabilities {
+            pool_slots: 0,
+            pool_slot_size: 0,
+            ..self.inner.capabilities()
+        };
         if self.injects_nothing() {
-            return self.inner.capabilities();
+            return inner;
         }
         // Whatever the wrapped link promised, this one breaks both promises, and
         // sends nothing past the faults (the board would).
@@ -235,7 +241,7 @@ impl<D: Device, const BUF: usize> Device for FaultInjector<D, BUF> {
             integrity: false,
             board_nodes: 0,
             board_mtu: 0,
-            ..self.inner.capabilities()
+            ..inner
         }
     }
 

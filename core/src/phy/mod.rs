@@ -37,6 +37,11 @@ pub struct Capabilities {
     pub board_nodes: u16,
     /// Largest frame the board carries.
     pub board_mtu: usize,
+    /// Send slots in the device's own memory ([`Device::pool_slot`]) that a program
+    /// may fill and the device sends from where they lie; 0 when there are none.
+    pub pool_slots: u16,
+    /// Bytes per pool slot.
+    pub pool_slot_size: usize,
 }
 
 impl Capabilities {
@@ -48,6 +53,8 @@ impl Capabilities {
             integrity,
             board_nodes: 0,
             board_mtu: 0,
+            pool_slots: 0,
+            pool_slot_size: 0,
         }
     }
 }
@@ -94,6 +101,17 @@ pub trait RxToken {
     /// claims another sender.
     fn source(&self) -> Option<NodeAddr> {
         None
+    }
+
+    /// Hands the frame to `f` as two parts laid end to end: for a frame whose payload
+    /// the device left where its sender wrote it ([`Device::transmit_pooled`]), the
+    /// header part here and the payload in the sender's send slot; for any other
+    /// frame, the whole frame and an empty second part.
+    fn consume_parts<R, F: FnOnce(&[u8], &[u8]) -> R>(self, f: F) -> R
+    where
+        Self: Sized,
+    {
+        self.consume(|b| f(b, &[]))
     }
 }
 
@@ -174,6 +192,44 @@ pub trait Device {
     ) -> bool {
         false
     }
+    /// Send slot `i` of the device's own memory (`i` below
+    /// [`Capabilities::pool_slots`]), read-only.
+    fn pool_slot(&self, _i: usize) -> Option<&[u8]> {
+        None
+    }
+    /// Send slot `i`, for the program to fill (LFC: `lfc_send_alloc` hands out a
+    /// transmit slot of the device). The engine lends a slot out only while no frame
+    /// that reads it is still unread.
+    fn pool_slot_mut(&mut self, _i: usize) -> Option<&mut [u8]> {
+        None
+    }
+    /// Sends one frame to `dst` whose payload is the first `len` bytes of send slot
+    /// `slot`, read where it lies: `head` (the header) before it and `tail` (the tag)
+    /// after it. The receiver gets the frame through [`RxToken::consume_parts`].
+    /// `false` when there is no room now or no pool.
+    fn transmit_pooled(
+        &mut self,
+        _now: Instant,
+        _dst: NodeAddr,
+        _head: &[u8],
+        _slot: usize,
+        _len: usize,
+        _tail: &[u8],
+    ) -> bool {
+        false
+    }
+    /// [`Device::board_transmit`] of a frame made of `head`, the first `len` bytes of
+    /// send slot `slot` and `tail`, which the device moves into the board itself.
+    fn board_transmit_pooled(
+        &mut self,
+        _now: Instant,
+        _head: &[u8],
+        _slot: usize,
+        _len: usize,
+        _tail: &[u8],
+    ) -> bool {
+        false
+    }
     /// Offers every other node's oldest unread board frame to `take`, with the
     /// node's fabric address. A frame it takes (`true`) is consumed and the node's
     /// next one offered; one it refuses stays, and holds back that node's later
@@ -237,5 +293,32 @@ impl<D: Device> Device for &mut D {
         take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
     ) -> bool {
         (**self).board_receive(now, take)
+    }
+    fn pool_slot(&self, i: usize) -> Option<&[u8]> {
+        (**self).pool_slot(i)
+    }
+    fn pool_slot_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+        (**self).pool_slot_mut(i)
+    }
+    fn transmit_pooled(
+        &mut self,
+        now: Instant,
+        dst: NodeAddr,
+        head: &[u8],
+        slot: usize,
+        len: usize,
+        tail: &[u8],
+    ) -> bool {
+        (**self).transmit_pooled(now, dst, head, slot, len, tail)
+    }
+    fn board_transmit_pooled(
+        &mut self,
+        now: Instant,
+        head: &[u8],
+        slot: usize,
+        len: usize,
+        tail: &[u8],
+    ) -> bool {
+        (**self).board_transmit_pooled(now, head, slot, len, tail)
     }
 }

@@ -134,10 +134,13 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
     }
 
     fn capabilities(&self) -> Capabilities {
-        // Every frame this node sends goes through the capture, so none on the board.
+        // Every frame this node sends goes through the capture, so none on the board
+        // and none from send slots.
         Capabilities {
             board_nodes: 0,
             board_mtu: 0,
+            pool_slots: 0,
+            pool_slot_size: 0,
             ..self.inner.capabilities()
         }
     }

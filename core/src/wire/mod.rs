@@ -491,21 +491,56 @@ impl Repr {
             u16::from_be_bytes([h[field::PAYLOAD_LEN.start], h[field::PAYLOAD_LEN.start + 1]]);
         let end = HEADER_LEN + plen as usize;
         let payload = frame.get(HEADER_LEN..end).ok_or(WireError::Truncated)?;
+        let got = frame.get(end..end + TAG_LEN);
+        let repr = Repr::parse_checked(&h, payload, got, trust_integrity, key)?;
+        Ok((repr, payload))
+    }
+
+    /// [`Repr::parse_frame`] of a frame received in two parts
+    /// ([`crate::phy::RxToken::consume_parts`]): `head` holds the header and, with a
+    /// key, the tag, and nothing else; `payload` is the whole payload.
+    #[inline]
+    pub fn parse_parts(
+        head: &[u8],
+        payload: &[u8],
+        trust_integrity: bool,
+        key: Option<&AuthKey>,
+    ) -> Result<Repr, WireError> {
+        let mut h = [0u8; HEADER_LEN];
+        h.copy_from_slice(head.get(..HEADER_LEN).ok_or(WireError::Truncated)?);
+        let plen =
+            u16::from_be_bytes([h[field::PAYLOAD_LEN.start], h[field::PAYLOAD_LEN.start + 1]]);
+        let tag_len = if key.is_some() { TAG_LEN } else { 0 };
+        if plen as usize != payload.len() || head.len() != HEADER_LEN + tag_len {
+            return Err(WireError::Truncated);
+        }
+        let got = head.get(HEADER_LEN..);
+        Repr::parse_checked(&h, payload, got, trust_integrity, key)
+    }
+
+    /// Checks the tag (`got`, with a key) or checksum of header `h` and `payload`,
+    /// then parses the header.
+    #[inline]
+    fn parse_checked(
+        h: &[u8; HEADER_LEN],
+        payload: &[u8],
+        got: Option<&[u8]>,
+        trust_integrity: bool,
+        key: Option<&AuthKey>,
+    ) -> Result<Repr, WireError> {
         let mut trusted = trust_integrity;
         if let Some(key) = key {
             // With the job's key, nothing about a frame is looked at before its tag.
             let flags = u16::from_be_bytes([h[field::FLAGS.start], h[field::FLAGS.start + 1]]);
-            let got = frame.get(end..end + TAG_LEN);
             let ok = Flags::from_bits_truncate(flags).contains(Flags::AUTH)
-                && got.is_some_and(|t| same(t, &tag(key, &h, payload)));
+                && got.is_some_and(|t| same(t, &tag(key, h, payload)));
             if !ok {
                 return Err(WireError::BadTag);
             }
             // The tag covers every byte: a CRC adds nothing.
             trusted = true;
         }
-        let repr = Repr::parse_header(&h, payload, trusted)?;
-        Ok((repr, payload))
+        Repr::parse_header(h, payload, trusted)
     }
 
     #[inline]
@@ -803,6 +838,38 @@ mod tests {
             offset: 100,
             total_len: 104,
             payload_len: 4,
+        }
+    }
+
+    /// A frame received in two parts (header and tag, then the payload where its
+    /// sender left it) parses as the same frame whole, and nothing else does.
+    #[test]
+    fn a_frame_in_two_parts_parses_as_the_whole() {
+        let key: AuthKey = *b"0123456789abcdef";
+        for (k, skip) in [(None, false), (None, true), (Some(&key), true)] {
+            let r = sample();
+            let (h, t) = r.frame_parts(skip, k, [b"ab", b"cd"]).unwrap();
+            let mut head = h.to_vec();
+            if k.is_some() {
+                head.extend_from_slice(&t);
+            }
+            let mut whole = h.to_vec();
+            whole.extend_from_slice(b"abcd");
+            if k.is_some() {
+                whole.extend_from_slice(&t);
+            }
+            let (w, _) = Repr::parse_frame(&whole, skip, k).unwrap();
+            assert_eq!(Repr::parse_parts(&head, b"abcd", skip, k), Ok(w));
+            assert_eq!(w.payload_len, 4);
+            // Wrong payload length, trailing bytes, a changed payload.
+            assert!(Repr::parse_parts(&head, b"abc", skip, k).is_err());
+            let mut longer = head.clone();
+            longer.push(0);
+            assert!(Repr::parse_parts(&longer, b"abcd", skip, k).is_err());
+            if !skip || k.is_some() {
+                assert!(Repr::parse_parts(&head, b"abce", skip, k).is_err());
+            }
+            assert!(Repr::parse_parts(&head[..10], b"abcd", skip, k).is_err());
         }
     }
 

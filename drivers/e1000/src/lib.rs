@@ -13,6 +13,12 @@
 //! written once per batch, the transmit tail once per frame. The receive control
 //! register is written once (QEMU's 8254x model holds reception off for about a second
 //! after each write: PLATFORM.md; its 82574L model starts receiving at once).
+//!
+//! Send slots: [`POOL_SLOTS`] more DMA buffers that a program fills itself (LFC's
+//! `lfc_send_alloc`). A frame from one goes out as a chain of legacy descriptors (SDM
+//! 3.3.3: the packet is the data of every descriptor up to the one with EOP): the
+//! Ethernet and Volley headers in the descriptor's own buffer, the payload where the
+//! program wrote it, and the tag, so the packet is never copied by the CPU.
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
@@ -38,6 +44,12 @@ pub const RX_DESCS: usize = 64;
 pub const TX_DESCS: usize = 64;
 /// Bytes per packet buffer (RCTL.BSIZE = 00b: 2048).
 pub const BUF_SIZE: usize = 2048;
+/// Send slots a program fills in place ([`Device::pool_slot`]).
+pub const POOL_SLOTS: usize = 64;
+/// Bytes per send slot.
+pub const POOL_SLOT: usize = 1024;
+/// Where a chained frame's tag lies in its descriptor's own buffer (after the headers).
+const TAIL_AT: usize = BUF_SIZE / 2;
 /// Most peers in the MAC table.
 pub const MAX_PEERS: usize = 64;
 /// Most multicast groups joined at once.
@@ -158,6 +170,8 @@ pub struct Stats {
     pub rx_errors: u64,
     /// Transmit attempts with no free descriptor.
     pub tx_ring_full: u64,
+    /// Volley frames sent from a send slot (a descriptor chain, no copy).
+    pub tx_pooled: u64,
     /// Whole frames received through [`EthernetNic`] (an IP stack's).
     pub rx_raw: u64,
     /// Whole frames sent through [`EthernetNic`].
@@ -180,6 +194,7 @@ pub struct E1000<M: Mmio> {
     rx_bufs: Dma,
     tx_descs: Dma,
     tx_bufs: Dma,
+    tx_pool: Dma,
     rx_next: usize,
     rx_unposted: usize,
     tx_next: usize,
@@ -324,6 +339,9 @@ impl<M: Mmio> E1000<M> {
         let rx_bufs = dma.alloc(RX_DESCS * BUF_SIZE).ok_or(Error::NoDmaMemory)?;
         let tx_descs = dma.alloc(TX_DESCS * 16).ok_or(Error::NoDmaMemory)?;
         let tx_bufs = dma.alloc(TX_DESCS * BUF_SIZE).ok_or(Error::NoDmaMemory)?;
+        let tx_pool = dma
+            .alloc(POOL_SLOTS * POOL_SLOT)
+            .ok_or(Error::NoDmaMemory)?;
         let mut table = [[0u8; 6]; MAX_PEERS];
         table[..peers.len()].copy_from_slice(peers);
         let mut nic = E1000 {
@@ -332,6 +350,7 @@ impl<M: Mmio> E1000<M> {
             rx_bufs,
             tx_descs,
             tx_bufs,
+            tx_pool,
             rx_next: 0,
             rx_unposted: 0,
             tx_next: 0,
@@ -434,6 +453,17 @@ impl<M: Mmio> E1000<M> {
             let last = (self.rx_next + RX_DESCS - 1) % RX_DESCS;
             self.mmio.write32(reg::RDT, last as u32);
         }
+    }
+
+    /// Whether `n` transmit descriptors are free (counting a full ring).
+    fn tx_room(&mut self, n: usize) -> bool {
+        self.reclaim_tx();
+        let used = (self.tx_next + TX_DESCS - self.tx_clean) % TX_DESCS;
+        if used + n >= TX_DESCS {
+            self.stats.tx_ring_full += 1;
+            return false;
+        }
+        true
     }
 
     /// Frees transmit descriptors the NIC has finished with.
@@ -585,6 +615,86 @@ impl<M: Mmio> Device for E1000<M> {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(MTU, false, false)
+        Capabilities {
+            pool_slots: POOL_SLOTS as u16,
+            pool_slot_size: POOL_SLOT,
+            ..Capabilities::new(MTU, false, false)
+        }
+    }
+
+    fn pool_slot(&self, i: usize) -> Option<&[u8]> {
+        // SAFETY: a send slot from the driver's DmaAlloc; the NIC only reads it.
+        (i < POOL_SLOTS).then(|| unsafe { self.tx_pool.slot(i, POOL_SLOT) })
+    }
+
+    fn pool_slot_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+        // SAFETY: the NIC never writes a send slot, and `&mut self` keeps any other
+        // slice of ours from living meanwhile. The engine rewrites a packet only once
+        // it is acknowledged, so sent: at worst a resend still queued reads new bytes,
+        // which its CRC or tag then rejects at the receiver.
+        (i < POOL_SLOTS).then(|| unsafe { self.tx_pool.slot_mut(i, POOL_SLOT) })
+    }
+
+    fn transmit_pooled(
+        &mut self,
+        _now: Instant,
+        dst: NodeAddr,
+        head: &[u8],
+        slot: usize,
+        len: usize,
+        tail: &[u8],
+    ) -> bool {
+        if slot >= POOL_SLOTS
+            || len > POOL_SLOT
+            || ETH_HEADER + head.len() > TAIL_AT
+            || tail.len() > BUF_SIZE - TAIL_AT
+            || head.len() + len + tail.len() > MTU
+        {
+            return false;
+        }
+        let Some(mac) = self.peer(dst) else {
+            return false;
+        };
+        let own = self.tx_bufs.phys.0 + (self.tx_next * BUF_SIZE) as u64;
+        let parts = [
+            (own, ETH_HEADER + head.len()),
+            (self.tx_pool.phys.0 + (slot * POOL_SLOT) as u64, len),
+            (own + TAIL_AT as u64, tail.len()),
+        ];
+        let n = parts.iter().filter(|p| p.1 > 0).count();
+        if !self.tx_room(n) {
+            return false;
+        }
+        let i = self.tx_next;
+        // SAFETY: descriptor `i` is free (`tx_room`: the NIC is done with it and gets
+        // it back only at the TDT write below); this is the only slice of its buffer.
+        let b = unsafe { buf_mut(&self.tx_bufs, i) };
+        b[0..6].copy_from_slice(&mac);
+        b[6..12].copy_from_slice(&self.mac);
+        b[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
+        b[ETH_HEADER..ETH_HEADER + head.len()].copy_from_slice(head);
+        b[TAIL_AT..TAIL_AT + tail.len()].copy_from_slice(tail);
+        let mut k = 0;
+        for (addr, plen) in parts.into_iter().filter(|p| p.1 > 0) {
+            k += 1;
+            let mut d = [0u8; 16];
+            d[..8].copy_from_slice(&addr.to_le_bytes());
+            d[8..10].copy_from_slice(&(plen as u16).to_le_bytes());
+            // Every descriptor reports done (reclaim walks them in order); the last
+            // ends the packet and has the FCS added (SDM 3.3.3.1).
+            d[11] = if k == n {
+                TX_CMD_EOP | TX_CMD_IFCS | TX_CMD_RS
+            } else {
+                TX_CMD_RS
+            };
+            desc_write(&self.tx_descs, self.tx_next, d);
+            self.tx_next = (self.tx_next + 1) % TX_DESCS;
+        }
+        // Buffers and descriptors are complete before the NIC may read them.
+        fence(Ordering::SeqCst);
+        self.mmio.write32(reg::TDT, self.tx_next as u32);
+        self.stats.tx_frames += 1;
+        self.stats.tx_pooled += 1;
+        true
     }
 }

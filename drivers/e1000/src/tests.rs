@@ -104,22 +104,37 @@ fn phys_slice<'a>(addr: u64, len: usize) -> &'a mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) }
 }
 
-/// What the NIC does with a frame it sends: walk TDH..TDT, mark each done.
+/// What the NIC does with the frames it sends: walk TDH..TDT, gathering each
+/// frame's data up to the descriptor with EOP (SDM 3.3.3), and mark each done.
 fn hw_transmit(n: &E1000<FakeMmio>, regs: &FakeMmio, hw: &mut Hw) -> Vec<Vec<u8>> {
+    hw_transmit_chains(n, regs, hw)
+        .into_iter()
+        .map(|c| c.concat())
+        .collect()
+}
+
+/// [`hw_transmit`], each frame as the pieces its descriptors pointed at.
+fn hw_transmit_chains(n: &E1000<FakeMmio>, regs: &FakeMmio, hw: &mut Hw) -> Vec<Vec<Vec<u8>>> {
     let mut out = Vec::new();
+    let mut frame = Vec::new();
     let tdt = regs.get(reg::TDT) as usize;
     while hw.tdh != tdt {
         let i = hw.tdh;
         let addr = u64::from_le_bytes(std::array::from_fn(|k| desc_u8(&n.tx_descs, i, k)));
         let len = desc_u16(&n.tx_descs, i, 8) as usize;
-        assert_eq!(
-            desc_u8(&n.tx_descs, i, 11),
-            TX_CMD_EOP | TX_CMD_IFCS | TX_CMD_RS
-        );
-        out.push(phys_slice(addr, len).to_vec());
+        let cmd = desc_u8(&n.tx_descs, i, 11);
+        assert!(cmd & TX_CMD_RS != 0, "every descriptor reports done");
+        frame.push(phys_slice(addr, len).to_vec());
+        if cmd & TX_CMD_EOP != 0 {
+            assert!(cmd & TX_CMD_IFCS != 0, "the FCS is added");
+            out.push(std::mem::take(&mut frame));
+        } else {
+            assert_eq!(cmd, TX_CMD_RS, "only the last descriptor ends the frame");
+        }
         desc_set_u8(&n.tx_descs, i, 12, TX_DD);
         hw.tdh = (i + 1) % TX_DESCS;
     }
+    assert!(frame.is_empty(), "a frame without its end was handed over");
     out
 }
 
@@ -405,4 +420,137 @@ fn the_82574_gets_its_own_settings_and_the_8254x_keeps_its_own() {
     ));
     let got = n.receive(Instant::ZERO).unwrap().consume(|f| f.to_vec());
     assert_eq!(&got[..12], b"on the 82574");
+}
+
+/// A frame from a send slot leaves as a chain of descriptors: headers from the
+/// descriptor's own buffer, the payload read by the NIC where the program wrote it
+/// (the descriptor points into the send slot: no copy), then the tag.
+#[test]
+fn frames_from_send_slots_go_out_as_descriptor_chains_without_a_copy() {
+    let (mut n, regs) = nic(MAC_A);
+    let mut hw = Hw::default();
+    let caps = n.capabilities();
+    assert_eq!(
+        (caps.pool_slots as usize, caps.pool_slot_size),
+        (POOL_SLOTS, POOL_SLOT)
+    );
+    let pattern: Vec<u8> = (0..POOL_SLOT).map(|i| (i * 3) as u8).collect();
+    n.pool_slot_mut(7).unwrap().copy_from_slice(&pattern);
+    let slot_addr = n.pool_slot(7).unwrap().as_ptr() as u64;
+    assert!(n.transmit_pooled(Instant::ZERO, NodeAddr(1), b"HEADER", 7, 300, b"TAG"));
+    let chains = hw_transmit_chains(&n, &regs, &mut hw);
+    assert_eq!(chains.len(), 1);
+    let c = &chains[0];
+    assert_eq!(c.len(), 3, "headers, payload, tag");
+    assert_eq!(&c[0][0..6], &MAC_B);
+    assert_eq!(&c[0][6..12], &MAC_A);
+    assert_eq!(&c[0][12..14], &ETHERTYPE.to_be_bytes());
+    assert_eq!(&c[0][14..], b"HEADER");
+    assert_eq!(c[1], pattern[..300]);
+    assert_eq!(c[2], b"TAG");
+    let payload_desc = (regs.get(reg::TDT) as usize + TX_DESCS - 2) % TX_DESCS;
+    let addr = u64::from_le_bytes(std::array::from_fn(|k| {
+        desc_u8(&n.tx_descs, payload_desc, k)
+    }));
+    assert_eq!(addr, slot_addr, "the NIC reads the send slot itself");
+    // No tag: two descriptors. Plain frames still go out as one.
+    assert!(n.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", 7, 10, b""));
+    n.transmit(Instant::ZERO, NodeAddr(1))
+        .unwrap()
+        .consume(5, |b| b.copy_from_slice(b"plain"));
+    let chains = hw_transmit_chains(&n, &regs, &mut hw);
+    assert_eq!(chains.iter().map(Vec::len).collect::<Vec<_>>(), [2, 1]);
+    assert_eq!(
+        chains[0].concat()[14..],
+        [&b"H"[..], &pattern[..10]].concat()
+    );
+    assert_eq!(n.stats().tx_pooled, 2);
+    assert_eq!(n.stats().tx_frames, 3);
+    // Impossible requests are refused.
+    assert!(!n.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", POOL_SLOTS, 1, b""));
+    assert!(!n.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", 0, POOL_SLOT + 1, b""));
+    assert!(!n.transmit_pooled(Instant::ZERO, NodeAddr(9), b"H", 0, 1, b""));
+    assert!(n.pool_slot(POOL_SLOTS).is_none());
+    // A chain needs room for all its descriptors: the ring fills without a torn frame.
+    let mut queued = 0;
+    while n.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", 1, 4, b"T") {
+        queued += 1;
+    }
+    assert_eq!(queued, (TX_DESCS - 1) / 3);
+    assert_eq!(hw_transmit_chains(&n, &regs, &mut hw).len(), queued);
+}
+
+/// LFC packets on the e1000 are its send slots: the engine hands one out, the
+/// program fills it in place, and the launch reaches the other NIC whole, in order,
+/// over a lossy wire (lost frames are sent again from the same slot).
+#[test]
+fn engine_packets_are_sent_from_the_nics_send_slots() {
+    use volley_core::engine::{Capacity, Config, Engine, Group, Members, Packets, Storage};
+    static GROUPS: &[Group<'static>] = &[Group {
+        id: 1,
+        members: Members::Range { first: 0, count: 2 },
+    }];
+    let engine = |node| {
+        let mut st = Storage::with_capacity(Capacity {
+            ports: 2,
+            channels: 2,
+            fabric_nodes: 2,
+            ops: 16,
+            assemblies: 2,
+            eager: 0,
+        });
+        st.packets = Packets::with_capacity(8, 8);
+        Engine::new(Config::new(5, 1, node), GROUPS, st).unwrap()
+    };
+    let (mut ea, mut eb) = (engine(0), engine(1));
+    let (mut na, ra) = nic(MAC_A);
+    let (mut nb, rb) = nic(MAC_B);
+    let (mut ha, mut hb) = (Hw::default(), Hw::default());
+    let mut now = Instant::ZERO;
+    let mut got = Vec::new();
+    let mut sent = 0u32;
+    let mut wire_frames = 0u32;
+    for _ in 0..200_000 {
+        if sent < 200 {
+            if let Ok(p) = ea.packet_alloc_on(&na) {
+                let at = ea.packet_mut_in(&mut na, p).unwrap().as_ptr();
+                assert_eq!(Some(at), na.pool_slot(p.index()).map(<[u8]>::as_ptr));
+                let b = ea.packet_mut_in(&mut na, p).unwrap();
+                b[..4].copy_from_slice(&sent.to_le_bytes());
+                b[4..100].fill(sent as u8);
+                ea.launch_unicast(p, 1, 100).unwrap();
+                sent += 1;
+            }
+        }
+        ea.poll(now, &mut na, None);
+        eb.poll(now, &mut nb, None);
+        while let Some(d) = eb.next_delivery() {
+            let b = eb.packet_in(&nb, d.packet).unwrap();
+            let v = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            assert!(
+                b[4..100].iter().all(|&x| x == v as u8),
+                "packet {v} garbled"
+            );
+            got.push(v);
+            eb.packet_free(d.packet).unwrap();
+        }
+        // The wire drops every seventh frame from A.
+        for f in hw_transmit(&na, &ra, &mut ha) {
+            wire_frames += 1;
+            if !wire_frames.is_multiple_of(7) {
+                hw_receive(&nb, &rb, &mut hb, &f);
+            }
+        }
+        for f in hw_transmit(&nb, &rb, &mut hb) {
+            hw_receive(&na, &ra, &mut ha, &f);
+        }
+        if got.len() == 200 && ea.packets_free().0 == 8 {
+            break;
+        }
+        now += Duration::from_micros(200);
+    }
+    assert_eq!(got, (0..200).collect::<Vec<_>>(), "exactly once, in order");
+    assert_eq!(ea.packets_free().0, 8, "every send slot came back");
+    assert!(na.stats().tx_pooled >= 200);
+    assert!(ea.stats().retransmits > 0, "the wire lost some");
 }

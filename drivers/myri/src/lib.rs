@@ -19,7 +19,7 @@
 //! | 64 + 64 nodes + 128 i | 128 | node *i*'s barrier words: `arrived` u32 at 0, `released` u32 at 64 (each on its own cache line) |
 //! | `H` = align4096(64 + 192 nodes) | | NIC memory of node 0, then node 1, ... |
 //!
-//! NIC memory of node *d* (`nic_size = 64 + nodes * ring_size + heads + BOARD_SLOTS * board_slot`):
+//! NIC memory of node *d* (`nic_size = 64 + nodes * ring_size + heads + BOARD_SLOTS * board_slot + POOL_SLOTS * POOL_SLOT`):
 //!
 //! | offset | size | what |
 //! |-------:|-----:|------|
@@ -27,6 +27,7 @@
 //! | 64 + s * ring_size | ring_size | the ring from node *s* to node *d* |
 //! | `B` = 64 + nodes * ring_size | `heads` = align64(8 nodes) | u64 *r*: frames of node *r*'s board that *d* has read |
 //! | `B + heads` | `BOARD_SLOTS * board_slot` | *d*'s broadcast board (`board_slot = min(slot_size, 4224)`) |
+//! | `P` = `B + heads + BOARD_SLOTS * board_slot` | `POOL_SLOTS * POOL_SLOT` | *d*'s send slots ([`POOL_SLOTS`] of [`POOL_SLOT`] bytes) |
 //!
 //! A ring (`ring_size = 128 + slots * slot_size`) is single-producer (node *s*),
 //! single-consumer (node *d*): `tail` (u64, producer's cache line) at 0, `head` (u64,
@@ -38,6 +39,21 @@
 //! small frame costs it one cache line, reads the frame, then stores `head` with
 //! release. Credits are the free slots, `slots - (tail - head)`; the producer reloads
 //! `head` only when its cached copy says the ring is full.
+//!
+//! # Send slots and frames sent from them
+//!
+//! A node's send slots hold packets its program wrote straight into NIC memory (LFC's
+//! `lfc_send_alloc`). A frame whose payload is in one is not copied into the ring: its
+//! ring slot holds a descriptor, and the length word has bit 31 ([`INDIRECT`]) set
+//! and the rest is the inline part's length. The frame area then holds the send
+//! slot's index (u32) at 0, the payload length (u32) at 4, and the inline part (the
+//! header and tag, at most [`INDIRECT_INLINE_MAX`] bytes) at 8. The consumer reads
+//! the payload from the producer's send slot while it holds the ring slot, the way a
+//! NIC fetches a packet from its send buffer as it goes out. The producer rewrites a
+//! send slot only once every ring slot that names it has been consumed (the engine
+//! reuses a packet only after the receiver acknowledged it, which it does after
+//! consuming it). The slot, a consumer only ever reads from the ring's producer,
+//! so a node cannot point a peer at another node's memory.
 //!
 //! # Broadcast board
 //!
@@ -102,7 +118,7 @@ pub use region::Region;
 /// `"VOLLEYMY"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYMY");
 /// Layout version.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// Most nodes a region can hold.
 pub const MAX_NODES: usize = 256;
 /// Fetch-and-add counters per node.
@@ -111,6 +127,14 @@ pub const COUNTERS: usize = 8;
 pub const BARRIER_FANIN: u16 = 4;
 /// Slots in each node's broadcast board.
 pub const BOARD_SLOTS: u64 = 16;
+/// Send slots in each node's NIC memory.
+pub const POOL_SLOTS: usize = 64;
+/// Bytes per send slot.
+pub const POOL_SLOT: usize = 1024;
+/// Ring slot length-word bit: the frame's payload is in the producer's send slot.
+pub const INDIRECT: u32 = 1 << 31;
+/// Largest inline part (header and tag) of a frame sent from a send slot.
+pub const INDIRECT_INLINE_MAX: usize = 256;
 /// Largest board slot: a 4 KiB broadcast with its headers.
 const BOARD_SLOT_MAX: usize = 4224;
 const SLOT_HEADER: usize = 16;
@@ -274,7 +298,16 @@ impl Geometry {
     fn nic_len(&self) -> Option<usize> {
         self.ring_len()?
             .checked_mul(self.nodes as usize)?
-            .checked_add(64 + self.heads_len() + BOARD_SLOTS as usize * self.board_slot())
+            .checked_add(
+                64 + self.heads_len()
+                    + BOARD_SLOTS as usize * self.board_slot()
+                    + POOL_SLOTS * POOL_SLOT,
+            )
+    }
+
+    /// Offset in a node's NIC memory of its send slots.
+    fn pool_area(&self) -> usize {
+        self.board_area() + self.heads_len() + BOARD_SLOTS as usize * self.board_slot()
     }
 
     /// Offset in a node's NIC memory of its `heads` words, then its board.
@@ -302,6 +335,7 @@ impl Geometry {
             ring: self.ring_len().unwrap_or(0),
             slot: self.slot_size as usize,
             mask: self.slots as u64 - 1,
+            pool: self.nic(0) + self.pool_area(),
         }
     }
 
@@ -327,6 +361,8 @@ struct Rings {
     ring: usize,
     slot: usize,
     mask: u64,
+    /// Node 0's send slots.
+    pool: usize,
 }
 
 impl Rings {
@@ -338,6 +374,11 @@ impl Rings {
     /// Slot `index` of that ring (as [`Geometry::slot`]).
     fn slot(&self, ring: usize, index: u64) -> usize {
         ring + off::RING_SLOTS + (index & self.mask) as usize * self.slot
+    }
+
+    /// Send slot `i` of `node`.
+    fn pool_slot(&self, node: u32, i: usize) -> usize {
+        self.pool + node as usize * self.stride + i * POOL_SLOT
     }
 }
 
@@ -456,6 +497,10 @@ pub struct NicStats {
     pub barrier_arrivals: u64,
     /// Barrier releases this node wrote (position 0, one per barrier).
     pub barrier_releases: u64,
+    /// Frames sent from a send slot (a descriptor in the ring, no copy).
+    pub tx_pooled: u64,
+    /// Frames taken whose payload was read in a peer's send slot.
+    pub rx_pooled: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -783,6 +828,52 @@ impl MyriNic {
         Ok(done)
     }
 
+    /// Writes a frame of `len` bytes, filled by `fill` (given the region, to read
+    /// our send slots), into our board ([`Device::board_transmit`]).
+    fn board_write(
+        &mut self,
+        now: Instant,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8], &Region),
+    ) -> bool {
+        if len > self.geo.board_mtu() {
+            return false;
+        }
+        if self.board_room() == 0 {
+            // A reader whose heartbeat has stopped for `dead_after` (its node died with
+            // no launcher to say so, as a VM on ivshmem does) would keep the board
+            // full for good: declare it dead, as `peer_alive` already reports it.
+            if let Some(d) = self.board_laggard() {
+                if !self.peer_alive(now, NodeAddr(d as u16)) {
+                    self.mark_dead(d);
+                }
+            }
+            if self.board_room() == 0 {
+                self.stats.board_full += 1;
+                return false;
+            }
+        }
+        let tail = self.board_tail;
+        let slot = self.boards.slot(self.me, tail);
+        let (Ok(seq), Ok(len_w)) = (self.region.u64_at(slot), self.region.u32_at(slot + 8)) else {
+            return false;
+        };
+        // SAFETY: slot `tail` of the board we alone produce into is free: every
+        // reader still in the job has read frame `tail - BOARD_SLOTS` (checked by
+        // `board_room`) and none reads this slot before we publish its sequence
+        // word; no other slice of it exists.
+        let Ok(bytes) = (unsafe { self.region.bytes_mut(slot + SLOT_HEADER, len) }) else {
+            return false;
+        };
+        fill(bytes, &self.region);
+        len_w.store(len as u32, Ordering::Relaxed);
+        // Publish: the frame happens-before every reader's acquire of `seq`.
+        seq.store(tail.wrapping_add(1), Ordering::Release);
+        self.board_tail = tail.wrapping_add(1);
+        self.stats.board_tx += 1;
+        true
+    }
+
     /// The board's free slots once every reader still in the job is counted:
     /// readers that left or died are passed over (their frames are lost with them).
     fn board_room(&mut self) -> u64 {
@@ -829,6 +920,33 @@ impl MyriNic {
     }
 }
 
+/// The inline part and payload of a ring slot at `slot` (from `src`) whose length
+/// word `w` says its payload is in `src`'s send slot; `None` if anything in it is
+/// impossible.
+fn indirect<'r>(
+    region: &'r Region,
+    rings: &Rings,
+    geo: &Geometry,
+    src: u32,
+    slot: usize,
+    w: u32,
+) -> Option<(&'r [u8], &'r [u8])> {
+    let inline = (w & !INDIRECT) as usize;
+    if inline > INDIRECT_INLINE_MAX || 8 + inline > geo.mtu() {
+        return None;
+    }
+    let at = slot + SLOT_HEADER;
+    let d = region.bytes(at, 8).ok()?;
+    let i = u32::from_le_bytes([d[0], d[1], d[2], d[3]]) as usize;
+    let len = u32::from_le_bytes([d[4], d[5], d[6], d[7]]) as usize;
+    if i >= POOL_SLOTS || len > POOL_SLOT {
+        return None;
+    }
+    let frame = region.bytes(at + 8, inline).ok()?;
+    let body = region.bytes(rings.pool_slot(src, i), len).ok()?;
+    Some((frame, body))
+}
+
 /// The `tail` and `head` words of the ring at `r` (see [`Rings::ring`]).
 fn ring_words(region: &Region, r: usize) -> Option<(&AtomicU64, &AtomicU64)> {
     let tail = region.u64_at(r + off::RING_TAIL).ok()?;
@@ -845,7 +963,10 @@ impl Drop for MyriNic {
 /// A frame in one of our rings, lent in place.
 #[derive(Debug)]
 pub struct MyriRx<'a> {
+    /// The frame, or the inline part of one sent from a send slot.
     frame: &'a [u8],
+    /// The payload in the producer's send slot (empty for an inline frame).
+    body: &'a [u8],
     head: &'a AtomicU64,
     next: u64,
 }
@@ -862,10 +983,40 @@ pub struct MyriTx<'a> {
 
 impl RxToken for MyriRx<'_> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        let r = f(self.frame);
-        // Hand the slot back to the producer: our reads happen-before its reuse.
+        if self.body.is_empty() {
+            return self.consume_parts(|frame, _| f(frame));
+        }
+        // A reader that wants the frame whole gets a joined copy.
+        let mut joined = [0u8; INDIRECT_INLINE_MAX + POOL_SLOT];
+        let (a, b) = (self.frame.len(), self.body.len());
+        joined[..a].copy_from_slice(self.frame);
+        joined[a..a + b].copy_from_slice(self.body);
+        self.consume_parts(|_, _| f(&joined[..a + b]))
+    }
+
+    fn consume_parts<R, F: FnOnce(&[u8], &[u8]) -> R>(self, f: F) -> R {
+        let r = f(self.frame, self.body);
+        // Hand the slot back to the producer: our reads (of the send slot too)
+        // happen-before its reuse.
         self.head.store(self.next, Ordering::Release);
         r
+    }
+}
+
+impl MyriTx<'_> {
+    /// Publishes a descriptor of send slot `slot` (`len` payload bytes) with the
+    /// inline part `head` then `tail` (see the module documentation).
+    fn consume_indirect(self, slot: usize, len: usize, head: &[u8], tail: &[u8]) {
+        let inline = head.len() + tail.len();
+        self.slot[0..4].copy_from_slice(&(slot as u32).to_le_bytes());
+        self.slot[4..8].copy_from_slice(&(len as u32).to_le_bytes());
+        self.slot[8..8 + head.len()].copy_from_slice(head);
+        self.slot[8 + head.len()..8 + inline].copy_from_slice(tail);
+        self.len.store(INDIRECT | inline as u32, Ordering::Relaxed);
+        // Publish: descriptor, inline part and the send slot's bytes (written
+        // before this call) happen-before the consumer's acquire of `seq`.
+        self.seq.store(self.next, Ordering::Release);
+        self.tail.store(self.next, Ordering::Relaxed);
     }
 }
 
@@ -914,18 +1065,22 @@ impl Device for MyriNic {
                 if seq.load(Ordering::Acquire) != head.wrapping_add(1) {
                     break; // nothing new from this peer
                 }
-                let len = region
-                    .u32_at(slot + 8)
-                    .map(|w| w.load(Ordering::Relaxed) as usize);
-                let frame = match len {
-                    Ok(len) if len <= geo.mtu() => region.bytes(slot + SLOT_HEADER, len).ok(),
+                let word = region.u32_at(slot + 8).map(|w| w.load(Ordering::Relaxed));
+                let parts = match word {
+                    Ok(w) if w & INDIRECT != 0 => indirect(region, rings, geo, src, slot, w),
+                    Ok(len) if len as usize <= geo.mtu() => region
+                        .bytes(slot + SLOT_HEADER, len as usize)
+                        .ok()
+                        .map(|f| (f, &[][..])),
                     _ => None,
                 };
-                if let Some(frame) = frame {
+                if let Some((frame, body)) = parts {
                     *rr = (src + 1) % n;
                     stats.rx_frames += 1;
+                    stats.rx_pooled += u64::from(word.is_ok_and(|w| w & INDIRECT != 0));
                     return Some(MyriRx {
                         frame,
+                        body,
                         head: head_w,
                         next: head.wrapping_add(1),
                     });
@@ -990,7 +1145,82 @@ impl Device for MyriNic {
             integrity: true,
             board_nodes: self.geo.nodes as u16,
             board_mtu: self.geo.board_mtu(),
+            pool_slots: POOL_SLOTS as u16,
+            pool_slot_size: POOL_SLOT,
         }
+    }
+
+    fn pool_slot(&self, i: usize) -> Option<&[u8]> {
+        if i >= POOL_SLOTS {
+            return None;
+        }
+        self.region
+            .bytes(self.rings.pool_slot(self.me, i), POOL_SLOT)
+            .ok()
+    }
+
+    fn pool_slot_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+        if i >= POOL_SLOTS {
+            return None;
+        }
+        let at = self.rings.pool_slot(self.me, i);
+        // SAFETY: our own send slot: only this node writes it, `&mut self` keeps any
+        // other slice of ours from living meanwhile, and consumers read it only
+        // through a ring slot we published, which the caller's protocol (the engine
+        // reuses a packet once acknowledged) has seen consumed before it writes again.
+        unsafe { self.region.bytes_mut(at, POOL_SLOT) }.ok()
+    }
+
+    fn transmit_pooled(
+        &mut self,
+        now: Instant,
+        dst: NodeAddr,
+        head: &[u8],
+        slot: usize,
+        len: usize,
+        tail: &[u8],
+    ) -> bool {
+        let inline = head.len() + tail.len();
+        if slot >= POOL_SLOTS || len > POOL_SLOT || inline > INDIRECT_INLINE_MAX {
+            return false;
+        }
+        if 8 + inline > self.geo.mtu() {
+            return false;
+        }
+        match self.transmit(now, dst) {
+            Some(tok) => {
+                tok.consume_indirect(slot, len, head, tail);
+                self.stats.tx_pooled += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn board_transmit_pooled(
+        &mut self,
+        now: Instant,
+        head: &[u8],
+        slot: usize,
+        len: usize,
+        tail: &[u8],
+    ) -> bool {
+        if slot >= POOL_SLOTS || len > POOL_SLOT {
+            return false;
+        }
+        let from = self.rings.pool_slot(self.me, slot);
+        let total = head.len() + len + tail.len();
+        // The NIC moves the packet from its send slot into the board.
+        self.board_write(now, total, &mut |buf, region| {
+            let (h, rest) = buf.split_at_mut(head.len());
+            h.copy_from_slice(head);
+            let (body, t) = rest.split_at_mut(len);
+            match region.bytes(from, len) {
+                Ok(src) => body.copy_from_slice(src),
+                Err(_) => body.fill(0),
+            }
+            t.copy_from_slice(tail);
+        })
     }
 
     fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
@@ -1006,42 +1236,7 @@ impl Device for MyriNic {
         len: usize,
         fill: &mut dyn FnMut(&mut [u8]),
     ) -> bool {
-        if len > self.geo.board_mtu() {
-            return false;
-        }
-        if self.board_room() == 0 {
-            // A reader whose heartbeat has stopped for `dead_after` (its node died with
-            // no launcher to say so, as a VM on ivshmem does) would keep the board
-            // full for good: declare it dead, as `peer_alive` already reports it.
-            if let Some(d) = self.board_laggard() {
-                if !self.peer_alive(now, NodeAddr(d as u16)) {
-                    self.mark_dead(d);
-                }
-            }
-            if self.board_room() == 0 {
-                self.stats.board_full += 1;
-                return false;
-            }
-        }
-        let tail = self.board_tail;
-        let slot = self.boards.slot(self.me, tail);
-        let (Ok(seq), Ok(len_w)) = (self.region.u64_at(slot), self.region.u32_at(slot + 8)) else {
-            return false;
-        };
-        // SAFETY: slot `tail` of the board we alone produce into is free: every
-        // reader still in the job has read frame `tail - BOARD_SLOTS` (checked by
-        // `board_room`) and none reads this slot before we publish its sequence
-        // word; no other slice of it exists.
-        let Ok(bytes) = (unsafe { self.region.bytes_mut(slot + SLOT_HEADER, len) }) else {
-            return false;
-        };
-        fill(bytes);
-        len_w.store(len as u32, Ordering::Relaxed);
-        // Publish: the frame happens-before every reader's acquire of `seq`.
-        seq.store(tail.wrapping_add(1), Ordering::Release);
-        self.board_tail = tail.wrapping_add(1);
-        self.stats.board_tx += 1;
-        true
+        self.board_write(now, len, &mut |buf, _| fill(buf))
     }
 
     fn board_receive(

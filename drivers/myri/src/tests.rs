@@ -83,7 +83,15 @@ fn layout_is_cache_line_aligned_and_fits() {
         g.slot(2, 2, 3) + 256 <= b.head(2, 0),
         "rings before the heads"
     );
-    let end = b.slot(2, BOARD_SLOTS - 1) + 256;
+    let r = g.rings();
+    assert_eq!(
+        r.pool_slot(2, 0),
+        b.slot(2, BOARD_SLOTS - 1) + 256,
+        "send slots after the board"
+    );
+    assert_eq!(r.pool_slot(1, 0) % 64, 0);
+    assert!(r.pool_slot(1, POOL_SLOTS - 1) + POOL_SLOT <= g.ring(2, 0));
+    let end = r.pool_slot(2, POOL_SLOTS - 1) + POOL_SLOT;
     assert_eq!(end, g.region_len().unwrap());
     let r = g.rings();
     for (dst, src, i) in [(0, 1, 0), (2, 1, 3), (1, 2, 7), (2, 0, u64::MAX)] {
@@ -1341,4 +1349,136 @@ fn forged_board_packets_are_dropped() {
         assert_eq!(st.rx_malformed, bad.len() as u64);
         assert_eq!(st.board_rx, 2);
     }
+}
+
+/// A frame sent from a send slot carries a descriptor in the ring, and the receiver
+/// reads the payload where the sender wrote it: same bytes, same address.
+#[test]
+fn frames_from_send_slots_are_read_where_the_sender_wrote_them() {
+    let mem = Mem::new(geo().region_len().unwrap());
+    let (mut a, mut b) = pair(&mem);
+    let pattern: Vec<u8> = (0..POOL_SLOT).map(|i| (i * 7) as u8).collect();
+    a.pool_slot_mut(3).unwrap().copy_from_slice(&pattern);
+    let at = a.pool_slot(3).unwrap().as_ptr();
+    assert!(a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"HEAD", 3, 100, b"TAIL"));
+    let (head, body, addr) = b
+        .receive(Instant::ZERO)
+        .unwrap()
+        .consume_parts(|h, p| (h.to_vec(), p.to_vec(), p.as_ptr()));
+    assert_eq!(head, b"HEADTAIL");
+    assert_eq!(body, pattern[..100]);
+    assert_eq!(
+        addr, at,
+        "the payload is read in the sender's slot, not a copy"
+    );
+    // A reader that wants the frame whole gets it joined.
+    assert!(a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", 3, 5, b""));
+    assert_eq!(recv(&mut b).unwrap(), [&b"H"[..], &pattern[..5]].concat());
+    assert_eq!((a.stats().tx_pooled, b.stats().rx_pooled), (2, 2));
+    assert_eq!(a.stats().tx_frames, 2);
+    // Impossible requests are refused at the sender.
+    assert!(!a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", POOL_SLOTS, 5, b""));
+    assert!(!a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", 0, POOL_SLOT + 1, b""));
+    let big = [0u8; INDIRECT_INLINE_MAX + 1];
+    assert!(!a.transmit_pooled(Instant::ZERO, NodeAddr(1), &big, 0, 5, b""));
+    assert!(!a.transmit_pooled(Instant::ZERO, NodeAddr(0), b"H", 0, 5, b""));
+    assert!(a.pool_slot(POOL_SLOTS).is_none());
+    assert!(a.pool_slot_mut(POOL_SLOTS).is_none());
+}
+
+/// Descriptors are untrusted: one naming a slot past the pool, a payload longer
+/// than a slot, or an inline part too long is skipped and counted, never followed;
+/// the frames around it arrive.
+#[test]
+fn forged_send_slot_descriptors_are_skipped() {
+    let mut mem = Mem::new(geo().region_len().unwrap());
+    let (mut a, mut b) = pair(&mem);
+    let g = geo();
+    // (slot index, payload length, length word) of each forgery.
+    let forged: [(u32, u32, u32); 4] = [
+        (POOL_SLOTS as u32, 8, INDIRECT | 4),
+        (u32::MAX, 8, INDIRECT | 4),
+        (0, POOL_SLOT as u32 + 1, INDIRECT | 4),
+        (0, 8, INDIRECT | (INDIRECT_INLINE_MAX as u32 + 1)),
+    ];
+    for (k, (slot, len, word)) in forged.into_iter().enumerate() {
+        assert!(a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"GOOD", 0, 8, b""));
+        // Scribble over the descriptor in place, as a hostile peer could.
+        let at = g.slot(1, 0, k as u64);
+        let bytes = mem.bytes();
+        bytes[at + 8..at + 12].copy_from_slice(&word.to_le_bytes());
+        bytes[at + 16..at + 20].copy_from_slice(&slot.to_le_bytes());
+        bytes[at + 20..at + 24].copy_from_slice(&len.to_le_bytes());
+        assert!(b.receive(Instant::ZERO).is_none(), "forgery {k} was taken");
+        assert_eq!(b.stats().corrupt, k as u64 + 1);
+    }
+    a.pool_slot_mut(1).unwrap()[..3].copy_from_slice(b"abc");
+    assert!(a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"ok:", 1, 3, b""));
+    assert_eq!(recv(&mut b).unwrap(), b"ok:abc");
+}
+
+/// LFC's send packets are the NIC's send slots: `lfc_send_alloc` hands out NIC
+/// memory, a launch sends from it with no copy (a descriptor in the receiver's
+/// ring), and the receiver reads it there. Kept packets are freed later, and after
+/// many packets every send and receive slot is back.
+#[test]
+fn lfc_packets_are_written_in_nic_memory_and_sent_from_there() {
+    let (_mem, mut ls, _) = lfcs(2);
+    let p = ls[0].send_alloc(false).unwrap();
+    let at = ls[0].packet_mut(p).unwrap().as_mut_ptr() as usize;
+    let slot = ls[0].device().pool_slot(p.index()).unwrap().as_ptr() as usize;
+    assert_eq!(at, slot, "lfc_send_alloc hands out the NIC's send slot");
+    assert_eq!(ls[0].packet_at(at), Some(p));
+    assert_eq!(ls[0].packet_at(at + 1), None);
+    ls[0].packet_free(p).unwrap();
+    let total = 10_000u32;
+    let mut sent = 0;
+    let t0 = std::time::Instant::now();
+    while ls[1].state().got.len() < total as usize {
+        assert!(t0.elapsed().as_secs() < 60, "stuck at {sent} sent");
+        if sent < total {
+            let p = ls[0].send_alloc(false).unwrap();
+            let b = ls[0].packet_mut(p).unwrap();
+            b[..4].copy_from_slice(&sent.to_le_bytes());
+            for (i, x) in b[4..64].iter_mut().enumerate() {
+                *x = (sent as usize + i) as u8;
+            }
+            ls[0].ucast_launch(1, p, 64, false).unwrap();
+            sent += 1;
+        }
+        // The receiver keeps every tenth packet for a while.
+        let keep = ls[1].state().got.len() % 10 == 0;
+        ls[1].state_mut().keep = keep;
+        ls[1].poll().unwrap();
+        if ls[1].state().kept.len() >= 3 {
+            let kept = std::mem::take(&mut ls[1].state_mut().kept);
+            for k in kept {
+                ls[1].packet_free(k).unwrap();
+            }
+        }
+        ls[0].poll().unwrap();
+    }
+    let kept = std::mem::take(&mut ls[1].state_mut().kept);
+    for k in kept {
+        ls[1].packet_free(k).unwrap();
+    }
+    let got: Vec<u32> = ls[1].state().got.iter().map(|g| g.2).collect();
+    assert_eq!(
+        got,
+        (0..total).collect::<Vec<_>>(),
+        "in order, exactly once"
+    );
+    assert_eq!(
+        ls[0].device().stats().tx_pooled,
+        total as u64 + ls[0].engine().stats().retransmits
+    );
+    assert!(ls[1].device().stats().rx_pooled >= total as u64);
+    // Every slot comes back once the last acks are in.
+    let t0 = std::time::Instant::now();
+    while ls[0].engine().packets_free().0 < 8 {
+        assert!(t0.elapsed().as_secs() < 20, "send slots leaked");
+        ls[1].poll().unwrap();
+        ls[0].poll().unwrap();
+    }
+    assert_eq!(ls[1].engine().packets_free().1, 4, "receive slots leaked");
 }

@@ -463,7 +463,7 @@ fn garbage_and_stale_regions_are_rejected_then_replaced() {
     // Initialised header, impossible geometry: rejected at once, with the reason.
     let mut region = vec![0u8; 1 << 16];
     region[0..8].copy_from_slice(b"VOLLEYMY");
-    region[8..12].copy_from_slice(&3u32.to_le_bytes());
+    region[8..12].copy_from_slice(&volley_myri::VERSION.to_le_bytes());
     region[12..16].copy_from_slice(&2u32.to_le_bytes());
     region[16..20].copy_from_slice(&64u32.to_le_bytes());
     region[20..24].copy_from_slice(&1000u32.to_le_bytes());

@@ -60,6 +60,13 @@ impl RxToken for HostRx<'_> {
             HostRx::Eth(t) => t.source(),
         }
     }
+    fn consume_parts<R, F: FnOnce(&[u8], &[u8]) -> R>(self, f: F) -> R {
+        match self {
+            HostRx::Shm(t) => t.consume_parts(f),
+            HostRx::Udp(t) => t.consume_parts(f),
+            HostRx::Eth(t) => t.consume_parts(f),
+        }
+    }
 }
 
 impl TxToken for HostTx<'_> {
@@ -162,6 +169,49 @@ impl Device for HostDevice {
         match self {
             HostDevice::Eth(d) => d.transmit_parts(now, dst, parts),
             HostDevice::Shm(_) | HostDevice::Udp(_) => false,
+        }
+    }
+
+    fn pool_slot(&self, i: usize) -> Option<&[u8]> {
+        match self {
+            HostDevice::Shm(d) => d.pool_slot(i),
+            HostDevice::Udp(_) | HostDevice::Eth(_) => None,
+        }
+    }
+
+    fn pool_slot_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+        match self {
+            HostDevice::Shm(d) => d.pool_slot_mut(i),
+            HostDevice::Udp(_) | HostDevice::Eth(_) => None,
+        }
+    }
+
+    fn transmit_pooled(
+        &mut self,
+        now: Instant,
+        dst: NodeAddr,
+        head: &[u8],
+        slot: usize,
+        len: usize,
+        tail: &[u8],
+    ) -> bool {
+        match self {
+            HostDevice::Shm(d) => d.transmit_pooled(now, dst, head, slot, len, tail),
+            HostDevice::Udp(_) | HostDevice::Eth(_) => false,
+        }
+    }
+
+    fn board_transmit_pooled(
+        &mut self,
+        now: Instant,
+        head: &[u8],
+        slot: usize,
+        len: usize,
+        tail: &[u8],
+    ) -> bool {
+        match self {
+            HostDevice::Shm(d) => d.board_transmit_pooled(now, head, slot, len, tail),
+            HostDevice::Udp(_) | HostDevice::Eth(_) => false,
         }
     }
 }

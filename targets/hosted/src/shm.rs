@@ -592,6 +592,37 @@ impl Device for ShmDevice {
         self.nic.board_receive(now, take)
     }
 
+    fn pool_slot(&self, i: usize) -> Option<&[u8]> {
+        self.nic.pool_slot(i)
+    }
+
+    fn pool_slot_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+        self.nic.pool_slot_mut(i)
+    }
+
+    fn transmit_pooled(
+        &mut self,
+        now: Instant,
+        dst: NodeAddr,
+        head: &[u8],
+        slot: usize,
+        len: usize,
+        tail: &[u8],
+    ) -> bool {
+        self.nic.transmit_pooled(now, dst, head, slot, len, tail)
+    }
+
+    fn board_transmit_pooled(
+        &mut self,
+        now: Instant,
+        head: &[u8],
+        slot: usize,
+        len: usize,
+        tail: &[u8],
+    ) -> bool {
+        self.nic.board_transmit_pooled(now, head, slot, len, tail)
+    }
+
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
         let pid = self.nic.pid(peer.0 as u32);
         if pid != 0 && process_gone(pid) {
