@@ -229,8 +229,14 @@ pub(crate) fn engine_config(
 pub fn e1000_stats(nic: &mut E1000<MemBar>) {
     let s = nic.stats();
     println!(
-        "volley unikernel: e1000 rx {} tx {} whole frames rx {} tx {} filtered {} missed {}",
-        s.rx_frames, s.tx_frames, s.rx_raw, s.tx_raw, s.rx_filtered, s.hw_rx_missed
+        "volley unikernel: e1000 rx {} tx {} from send slots {} whole frames rx {} tx {} filtered {} missed {}",
+        s.rx_frames,
+        s.tx_frames,
+        s.tx_pooled,
+        s.rx_raw,
+        s.tx_raw,
+        s.rx_filtered,
+        s.hw_rx_missed
     );
 }
 
