@@ -46,8 +46,11 @@
 //! `lfc_send_alloc`). A frame whose payload is in one is not copied into the ring: its
 //! ring slot holds a descriptor, and the length word has bit 31 ([`INDIRECT`]) set
 //! and the rest is the inline part's length. The frame area then holds the send
-//! slot's index (u32) at 0, the payload length (u32) at 4, and the inline part (the
-//! header and tag, at most [`INDIRECT_INLINE_MAX`] bytes) at 8. The consumer reads
+//! slot's index (u16) at 0, the length of what comes before the payload (u16) at 2,
+//! the payload length (u32) at 4, and the inline part (what comes before the payload
+//! and what comes after it: the header and the tag, at most [`INDIRECT_INLINE_MAX`]
+//! bytes) at 8. Payloads up to [`POOL_INLINE`] bytes are copied into the ring slot
+//! instead, as a NIC inlines short sends. The consumer reads
 //! the payload from the producer's send slot while it holds the ring slot, the way a
 //! NIC fetches a packet from its send buffer as it goes out. The producer rewrites a
 //! send slot only once every ring slot that names it has been consumed (the engine
@@ -131,6 +134,9 @@ pub const BOARD_SLOTS: u64 = 16;
 pub const POOL_SLOTS: usize = 64;
 /// Bytes per send slot.
 pub const POOL_SLOT: usize = 1024;
+/// Payloads up to this many bytes from a send slot are copied into the ring slot
+/// (one place for the consumer to read, as a NIC inlines short sends).
+pub const POOL_INLINE: usize = 256;
 /// Ring slot length-word bit: the frame's payload is in the producer's send slot.
 pub const INDIRECT: u32 = 1 << 31;
 /// Largest inline part (header and tag) of a frame sent from a send slot.
@@ -499,6 +505,8 @@ pub struct NicStats {
     pub barrier_releases: u64,
     /// Frames sent from a send slot (a descriptor in the ring, no copy).
     pub tx_pooled: u64,
+    /// Of those, short ones whose payload rode in the ring slot ([`POOL_INLINE`]).
+    pub tx_pool_inline: u64,
     /// Frames taken whose payload was read in a peer's send slot.
     pub rx_pooled: u64,
 }
@@ -920,9 +928,9 @@ impl MyriNic {
     }
 }
 
-/// The inline part and payload of a ring slot at `slot` (from `src`) whose length
-/// word `w` says its payload is in `src`'s send slot; `None` if anything in it is
-/// impossible.
+/// The inline part, payload and split point (inline bytes before the payload) of a
+/// ring slot at `slot` (from `src`) whose length word `w` says its payload is in
+/// `src`'s send slot; `None` if anything in it is impossible.
 fn indirect<'r>(
     region: &'r Region,
     rings: &Rings,
@@ -930,21 +938,22 @@ fn indirect<'r>(
     src: u32,
     slot: usize,
     w: u32,
-) -> Option<(&'r [u8], &'r [u8])> {
+) -> Option<(&'r [u8], &'r [u8], usize)> {
     let inline = (w & !INDIRECT) as usize;
     if inline > INDIRECT_INLINE_MAX || 8 + inline > geo.mtu() {
         return None;
     }
     let at = slot + SLOT_HEADER;
     let d = region.bytes(at, 8).ok()?;
-    let i = u32::from_le_bytes([d[0], d[1], d[2], d[3]]) as usize;
+    let i = u16::from_le_bytes([d[0], d[1]]) as usize;
+    let split = u16::from_le_bytes([d[2], d[3]]) as usize;
     let len = u32::from_le_bytes([d[4], d[5], d[6], d[7]]) as usize;
-    if i >= POOL_SLOTS || len > POOL_SLOT {
+    if i >= POOL_SLOTS || len > POOL_SLOT || split > inline {
         return None;
     }
     let frame = region.bytes(at + 8, inline).ok()?;
     let body = region.bytes(rings.pool_slot(src, i), len).ok()?;
-    Some((frame, body))
+    Some((frame, body, split))
 }
 
 /// The `tail` and `head` words of the ring at `r` (see [`Rings::ring`]).
@@ -967,6 +976,8 @@ pub struct MyriRx<'a> {
     frame: &'a [u8],
     /// The payload in the producer's send slot (empty for an inline frame).
     body: &'a [u8],
+    /// Bytes of `frame` that come before `body` in the frame.
+    split: usize,
     head: &'a AtomicU64,
     next: u64,
 }
@@ -988,10 +999,13 @@ impl RxToken for MyriRx<'_> {
         }
         // A reader that wants the frame whole gets a joined copy.
         let mut joined = [0u8; INDIRECT_INLINE_MAX + POOL_SLOT];
-        let (a, b) = (self.frame.len(), self.body.len());
-        joined[..a].copy_from_slice(self.frame);
+        let (before, after) = self.frame.split_at(self.split);
+        let (a, b) = (before.len(), self.body.len());
+        let n = a + b + after.len();
+        joined[..a].copy_from_slice(before);
         joined[a..a + b].copy_from_slice(self.body);
-        self.consume_parts(|_, _| f(&joined[..a + b]))
+        joined[a + b..n].copy_from_slice(after);
+        self.consume_parts(|_, _| f(&joined[..n]))
     }
 
     fn consume_parts<R, F: FnOnce(&[u8], &[u8]) -> R>(self, f: F) -> R {
@@ -1008,7 +1022,8 @@ impl MyriTx<'_> {
     /// inline part `head` then `tail` (see the module documentation).
     fn consume_indirect(self, slot: usize, len: usize, head: &[u8], tail: &[u8]) {
         let inline = head.len() + tail.len();
-        self.slot[0..4].copy_from_slice(&(slot as u32).to_le_bytes());
+        self.slot[0..2].copy_from_slice(&(slot as u16).to_le_bytes());
+        self.slot[2..4].copy_from_slice(&(head.len() as u16).to_le_bytes());
         self.slot[4..8].copy_from_slice(&(len as u32).to_le_bytes());
         self.slot[8..8 + head.len()].copy_from_slice(head);
         self.slot[8 + head.len()..8 + inline].copy_from_slice(tail);
@@ -1071,16 +1086,17 @@ impl Device for MyriNic {
                     Ok(len) if len as usize <= geo.mtu() => region
                         .bytes(slot + SLOT_HEADER, len as usize)
                         .ok()
-                        .map(|f| (f, &[][..])),
+                        .map(|f| (f, &[][..], f.len())),
                     _ => None,
                 };
-                if let Some((frame, body)) = parts {
+                if let Some((frame, body, split)) = parts {
                     *rr = (src + 1) % n;
                     stats.rx_frames += 1;
                     stats.rx_pooled += u64::from(word.is_ok_and(|w| w & INDIRECT != 0));
                     return Some(MyriRx {
                         frame,
                         body,
+                        split,
                         head: head_w,
                         next: head.wrapping_add(1),
                     });
@@ -1186,6 +1202,28 @@ impl Device for MyriNic {
         }
         if 8 + inline > self.geo.mtu() {
             return false;
+        }
+        if len <= POOL_INLINE && inline + len <= self.geo.mtu() {
+            // Short: the payload rides in the ring slot, as a NIC inlines a short send
+            // into its descriptor; the consumer then reads one place, not two.
+            let mut body = [0u8; POOL_INLINE];
+            match self.pool_slot(slot) {
+                Some(s) => body[..len].copy_from_slice(&s[..len]),
+                None => return false,
+            }
+            let Some(tok) = self.transmit(now, dst) else {
+                return false;
+            };
+            tok.consume(inline + len, |b| {
+                let (h, rest) = b.split_at_mut(head.len());
+                h.copy_from_slice(head);
+                let (p, t) = rest.split_at_mut(len);
+                p.copy_from_slice(&body[..len]);
+                t.copy_from_slice(tail);
+            });
+            self.stats.tx_pooled += 1;
+            self.stats.tx_pool_inline += 1;
+            return true;
         }
         match self.transmit(now, dst) {
             Some(tok) => {

@@ -1133,6 +1133,11 @@ fn lfc_upcall(l: &mut MyriLfc, r: volley_core::lfc::Received) -> volley_core::lf
 /// `n` LFC instances on one fresh region, chain trees (every hop a member), a
 /// receive ring of 4 packets, and a group of the odd ranks.
 fn lfcs(n: u16) -> (Mem, Vec<MyriLfc>, u16) {
+    lfcs_keyed(n, None)
+}
+
+/// [`lfcs`], frames authenticated under `key` if given.
+fn lfcs_keyed(n: u16, key: Option<[u8; 16]>) -> (Mem, Vec<MyriLfc>, u16) {
     use volley_core::engine::{Config, Group, Members};
     use volley_core::lfc::{Lfc, Options, Tree};
     let geo = Geometry::new(n as u32, 8, 2048).unwrap();
@@ -1158,7 +1163,8 @@ fn lfcs(n: u16) -> (Mem, Vec<MyriLfc>, u16) {
             }
             .unwrap();
             let clock = volley_core::time::StdClock::default();
-            let cfg = Config::new(7, 1, i);
+            let mut cfg = Config::new(7, 1, i);
+            cfg.auth_key = key;
             let mut l = Lfc::init_alloc(
                 cfg,
                 groups,
@@ -1360,22 +1366,34 @@ fn frames_from_send_slots_are_read_where_the_sender_wrote_them() {
     let pattern: Vec<u8> = (0..POOL_SLOT).map(|i| (i * 7) as u8).collect();
     a.pool_slot_mut(3).unwrap().copy_from_slice(&pattern);
     let at = a.pool_slot(3).unwrap().as_ptr();
-    assert!(a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"HEAD", 3, 100, b"TAIL"));
+    let n = POOL_INLINE + 1;
+    assert!(a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"HEAD", 3, n, b"TAIL"));
     let (head, body, addr) = b
         .receive(Instant::ZERO)
         .unwrap()
         .consume_parts(|h, p| (h.to_vec(), p.to_vec(), p.as_ptr()));
     assert_eq!(head, b"HEADTAIL");
-    assert_eq!(body, pattern[..100]);
+    assert_eq!(body, pattern[..n]);
     assert_eq!(
         addr, at,
         "the payload is read in the sender's slot, not a copy"
     );
     // A reader that wants the frame whole gets it joined.
-    assert!(a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", 3, 5, b""));
-    assert_eq!(recv(&mut b).unwrap(), [&b"H"[..], &pattern[..5]].concat());
-    assert_eq!((a.stats().tx_pooled, b.stats().rx_pooled), (2, 2));
-    assert_eq!(a.stats().tx_frames, 2);
+    assert!(a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", 3, POOL_SLOT, b"T"));
+    let whole = [&b"H"[..], &pattern[..], &b"T"[..]].concat();
+    // (header, payload, tag: the frame as it would lie in one piece)
+    assert_eq!(recv(&mut b).unwrap(), whole);
+    // A short payload rides in the ring slot: one frame, read in one place.
+    assert!(a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"HEAD", 3, 5, b"TAIL"));
+    let (head, body) = b
+        .receive(Instant::ZERO)
+        .unwrap()
+        .consume_parts(|h, p| (h.to_vec(), p.to_vec()));
+    assert_eq!(head, [&b"HEAD"[..], &pattern[..5], &b"TAIL"[..]].concat());
+    assert!(body.is_empty());
+    assert_eq!((a.stats().tx_pooled, a.stats().tx_pool_inline), (3, 1));
+    assert_eq!(b.stats().rx_pooled, 2);
+    assert_eq!(a.stats().tx_frames, 3);
     // Impossible requests are refused at the sender.
     assert!(!a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", POOL_SLOTS, 5, b""));
     assert!(!a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", 0, POOL_SLOT + 1, b""));
@@ -1394,20 +1412,22 @@ fn forged_send_slot_descriptors_are_skipped() {
     let mut mem = Mem::new(geo().region_len().unwrap());
     let (mut a, mut b) = pair(&mem);
     let g = geo();
-    // (slot index, payload length, length word) of each forgery.
-    let forged: [(u32, u32, u32); 4] = [
-        (POOL_SLOTS as u32, 8, INDIRECT | 4),
-        (u32::MAX, 8, INDIRECT | 4),
-        (0, POOL_SLOT as u32 + 1, INDIRECT | 4),
-        (0, 8, INDIRECT | (INDIRECT_INLINE_MAX as u32 + 1)),
+    // (slot index, bytes before the payload, payload length, length word) of each.
+    let forged: [(u16, u16, u32, u32); 5] = [
+        (POOL_SLOTS as u16, 4, 8, INDIRECT | 4),
+        (u16::MAX, 4, 8, INDIRECT | 4),
+        (0, 4, POOL_SLOT as u32 + 1, INDIRECT | 4),
+        (0, 4, 8, INDIRECT | (INDIRECT_INLINE_MAX as u32 + 1)),
+        (0, 5, 8, INDIRECT | 4),
     ];
-    for (k, (slot, len, word)) in forged.into_iter().enumerate() {
-        assert!(a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"GOOD", 0, 8, b""));
+    for (k, (slot, split, len, word)) in forged.into_iter().enumerate() {
+        assert!(a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"GOOD", 0, 300, b""));
         // Scribble over the descriptor in place, as a hostile peer could.
         let at = g.slot(1, 0, k as u64);
         let bytes = mem.bytes();
         bytes[at + 8..at + 12].copy_from_slice(&word.to_le_bytes());
-        bytes[at + 16..at + 20].copy_from_slice(&slot.to_le_bytes());
+        bytes[at + 16..at + 18].copy_from_slice(&slot.to_le_bytes());
+        bytes[at + 18..at + 20].copy_from_slice(&split.to_le_bytes());
         bytes[at + 20..at + 24].copy_from_slice(&len.to_le_bytes());
         assert!(b.receive(Instant::ZERO).is_none(), "forgery {k} was taken");
         assert_eq!(b.stats().corrupt, k as u64 + 1);
@@ -1423,7 +1443,15 @@ fn forged_send_slot_descriptors_are_skipped() {
 /// many packets every send and receive slot is back.
 #[test]
 fn lfc_packets_are_written_in_nic_memory_and_sent_from_there() {
-    let (_mem, mut ls, _) = lfcs(2);
+    // Plain, and with every frame authenticated (as on ivshmem): the tag then
+    // covers a payload read in the sender's NIC memory.
+    for key in [None, Some(*b"0123456789abcdef")] {
+        lfc_packets_from_nic_memory(key);
+    }
+}
+
+fn lfc_packets_from_nic_memory(key: Option<[u8; 16]>) {
+    let (_mem, mut ls, _) = lfcs_keyed(2, key);
     let p = ls[0].send_alloc(false).unwrap();
     let at = ls[0].packet_mut(p).unwrap().as_mut_ptr() as usize;
     let slot = ls[0].device().pool_slot(p.index()).unwrap().as_ptr() as usize;
@@ -1431,6 +1459,8 @@ fn lfc_packets_are_written_in_nic_memory_and_sent_from_there() {
     assert_eq!(ls[0].packet_at(at), Some(p));
     assert_eq!(ls[0].packet_at(at + 1), None);
     ls[0].packet_free(p).unwrap();
+    // Packets longer than the ring slot's inline room, so each is read in place.
+    let size = 600;
     let total = 10_000u32;
     let mut sent = 0;
     let t0 = std::time::Instant::now();
@@ -1440,10 +1470,10 @@ fn lfc_packets_are_written_in_nic_memory_and_sent_from_there() {
             let p = ls[0].send_alloc(false).unwrap();
             let b = ls[0].packet_mut(p).unwrap();
             b[..4].copy_from_slice(&sent.to_le_bytes());
-            for (i, x) in b[4..64].iter_mut().enumerate() {
+            for (i, x) in b[4..size].iter_mut().enumerate() {
                 *x = (sent as usize + i) as u8;
             }
-            ls[0].ucast_launch(1, p, 64, false).unwrap();
+            ls[0].ucast_launch(1, p, size, false).unwrap();
             sent += 1;
         }
         // The receiver keeps every tenth packet for a while.
@@ -1473,6 +1503,8 @@ fn lfc_packets_are_written_in_nic_memory_and_sent_from_there() {
         total as u64 + ls[0].engine().stats().retransmits
     );
     assert!(ls[1].device().stats().rx_pooled >= total as u64);
+    let s = ls[1].engine().stats();
+    assert_eq!((s.rx_unauthenticated, s.rx_malformed), (0, 0));
     // Every slot comes back once the last acks are in.
     let t0 = std::time::Instant::now();
     while ls[0].engine().packets_free().0 < 8 {
@@ -1481,4 +1513,24 @@ fn lfc_packets_are_written_in_nic_memory_and_sent_from_there() {
         ls[0].poll().unwrap();
     }
     assert_eq!(ls[1].engine().packets_free().1, 4, "receive slots leaked");
+    assert_eq!(ls[0].device().stats().tx_pool_inline, 0);
+    // A short packet rides inline in the ring slot.
+    lfc_short_unicast(&mut ls);
+}
+
+/// One 8-byte packet from 0 to 1: sent from its send slot, its payload inline.
+fn lfc_short_unicast(ls: &mut [MyriLfc]) {
+    let before = ls[1].state().got.len();
+    let p = ls[0].send_alloc(false).unwrap();
+    let b = ls[0].packet_mut(p).unwrap();
+    b[..4].copy_from_slice(&77u32.to_le_bytes());
+    for (i, x) in b[4..8].iter_mut().enumerate() {
+        *x = (77 + i) as u8;
+    }
+    ls[0].ucast_launch(1, p, 8, false).unwrap();
+    lfc_poll_until(ls, &[0, 1], "short packet", |ls| {
+        ls[1].state().got.len() > before
+    });
+    assert_eq!(ls[1].state().got.last().map(|g| g.2), Some(77));
+    assert_eq!(ls[0].device().stats().tx_pool_inline, 1);
 }

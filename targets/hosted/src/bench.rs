@@ -1061,38 +1061,47 @@ fn lfc_rows(
     let peer = 1 - me;
     let mut rows = Vec::new();
     let row = |test: &str, bytes, v: Vec<f64>| latency_row(name, test, bytes, v, lm);
-    let send = |l: &mut HostLfc<LfcBench>| -> Result<(), HostError> {
+    // The program writes the whole payload into the packet, as a real one would.
+    let send = |l: &mut HostLfc<LfcBench>, size: usize| -> Result<(), HostError> {
         let p = l.send_alloc(true)?;
         l.packet_mut(p)
-            .ok_or_else(|| HostError("lfc packet".into()))?[..8]
-            .copy_from_slice(&[7; 8]);
-        l.ucast_launch(peer, p, 8, true)?;
+            .ok_or_else(|| HostError("lfc packet".into()))?[..size]
+            .fill(7);
+        l.ucast_launch(peer, p, size, true)?;
         Ok(())
     };
 
     progress("lfc latency, polling");
-    let iters = sw.iters(20_000);
     let count = l.state().received.clone();
-    let mut samples = Vec::with_capacity(iters);
     let mut want = 0;
-    for i in 0..iters + iters / 10 {
-        let t0 = StdInstant::now();
+    // 8 bytes, and a full packet (where a copy on the way would show).
+    for size in [8, l.packet_size()] {
+        let iters = if size == 8 {
+            sw.iters(20_000)
+        } else {
+            sw.iters(5_000)
+        };
+        let mut samples = Vec::with_capacity(iters);
+        for i in 0..iters + iters / 10 {
+            let t0 = StdInstant::now();
+            if me == 0 {
+                send(&mut l, size)?;
+            }
+            want += 1;
+            while count.load(Ordering::Acquire) < want {
+                l.poll()?;
+            }
+            if me == 1 {
+                send(&mut l, size)?;
+            } else if i >= iters / 10 {
+                samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+            }
+        }
         if me == 0 {
-            send(&mut l)?;
-        }
-        want += 1;
-        while count.load(Ordering::Acquire) < want {
-            l.poll()?;
-        }
-        if me == 1 {
-            send(&mut l)?;
-        } else if i >= iters / 10 {
-            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+            rows.push(row("lfc latency, one-way, polling", size, samples));
         }
     }
-    if me == 0 {
-        rows.push(row("lfc latency, one-way, polling", 8, samples));
-    }
+    let iters = sw.iters(20_000);
 
     // The same exchange by `lfc_bcast_launch` both ways: on `shm` one write into the
     // root's board in NIC memory, elsewhere down the tree (here one hop).
@@ -1139,14 +1148,14 @@ fn lfc_rows(
     for i in 0..iters + iters / 10 {
         let t0 = StdInstant::now();
         if me == 0 {
-            send(&mut lock_lfc(&shared))?;
+            send(&mut lock_lfc(&shared), 8)?;
         }
         want += 1;
         while count.load(Ordering::Acquire) < want {
             std::hint::spin_loop();
         }
         if me == 1 {
-            send(&mut lock_lfc(&shared))?;
+            send(&mut lock_lfc(&shared), 8)?;
         } else if i >= iters / 10 {
             samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
         }
@@ -1172,7 +1181,7 @@ fn lfc_rows(
             samples.push(t0.elapsed().as_secs_f64() * 1e6);
         }
         rows.push(row("lfc fetch_and_add, round trip", 4, samples));
-        send(&mut l)?;
+        send(&mut l, 8)?;
     } else {
         // Served by this process's engine (udp) or its NIC memory (shm) while it
         // waits for the end.
