@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use memmap2::MmapMut;
-use volley_core::gamma::{Gamma, StdClock, BROADCAST, GO_BACK};
+use volley_core::gamma::{Gamma, BROADCAST, GO_BACK};
+
+use crate::clock::HostClock;
 
 use volley_core::cheetah::{Cheetah, Segments};
 use volley_core::engine::{Error, Memory};
@@ -843,7 +845,7 @@ fn gamma_latency(
             };
             g.wait(1, 1)?;
             if i >= iters / 10 {
-                samples.push(Gamma::<HostDevice, StdClock, State>::time_diff(g.time(), t0) / 2.0);
+                samples.push(Gamma::<HostDevice, HostClock, State>::time_diff(g.time(), t0) / 2.0);
             }
         } else {
             g.wait(1, 1)?;
@@ -879,7 +881,7 @@ fn gamma_stream(
             }
             g.wait(2, 1)?;
             if r >= 2 {
-                let secs = Gamma::<HostDevice, StdClock, State>::time_diff(g.time(), t0) / 1e6;
+                let secs = Gamma::<HostDevice, HostClock, State>::time_diff(g.time(), t0) / 1e6;
                 samples.push((len * WINDOW) as f64 / secs / 1e6);
             }
         } else {
@@ -1050,7 +1052,7 @@ fn lfc_rows(
         groups,
         boot.size as usize,
         dev,
-        StdClock::default(),
+        HostClock::default(),
         LfcOptions::default(),
         lfc_count,
         LfcBench::default(),
@@ -1195,7 +1197,7 @@ fn lfc_rows(
     Ok((rows, dev))
 }
 
-type BenchCheetah = Cheetah<'static, HostDevice, StdClock, Segments<'static>>;
+type BenchCheetah = Cheetah<'static, HostDevice, HostClock, Segments<'static>>;
 /// Bench memory: segment 1 data (2 MiB), segment 2 bells (`BELL_*`, i32 each).
 const C_DATA: u64 = 1 << 40;
 const C_BELLS: u64 = 2 << 40;
@@ -1236,7 +1238,7 @@ fn cheetah_rows(
         groups,
         boot.size as usize,
         dev,
-        StdClock::default(),
+        HostClock::default(),
         mem,
     )
     .map_err(e)?;
@@ -1306,10 +1308,10 @@ fn cheetah_rows(
 /// `bell`, which each waits for in turn); one-way microseconds at context 0 after a
 /// tenth of warm-up, none at context 1.
 fn put_pingpong<M: Memory>(
-    c: &mut Cheetah<'static, HostDevice, StdClock, M>,
+    c: &mut Cheetah<'static, HostDevice, HostClock, M>,
     iters: usize,
     bell: u64,
-    mut put: impl FnMut(&mut Cheetah<'static, HostDevice, StdClock, M>) -> Result<(), Error>,
+    mut put: impl FnMut(&mut Cheetah<'static, HostDevice, HostClock, M>) -> Result<(), Error>,
 ) -> Result<Vec<f64>, Error> {
     let me = c.mycontext();
     let mut samples = Vec::with_capacity(iters);
@@ -1331,12 +1333,12 @@ fn put_pingpong<M: Memory>(
 /// Put bandwidth in MB/s per round: `window` puts of `len` bytes by `put`, each
 /// ringing the local bell at `bell`, then a wait for them all.
 fn put_bandwidth<M: Memory>(
-    c: &mut Cheetah<'static, HostDevice, StdClock, M>,
+    c: &mut Cheetah<'static, HostDevice, HostClock, M>,
     reps: usize,
     window: i32,
     len: usize,
     bell: u64,
-    mut put: impl FnMut(&mut Cheetah<'static, HostDevice, StdClock, M>) -> Result<(), Error>,
+    mut put: impl FnMut(&mut Cheetah<'static, HostDevice, HostClock, M>) -> Result<(), Error>,
 ) -> Result<Vec<f64>, Error> {
     let mut samples = Vec::with_capacity(reps);
     let mut rung = c.bell(bell)?;
@@ -1353,7 +1355,7 @@ fn put_bandwidth<M: Memory>(
     Ok(samples)
 }
 
-type DirectCheetah = Cheetah<'static, HostDevice, StdClock, crate::procmem::ProcessMemory>;
+type DirectCheetah = Cheetah<'static, HostDevice, HostClock, crate::procmem::ProcessMemory>;
 
 /// The peer's data buffer and bell, as its tag-3 invocation said.
 static PEER_ADDRS: [std::sync::atomic::AtomicU64; 2] = [
@@ -1400,7 +1402,7 @@ fn cheetah_direct_rows(
         groups,
         boot.size as usize,
         dev,
-        StdClock::default(),
+        HostClock::default(),
         ProcessMemory::default(),
     )
     .map_err(e)?;
@@ -1480,7 +1482,7 @@ fn cheetah_direct_rows(
     Ok((rows, c.into_device()))
 }
 
-type BenchQnix = volley_core::qnix::Qnix<'static, HostDevice, StdClock, Segments<'static>>;
+type BenchQnix = volley_core::qnix::Qnix<'static, HostDevice, HostClock, Segments<'static>>;
 
 /// QNIX on the same device, same run: `send_short` one-way latency (ping-pong / 2,
 /// receives posted first) and `send` bandwidth (8 sends of 512 KiB from the pool
@@ -1507,7 +1509,7 @@ fn qnix_rows(
         groups,
         boot.size as usize,
         dev,
-        StdClock::default(),
+        HostClock::default(),
         mem,
     )
     .map_err(e)?;
@@ -1628,7 +1630,7 @@ fn barrier_rows(
         let t0 = g.time();
         g.sync()?;
         if i >= iters / 10 {
-            samples.push(Gamma::<HostDevice, StdClock, State>::time_diff(
+            samples.push(Gamma::<HostDevice, HostClock, State>::time_diff(
                 g.time(),
                 t0,
             ));

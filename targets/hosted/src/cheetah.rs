@@ -11,9 +11,9 @@
 
 use std::time::Duration;
 
+use crate::clock::HostClock;
 use volley_core::cheetah::Cheetah;
 use volley_core::engine::Memory;
-use volley_core::gamma::StdClock;
 
 use crate::bootstrap::{self, Boot, Source};
 use crate::launcher::{self, RunOptions};
@@ -22,7 +22,7 @@ use crate::node::{engine_setup, HostDevice};
 use crate::{Fabric, HostError};
 
 /// A Cheetah context of a hosted job, serving memory `M`.
-pub type HostCheetah<M> = Cheetah<'static, HostDevice, StdClock, M>;
+pub type HostCheetah<M> = Cheetah<'static, HostDevice, HostClock, M>;
 
 /// How this process goes on after `cheetah_core_setup` has read its arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,7 +151,7 @@ pub fn cheetah<M: Memory>(
         groups,
         boot.size as usize,
         dev,
-        StdClock::default(),
+        HostClock::default(),
         mem,
     )
     .map_err(|e| HostError(format!("cheetah_core_setup: {e}")))?;

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use volley_core::gamma::StdClock;
+use crate::clock::HostClock;
 use volley_core::lfc::{Lfc, Options, Tree, Upcall};
 use volley_core::time::Duration;
 
@@ -41,7 +41,7 @@ use crate::node::{engine_setup, HostDevice};
 use crate::{Fabric, HostError};
 
 /// An LFC process of a hosted job.
-pub type HostLfc<S> = Lfc<'static, HostDevice, StdClock, S>;
+pub type HostLfc<S> = Lfc<'static, HostDevice, HostClock, S>;
 
 /// What `lfc_init` found on the command line and in the environment.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -271,7 +271,7 @@ pub fn lfc<S>(
     boot: &Boot,
     fabric: Fabric,
     options: Options,
-    upcall: Upcall<'static, HostDevice, StdClock, S>,
+    upcall: Upcall<'static, HostDevice, HostClock, S>,
     state: S,
 ) -> Result<HostLfc<S>, HostError> {
     let (groups, cfg, dev) = engine_setup(boot, fabric)?;
@@ -280,7 +280,7 @@ pub fn lfc<S>(
         groups,
         boot.size as usize,
         dev,
-        StdClock::default(),
+        HostClock::default(),
         options,
         upcall,
         state,

@@ -14,6 +14,7 @@ use std::fmt;
 pub mod bench;
 pub mod bootstrap;
 pub mod cheetah;
+pub mod clock;
 pub mod direct;
 pub mod eth;
 pub mod launcher;

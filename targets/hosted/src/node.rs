@@ -1,7 +1,9 @@
 //! A GAMMA process on a hosted fabric.
 
 use volley_core::engine::{Config, Group, Members, Tree};
-use volley_core::gamma::{Gamma, StdClock};
+use volley_core::gamma::Gamma;
+
+use crate::clock::HostClock;
 use volley_core::phy::{BarrierMembers, BarrierPoll, Capabilities, Device, RxToken, TxToken};
 use volley_core::time::Instant;
 use volley_core::NodeAddr;
@@ -217,7 +219,7 @@ impl Device for HostDevice {
 }
 
 /// A GAMMA process of a hosted job.
-pub type HostGamma<S> = Gamma<'static, HostDevice, StdClock, S>;
+pub type HostGamma<S> = Gamma<'static, HostDevice, HostClock, S>;
 
 /// Opens this rank's device on `fabric`.
 pub fn open_device(boot: &Boot, fabric: Fabric) -> Result<HostDevice, HostError> {
@@ -370,6 +372,7 @@ pub fn engine_config(
         Some(s) => s.job_key(boot.job),
         None => (boot.job ^ (boot.job >> 32)) as u32,
     };
+    crate::clock::check_setting()?;
     let mut cfg = Config::new(job_key, group, node);
     cfg.peer_timeout = peer_timeout()?;
     cfg.device_barrier = device_barrier()?;
@@ -412,7 +415,7 @@ pub fn gamma<S>(boot: &Boot, fabric: Fabric, state: S) -> Result<HostGamma<S>, H
         groups,
         boot.size as usize,
         dev,
-        StdClock::default(),
+        HostClock::default(),
         state,
     )?;
     // Ranks may outnumber cores: a rank with nothing to do lets another run.

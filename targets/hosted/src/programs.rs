@@ -4,7 +4,9 @@
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use volley_core::engine::Error as GammaError;
-use volley_core::gamma::{Gamma, StdClock, Upcall, BROADCAST, GO_BACK};
+use volley_core::gamma::{Gamma, Upcall, BROADCAST, GO_BACK};
+
+use crate::clock::HostClock;
 use volley_core::time::{Duration, Instant};
 
 use crate::bootstrap::Boot;
@@ -140,7 +142,7 @@ fn round_trip(g: &mut HostGamma<State>, data: &[u8], reliable: bool) -> Result<f
         let t0 = g.time();
         send(g)?;
         wait1(g, 1, 30)?;
-        Ok(Gamma::<crate::HostDevice, StdClock, State>::time_diff(
+        Ok(Gamma::<crate::HostDevice, HostClock, State>::time_diff(
             g.time(),
             t0,
         ))
@@ -593,7 +595,7 @@ pub fn demo(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
         let t0 = g.time();
         g.sync()?;
         if i >= 100 {
-            bar.push(Gamma::<crate::HostDevice, StdClock, State>::time_diff(
+            bar.push(Gamma::<crate::HostDevice, HostClock, State>::time_diff(
                 g.time(),
                 t0,
             ));
@@ -615,7 +617,7 @@ pub fn demo(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     }
     g.sync()?;
     if me == 0 {
-        let t = Gamma::<crate::HostDevice, StdClock, State>::time_diff(g.time(), t0);
+        let t = Gamma::<crate::HostDevice, HostClock, State>::time_diff(g.time(), t0);
         rows.push((format!("broadcast 16 KiB to {} ranks", n - 1), "ok", t, t));
         println!(
             "Volley demo: {n} ranks on the {} fabric (GAMMA API, _flowctl sends)",

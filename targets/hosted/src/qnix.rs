@@ -6,8 +6,8 @@
 //! every endpoint of the job: the names, not the ranks, say who is who, and several
 //! applications may share one job.
 
+use crate::clock::HostClock;
 use volley_core::engine::Memory;
-use volley_core::gamma::StdClock;
 use volley_core::qnix::Qnix;
 
 use crate::bootstrap::{self, Boot, Source};
@@ -17,7 +17,7 @@ use crate::node::{engine_setup, HostDevice};
 use crate::{Fabric, HostError};
 
 /// A QNIX process of a hosted job, reaching program memory through `M`.
-pub type HostQnix<M> = Qnix<'static, HostDevice, StdClock, M>;
+pub type HostQnix<M> = Qnix<'static, HostDevice, HostClock, M>;
 
 /// This process's place: an endpoint of a launched job, or a job of one.
 pub fn boot() -> Result<Boot, HostError> {
@@ -43,7 +43,7 @@ pub fn qnix<M: Memory>(boot: &Boot, fabric: Fabric, mem: M) -> Result<HostQnix<M
         groups,
         boot.size as usize,
         dev,
-        StdClock::default(),
+        HostClock::default(),
         mem,
     )
     .map_err(|e| HostError(format!("qx_init: {e}")))?;
