@@ -84,7 +84,7 @@ fn ns_per_tick() -> Option<u64> {
             t1 = std::time::Instant::now();
         }
         let c1 = ticks();
-        let ns = t1.duration_since(t0).as_nanos() as u128;
+        let ns = t1.duration_since(t0).as_nanos();
         let n = c1.wrapping_sub(c0) as u128;
         // 100 MHz to 20 GHz: anything else is a counter that cannot be trusted.
         let hz = n * 1_000_000_000 / ns.max(1);
