@@ -31,7 +31,7 @@ impl<'a> Engine<'a> {
         let Some((repr, payload)) = self.parse_ours(frame) else {
             return;
         };
-        self.handle_parsed(now, &repr, payload, source, mem)
+        self.handle_parsed(now, repr, payload, source, mem)
     }
 
     /// [`Engine::handle_frame_mem`] of a frame received in two parts: the header (and
@@ -51,7 +51,7 @@ impl<'a> Engine<'a> {
         let Some(repr) = self.count_parse(parsed) else {
             return;
         };
-        self.handle_parsed(now, &repr, payload, source, mem)
+        self.handle_parsed(now, repr, payload, source, mem)
     }
 
     /// A parsed frame of this job: addressing checks, acks, dispatch by kind.
@@ -59,12 +59,11 @@ impl<'a> Engine<'a> {
     fn handle_parsed(
         &mut self,
         now: Instant,
-        repr: &Repr,
+        repr: Repr,
         payload: &[u8],
         source: Option<NodeAddr>,
         mem: &mut dyn Memory,
     ) {
-        let repr = *repr;
         if repr.ends.dst_group != self.cfg.group || repr.ends.dst_node != self.cfg.node {
             self.stats.rx_foreign_group += 1;
             return;

@@ -55,8 +55,8 @@
 //! NIC fetches a packet from its send buffer as it goes out. The producer rewrites a
 //! send slot only once every ring slot that names it has been consumed (the engine
 //! reuses a packet only after the receiver acknowledged it, which it does after
-//! consuming it). The slot, a consumer only ever reads from the ring's producer,
-//! so a node cannot point a peer at another node's memory.
+//! consuming it). A consumer reads only the send slots of the ring's producer, so no
+//! node can point a peer at another node's memory.
 //!
 //! # Broadcast board
 //!
