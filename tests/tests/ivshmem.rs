@@ -312,9 +312,12 @@ fn interrupt_mode_over_ivshmem_doorbells() {
                 o.console
             );
             assert!(o.count("polling took ") <= 10, "{}", o.console);
-            // While computing, the doorbells (not only the watchdog's timer) woke it.
+            // While computing, the doorbells (not only the watchdog's timer) woke it:
+            // the timer alone takes no card interrupt. Messages come 200 us apart, but
+            // a loaded host that stops the VM for a while coalesces their doorbells
+            // (35 of 100 seen under CI with benchmarks beside it), so not one each.
             assert!(
-                o.count("messages reached the handler at interrupt time (") >= 50,
+                o.count("messages reached the handler at interrupt time (") >= 10,
                 "{}",
                 o.console
             );

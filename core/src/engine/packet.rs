@@ -739,11 +739,16 @@ impl<'a> Engine<'a> {
     /// The oldest internal delivery ([`Delivery::internal`]) wherever it waits in the
     /// queue, taken out of it (the others keep their order): a personality's own
     /// packets must not wait behind the program's.
+    #[inline]
     pub fn next_internal_delivery(&mut self) -> Option<Delivery> {
-        let p = &mut self.bufs.pkts;
-        if p.internal == 0 {
+        if self.bufs.pkts.internal == 0 {
             return None;
         }
+        self.take_internal_delivery()
+    }
+
+    fn take_internal_delivery(&mut self) -> Option<Delivery> {
+        let p = &mut self.bufs.pkts;
         let cap = p.queue.len();
         let k = (0..p.len).find(|&k| p.queue[(p.head + k) % cap].internal)?;
         let d = p.queue[(p.head + k) % cap];

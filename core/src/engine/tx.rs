@@ -66,8 +66,8 @@ impl<'a> Engine<'a> {
         }
         // Start at a different channel each time so no peer is always served last.
         self.rr = if self.rr + 1 >= n { 0 } else { self.rr + 1 };
-        let start = self.rr;
-        for ci in (start..n).chain(0..start) {
+        let mut ci = self.rr;
+        for _ in 0..n {
             let ch = &self.chans[ci];
             let idle = !ch.resend_any
                 && ch.ctrl_len == 0
@@ -77,6 +77,7 @@ impl<'a> Engine<'a> {
             if ch.in_use && !ch.failed && !idle {
                 sent += self.transmit_chan(now, dev, ci, ext, mem);
             }
+            ci = if ci + 1 == n { 0 } else { ci + 1 };
         }
         if sent > 0 {
             dev.flush(now);

@@ -494,10 +494,11 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     /// reported here once, as `Err(SendFailure)`.
     pub fn poll(&mut self) -> Result<usize, Error> {
         self.stats.polls += 1;
+        // One clock read serves the watchdog, the keepalive and the engine.
         let now = self.clock.now();
         self.last_poll = now;
         self.keepalive(now);
-        self.poll_network();
+        self.poll_network_at(now);
         let n = self.run_upcalls();
         self.check_failure()?;
         Ok(n)
@@ -506,6 +507,10 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     /// Drains the network without upcalls: received packets wait for a later poll.
     pub fn poll_network(&mut self) -> bool {
         let now = self.clock.now();
+        self.poll_network_at(now)
+    }
+
+    fn poll_network_at(&mut self, now: Instant) -> bool {
         let busy = self.engine.poll(now, &mut self.dev, None);
         self.take_internal();
         busy
@@ -556,6 +561,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
 
     /// Statistics packets are the personality's own: taken off the queue here,
     /// wherever they wait in it.
+    #[inline]
     fn take_internal(&mut self) {
         while let Some(d) = self.engine.next_internal_delivery() {
             self.stats_packet(d);
@@ -600,8 +606,9 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
 
     /// One round of a waiting call: drain, upcalls if allowed, the idle hook.
     fn wait_step(&mut self, upcalls_allowed: bool) -> Result<(), Error> {
-        self.keepalive(self.clock.now());
-        let mut busy = self.poll_network();
+        let now = self.clock.now();
+        self.keepalive(now);
+        let mut busy = self.poll_network_at(now);
         if upcalls_allowed {
             busy |= self.run_upcalls() > 0;
         }

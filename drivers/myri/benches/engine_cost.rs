@@ -22,6 +22,7 @@ use volley_core::NodeAddr;
 use volley_myri::{Geometry, MyriNic, NicConfig, Region};
 
 type G = Gamma<'static, MyriNic, StdClock, u64>;
+type L = volley_core::lfc::Lfc<'static, MyriNic, StdClock, u64>;
 
 fn nics() -> (MyriNic, MyriNic) {
     // The hosted `shm` fabric's geometry for a few ranks.
@@ -65,6 +66,68 @@ fn gammas() -> (G, G) {
         g
     };
     (mk(a, 0), mk(b, 1))
+}
+
+fn on_packet(l: &mut L, _r: volley_core::lfc::Received) -> volley_core::lfc::Keep {
+    *l.state_mut() += 1;
+    volley_core::lfc::Keep::No
+}
+
+fn lfcs() -> (L, L) {
+    static GROUPS: &[Group<'static>] = &[Group {
+        id: 1,
+        members: Members::Range { first: 0, count: 2 },
+    }];
+    let (a, b) = nics();
+    let mk = |nic, me: u16| -> L {
+        let mut l = volley_core::lfc::Lfc::init_alloc(
+            Config::new(9, 1, me),
+            GROUPS,
+            2,
+            nic,
+            StdClock::default(),
+            volley_core::lfc::Options::default(),
+            on_packet,
+            0,
+        )
+        .unwrap();
+        l.set_idle(None);
+        l
+    };
+    let (mut a, mut b) = (mk(a, 0), mk(b, 1));
+    // Both start: the start-up barrier needs the two taking turns.
+    a.start_begin().unwrap();
+    b.start_begin().unwrap();
+    loop {
+        a.poll_network();
+        b.poll_network();
+        if a.start_test().unwrap() & b.start_test().unwrap() {
+            break;
+        }
+    }
+    (a, b)
+}
+
+/// One LFC packet from `from` to `to`: allocated, filled, launched, then `to` polls
+/// until its upcall ran.
+#[inline(never)]
+fn lfc_hop(from: &mut L, to: &mut L, to_rank: u16, data: &[u8]) {
+    let p = from.send_alloc(false).unwrap();
+    from.packet_mut(p).unwrap()[..data.len()].copy_from_slice(data);
+    from.ucast_launch(to_rank, p, data.len(), false).unwrap();
+    let want = *to.state() + 1;
+    while *to.state() < want {
+        to.poll().unwrap();
+    }
+}
+
+#[inline(never)]
+fn measured_lfc(a: &mut L, b: &mut L, iters: usize) {
+    let data = [7u8; 8];
+    for _ in 0..iters {
+        lfc_hop(a, b, 1, &data);
+        lfc_hop(b, a, 0, &data);
+    }
 }
 
 /// One message from `from` to `to`: sent, then polled until its handler ran.
@@ -125,7 +188,7 @@ fn main() {
     // flag is ignored.
     let only = args
         .iter()
-        .find(|a| ["send", "flowctl", "idle"].contains(&a.as_str()));
+        .find(|a| ["send", "flowctl", "idle", "lfc"].contains(&a.as_str()));
     let rounds = 9;
     let per_msg = |t: WallInstant| t.elapsed().as_nanos() as f64 / (2 * iters) as f64;
 
@@ -147,7 +210,7 @@ fn main() {
         (false, "GAMMA send, 8 B"),
         (true, "GAMMA send_flowctl, 8 B"),
     ] {
-        if only.is_some_and(|o| o == "idle" || (o == "flowctl") != reliable) {
+        if only.is_some_and(|o| o == "idle" || o == "lfc" || (o == "flowctl") != reliable) {
             continue;
         }
         let (mut a, mut b) = gammas();
@@ -162,6 +225,28 @@ fn main() {
         );
         assert_eq!(*a.state() + *b.state(), (2 * rounds * iters) as u64);
         println!("{:<44} {:>9.1} ns  {:.2}x", name, ns, ns / raw);
+    }
+    if only.is_none_or(|o| o == "lfc") {
+        let (mut a, mut b) = lfcs();
+        let ns = median(
+            (0..rounds)
+                .map(|_| {
+                    let t = WallInstant::now();
+                    measured_lfc(&mut a, &mut b, iters);
+                    per_msg(t)
+                })
+                .collect(),
+        );
+        assert_eq!(*a.state() + *b.state(), (2 * rounds * iters) as u64);
+        println!(
+            "{:<44} {:>9.1} ns  {:.2}x",
+            "LFC ucast_launch + poll, 8 B",
+            ns,
+            ns / raw
+        );
+    }
+    if only.is_some() {
+        return;
     }
     let (mut a, _b) = gammas();
     let ns = median(

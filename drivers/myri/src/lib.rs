@@ -882,6 +882,52 @@ impl MyriNic {
         true
     }
 
+    /// The next free slot of our ring into `dst`, and the region (to read our send
+    /// slots while the token lives).
+    fn reserve(&mut self, dst: NodeAddr) -> Option<(MyriTx<'_>, &Region)> {
+        let MyriNic {
+            region,
+            geo,
+            me,
+            stats,
+            tx_head,
+            rings,
+            ..
+        } = self;
+        let dst = dst.0 as u32;
+        if dst >= geo.nodes || dst == *me {
+            return None;
+        }
+        let cached = tx_head.get_mut(dst as usize)?;
+        let ring = rings.ring(dst, *me);
+        let (tail_w, head_w) = ring_words(region, ring)?;
+        let tail = tail_w.load(Ordering::Relaxed);
+        if tail.wrapping_sub(*cached) >= geo.slots as u64 {
+            // Looks full: see how far the consumer has got.
+            *cached = head_w.load(Ordering::Acquire);
+            if tail.wrapping_sub(*cached) >= geo.slots as u64 {
+                stats.no_credit += 1;
+                return None;
+            }
+        }
+        let slot = rings.slot(ring, tail);
+        let seq = region.u64_at(slot).ok()?;
+        let len = region.u32_at(slot + 8).ok()?;
+        // SAFETY: slot `tail` of the ring we alone produce into is free (tail - head
+        // < slots, checked above): its consumer has released it and will not read it
+        // before we publish its sequence word, and no other slice of it exists.
+        let bytes = unsafe { region.bytes_mut(slot + SLOT_HEADER, geo.mtu()) }.ok()?;
+        stats.tx_frames += 1;
+        let tok = MyriTx {
+            slot: bytes,
+            seq,
+            len,
+            tail: tail_w,
+            next: tail.wrapping_add(1),
+        };
+        Some((tok, region))
+    }
+
     /// The board's free slots once every reader still in the job is counted:
     /// readers that left or died are passed over (their frames are lost with them).
     fn board_room(&mut self) -> u64 {
@@ -1112,46 +1158,7 @@ impl Device for MyriNic {
     fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<MyriTx<'_>> {
         // A program that only sends (short sends need no receive poll) is alive too.
         self.heartbeat();
-        let MyriNic {
-            region,
-            geo,
-            me,
-            stats,
-            tx_head,
-            rings,
-            ..
-        } = self;
-        let dst = dst.0 as u32;
-        if dst >= geo.nodes || dst == *me {
-            return None;
-        }
-        let cached = tx_head.get_mut(dst as usize)?;
-        let ring = rings.ring(dst, *me);
-        let (tail_w, head_w) = ring_words(region, ring)?;
-        let tail = tail_w.load(Ordering::Relaxed);
-        if tail.wrapping_sub(*cached) >= geo.slots as u64 {
-            // Looks full: see how far the consumer has got.
-            *cached = head_w.load(Ordering::Acquire);
-            if tail.wrapping_sub(*cached) >= geo.slots as u64 {
-                stats.no_credit += 1;
-                return None;
-            }
-        }
-        let slot = rings.slot(ring, tail);
-        let seq = region.u64_at(slot).ok()?;
-        let len = region.u32_at(slot + 8).ok()?;
-        // SAFETY: slot `tail` of the ring we alone produce into is free (tail - head
-        // < slots, checked above): its consumer has released it and will not read it
-        // before we publish its sequence word, and no other slice of it exists.
-        let bytes = unsafe { region.bytes_mut(slot + SLOT_HEADER, geo.mtu()) }.ok()?;
-        stats.tx_frames += 1;
-        Some(MyriTx {
-            slot: bytes,
-            seq,
-            len,
-            tail: tail_w,
-            next: tail.wrapping_add(1),
-        })
+        self.reserve(dst).map(|(t, _)| t)
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -1206,19 +1213,19 @@ impl Device for MyriNic {
         if len <= POOL_INLINE && inline + len <= self.geo.mtu() {
             // Short: the payload rides in the ring slot, as a NIC inlines a short send
             // into its descriptor; the consumer then reads one place, not two.
-            let mut body = [0u8; POOL_INLINE];
-            match self.pool_slot(slot) {
-                Some(s) => body[..len].copy_from_slice(&s[..len]),
-                None => return false,
-            }
-            let Some(tok) = self.transmit(now, dst) else {
+            let from = self.rings.pool_slot(self.me, slot);
+            self.heartbeat();
+            let Some((tok, region)) = self.reserve(dst) else {
+                return false;
+            };
+            let Ok(body) = region.bytes(from, len) else {
                 return false;
             };
             tok.consume(inline + len, |b| {
                 let (h, rest) = b.split_at_mut(head.len());
                 h.copy_from_slice(head);
                 let (p, t) = rest.split_at_mut(len);
-                p.copy_from_slice(&body[..len]);
+                p.copy_from_slice(body);
                 t.copy_from_slice(tail);
             });
             self.stats.tx_pooled += 1;
