@@ -731,8 +731,15 @@ fn ivshmem_app(a: NetArgs<'_>) -> bool {
                 let rung = d.rung;
                 let s = d.nic().stats();
                 println!(
-                    "volley unikernel: ivshmem tx {} rx {} no-credit {} corrupt {} board tx {} rx {} doorbells rung {}",
-                    s.tx_frames, s.rx_frames, s.no_credit, s.corrupt, s.board_tx, s.board_rx, rung
+                    "volley unikernel: ivshmem tx {} from send slots {} rx {} no-credit {} corrupt {} board tx {} rx {} doorbells rung {}",
+                    s.tx_frames,
+                    s.tx_pooled,
+                    s.rx_frames,
+                    s.no_credit,
+                    s.corrupt,
+                    s.board_tx,
+                    s.board_rx,
+                    rung
                 );
             },
         );
@@ -750,8 +757,14 @@ fn ivshmem_app(a: NetArgs<'_>) -> bool {
         |nic: &mut volley_myri::MyriNic| {
             let s = nic.stats();
             println!(
-                "volley unikernel: ivshmem tx {} rx {} no-credit {} corrupt {} board tx {} rx {}",
-                s.tx_frames, s.rx_frames, s.no_credit, s.corrupt, s.board_tx, s.board_rx
+                "volley unikernel: ivshmem tx {} from send slots {} rx {} no-credit {} corrupt {} board tx {} rx {}",
+                s.tx_frames,
+                s.tx_pooled,
+                s.rx_frames,
+                s.no_credit,
+                s.corrupt,
+                s.board_tx,
+                s.board_rx
             );
         },
     )
