@@ -110,6 +110,26 @@ impl<'a> Engine<'a> {
         sent
     }
 
+    /// [`Engine::poll_transmit`] after a packet was launched to instance `dest` of
+    /// this group ([`Engine::launch_unicast`]): only its channel is served, as
+    /// [`Engine::transmit_send`] does for a send.
+    pub fn transmit_to<D: Device>(&mut self, now: Instant, dev: &mut D, dest: NodeId) -> usize {
+        let ci = self
+            .addr_of(self.cfg.group, dest)
+            .ok()
+            .and_then(|a| self.peer_map.get(a.0 as usize).copied())
+            .map_or(NONE as usize, |c| c as usize);
+        let alone = ci < self.chan_hwm && self.outbox.len == 0 && self.board_head == NONE;
+        if !alone || !self.chans[ci].in_use || self.chans[ci].failed {
+            return self.poll_transmit(now, dev, None);
+        }
+        let sent = self.transmit_chan(now, dev, ci, None, &mut NoMemory);
+        if sent > 0 {
+            dev.flush(now);
+        }
+        sent
+    }
+
     /// Sends a best-effort message that fits one frame at once, when nothing is
     /// queued before it on its channel: no op, no queue, no pass over the channels.
     /// Most small sends take this path. `false` when it does not apply or the device

@@ -414,7 +414,9 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         size: usize,
         upcalls_allowed: bool,
     ) -> Result<(), Error> {
-        self.launch(upcalls_allowed, |e| e.launch_unicast(packet, dest, size))
+        self.launch(upcalls_allowed, Some(dest), |e| {
+            e.launch_unicast(packet, dest, size)
+        })
     }
 
     /// `lfc_mcast_launch`: sends the first `size` bytes of `packet` to every member of
@@ -427,7 +429,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         upcalls_allowed: bool,
     ) -> Result<(), Error> {
         let tree = self.opts.tree;
-        self.launch(upcalls_allowed, |e| {
+        self.launch(upcalls_allowed, None, |e| {
             e.launch_multicast(packet, gid, size, tree)
         })
     }
@@ -442,9 +444,12 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         self.mcast_launch(MCAST_ALL, packet, size, upcalls_allowed)
     }
 
+    /// Runs launch `f` (to `dest`, for a unicast), draining the network while the
+    /// engine has no room, then sends what it queued.
     fn launch(
         &mut self,
         upcalls_allowed: bool,
+        dest: Option<NodeId>,
         mut f: impl FnMut(&mut Engine<'a>) -> Result<(), Error>,
     ) -> Result<(), Error> {
         loop {
@@ -453,7 +458,10 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
                     self.stats.launched += 1;
                     // Out at once: the caller is often about to wait for the answer.
                     let now = self.clock.now();
-                    self.engine.poll_transmit(now, &mut self.dev, None);
+                    match dest {
+                        Some(d) => self.engine.transmit_to(now, &mut self.dev, d),
+                        None => self.engine.poll_transmit(now, &mut self.dev, None),
+                    };
                     return Ok(());
                 }
                 // Out of operation slots or channels for now: drain and retry.
