@@ -227,9 +227,9 @@ pub struct Gamma<'a, D, C, S = ()> {
 
 /// Polls in a row with nothing to do before a blocking call runs the idle hook.
 const IDLE_SPINS: u32 = 64;
-/// ... and for at least this long: a poll's cost depends on the clock and the device
-/// (tens of nanoseconds on a fast clock), and a hook run too soon (a `sched_yield`)
-/// lands in the middle of the wait for a reply that is microseconds away.
+/// How long those polls must also have lasted: a poll's cost depends on the clock
+/// and the device (tens of nanoseconds on a fast clock), and a hook run too soon (a
+/// `sched_yield`) lands in the middle of the wait for a reply microseconds away.
 const IDLE_TIME: Duration = Duration::from_micros(4);
 
 impl<D, C, S> core::fmt::Debug for Gamma<'_, D, C, S> {

@@ -5,9 +5,11 @@
 //! every message: a `clock_gettime` through the vDSO costs about 30 ns on the machines
 //! measured here, `rdtsc` and a multiply about 12 (UCX reads the counter too). The
 //! counter is used only where the CPU says it ticks at a constant rate in every
-//! power state (`constant_tsc` and `nonstop_tsc` in `/proc/cpuinfo`); its rate is
-//! measured once per process against `Instant` over 2 ms. `VOLLEY_CLOCK=std` always
-//! uses `Instant`. Times are only ever compared within one process.
+//! power state (`constant_tsc` and `nonstop_tsc` in `/proc/cpuinfo`) and the kernel
+//! keeps it as its own clock source (it switches away from a counter it finds out of
+//! step between CPUs); its rate is measured once per process against `Instant` over
+//! 2 ms. `VOLLEY_CLOCK=std` always uses `Instant`. Times are only ever compared within
+//! one process.
 
 use std::sync::OnceLock;
 
@@ -108,7 +110,10 @@ fn invariant_tsc() -> bool {
         .find(|l| l.starts_with("flags"))
         .unwrap_or_default();
     let has = |f: &str| flags.split_whitespace().any(|w| w == f);
-    has("constant_tsc") && has("nonstop_tsc")
+    let source =
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .unwrap_or_default();
+    has("constant_tsc") && has("nonstop_tsc") && source.trim() == "tsc"
 }
 
 #[inline]
