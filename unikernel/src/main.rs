@@ -728,19 +728,8 @@ fn ivshmem_app(a: NetArgs<'_>) -> bool {
             device_barrier,
             Some(irq),
             |d: &mut ivshmem::Doorbells| {
-                let rung = d.rung;
-                let s = d.nic().stats();
-                println!(
-                    "volley unikernel: ivshmem tx {} from send slots {} rx {} no-credit {} corrupt {} board tx {} rx {} doorbells rung {}",
-                    s.tx_frames,
-                    s.tx_pooled,
-                    s.rx_frames,
-                    s.no_credit,
-                    s.corrupt,
-                    s.board_tx,
-                    s.board_rx,
-                    rung
-                );
+                ivshmem_stats(d.nic());
+                println!(" doorbells rung {}", d.rung);
             },
         );
     }
@@ -755,19 +744,19 @@ fn ivshmem_app(a: NetArgs<'_>) -> bool {
         device_barrier,
         None,
         |nic: &mut volley_myri::MyriNic| {
-            let s = nic.stats();
-            println!(
-                "volley unikernel: ivshmem tx {} from send slots {} rx {} no-credit {} corrupt {} board tx {} rx {}",
-                s.tx_frames,
-                s.tx_pooled,
-                s.rx_frames,
-                s.no_credit,
-                s.corrupt,
-                s.board_tx,
-                s.board_rx
-            );
+            ivshmem_stats(nic);
+            println!();
         },
     )
+}
+
+/// The NIC model's counters, the start of a console line the caller ends.
+fn ivshmem_stats(nic: &volley_myri::MyriNic) {
+    let s = nic.stats();
+    print!(
+        "volley unikernel: ivshmem tx {} from send slots {} rx {} no-credit {} corrupt {} board tx {} rx {}",
+        s.tx_frames, s.tx_pooled, s.rx_frames, s.no_credit, s.corrupt, s.board_tx, s.board_rx
+    );
 }
 
 #[panic_handler]

@@ -99,6 +99,18 @@ impl<'a> Engine<'a> {
             Some(o) if o.gen == h.gen() && o.dest.node != BROADCAST => o.chan as usize,
             _ => NONE as usize,
         };
+        self.transmit_only(now, dev, ci, ext)
+    }
+
+    /// Serves channel `ci` alone, or makes a full pass where it is no live channel
+    /// or handlers' sends or board broadcasts are queued (they go first).
+    fn transmit_only<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        ci: usize,
+        ext: Option<&[u8]>,
+    ) -> usize {
         let alone = ci < self.chan_hwm && self.outbox.len == 0 && self.board_head == NONE;
         if !alone || !self.chans[ci].in_use || self.chans[ci].failed {
             return self.poll_transmit(now, dev, ext);
@@ -119,15 +131,7 @@ impl<'a> Engine<'a> {
             .ok()
             .and_then(|a| self.peer_map.get(a.0 as usize).copied())
             .map_or(NONE as usize, |c| c as usize);
-        let alone = ci < self.chan_hwm && self.outbox.len == 0 && self.board_head == NONE;
-        if !alone || !self.chans[ci].in_use || self.chans[ci].failed {
-            return self.poll_transmit(now, dev, None);
-        }
-        let sent = self.transmit_chan(now, dev, ci, None, &mut NoMemory);
-        if sent > 0 {
-            dev.flush(now);
-        }
-        sent
+        self.transmit_only(now, dev, ci, None)
     }
 
     /// Sends a best-effort message that fits one frame at once, when nothing is

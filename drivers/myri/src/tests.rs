@@ -574,10 +574,14 @@ fn fetch_and_add_is_served_in_nic_memory_without_the_owner() {
 
 /// `n` NICs on one fresh region with the smallest rings.
 fn cluster(n: u32) -> (Mem, Vec<MyriNic>) {
-    let g = Geometry::new(n, 2, 128).unwrap();
+    cluster_on(Geometry::new(n, 2, 128).unwrap())
+}
+
+/// A NIC for each node of `g`, on one fresh region (node 0 creates it).
+fn cluster_on(g: Geometry) -> (Mem, Vec<MyriNic>) {
     let mem = Mem::new(g.region_len().unwrap());
     let mut nics = vec![MyriNic::create(mem.region(), g, 0, 3, NicConfig::default()).unwrap()];
-    for i in 1..n {
+    for i in 1..g.nodes {
         nics.push(MyriNic::attach(mem.region(), i, 3, NicConfig::default()).unwrap());
     }
     (mem, nics)
@@ -905,20 +909,14 @@ fn bcast_group_with(
 ) -> (Mem, Vec<BcastGamma>) {
     use volley_core::engine::{Config, Group, Members, BROADCAST};
     use volley_core::gamma::{Gamma, GO_BACK};
-    let geo = Geometry::new(n as u32, 8, 1024).unwrap();
-    let mem = Mem::new(geo.region_len().unwrap());
+    let (mem, nics) = cluster_on(Geometry::new(n as u32, 8, 1024).unwrap());
     let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
         id: 1,
         members: Members::Range { first: 0, count: n },
     }]);
     let mut gs: Vec<BcastGamma> = (0..n)
-        .map(|i| {
-            let nic = if i == 0 {
-                MyriNic::create(mem.region(), geo, 0, 3, NicConfig::default())
-            } else {
-                MyriNic::attach(mem.region(), i as u32, 3, NicConfig::default())
-            }
-            .unwrap();
+        .zip(nics)
+        .map(|(i, nic)| {
             let clock = volley_core::time::StdClock::default();
             let mut cfg = Config::new(7, 1, i);
             cfg.unbound_grace = grace.unwrap_or(cfg.unbound_grace);
@@ -1140,8 +1138,7 @@ fn lfcs(n: u16) -> (Mem, Vec<MyriLfc>, u16) {
 fn lfcs_keyed(n: u16, key: Option<[u8; 16]>) -> (Mem, Vec<MyriLfc>, u16) {
     use volley_core::engine::{Config, Group, Members};
     use volley_core::lfc::{Lfc, Options, Tree};
-    let geo = Geometry::new(n as u32, 8, 2048).unwrap();
-    let mem = Mem::new(geo.region_len().unwrap());
+    let (mem, nics) = cluster_on(Geometry::new(n as u32, 8, 2048).unwrap());
     let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
         id: 1,
         members: Members::Range { first: 0, count: n },
@@ -1155,13 +1152,8 @@ fn lfcs_keyed(n: u16, key: Option<[u8; 16]>) -> (Mem, Vec<MyriLfc>, u16) {
     let odd: Vec<u16> = (0..n).filter(|r| r % 2 == 1).collect();
     let mut gid = 0;
     let ls = (0..n)
-        .map(|i| {
-            let nic = if i == 0 {
-                MyriNic::create(mem.region(), geo, 0, 3, NicConfig::default())
-            } else {
-                MyriNic::attach(mem.region(), i as u32, 3, NicConfig::default())
-            }
-            .unwrap();
+        .zip(nics)
+        .map(|(i, nic)| {
             let clock = volley_core::time::StdClock::default();
             let mut cfg = Config::new(7, 1, i);
             cfg.auth_key = key;
