@@ -13,6 +13,9 @@ use core::fmt;
 use bitflags::bitflags;
 use crc::{Crc, CRC_32_ISCSI};
 
+mod tag;
+pub use tag::{tag, tag_parts, LONG_TAG_FROM, TAG_LEN};
+
 /// The wire version this build speaks.
 pub const VERSION: u8 = 1;
 /// Bytes of the fixed header.
@@ -329,9 +332,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
-/// Length of the authentication tag that follows the payload of an `AUTH` frame.
-pub const TAG_LEN: usize = 16;
-
 /// A job's 128-bit authentication key.
 pub type AuthKey = [u8; 16];
 
@@ -357,46 +357,6 @@ pub fn frame_key(secret: &AuthKey, job: u64) -> AuthKey {
 pub fn job_key(secret: &AuthKey, job: u64) -> u32 {
     let d = derive_key(secret, b"volley job key", job);
     u32::from_le_bytes([d[0], d[1], d[2], d[3]])
-}
-
-/// Payloads from this length on are tagged with BLAKE3, shorter ones with SipHash.
-pub const LONG_TAG_FROM: usize = 2048;
-
-/// The tag of a header and its payload under `key`. Short payloads: SipHash-2-4 with
-/// 128-bit output (fastest on a few cache lines), over header then payload. From
-/// [`LONG_TAG_FROM`] bytes: keyed BLAKE3 (the 16-byte key zero-padded to 32),
-/// truncated to [`TAG_LEN`] bytes, which runs SIMD over 1 KiB chunks and hashes a
-/// 64 KiB UDP frame about 1.5x faster; over payload then header, so that the payload
-/// starts on a chunk boundary and hashes in the widest subtrees (the header first
-/// costs 15 % at 64 KiB and half at 4 KiB). The length is covered by the tag, so each
-/// frame has exactly one valid tag function.
-pub fn tag(key: &AuthKey, h: &[u8; HEADER_LEN], payload: &[u8]) -> [u8; TAG_LEN] {
-    tag_parts(key, h, &[payload])
-}
-
-/// [`tag`] of a payload given as `pieces` laid end to end.
-pub fn tag_parts(key: &AuthKey, h: &[u8; HEADER_LEN], pieces: &[&[u8]]) -> [u8; TAG_LEN] {
-    let len: usize = pieces.iter().map(|p| p.len()).sum();
-    if len < LONG_TAG_FROM {
-        use core::hash::Hasher;
-        use siphasher::sip128::{Hasher128, SipHasher24};
-        let mut m = SipHasher24::new_with_key(key);
-        m.write(h);
-        for p in pieces {
-            m.write(p);
-        }
-        return m.finish128().as_bytes();
-    }
-    let mut k = [0u8; blake3::KEY_LEN];
-    k[..key.len()].copy_from_slice(key);
-    let mut m = blake3::Hasher::new_keyed(&k);
-    for p in pieces {
-        m.update(p);
-    }
-    m.update(h);
-    let mut out = [0u8; TAG_LEN];
-    out.copy_from_slice(&m.finalize().as_bytes()[..TAG_LEN]);
-    out
 }
 
 /// Compares two tags without stopping at the first difference.
@@ -771,49 +731,6 @@ impl Repr {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The tag is what WIRE.md promises: SipHash-2-4 (128-bit) below
-    /// [`LONG_TAG_FROM`] payload bytes, keyed BLAKE3 (key zero-padded, first 16 output
-    /// bytes, over payload then header) from there; every input bit matters.
-    #[test]
-    fn tag_is_siphash_then_keyed_blake3_over_header_and_payload() {
-        use core::hash::Hasher;
-        use siphasher::sip128::{Hasher128, SipHasher24};
-        let key: AuthKey = *b"0123456789abcdef";
-        let h = [0x5au8; HEADER_LEN];
-        let payload: std::vec::Vec<u8> = (0..70_000u32).map(|i| (i * 7) as u8).collect();
-        let mut k = [0u8; 32];
-        k[..16].copy_from_slice(&key);
-        for len in [0, 8, LONG_TAG_FROM - 1, LONG_TAG_FROM, 70_000] {
-            let p = &payload[..len];
-            let mut whole = h.to_vec();
-            whole.extend_from_slice(p);
-            let want: [u8; 16] = if len < LONG_TAG_FROM {
-                let mut m = SipHasher24::new_with_key(&key);
-                m.write(&whole);
-                m.finish128().as_bytes()
-            } else {
-                let mut whole = p.to_vec();
-                whole.extend_from_slice(&h);
-                blake3::keyed_hash(&k, &whole).as_bytes()[..TAG_LEN]
-                    .try_into()
-                    .unwrap()
-            };
-            let t = tag(&key, &h, p);
-            assert_eq!(t, want, "{len} bytes");
-            let mut other = key;
-            other[15] ^= 1;
-            assert_ne!(tag(&other, &h, p), t, "{len} bytes");
-            let mut h2 = h;
-            h2[0] ^= 1;
-            assert_ne!(tag(&key, &h2, p), t, "{len} bytes");
-            if len > 0 {
-                let mut p2 = p.to_vec();
-                p2[len - 1] ^= 0x80;
-                assert_ne!(tag(&key, &h, &p2), t, "{len} bytes");
-            }
-        }
-    }
 
     fn sample() -> Repr {
         Repr {

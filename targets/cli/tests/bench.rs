@@ -74,7 +74,7 @@ fn csv_is_rfc4180_and_json_one_document_with_the_same_rows() {
             .unwrap_or_else(|| panic!("no {test}:\n{text}"))
     };
     let (tag, stream) = (
-        row("frame tag, keyed BLAKE3"),
+        row("frame tag, AES-GCM-SIV"),
         row("reference: bare TCP stream, loopback"),
     );
     let f = |r: &csv::StringRecord, i: usize| r[i].parse::<f64>().unwrap();

@@ -718,7 +718,7 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
         // alone is slower than the path: it bounds bulk transfer).
         for (len, what) in [
             (8, "frame tag, SipHash-2-4"),
-            (65_000, "frame tag, keyed BLAKE3"),
+            (65_000, "frame tag, AES-GCM-SIV"),
         ] {
             let (m, p90, p99) = stats(tag_cost(len, sw.rounds(100)));
             let ratio = if len == 8 {
