@@ -163,14 +163,16 @@ impl Device for HostDevice {
     fn gather_from(&self) -> usize {
         match self {
             HostDevice::Eth(d) => d.gather_from(),
-            HostDevice::Shm(_) | HostDevice::Udp(_) => usize::MAX,
+            HostDevice::Udp(d) => d.gather_from(),
+            HostDevice::Shm(_) => usize::MAX,
         }
     }
 
     fn transmit_parts(&mut self, now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
         match self {
             HostDevice::Eth(d) => d.transmit_parts(now, dst, parts),
-            HostDevice::Shm(_) | HostDevice::Udp(_) => false,
+            HostDevice::Udp(d) => d.transmit_parts(now, dst, parts),
+            HostDevice::Shm(_) => false,
         }
     }
 

@@ -474,6 +474,14 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
             st.handled, st.bad, st.errnos
         )));
     }
+    if me == 0 {
+        let gathered = match g.device() {
+            crate::HostDevice::Udp(d) => d.stats().tx_gathered,
+            crate::HostDevice::Eth(d) => d.stats().tx_gathered,
+            crate::HostDevice::Shm(_) => 0,
+        };
+        println!("flowctl-exact sender: {gathered} frames sent from where their payload lay");
+    }
     if me == 1 {
         let s = g.engine().stats();
         let strangers = match g.device() {

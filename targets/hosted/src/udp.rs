@@ -28,6 +28,11 @@ pub const MAX_DATAGRAM: usize = 65_507;
 /// peers at once.
 pub const SOCKET_BUFFER: usize = 8 << 20;
 
+/// Payload bytes from which a frame goes out with one `sendmsg` gathering header,
+/// payload (where it lies in the program's memory) and tag: the kernel copies the
+/// datagram anyway, so this spares the copy into the transmit buffer.
+const GATHER_FROM: usize = 2048;
+
 /// The largest datagram that reaches every peer without IP fragmentation: the
 /// smallest route MTU to any of them (the kernel's `IP_MTU` of a socket connected
 /// to it; loopback's is 64 KiB) less 28 bytes of IP and UDP header. `None` when a
@@ -138,6 +143,8 @@ pub fn peer_addrs(boot: &Boot) -> Result<Vec<SocketAddr>, HostError> {
 pub struct UdpStats {
     /// Datagrams sent.
     pub tx: u64,
+    /// Datagrams sent with `sendmsg` from where their payload lies (long ones).
+    pub tx_gathered: u64,
     /// Datagrams received.
     pub rx: u64,
     /// Sends that failed (buffer full, unreachable): the engine's retransmission covers them.
@@ -438,18 +445,29 @@ impl TxToken for UdpTx<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
         let len = len.min(self.buf.len());
         let r = f(&mut self.buf[..len]);
-        match self.sock.send_to(&self.buf[..len], self.to) {
-            Ok(_) => self.stats.tx += 1,
-            Err(e) => {
-                self.stats.tx_errors += 1;
-                // A pending ICMP error is reported by whichever call comes first: read
-                // it now, before any later datagram makes its peer "heard".
-                if e.kind() == ErrorKind::ConnectionRefused {
-                    self.life.read_errors(self.sock, self.stats);
-                }
+        let sent = self.sock.send_to(&self.buf[..len], self.to);
+        count_send(sent, self.sock, self.life, self.stats);
+        r
+    }
+}
+
+/// Counts a datagram's `sendto` or `sendmsg`.
+fn count_send(
+    sent: std::io::Result<usize>,
+    sock: &UdpSocket,
+    life: &mut Liveness,
+    stats: &mut UdpStats,
+) {
+    match sent {
+        Ok(_) => stats.tx += 1,
+        Err(e) => {
+            stats.tx_errors += 1;
+            // A pending ICMP error is reported by whichever call comes first: read
+            // it now, before any later datagram makes its peer "heard".
+            if e.kind() == ErrorKind::ConnectionRefused {
+                life.read_errors(sock, stats);
             }
         }
-        r
     }
 }
 
@@ -514,6 +532,42 @@ impl Device for UdpDevice {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(self.shape.mtu, false, false)
+    }
+
+    fn gather_from(&self) -> usize {
+        GATHER_FROM
+    }
+
+    fn transmit_parts(&mut self, _now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
+        let Some(&to) = self.peers.get(dst.0 as usize) else {
+            return false;
+        };
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > self.shape.mtu || parts.len() > 8 {
+            // Never from the engine (it keeps to the MTU, four parts): dropped, counted.
+            self.stats.tx_errors += 1;
+            return true;
+        }
+        let mut iov = [std::io::IoSlice::new(&[]); 8];
+        for (v, p) in iov.iter_mut().zip(parts) {
+            *v = std::io::IoSlice::new(p);
+        }
+        let sent =
+            socket2::SockRef::from(&self.sock).send_to_vectored(&iov[..parts.len()], &to.into());
+        match sent {
+            // The send buffer is full: the engine offers the frame again next pass
+            // instead of losing it to a retransmission timeout.
+            Err(e)
+                if e.kind() == ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS) =>
+            {
+                false
+            }
+            sent => {
+                self.stats.tx_gathered += u64::from(sent.is_ok());
+                count_send(sent, &self.sock, &mut self.life, &mut self.stats);
+                true
+            }
+        }
     }
 }
 
