@@ -466,7 +466,10 @@ impl<'t, D: Device> Tx<'t, D> {
     }
 
     fn emit(&mut self, ch: &mut Channel, mut repr: Repr, pieces: [&[u8]; 2]) -> bool {
-        if pieces[0].len() + pieces[1].len() < self.dev.gather_from() {
+        // A payload in two places (a tree prefix before the data) is joined: a long
+        // tag is computed fastest over one slice (`wire::tag_parts`).
+        let split = !pieces[0].is_empty() && !pieces[1].is_empty();
+        if split || pieces[0].len() + pieces[1].len() < self.dev.gather_from() {
             return self.emit_with(ch, repr, |rest| {
                 let (a, b) = rest.split_at_mut(pieces[0].len());
                 a.copy_from_slice(pieces[0]);
