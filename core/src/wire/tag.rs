@@ -179,6 +179,8 @@ mod fast {
                 *k = Some((*key, keys, LessSafeKey::new(unbound)));
             }
             let (_, keys, aead) = k.as_ref()?;
+            // GCM-SIV needs no unique nonce (a repeat only shows an identical frame
+            // repeated); aws-lc's type name is about GCM.
             let nonce = Nonce::assume_unique_for_key(keys.nonce(h));
             let t = aead
                 .seal_in_place_separate_tag(nonce, Aad::from(payload), &mut [])
