@@ -294,17 +294,53 @@ fn flowctl_over_a_lossy_udp_relay_arrives_exactly_once() {
         if mtu.is_some() {
             continue;
         }
-        let gathered: u64 = t
-            .split("flowctl-exact sender: ")
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no sender line:\n{t}"));
+        let gathered = number_after(&t, "flowctl-exact sender: ");
         let at_least = 2 * messages.parse::<u64>().unwrap() / 5;
         assert!(
             gathered >= at_least,
             "{gathered} gathered frames, {at_least} expected"
         );
+    }
+}
+
+/// The number after `prefix` in `t` (up to a space or comma).
+fn number_after(t: &str, prefix: &str) -> u64 {
+    t.split(prefix)
+        .nth(1)
+        .and_then(|r| r.split([' ', ',']).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix:?} in:\n{t}"))
+}
+
+/// Ethernet-sized datagrams straight over loopback: frames to one peer leave in
+/// sends of several datagrams (`UDP_SEGMENT`) and arrive in reads of several
+/// (`UDP_GRO`), and every message still arrives exactly once, in order, intact.
+/// With `VOLLEY_UDP_GSO=0`, one datagram a call, and the same messages.
+#[test]
+fn datagrams_to_one_peer_are_sent_and_read_together() {
+    for gso in ["1", "0"] {
+        let _g = serial();
+        let env = [
+            ("VOLLEY_UDP_MTU", "1472"),
+            ("VOLLEY_MESSAGES", "500"),
+            ("VOLLEY_UDP_GSO", gso),
+        ];
+        let (out, took) = launch("2", "udp", job_id(31), &["flowctl-exact"], &env);
+        let t = text(&out);
+        assert!(out.status.success(), "gso {gso}, after {took:?}:\n{t}");
+        assert!(
+            t.contains("flowctl-exact ok: 500 messages exactly once, in order"),
+            "{t}"
+        );
+        let segmented = number_after(&t, "frames sent from where their payload lay, ");
+        let coalesced = number_after(&t, "datagrams from strangers dropped; ");
+        if gso == "1" {
+            // 100 KB messages alone are 70 datagrams each.
+            assert!(segmented >= 100, "{segmented} segmented sends:\n{t}");
+            assert!(coalesced >= 100, "{coalesced} coalesced reads:\n{t}");
+        } else {
+            assert_eq!((segmented, coalesced), (0, 0), "{t}");
+        }
     }
 }
 

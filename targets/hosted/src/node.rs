@@ -155,8 +155,10 @@ impl Device for HostDevice {
     }
 
     fn flush(&mut self, now: Instant) {
-        if let HostDevice::Eth(d) = self {
-            d.flush(now)
+        match self {
+            HostDevice::Eth(d) => d.flush(now),
+            HostDevice::Udp(d) => d.flush(now),
+            HostDevice::Shm(_) => {}
         }
     }
 

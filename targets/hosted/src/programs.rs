@@ -475,22 +475,24 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
         )));
     }
     if me == 0 {
-        let gathered = match g.device() {
-            crate::HostDevice::Udp(d) => d.stats().tx_gathered,
-            crate::HostDevice::Eth(d) => d.stats().tx_gathered,
-            crate::HostDevice::Shm(_) => 0,
+        let (gathered, segmented) = match g.device() {
+            crate::HostDevice::Udp(d) => (d.stats().tx_gathered, d.stats().tx_segmented),
+            crate::HostDevice::Eth(d) => (d.stats().tx_gathered, 0),
+            crate::HostDevice::Shm(_) => (0, 0),
         };
-        println!("flowctl-exact sender: {gathered} frames sent from where their payload lay");
+        println!(
+            "flowctl-exact sender: {gathered} frames sent from where their payload lay, {segmented} sends of several datagrams"
+        );
     }
     if me == 1 {
         let s = g.engine().stats();
-        let strangers = match g.device() {
-            crate::HostDevice::Udp(d) => d.stats().rx_foreign,
-            crate::HostDevice::Eth(d) => d.stats().rx_foreign,
-            crate::HostDevice::Shm(_) => 0,
+        let (strangers, coalesced) = match g.device() {
+            crate::HostDevice::Udp(d) => (d.stats().rx_foreign, d.stats().rx_coalesced),
+            crate::HostDevice::Eth(d) => (d.stats().rx_foreign, 0),
+            crate::HostDevice::Shm(_) => (0, 0),
         };
         println!(
-            "flowctl-exact ok: {count} messages exactly once, in order; {} duplicates and {} bad CRCs dropped; {} unauthenticated frames and {strangers} datagrams from strangers dropped",
+            "flowctl-exact ok: {count} messages exactly once, in order; {} duplicates and {} bad CRCs dropped; {} unauthenticated frames and {strangers} datagrams from strangers dropped; {coalesced} reads of several datagrams",
             s.rx_duplicates, s.rx_bad_crc, s.rx_unauthenticated
         );
     }

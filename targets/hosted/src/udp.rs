@@ -33,6 +33,15 @@ pub const SOCKET_BUFFER: usize = 8 << 20;
 /// datagram anyway, so this spares the copy into the transmit buffer.
 const GATHER_FROM: usize = 2048;
 
+/// `<linux/udp.h>`: the `SOL_UDP` options for segmentation offload (`UDP_SEGMENT`,
+/// Linux 4.18: one `sendmsg` carries many datagrams of one size) and receive
+/// coalescing (`UDP_GRO`, Linux 5.0: one `recvmsg` returns consecutive datagrams of
+/// one sender, with their size in a control message).
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+/// The kernel's limit on segments in one send (`UDP_MAX_SEGMENTS` of older kernels).
+const GSO_SEGMENTS: u16 = 64;
+
 /// The largest datagram that reaches every peer without IP fragmentation: the
 /// smallest route MTU to any of them (the kernel's `IP_MTU` of a socket connected
 /// to it; loopback's is 64 KiB) less 28 bytes of IP and UDP header. `None` when a
@@ -145,13 +154,19 @@ pub struct UdpStats {
     pub tx: u64,
     /// Datagrams sent with `sendmsg` from where their payload lies (long ones).
     pub tx_gathered: u64,
+    /// Sends that carried several datagrams (`UDP_SEGMENT`).
+    pub tx_segmented: u64,
+    /// Reads that returned several datagrams at once (`UDP_GRO`).
+    pub rx_coalesced: u64,
+    /// Datagrams longer than the receive buffer: dropped.
+    pub rx_truncated: u64,
     /// Datagrams received.
     pub rx: u64,
     /// Sends that failed (buffer full, unreachable): the engine's retransmission covers them.
     pub tx_errors: u64,
     /// Datagrams from addresses that are no rank of this job: dropped unread.
     pub rx_foreign: u64,
-    /// Datagrams from unlisted addresses passed on (`VOLLEY_UDP_ANY_SOURCE=1`).
+    /// Reads from unlisted addresses passed on (`VOLLEY_UDP_ANY_SOURCE=1`).
     pub rx_unlisted: u64,
     /// ICMP "port unreachable" reports about peers we had heard from (they died).
     pub unreachable: u64,
@@ -213,9 +228,42 @@ pub struct UdpDevice {
     any_source: bool,
     life: Liveness,
     rx: Vec<u8>,
-    tx: Vec<u8>,
+    /// What `rx` holds: `rx_len` bytes from one sender (`rx_from`), read up to
+    /// `rx_at`, in datagrams of `rx_seg` bytes (the last may be shorter).
+    rx_len: usize,
+    rx_at: usize,
+    rx_seg: usize,
+    rx_from: Option<Option<u16>>,
+    batch: Batch,
+    /// Frames to one peer go out together (`UDP_SEGMENT`); off after the kernel
+    /// refuses it, or with `VOLLEY_UDP_GSO=0`.
+    gso: bool,
     shape: UdpShape,
     stats: UdpStats,
+}
+
+/// Frames written for one peer and not yet handed to the kernel: all of `seg`
+/// bytes but perhaps the last (what one segmented send can carry).
+#[derive(Debug)]
+struct Batch {
+    buf: Vec<u8>,
+    len: usize,
+    seg: usize,
+    count: u16,
+    to: SocketAddr,
+}
+
+impl Batch {
+    /// Whether a frame of `len` bytes to `to` can join the batch.
+    fn fits(&self, to: SocketAddr, len: usize) -> bool {
+        self.count > 0
+            && self.count < GSO_SEGMENTS
+            && to == self.to
+            && len <= self.seg
+            // Only the last segment may be short.
+            && self.len == self.count as usize * self.seg
+            && self.len + len <= MAX_DATAGRAM
+    }
 }
 
 impl UdpDevice {
@@ -284,6 +332,22 @@ impl UdpDevice {
                 std::mem::size_of::<libc::c_int>() as libc::socklen_t,
             )
         };
+        // Consecutive datagrams from one peer come up in one read where the kernel
+        // can coalesce them; `receive` takes them apart.
+        let gso = crate::settings::env_integer("VOLLEY_UDP_GSO", 0, 1)? != Some(0);
+        if gso {
+            // SAFETY: a valid socket and an int option of the right size; a kernel
+            // without it refuses, and reads stay one datagram each.
+            unsafe {
+                libc::setsockopt(
+                    sock.as_raw_fd(),
+                    libc::SOL_UDP,
+                    UDP_GRO,
+                    &one as *const libc::c_int as *const libc::c_void,
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+        }
         let ranks = peers
             .iter()
             .enumerate()
@@ -303,7 +367,18 @@ impl UdpDevice {
                 gone: vec![false; n],
             },
             rx: vec![0; 65_536],
-            tx: vec![0; 65_536],
+            rx_len: 0,
+            rx_at: 0,
+            rx_seg: 0,
+            rx_from: None,
+            batch: Batch {
+                buf: vec![0; MAX_DATAGRAM],
+                len: 0,
+                seg: 0,
+                count: 0,
+                to: bind,
+            },
+            gso,
             shape: UdpShape {
                 mtu,
                 mtu_from,
@@ -329,14 +404,11 @@ impl UdpDevice {
 #[derive(Debug)]
 pub struct UdpRx<'a>(&'a [u8], Option<u16>);
 
-/// Room for a datagram to one peer.
+/// Room for a datagram to one peer, at the end of the batch.
 #[derive(Debug)]
 pub struct UdpTx<'a> {
-    sock: &'a UdpSocket,
-    buf: &'a mut [u8],
+    dev: &'a mut UdpDevice,
     to: SocketAddr,
-    life: &'a mut Liveness,
-    stats: &'a mut UdpStats,
 }
 
 impl RxToken for UdpRx<'_> {
@@ -443,25 +515,38 @@ impl Liveness {
 
 impl TxToken for UdpTx<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let len = len.min(self.buf.len());
-        let r = f(&mut self.buf[..len]);
-        let sent = self.sock.send_to(&self.buf[..len], self.to);
-        count_send(sent, self.sock, self.life, self.stats);
+        let d = self.dev;
+        let len = len.min(d.shape.mtu);
+        if !d.batch.fits(self.to, len) {
+            d.send_batch();
+        }
+        let b = &mut d.batch;
+        if b.count == 0 {
+            b.to = self.to;
+            b.seg = len;
+        }
+        let r = f(&mut b.buf[b.len..b.len + len]);
+        b.len += len;
+        b.count += 1;
+        if !d.gso {
+            d.send_batch();
+        }
         r
     }
 }
 
-/// Counts a datagram's `sendto` or `sendmsg`.
+/// Counts `n` datagrams sent with one `sendto` or `sendmsg`.
 fn count_send(
     sent: std::io::Result<usize>,
+    n: u64,
     sock: &UdpSocket,
     life: &mut Liveness,
     stats: &mut UdpStats,
 ) {
     match sent {
-        Ok(_) => stats.tx += 1,
+        Ok(_) => stats.tx += n,
         Err(e) => {
-            stats.tx_errors += 1;
+            stats.tx_errors += n;
             // A pending ICMP error is reported by whichever call comes first: read
             // it now, before any later datagram makes its peer "heard".
             if e.kind() == ErrorKind::ConnectionRefused {
@@ -471,35 +556,192 @@ fn count_send(
     }
 }
 
+/// `sendmsg` of `buf` to `to` as datagrams of `seg` bytes (`UDP_SEGMENT`).
+fn send_segmented(
+    sock: &UdpSocket,
+    to: SocketAddr,
+    buf: &[u8],
+    seg: u16,
+) -> std::io::Result<usize> {
+    let addr = socket2::SockAddr::from(to);
+    let mut iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // Room for one control message of a u16, 8-byte aligned.
+    let mut control = [0u64; 4];
+    // SAFETY: a zeroed msghdr is valid (no address, no control data yet).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = addr.as_ptr() as *mut libc::c_void;
+    msg.msg_namelen = addr.len();
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+    // SAFETY: CMSG_SPACE only computes a size.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as _;
+    debug_assert!(msg.msg_controllen <= std::mem::size_of_val(&control));
+    // SAFETY: `msg` has a control buffer of `msg_controllen` (<= 32) bytes, so the
+    // first header exists and its data has room for the u16 written.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, seg);
+    }
+    // SAFETY: a valid socket; `msg` points at live buffers (address, one iovec over
+    // `buf`, the control message) that the kernel only reads during the call.
+    let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// One `recvmsg` into `buf`: bytes read, sender, and the size of the datagrams
+/// they are made of (the `UDP_GRO` control message; the whole read without one).
+fn recv_coalesced(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr, usize)> {
+    // SAFETY: zeroed sockaddr_in and msghdr are valid.
+    let mut from: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: as above.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = &mut from as *mut libc::sockaddr_in as *mut libc::c_void;
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: a valid socket; `msg` points at live, writable buffers of the sizes it
+    // gives (address, one iovec over `buf`, control), written only during the call.
+    let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let n = r as usize;
+    if msg.msg_flags & libc::MSG_TRUNC != 0 {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            "datagram truncated",
+        ));
+    }
+    let mut seg = n;
+    // SAFETY: the kernel filled `msg_controllen` bytes of `control`; the CMSG macros
+    // walk only within them, and a UDP_GRO message carries an int.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                let s = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
+                if s > 0 {
+                    seg = s as usize;
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    let ip = std::net::Ipv4Addr::from(u32::from_be(from.sin_addr.s_addr));
+    let addr = SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(from.sin_port)));
+    Ok((n, addr, seg))
+}
+
+impl UdpDevice {
+    /// Hands the batch to the kernel: one datagram, or one segmented send.
+    fn send_batch(&mut self) {
+        let b = &mut self.batch;
+        if b.count == 0 {
+            return;
+        }
+        let n = u64::from(b.count);
+        let frames = &b.buf[..b.len];
+        let sent = if b.count == 1 {
+            self.sock.send_to(frames, b.to)
+        } else {
+            match send_segmented(&self.sock, b.to, frames, b.seg as u16) {
+                Ok(r) => {
+                    self.stats.tx_segmented += 1;
+                    Ok(r)
+                }
+                // No segmentation offload here: datagram by datagram from now on.
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINVAL | libc::ENOPROTOOPT | libc::EIO)
+                    ) =>
+                {
+                    self.gso = false;
+                    for f in frames.chunks(b.seg) {
+                        let sent = self.sock.send_to(f, b.to);
+                        count_send(sent, 1, &self.sock, &mut self.life, &mut self.stats);
+                    }
+                    b.count = 0;
+                    b.len = 0;
+                    return;
+                }
+                Err(e) => Err(e),
+            }
+        };
+        count_send(sent, n, &self.sock, &mut self.life, &mut self.stats);
+        b.count = 0;
+        b.len = 0;
+    }
+}
+
 impl Device for UdpDevice {
     type RxToken<'a> = UdpRx<'a>;
     type TxToken<'a> = UdpTx<'a>;
 
     fn receive(&mut self, _now: Instant) -> Option<UdpRx<'_>> {
+        // Nothing written stays behind a poll (the engine flushes after each pass).
+        self.send_batch();
         loop {
-            match self.sock.recv_from(&mut self.rx) {
-                Ok((n, from)) => {
+            if self.rx_at < self.rx_len {
+                // The next datagram of the last read.
+                let (at, end) = (self.rx_at, (self.rx_at + self.rx_seg).min(self.rx_len));
+                self.rx_at = end;
+                self.stats.rx += 1;
+                let src = self.rx_from.flatten();
+                return Some(UdpRx(&self.rx[at..end], src));
+            }
+            self.rx_len = 0;
+            self.rx_at = 0;
+            match recv_coalesced(&self.sock, &mut self.rx) {
+                Ok((n, from, seg)) => {
                     let Some(&rank) = self.life.ranks.get(&from) else {
                         if self.any_source {
                             // Behind NAT: the engine authenticates it and names the rank.
-                            self.stats.rx += 1;
                             self.stats.rx_unlisted += 1;
-                            return Some(UdpRx(&self.rx[..n], None));
+                            (self.rx_len, self.rx_seg, self.rx_from) = (n, seg.max(1), Some(None));
+                            continue;
                         }
                         // Not a rank of this job: not even parsed.
                         self.stats.rx_foreign += 1;
                         continue;
                     };
-                    self.stats.rx += 1;
                     if let Some(h) = self.life.heard.get_mut(rank as usize) {
                         *h = true;
                         self.life.strikes[rank as usize] = 0;
                     }
+                    self.stats.rx_coalesced += u64::from(seg < n);
                     let src = self.strict_sources.then_some(rank);
-                    return Some(UdpRx(&self.rx[..n], src));
+                    (self.rx_len, self.rx_seg, self.rx_from) = (n, seg.max(1), Some(src));
+                    if n == 0 {
+                        // An empty datagram: the engine refuses it as it always did.
+                        self.stats.rx += 1;
+                        return Some(UdpRx(&self.rx[..0], src));
+                    }
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
+                Err(e) if e.kind() == ErrorKind::InvalidData => {
+                    self.stats.rx_truncated += 1;
+                    continue;
+                }
                 // An ICMP error (IP_RECVERR): see which peer it was about.
                 Err(_) => {
                     self.life.read_errors(&self.sock, &mut self.stats);
@@ -521,13 +763,11 @@ impl Device for UdpDevice {
 
     fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<UdpTx<'_>> {
         let to = *self.peers.get(dst.0 as usize)?;
-        Some(UdpTx {
-            sock: &self.sock,
-            buf: &mut self.tx[..self.shape.mtu],
-            to,
-            life: &mut self.life,
-            stats: &mut self.stats,
-        })
+        Some(UdpTx { dev: self, to })
+    }
+
+    fn flush(&mut self, _now: Instant) {
+        self.send_batch();
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -542,6 +782,8 @@ impl Device for UdpDevice {
         let Some(&to) = self.peers.get(dst.0 as usize) else {
             return false;
         };
+        // Frames already written go first.
+        self.send_batch();
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if len > self.shape.mtu || parts.len() > 8 {
             // Never from the engine (it keeps to the MTU, four parts): dropped, counted.
@@ -564,7 +806,7 @@ impl Device for UdpDevice {
             }
             sent => {
                 self.stats.tx_gathered += u64::from(sent.is_ok());
-                count_send(sent, &self.sock, &mut self.life, &mut self.stats);
+                count_send(sent, 1, &self.sock, &mut self.life, &mut self.stats);
                 true
             }
         }
