@@ -828,6 +828,11 @@ fn bad_settings_are_one_line_naming_the_setting() {
             "VOLLEY_UDP_MTU",
         ),
         (
+            &["worker", "attach", "--fabric", "udp"],
+            &[("VOLLEY_UDP_GSO", "2")],
+            "VOLLEY_UDP_GSO",
+        ),
+        (
             &["worker", "attach"],
             &[("VOLLEY_SIZE", "300"), ("VOLLEY_RANK", "0")],
             "at most 256 ranks",
