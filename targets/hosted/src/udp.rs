@@ -446,50 +446,21 @@ impl Liveness {
     /// Reads the socket's error queue: a "port unreachable" for a peer we have heard
     /// from means its process is gone.
     fn read_errors(&mut self, sock: &UdpSocket, stats: &mut UdpStats) {
-        let fd = sock.as_raw_fd();
         for _ in 0..64 {
-            // SAFETY: zeroed plain C structs; every pointer below points into them
-            // and they outlive the call.
-            let mut name: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-            let mut control = [0u64; 64];
             let mut data = [0u8; 64];
-            let mut iov = libc::iovec {
-                iov_base: data.as_mut_ptr() as *mut libc::c_void,
-                iov_len: data.len(),
-            };
-            // SAFETY: as above.
-            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-            msg.msg_name = &mut name as *mut libc::sockaddr_in as *mut libc::c_void;
-            msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
-            msg.msg_controllen = std::mem::size_of_val(&control) as _;
-            // SAFETY: a valid socket and a message header whose buffers are live.
-            let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
-            if n < 0 {
-                return;
-            }
             let mut refused = false;
-            // SAFETY: walking the control buffer the kernel filled, with its macros.
-            let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-            while !c.is_null() {
-                // SAFETY: `c` points at a control message inside `control`.
-                let h = unsafe { &*c };
-                if h.cmsg_level == libc::IPPROTO_IP && h.cmsg_type == libc::IP_RECVERR {
-                    // SAFETY: an IP_RECVERR message carries a sock_extended_err.
-                    let e = unsafe {
-                        (libc::CMSG_DATA(c) as *const libc::sock_extended_err).read_unaligned()
-                    };
-                    refused |= e.ee_errno == libc::ECONNREFUSED as u32;
+            let flags = libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT;
+            let mut control = [0u64; 64];
+            let got = recv_msg(sock, &mut data, &mut control, flags, |level, kind, d| {
+                // An IP_RECVERR message carries a sock_extended_err: ee_errno first.
+                if level == libc::IPPROTO_IP && kind == libc::IP_RECVERR && d.len() >= 4 {
+                    let errno = u32::from_ne_bytes([d[0], d[1], d[2], d[3]]);
+                    refused |= errno == libc::ECONNREFUSED as u32;
                 }
-                // SAFETY: as above.
-                c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
-            }
-            let to = SocketAddr::V4(SocketAddrV4::new(
-                u32::from_be(name.sin_addr.s_addr).into(),
-                u16::from_be(name.sin_port),
-            ));
+            });
+            let Ok((_, to, _)) = got else {
+                return;
+            };
             if let Some(&r) = self.ranks.get(&to) {
                 if refused && self.refused_by(r as usize, std::time::Instant::now()) {
                     stats.unreachable += 1;
@@ -599,16 +570,24 @@ fn send_segmented(
     }
 }
 
-/// One `recvmsg` into `buf`: bytes read, sender, and the size of the datagrams
-/// they are made of (the `UDP_GRO` control message; the whole read without one).
-fn recv_coalesced(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr, usize)> {
-    // SAFETY: zeroed sockaddr_in and msghdr are valid.
+/// One `recvmsg` on `sock` into `buf` with `flags` and room `control` for control
+/// messages: bytes read, the sender (or, from the error queue, the address the
+/// error is about) and the message's flags; `each` sees every control message as
+/// (level, type, data).
+fn recv_msg(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    control: &mut [u64],
+    flags: libc::c_int,
+    mut each: impl FnMut(libc::c_int, libc::c_int, &[u8]),
+) -> std::io::Result<(usize, SocketAddr, libc::c_int)> {
+    // SAFETY: zeroed plain C structs are valid; every pointer below points into
+    // them, `buf` or `control`, which outlive the call.
     let mut from: libc::sockaddr_in = unsafe { std::mem::zeroed() };
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut libc::c_void,
         iov_len: buf.len(),
     };
-    let mut control = [0u64; 8];
     // SAFETY: as above.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_name = &mut from as *mut libc::sockaddr_in as *mut libc::c_void;
@@ -616,38 +595,58 @@ fn recv_coalesced(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, S
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    msg.msg_controllen = std::mem::size_of_val(control) as _;
     // SAFETY: a valid socket; `msg` points at live, writable buffers of the sizes it
     // gives (address, one iovec over `buf`, control), written only during the call.
-    let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
+    let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, flags) };
     if r < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let n = r as usize;
-    if msg.msg_flags & libc::MSG_TRUNC != 0 {
-        return Err(std::io::Error::new(
-            ErrorKind::InvalidData,
-            "datagram truncated",
-        ));
-    }
-    let mut seg = n;
-    // SAFETY: the kernel filled `msg_controllen` bytes of `control`; the CMSG macros
-    // walk only within them, and a UDP_GRO message carries an int.
+    // SAFETY: walking the control buffer the kernel filled (`msg_controllen` bytes
+    // of `control`) with its macros; each message's data ends where its length says.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
         while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
-                let s = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
-                if s > 0 {
-                    seg = s as usize;
-                }
-            }
+            let h = &*c;
+            let data = libc::CMSG_DATA(c);
+            let len =
+                (h.cmsg_len as usize).saturating_sub(data.offset_from(c as *const u8) as usize);
+            each(
+                h.cmsg_level,
+                h.cmsg_type,
+                std::slice::from_raw_parts(data, len),
+            );
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
     let ip = std::net::Ipv4Addr::from(u32::from_be(from.sin_addr.s_addr));
     let addr = SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(from.sin_port)));
-    Ok((n, addr, seg))
+    Ok((r as usize, addr, msg.msg_flags))
+}
+
+/// One read into `buf`: bytes read, sender, and the size of the datagrams they are
+/// made of (the `UDP_GRO` control message; the whole read without one).
+fn recv_coalesced(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr, usize)> {
+    let mut seg = 0;
+    let mut control = [0u64; 4];
+    let (n, from, flags) = recv_msg(
+        sock,
+        buf,
+        &mut control,
+        libc::MSG_DONTWAIT,
+        |level, kind, d| {
+            if level == libc::SOL_UDP && kind == UDP_GRO && d.len() >= 4 {
+                seg = i32::from_ne_bytes([d[0], d[1], d[2], d[3]]).max(0) as usize;
+            }
+        },
+    )?;
+    if flags & libc::MSG_TRUNC != 0 {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            "datagram truncated",
+        ));
+    }
+    Ok((n, from, if seg == 0 { n } else { seg }))
 }
 
 impl UdpDevice {
