@@ -1452,9 +1452,9 @@ fn broadcasts_from_every_root_arrive_once_and_in_order_under_loss() {
     // Short ones go down the tree whole; longer than 16 KiB ones chunk by chunk
     // where every relay's share of the pool holds all of them (4 eager buffers:
     // 64 KiB at 4 nodes, one level of relays, 32 KiB at 13 nodes, two levels;
-    // 48 buffers: 224 KiB, the relays' seven eighths), else straight from the root. Tree ones wait for the
-    // longer ones sent before them straight from the root. (The other way round
-    // is not ordered: see `reserve_tree`.)
+    // 48 buffers: 224 KiB, the relays' seven eighths), else straight from the root.
+    // Tree ones wait for the longer ones sent before them straight from the root
+    // (the other way round: `flat_broadcasts_wait_for_the_roots_tree_ones_under_loss`).
     // Those of up to 4 KiB are sent from a copy in the root's eager buffers where
     // its pool leaves room for the relays below it (32 and 48 buffers), else from
     // the program's buffer.
@@ -1477,6 +1477,88 @@ fn broadcasts_from_every_root_arrive_once_and_in_order_under_loss() {
             "seed {seed}: n={n}: every inner member forwards every tree broadcast once"
         );
     }
+}
+
+/// Broadcasts too long for the relays' rings go straight from the root, and so
+/// would reach a member before a shorter one sent earlier that relays pass on. The
+/// root holds each such one until every member has answered its fence (see the
+/// engine's `fence`), so every member gets every root's broadcasts in order, with
+/// every root broadcasting at once under loss.
+#[test]
+fn flat_broadcasts_wait_for_the_roots_tree_ones_under_loss() {
+    let base = seed() ^ 0xfe;
+    // 4 eager buffers: 200,000 bytes go flat at 4 and 13 nodes, the rest by tree.
+    let sizes = [8usize, 200_000, 3000, 100, 200_000, 200_000, 1];
+    for n in [4u16, 13] {
+        let seed = base ^ (n as u64) << 8;
+        let roots: Vec<u16> = (0..n).collect();
+        let (forwarded, _) = crossing_broadcasts(seed, n, &|_| 4, &roots, &sizes, true);
+        assert_eq!(
+            forwarded as usize,
+            n as usize * 4 * binomial_inner(n as usize),
+            "seed {seed}: n={n}: every inner member forwards every tree broadcast once"
+        );
+    }
+}
+
+/// A relay that dies takes the root's tree broadcast with it, so a member below it
+/// never answers the fence of the root's next, flat, broadcast. Once the root has
+/// found the relay dead, it sends the flat one after `peer_timeout`: a failure at
+/// the root, not a hang, and the other members get both in order.
+#[test]
+fn a_flat_broadcast_after_a_dead_relay_goes_once_the_fence_expires() {
+    let seed = seed() ^ 0xde;
+    let n = 4u16;
+    let g = groups(n);
+    // Binomial tree from 0: 0 -> 1, 2 and 1 -> 3.
+    let (relay, below) = (1usize, 3usize);
+    let sizes = [8usize, 200_000];
+    let mut sim = Sim::new(n as usize, SimConfig::lan(seed), |i, dev, clock| {
+        let mut st = Check::default();
+        st.plan.insert(0, sizes.to_vec());
+        let store = sized(n as usize, n as usize, 256, 8, 4);
+        SimGamma::init(cfg(1, i as u16), g, store, handlers(), dev, clock, st).unwrap()
+    });
+    for node in sim.nodes.iter_mut() {
+        let buf = Some(leak(vec![0; 256 * 1024]));
+        node.set_active_port(5, BROADCAST, 1, 5, Some(on_message), None, 0, GO_BACK, buf)
+            .unwrap();
+    }
+    sim.net.kill(relay);
+    let start = sim.now();
+    let hs: Vec<_> = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &len)| {
+            sim.nodes[0]
+                .isend_flowctl(5, leak(pattern(0, k, len)))
+                .unwrap()
+        })
+        .collect();
+    sim.run_until(start + Duration::from_secs(5), |nodes, _| {
+        hs.iter().all(|&h| {
+            nodes[0].engine().send_status(h) != Ok(volley_core::engine::SendStatus::Pending)
+        }) && nodes[2].state().got.get(&0) == Some(&2)
+            && nodes[below].state().got.get(&0) == Some(&1)
+    })
+    .unwrap_or_else(|e| panic!("seed {seed}: the root's broadcasts never finished: {e:?}"));
+    let root = sim.nodes[0].engine().stats();
+    assert_eq!((root.fences, root.fence_expired), (1, 1), "seed {seed}");
+    for &h in &hs {
+        assert!(
+            sim.nodes[0].tsend(h).is_err(),
+            "seed {seed}: the relay is dead"
+        );
+    }
+    assert!(sim.nodes[2].state().errors.is_empty(), "seed {seed}");
+    // The member below the dead relay never got the first: the flat one is
+    // its first from root 0.
+    assert_eq!(
+        sim.nodes[below].state().errors.len(),
+        1,
+        "seed {seed}: {:?}",
+        sim.nodes[below].state().errors
+    );
 }
 
 /// A root with a large pool sends a long broadcast down the tree to relays whose

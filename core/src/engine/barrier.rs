@@ -31,6 +31,7 @@ impl<'a> Engine<'a> {
     /// the barrier).
     fn sends_landed(&self) -> bool {
         self.board_head == NONE
+            && self.gate.len == 0
             && self.chans[..self.chan_hwm].iter().all(|c| {
                 !c.in_use
                     || c.failed

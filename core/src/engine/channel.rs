@@ -62,6 +62,14 @@ pub(crate) enum Slot {
         msg: u32,
         code: u32,
     },
+    /// "Answer once you have my broadcasts before number `bseq`" (see `fence`).
+    Fence {
+        bseq: u32,
+    },
+    /// "I have your broadcasts before number `bseq`".
+    FenceOk {
+        bseq: u32,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -151,6 +159,11 @@ pub struct Channel {
     /// The same for the peer's board broadcasts (by broadcast number): kept apart,
     /// so that the two kinds waiting at once do not restart each other's grace.
     pub(crate) unbound_board: Option<(u32, Instant)>,
+    /// Our broadcast fence this peer answered, and the one we asked it (see `fence`).
+    pub(crate) fence_ok: Option<u32>,
+    pub(crate) fence_asked: Option<u32>,
+    /// The peer's fence we owe an answer, once its broadcasts before it are here.
+    pub(crate) fence_wait: Option<u32>,
     /// When the peer was last heard from (any valid frame).
     pub(crate) heard_at: Instant,
     /// Since when we have been waiting for the peer without hearing from it.
@@ -199,6 +212,9 @@ impl Channel {
         be_asm: NONE,
         unbound_msg: None,
         unbound_board: None,
+        fence_ok: None,
+        fence_asked: None,
+        fence_wait: None,
         heard_at: Instant::ZERO,
         silent_since: None,
     };

@@ -389,7 +389,8 @@ impl<'a> Engine<'a> {
             // channel's head never waits for a message queued after it, so
             // refusals cannot hold each other up in a cycle (refusing flat ones
             // too could: each channel's head waiting for tree ones queued behind
-            // the other's). So a flat one may overtake an earlier tree one.
+            // the other's). The root keeps a flat one back until we have its
+            // earlier ones instead (see `fence`).
             let root_dead = self
                 .addr_of(self.cfg.group, tag.root)
                 .ok()

@@ -50,6 +50,7 @@ mod atomic;
 mod barrier;
 mod board;
 mod channel;
+mod fence;
 mod mcast;
 mod packet;
 mod port;
@@ -92,6 +93,11 @@ const CONTROL_REJECT: u32 = 1;
 const CONTROL_DENY_PUT: u32 = 2;
 /// `offset` of a CONTROL frame that denies a get request.
 const CONTROL_DENY_GET: u32 = 3;
+/// `offset` of a CONTROL frame from a broadcast's root: answer once you have its
+/// broadcasts before number `msg_id` (see `fence`).
+const CONTROL_FENCE: u32 = 4;
+/// `offset` of a CONTROL frame answering a FENCE for broadcast `msg_id`.
+const CONTROL_FENCE_OK: u32 = 5;
 
 /// Tunables of one engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -668,6 +674,11 @@ pub struct Stats {
     pub board_tx: u64,
     /// Other roots' broadcasts taken from their boards.
     pub board_rx: u64,
+    /// Flat broadcasts of ours that waited for every member to have our earlier
+    /// ones (see `fence`).
+    pub fences: u64,
+    /// Of those, the ones sent after `peer_timeout` without every answer.
+    pub fence_expired: u64,
 }
 
 /// Tables an engine works in, from caller storage (`&mut [T]`) or, with `alloc`, a `Vec`.
@@ -837,6 +848,8 @@ pub struct Engine<'a> {
     /// A multicast packet of ours went down a tree: the later ones must too (see
     /// `packet_board_fits`).
     packet_tree_used: bool,
+    /// Our broadcasts waiting for a fence, and fences we owe (see `fence`).
+    gate: fence::Gate,
     stats: Stats,
     caps: Capabilities,
     bar: BarrierState,
@@ -956,6 +969,7 @@ impl<'a> Engine<'a> {
             board_head: NONE,
             board_tail: NONE,
             packet_tree_used: false,
+            gate: fence::Gate::default(),
             stats: Stats::default(),
             caps: Capabilities::new(1500, false, false),
             bar: BarrierState::default(),

@@ -231,10 +231,7 @@ impl<'a> Engine<'a> {
                 self.rx_barrier(repr);
                 true
             }
-            Kind::Control => {
-                self.rx_control(ci, repr);
-                true
-            }
+            Kind::Control => self.rx_control(ci, repr),
             Kind::FetchAdd => self.rx_fetch_add(ci, repr),
             Kind::Packet => self.rx_packet(ci, repr, payload),
             Kind::FetchAddReply => {
@@ -281,14 +278,23 @@ impl<'a> Engine<'a> {
     }
 
     /// A control frame: REJECT fails our message `msg_id` sent from `dst_port`.
-    pub(super) fn rx_control(&mut self, ci: usize, repr: &Repr) {
-        if matches!(repr.offset, CONTROL_DENY_PUT | CONTROL_DENY_GET) {
-            self.rx_deny(ci, repr);
-            return;
-        }
-        if repr.offset != CONTROL_REJECT {
-            self.stats.rx_unsupported += 1;
-            return;
+    /// FENCE and FENCE_OK order broadcasts (see `fence`). False: refused for now.
+    pub(super) fn rx_control(&mut self, ci: usize, repr: &Repr) -> bool {
+        match repr.offset {
+            CONTROL_DENY_PUT | CONTROL_DENY_GET => {
+                self.rx_deny(ci, repr);
+                return true;
+            }
+            CONTROL_FENCE => return self.rx_fence(ci, repr),
+            CONTROL_FENCE_OK => {
+                self.rx_fence_ok(ci, repr);
+                return true;
+            }
+            CONTROL_REJECT => {}
+            _ => {
+                self.stats.rx_unsupported += 1;
+                return true;
+            }
         }
         self.stats.tx_rejected += 1;
         let found = self.ops.iter().position(|o| {
@@ -310,6 +316,7 @@ impl<'a> Engine<'a> {
             }
         }
         self.notify_send_failure(repr.ends.dst_port, dest);
+        true
     }
 
     pub(super) fn rx_barrier(&mut self, repr: &Repr) {
@@ -601,7 +608,7 @@ impl<'a> Engine<'a> {
             // The root's next broadcast may come now; our children get this one
             // before our own program does.
             // Counts up to one past the newest seen: a long broadcast may have
-            // overtaken a short one (see `reserve_tree`).
+            // overtaken a short one whose fence expired (see `fence`).
             if let Some(s) = self.bcast_seq.get_mut(a.src.src_node as usize) {
                 if !seq_lt(a.bseq, *s) {
                     *s = a.bseq.wrapping_add(1);

@@ -159,7 +159,12 @@ impl<'a> Engine<'a> {
             stream::relay_unit(self.bufs.eager.len(), levels) * (levels - 1)
         };
         if let Some(b) = bcast_copy.filter(|_| numbered && self.board_fits(&g, total)) {
-            // Written once where every member reads it (see `board`).
+            // Written once where every member reads it (see `board`), after our
+            // broadcasts waiting in the gate (see `fence`).
+            let held = self.must_hold(false);
+            if held && !self.gate_room() {
+                return Err(Error::NoResources);
+            }
             op.eager = self.bufs.eager_copy(b, keep).ok_or(Error::NoResources)?;
             let Ok(pi) = self.alloc_op() else {
                 self.bufs.eager[op.eager as usize].used = false;
@@ -172,7 +177,12 @@ impl<'a> Engine<'a> {
             self.bcast_next = self.bcast_next.wrapping_add(1);
             op.gen = self.ops[pi].gen;
             self.ops[pi] = op;
-            self.queue_board(pi);
+            if held {
+                self.hold(pi);
+            } else {
+                self.queue_board(pi);
+                self.bcast_released(mcast::BOARD, op.bseq);
+            }
             return Ok(SendHandle::new(pi, self.ops[pi].gen));
         }
         let targets: Targets = match tree {
@@ -202,6 +212,12 @@ impl<'a> Engine<'a> {
         if need > free_chans || unmapped {
             return Err(Error::NoResources);
         }
+        // A flat one after one by board or tree, and anything after one waiting,
+        // waits in the gate with its forwards on no channel yet (see `fence`).
+        let held = numbered && members > 0 && self.must_hold(tree.is_none());
+        if held && !self.gate_room() {
+            return Err(Error::NoResources);
+        }
         if let (Some(b), true) = (bcast_copy, members > 0) {
             op.eager = self.bufs.eager_copy(b, keep).ok_or(Error::NoResources)?;
         }
@@ -224,6 +240,7 @@ impl<'a> Engine<'a> {
         self.ops[pi] = parent;
         op.kind = Kind::Multicast;
         op.parent = pi as u16;
+        let mut last = NONE;
         for i in targets.iter() {
             let Some(addr) = g.members.addr(i) else {
                 continue;
@@ -233,7 +250,24 @@ impl<'a> Engine<'a> {
             // Room was checked above.
             let ci = self.channel_for(addr, dest.group, i)?;
             let oi = self.alloc_op()?;
-            self.enqueue(ci, oi, &child);
+            if held {
+                // Linked from the parent in target order, queued on release.
+                child.gen = self.ops[oi].gen;
+                self.ops[oi] = child;
+                if last == NONE {
+                    self.ops[pi].next = oi as u16;
+                } else {
+                    self.ops[last as usize].next = oi as u16;
+                }
+                last = oi as u16;
+            } else {
+                self.enqueue(ci, oi, &child);
+            }
+        }
+        if held {
+            self.hold(pi);
+        } else if numbered {
+            self.bcast_released(op.aux, op.bseq);
         }
         Ok(SendHandle::new(pi, self.ops[pi].gen))
     }

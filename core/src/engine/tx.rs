@@ -56,6 +56,12 @@ impl<'a> Engine<'a> {
         if self.outbox.len > 0 {
             self.start_queued();
         }
+        if self.gate.len > 0 {
+            self.release_gate(now);
+        }
+        if self.gate.waits > 0 {
+            self.answer_fences();
+        }
         let mut sent = 0;
         if self.board_head != NONE {
             sent += self.transmit_board(now, dev);
@@ -111,7 +117,11 @@ impl<'a> Engine<'a> {
         ci: usize,
         ext: Option<&[u8]>,
     ) -> usize {
-        let alone = ci < self.chan_hwm && self.outbox.len == 0 && self.board_head == NONE;
+        let alone = ci < self.chan_hwm
+            && self.outbox.len == 0
+            && self.board_head == NONE
+            && self.gate.len == 0
+            && self.gate.waits == 0;
         if !alone || !self.chans[ci].in_use || self.chans[ci].failed {
             return self.poll_transmit(now, dev, ext);
         }
@@ -249,7 +259,9 @@ impl<'a> Engine<'a> {
                     | Slot::FetchAdd { .. }
                     | Slot::FetchAddReply { .. }
                     | Slot::GetRequest { .. }
-                    | Slot::Deny { .. }) => tx.slot(ch, s, ctrl, gets),
+                    | Slot::Deny { .. }
+                    | Slot::Fence { .. }
+                    | Slot::FenceOk { .. }) => tx.slot(ch, s, ctrl, gets),
                     Slot::Free => true,
                 };
                 if !ok {
@@ -782,6 +794,10 @@ impl<'t, D: Device> Tx<'t, D> {
                 self.control(ch, seq, Kind::FetchAddReply, req, value, 0)
             }
             Slot::Deny { msg, code } => self.control(ch, seq, Kind::Control, msg, code, 0),
+            Slot::Fence { bseq } => self.control(ch, seq, Kind::Control, bseq, CONTROL_FENCE, 0),
+            Slot::FenceOk { bseq } => {
+                self.control(ch, seq, Kind::Control, bseq, CONTROL_FENCE_OK, 0)
+            }
             Slot::GetRequest { get, req } => {
                 let payload = Engine::get_request_payload(gets, get, req);
                 let repr = Repr {

@@ -1526,3 +1526,41 @@ fn lfc_short_unicast(ls: &mut [MyriLfc]) {
     assert_eq!(ls[1].state().got.last().map(|g| g.2), Some(77));
     assert_eq!(ls[0].device().stats().tx_pool_inline, 1);
 }
+
+/// A broadcast longer than the relays' rings goes straight from the root to each
+/// member, while a short one before it waits on the board for each member to
+/// read it: the long one is held until every member has the short ones (the
+/// engine's `fence`), so each member gets them all in the root's order.
+#[test]
+fn a_long_broadcast_goes_after_the_short_ones_on_the_board_before_it() {
+    use volley_core::engine::SendStatus;
+    use volley_core::gamma::GO_BACK;
+    let (_mem, mut gs) = bcast_group(4);
+    for g in gs.iter_mut().skip(1) {
+        let buf = Vec::leak(vec![0u8; 2 << 20]);
+        g.set_active_port(5, 0, 1, 5, Some(on_bcast), None, 5, GO_BACK, Some(buf))
+            .unwrap();
+    }
+    let long: &'static [u8] = Vec::leak(vec![200u8; 1 << 20]);
+    let mut sent = Vec::new();
+    let mut hs = Vec::new();
+    for k in 0..6u8 {
+        gs[0].send_flowctl(5, &[k; 8]).unwrap();
+        sent.push((8, k));
+        hs.push(gs[0].isend_flowctl(5, long).unwrap());
+        sent.push((long.len(), 200));
+        gs[0].send_flowctl(5, &[k + 100; 8]).unwrap();
+        sent.push((8, k + 100));
+    }
+    let t0 = std::time::Instant::now();
+    poll_until_recorded(&mut gs, sent.len(), t0);
+    for (i, g) in gs.iter().enumerate().skip(1) {
+        assert_eq!(g.state(), &sent, "member {i}'s broadcasts");
+        assert_eq!(g.engine().stats().board_rx, 12, "member {i}");
+    }
+    let st = gs[0].engine().stats();
+    assert_eq!((st.fences, st.fence_expired), (6, 0));
+    for h in hs {
+        assert_eq!(gs[0].engine().send_status(h), Ok(SendStatus::Done));
+    }
+}
