@@ -841,6 +841,8 @@ pub struct Engine<'a> {
     bcast_seq: ManagedSlice<'a, u32>,
     /// Our next reliable broadcast's sequence number.
     bcast_next: u32,
+    /// Eager buffers the copy of a short broadcast down our tree must leave free.
+    bcast_keep: usize,
     /// Broadcasts waiting to be written into the device's board, oldest first,
     /// linked through their ops' `next`.
     board_head: u16,
@@ -946,8 +948,20 @@ impl<'a> Engine<'a> {
         if storage.channels.len() >= NONE as usize || storage.sems.is_empty() {
             return Err(Error::BadConfig);
         }
+        let size = g.members.len();
+        // A short broadcast's copy at its root leaves a unit of buffers for each
+        // level of relays below it (see `start`).
+        let pool = storage.eager.len();
+        let bcast_keep = cfg
+            .bcast_tree
+            .map(|t| t.height(0, size as usize))
+            .filter(|&levels| levels <= pool)
+            .map_or(0, |levels| {
+                stream::relay_unit(pool, levels) * (levels.max(1) - 1)
+            });
         Ok(Engine {
-            size: g.members.len(),
+            size,
+            bcast_keep,
             cfg,
             groups,
             ports: storage.ports,

@@ -228,6 +228,10 @@ pub struct HandlerView<'u, 'a> {
     sems: &'u mut [Semaphore],
     eager: &'u mut [EagerBuf],
     outbox: &'u mut Outbox,
+    /// Our group, and the eager buffers a broadcast's copy in it must leave free
+    /// (`Engine::start`'s rule, so that handlers' broadcasts from every root at
+    /// once cannot take the buffers their relays need).
+    bcast: (GroupId, usize),
 }
 
 impl core::fmt::Debug for HandlerView<'_, '_> {
@@ -309,6 +313,9 @@ impl<'a> HandlerView<'_, 'a> {
     /// buffers, so together at most [`EAGER_MAX`] bytes; the message leaves at the
     /// next transmit pass, in the order queued. A failure later is a `SendFailure`
     /// notice (or an error on the port's semaphore). Returns the length.
+    /// `NoResources` when no buffer is free; a reliable broadcast in our group
+    /// also leaves free the buffers its tree's relays need (as `start_send_eager`
+    /// does).
     pub fn send(
         &mut self,
         port: PortId,
@@ -326,9 +333,17 @@ impl<'a> HandlerView<'_, 'a> {
         reliable: bool,
     ) -> Result<usize, Error> {
         let p = self.ports.get(port as usize).ok_or(Error::InvalidPort)?;
-        if p.dest.is_none() {
+        let Some(dest) = p.dest else {
             return Err(Error::NotBound);
-        }
+        };
+        let keep = match dest {
+            Dest {
+                node: BROADCAST,
+                group,
+                ..
+            } if reliable && group == self.bcast.0 => self.bcast.1,
+            _ => 0,
+        };
         if head.len() > HEAD_MAX {
             return Err(Error::FirstPieceTooLong);
         }
@@ -339,11 +354,11 @@ impl<'a> HandlerView<'_, 'a> {
         if self.outbox.len >= OUTBOX {
             return Err(Error::NoResources);
         }
-        let i = self
-            .eager
-            .iter()
-            .position(|e| !e.used)
-            .ok_or(Error::NoResources)?;
+        let mut free = self.eager.iter().enumerate().filter(|(_, e)| !e.used);
+        let (i, _) = free.next().ok_or(Error::NoResources)?;
+        if free.take(keep).count() < keep {
+            return Err(Error::NoResources);
+        }
         let e = &mut self.eager[i];
         e.used = true;
         e.data[..head.len()].copy_from_slice(head);
@@ -536,6 +551,7 @@ impl<'a> Engine<'a> {
             sems: &mut self.sems,
             eager: &mut self.bufs.eager,
             outbox: &mut self.outbox,
+            bcast: (self.cfg.group, self.bcast_keep),
         };
         Some((n, view))
     }

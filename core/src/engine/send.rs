@@ -154,10 +154,7 @@ impl<'a> Engine<'a> {
         // relay's at the top of the tree: it leaves a unit of buffers for each level
         // of relays below it (see `reserve_tree`), so that broadcasts from every
         // root at once cannot take the buffers their relays need.
-        let keep = {
-            let levels = tree.map_or(1, |t| t.height(0, self.size as usize)).max(1);
-            stream::relay_unit(self.bufs.eager.len(), levels) * (levels - 1)
-        };
+        let keep = if tree.is_some() { self.bcast_keep } else { 0 };
         if let Some(b) = bcast_copy.filter(|_| numbered && self.board_fits(&g, total)) {
             // Written once where every member reads it (see `board`), after our
             // broadcasts waiting in the gate (see `fence`).

@@ -784,6 +784,49 @@ fn an_eager_broadcast_goes_from_one_copy_freed_when_every_member_has_it() {
     }
 }
 
+/// A handler's broadcast takes its eager copy by the rule a program's does: it
+/// leaves a unit of buffers for each level of relays below the root (a chain of
+/// three: one level, seven of eight buffers), so that handlers broadcasting from
+/// every member at once cannot take the buffers their relays need. Best-effort and
+/// unicast sends from a handler are not held to it.
+#[test]
+fn a_handlers_broadcast_leaves_the_relays_their_buffers() {
+    let mk = |node| {
+        let mut cfg = Config::new(0xAB, 7, node);
+        cfg.bcast_tree = Some(Tree::Chain);
+        let c = Capacity { eager: 8, ..cap() };
+        TE::new(Engine::new(cfg, G, Storage::with_capacity(c)).unwrap())
+    };
+    let (mut a, mut b) = (mk(0), mk(1));
+    a.bind_port(1, out(BROADCAST, 2)).unwrap();
+    a.bind_port(4, out(1, 2)).unwrap();
+    a.bind_port(3, input(leak(64), BufferKind::GoBack, 0))
+        .unwrap();
+    b.bind_port(1, out(0, 3)).unwrap();
+    b.start_send(1, b"go", Body::Borrowed(&[]), true).unwrap();
+    let mut rings = rings();
+    let mut got = None;
+    for i in 0..1000 {
+        let now = Instant::from_micros(i);
+        b.e.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+        a.e.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
+        if let Some((_, mut view)) = a.e.next_notice() {
+            got = Some([
+                view.send(1, b"", b"first", true),
+                view.send(1, b"", b"second", true),
+                view.send(1, b"", b"unreliable", false),
+                view.send(4, b"", b"unicast", true),
+            ]);
+            break;
+        }
+    }
+    let got = got.expect("the message reached the handler");
+    assert_eq!(got[0], Ok(5), "all eight free: one taken, seven left");
+    assert_eq!(got[1], Err(Error::NoResources), "seven free: none may go");
+    assert_eq!(got[2], Ok(10));
+    assert_eq!(got[3], Ok(7));
+}
+
 /// Frames sent as parts (header, payload where it lies, tag) are the frames the
 /// engine would have written: a message with a head and a body arrives whole, with
 /// and without a frame key (tag or checksum), and only its long frames go as parts,
