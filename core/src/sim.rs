@@ -60,6 +60,8 @@ struct NetInner {
     cfg: SimConfig,
     /// Nodes whose frames vanish (a crashed peer): neither sent nor received.
     dead: Vec<bool>,
+    /// Links (from, to) whose frames vanish.
+    cut: Vec<(usize, usize)>,
 }
 
 /// The simulated fabric, shared by the node devices.
@@ -75,7 +77,13 @@ impl SimNet {
             order: 0,
             cfg,
             dead: std::vec![false; n],
+            cut: Vec::new(),
         })))
+    }
+
+    /// Drops every frame node `from` sends to node `to` from now on (one direction).
+    pub fn cut(&self, from: usize, to: usize) {
+        self.0.borrow_mut().cut.push((from, to));
     }
 
     /// Node `i`'s device.
@@ -138,7 +146,7 @@ impl TxToken for SimTx {
         let mut buf = std::vec![0u8; len];
         let r = f(&mut buf);
         let mut n = self.net.0.borrow_mut();
-        if n.dead[self.src] || n.dead[self.dst] {
+        if n.dead[self.src] || n.dead[self.dst] || n.cut.contains(&(self.src, self.dst)) {
             return r;
         }
         let bw = n.cfg.bytes_per_sec.max(1);

@@ -1501,12 +1501,12 @@ fn flat_broadcasts_wait_for_the_roots_tree_ones_under_loss() {
     }
 }
 
-/// A relay that dies takes the root's tree broadcast with it, so a member below it
-/// never answers the fence of the root's next, flat, broadcast. Once the root has
-/// found the relay dead, it sends the flat one after `peer_timeout`: a failure at
-/// the root, not a hang, and the other members get both in order.
+/// A relay that is dead when the root broadcasts: the root sends the member below
+/// it its copy itself, and that member answers the fence of the root's next,
+/// flat, broadcast like the others. Both broadcasts fail at the root (the relay
+/// never has them); every live member gets both, in order.
 #[test]
-fn a_flat_broadcast_after_a_dead_relay_goes_once_the_fence_expires() {
+fn a_dead_relays_children_get_the_roots_broadcasts_from_the_root() {
     let seed = seed() ^ 0xde;
     let n = 4u16;
     let g = groups(n);
@@ -1538,27 +1538,88 @@ fn a_flat_broadcast_after_a_dead_relay_goes_once_the_fence_expires() {
     sim.run_until(start + Duration::from_secs(5), |nodes, _| {
         hs.iter().all(|&h| {
             nodes[0].engine().send_status(h) != Ok(volley_core::engine::SendStatus::Pending)
-        }) && nodes[2].state().got.get(&0) == Some(&2)
-            && nodes[below].state().got.get(&0) == Some(&1)
+        }) && [2, below]
+            .iter()
+            .all(|&i| nodes[i].state().got.get(&0) == Some(&2))
     })
     .unwrap_or_else(|e| panic!("seed {seed}: the root's broadcasts never finished: {e:?}"));
     let root = sim.nodes[0].engine().stats();
-    assert_eq!((root.fences, root.fence_expired), (1, 1), "seed {seed}");
+    assert_eq!(root.fences, 1, "seed {seed}");
+    assert_eq!(root.rerouted, 1, "seed {seed}: the tree one, to member 3");
     for &h in &hs {
         assert!(
             sim.nodes[0].tsend(h).is_err(),
             "seed {seed}: the relay is dead"
         );
     }
-    assert!(sim.nodes[2].state().errors.is_empty(), "seed {seed}");
-    // The member below the dead relay never got the first: the flat one is
-    // its first from root 0.
+    for i in [2, below] {
+        let errors = &sim.nodes[i].state().errors;
+        assert!(errors.is_empty(), "seed {seed}: member {i}: {errors:?}");
+    }
+}
+
+/// A relay that took the root's tree broadcast (so the root's send to it
+/// succeeded) and died before its child had it: that member never gets it. It
+/// probes the relays above it while it owes the fence of the root's next, flat,
+/// broadcast, and answers once it finds one dead: the flat one goes, no hang.
+#[test]
+fn a_member_below_a_relay_that_died_with_a_broadcast_answers_the_fence() {
+    let seed = seed() ^ 0xdf;
+    let n = 4u16;
+    let g = groups(n);
+    // Binomial tree from 0: 0 -> 1, 2 and 1 -> 3.
+    let (relay, below) = (1usize, 3usize);
+    let sizes = [8usize, 200_000];
+    let mut sim = Sim::new(n as usize, SimConfig::lan(seed), |i, dev, clock| {
+        let mut st = Check::default();
+        st.plan.insert(0, sizes.to_vec());
+        let store = sized(n as usize, n as usize, 256, 8, 4);
+        SimGamma::init(cfg(1, i as u16), g, store, handlers(), dev, clock, st).unwrap()
+    });
+    for node in sim.nodes.iter_mut() {
+        let buf = Some(leak(vec![0; 256 * 1024]));
+        node.set_active_port(5, BROADCAST, 1, 5, Some(on_message), None, 0, GO_BACK, buf)
+            .unwrap();
+    }
+    // The relay's copy never reaches its child.
+    sim.net.cut(relay, below);
+    let hs: Vec<_> = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &len)| {
+            sim.nodes[0]
+                .isend_flowctl(5, leak(pattern(0, k, len)))
+                .unwrap()
+        })
+        .collect();
+    let pending = Ok(volley_core::engine::SendStatus::Pending);
+    sim.run_until(Instant::from_millis(1_000), |nodes, _| {
+        nodes[0].engine().send_status(hs[0]) != pending
+    })
+    .unwrap_or_else(|e| panic!("seed {seed}: the tree one never landed: {e:?}"));
+    sim.net.kill(relay);
+    let start = sim.now();
+    sim.run_until(start + Duration::from_secs(5), |nodes, _| {
+        nodes[0].engine().send_status(hs[1]) != pending
+            && nodes[below].state().got.get(&0) == Some(&1)
+    })
+    .unwrap_or_else(|e| panic!("seed {seed}: the flat one never went: {e:?}"));
+    assert_eq!(sim.nodes[0].engine().stats().fences, 1, "seed {seed}");
     assert_eq!(
-        sim.nodes[below].state().errors.len(),
+        sim.nodes[below].engine().stats().fences_given_up,
         1,
-        "seed {seed}: {:?}",
-        sim.nodes[below].state().errors
+        "seed {seed}"
     );
+    assert_eq!(sim.nodes[0].tsend(hs[0]), Ok(true), "seed {seed}");
+    assert!(
+        sim.nodes[0].tsend(hs[1]).is_err(),
+        "seed {seed}: the relay is dead"
+    );
+    assert!(sim.nodes[2].state().errors.is_empty(), "seed {seed}");
+    assert_eq!(sim.nodes[2].state().got.get(&0), Some(&2), "seed {seed}");
+    // Member 3's first from root 0 is the flat one.
+    let errors = &sim.nodes[below].state().errors;
+    assert_eq!(errors.len(), 1, "seed {seed}: {errors:?}");
 }
 
 /// A root with a large pool sends a long broadcast down the tree to relays whose
@@ -1737,4 +1798,121 @@ fn broadcast_cost_grows_as_log_n_to_1024_nodes() {
         "seed {seed}: the tree ({:.1} us) should beat the root alone ({flat:.1} us)",
         times[9]
     );
+}
+
+// ------------------------------------------------- senders that die mid-message
+
+/// What reached a node's port 5: source node, length, errno (a dead peer's
+/// `SendFailure`, which every port bound to it gets, left out).
+type Got = Vec<(u16, usize, Option<volley_core::engine::Errno>)>;
+
+fn on_got(u: &mut Upcall<'_, '_, Got>) {
+    let rec = (u.source().node, u.len(), u.errno());
+    if rec.2 != Some(volley_core::engine::Errno::SendFailure) {
+        u.state().push(rec);
+    }
+}
+
+/// `n` nodes whose port 5 takes messages from anyone in the group (recorded in
+/// `Got`) and sends to port 5 of `dest(i)`; each has `eager` eager buffers.
+fn port5_sim(
+    seed: u64,
+    n: u16,
+    dest: impl Fn(u16) -> u16,
+    eager: usize,
+) -> Sim<SimGamma<'static, Got>> {
+    let g = groups(n);
+    let mut sim = Sim::new(n as usize, SimConfig::lan(seed), |i, dev, clock| {
+        let store = sized(n as usize, n as usize, 256, 8, eager);
+        SimGamma::init(
+            cfg(1, i as u16),
+            g,
+            store,
+            handlers(),
+            dev,
+            clock,
+            Got::new(),
+        )
+        .unwrap()
+    });
+    for (i, node) in sim.nodes.iter_mut().enumerate() {
+        let buf = Some(leak(vec![0; 512 * 1024]));
+        let h = Some(on_got as fn(&mut Upcall<'_, '_, Got>));
+        node.set_active_port(5, dest(i as u16), 1, 5, h, h, 0, GO_BACK, buf)
+            .unwrap();
+    }
+    sim
+}
+
+/// A sender that dies half-way through a long message would leave it holding
+/// the receiver's port for good, and every other sender's message to that port
+/// refused. The receiver probes the silent sender; once it is declared dead the
+/// message is handed over as lost, and the next sender's message lands.
+#[test]
+fn a_message_whose_sender_died_half_way_frees_its_port() {
+    let seed = seed() ^ 0x0d;
+    let mut sim = port5_sim(seed, 3, |i| if i == 2 { 0 } else { 2 }, 4);
+    let long: &'static [u8] = leak(vec![7; 400_000]);
+    sim.nodes[0].isend_flowctl(5, long).unwrap();
+    sim.run_until(Instant::from_millis(1_000), |nodes, _| {
+        nodes[2].engine().stats().rx_frames > 20
+    })
+    .unwrap_or_else(|e| panic!("seed {seed}: no frame came: {e:?}"));
+    sim.net.kill(0);
+    sim.nodes[1].send_flowctl(5, b"after").unwrap();
+    sim.run_until(sim.now() + Duration::from_secs(10), |nodes, _| {
+        nodes[2].state().iter().any(|m| m.0 == 1)
+    })
+    .unwrap_or_else(|e| panic!("seed {seed}: the port stayed busy: {e:?}"));
+    // The lost message's length is what had come of it.
+    let got = sim.nodes[2].state();
+    assert_eq!(got.len(), 2, "seed {seed}: {got:?}");
+    let (src, len, errno) = got[0];
+    assert_eq!(
+        (src, errno),
+        (0, Some(volley_core::engine::Errno::FrameLost))
+    );
+    assert!(len > 0 && len < long.len(), "seed {seed}: {got:?}");
+    assert_eq!(got[1], (1, 5, None), "seed {seed}");
+    assert_eq!(sim.nodes[2].engine().stats().rx_orphaned, 1, "seed {seed}");
+}
+
+/// A root that dies while a long broadcast goes down the tree chunk by chunk
+/// leaves it half-stored at a relay (node 1 of 0 -> 1, 2; 1 -> 3) and at the
+/// relay's child. The relay stops passing it on and tells its child, and every
+/// survivor's port takes the next broadcast, from another root. The relay's
+/// buffers all come back.
+#[test]
+fn a_long_broadcast_whose_root_died_half_way_is_dropped_down_the_tree() {
+    let seed = seed() ^ 0x0e;
+    // 48 buffers: a relay's ring holds 256 KiB, so 200,000 bytes go down the tree.
+    let mut sim = port5_sim(seed, 4, |_| BROADCAST, 48);
+    let long: &'static [u8] = leak(vec![7; 200_000]);
+    sim.nodes[0].isend_flowctl(5, long).unwrap();
+    sim.run_until(Instant::from_millis(1_000), |nodes, _| {
+        nodes[3].engine().stats().rx_frames > 20
+    })
+    .unwrap_or_else(|e| panic!("seed {seed}: nothing reached node 3: {e:?}"));
+    sim.net.kill(0);
+    sim.nodes[2].send_flowctl(5, b"after").unwrap();
+    sim.run_until(sim.now() + Duration::from_secs(10), |nodes, _| {
+        [1, 3]
+            .iter()
+            .all(|&i| nodes[i].state().iter().any(|m| m.0 == 2))
+    })
+    .unwrap_or_else(|e| panic!("seed {seed}: a port stayed busy: {e:?}"));
+    let lost = Some(volley_core::engine::Errno::FrameLost);
+    for i in [1, 3] {
+        let got = sim.nodes[i].state();
+        assert_eq!(got.len(), 2, "seed {seed}: node {i}: {got:?}");
+        assert_eq!((got[0].0, got[0].2), (0, lost), "seed {seed}: node {i}");
+        assert!(got[0].1 < long.len(), "seed {seed}: node {i}: {got:?}");
+        assert_eq!(got[1], (2, 5, None), "seed {seed}: node {i}");
+        assert_eq!(sim.nodes[i].engine().stats().rx_orphaned, 1, "seed {seed}");
+    }
+    // Node 3 had the long one from relay 1 (told by its ABORT); node 2's goes to
+    // node 3 through dead node 0 (root 2's tree: 2 -> 0, 1; 0 -> 3), so node 2
+    // sends it to node 3 itself.
+    assert_eq!(sim.nodes[2].engine().stats().rerouted, 1, "seed {seed}");
+    assert_eq!(sim.nodes[1].engine().eager_free(), 48, "seed {seed}");
 }

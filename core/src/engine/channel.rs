@@ -70,6 +70,10 @@ pub(crate) enum Slot {
     FenceOk {
         bseq: u32,
     },
+    /// "The rest of my message `msg` will not come" (see `orphan`).
+    Abort {
+        msg: u32,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]

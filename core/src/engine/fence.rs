@@ -17,9 +17,8 @@
 //! has. Neither frame is ever refused for ordering, so nothing waits in a cycle.
 //! Meanwhile the flat broadcast and every later one of this root wait here, in
 //! order (the gate), their frames not yet on any channel. A member that fails
-//! counts as answered. Once one has failed, a relay may have died above members
-//! that then never get the earlier broadcast: after `peer_timeout` without every
-//! answer the root sends anyway and counts it in [`Stats::fence_expired`].
+//! counts as answered. A member below a relay that died answers once it finds
+//! the relay dead (see `orphan`): what the relay did not pass on never comes.
 
 use super::mcast::{BOARD, FLAT};
 use super::*;
@@ -38,8 +37,6 @@ pub(super) struct Gate {
     /// Our newest broadcast that went by board or tree and that some member may not
     /// have yet: a flat one must be fenced.
     need: Option<u32>,
-    /// When the fence of the gate's head began.
-    since: Option<Instant>,
     /// Member side: channels whose root waits for our FENCE_OK.
     pub(super) waits: u16,
 }
@@ -51,7 +48,6 @@ impl Default for Gate {
             head: 0,
             len: 0,
             need: None,
-            since: None,
             waits: 0,
         }
     }
@@ -109,7 +105,7 @@ impl<'a> Engine<'a> {
     }
 
     /// Lets the gate's broadcasts go, oldest first, while their fences allow.
-    pub(super) fn release_gate(&mut self, now: Instant) {
+    pub(super) fn release_gate(&mut self) {
         while let Some((pi, gen)) = self.gate.front() {
             let Some(o) = self.ops.get(pi as usize).copied() else {
                 self.gate.pop();
@@ -120,7 +116,7 @@ impl<'a> Engine<'a> {
                 continue;
             }
             if o.aux == FLAT && self.gate.need.is_some() {
-                if !self.fence_answered(now, o.bseq) {
+                if !self.fence_answered(o.bseq) {
                     return;
                 }
                 self.gate.need = None;
@@ -147,20 +143,20 @@ impl<'a> Engine<'a> {
             match ci {
                 Ok(ci) => self.enqueue(ci, oi as usize, &o),
                 // A member we cannot reach (no channel slot left): its copy fails.
-                Err(_) => finish_op(&mut self.ops, &mut self.bufs, oi as usize, false),
+                Err(_) => {
+                    self.reroute(oi as usize);
+                    finish_op(&mut self.ops, &mut self.bufs, oi as usize, false);
+                }
             }
             oi = next;
         }
     }
 
     /// Whether every live member has answered the fence for our broadcast `bseq`;
-    /// asks those that have not been asked. True also once the fence has waited
-    /// `peer_timeout`.
-    fn fence_answered(&mut self, now: Instant, bseq: u32) -> bool {
-        let since = *self.gate.since.get_or_insert(now);
+    /// asks those that have not been asked.
+    fn fence_answered(&mut self, bseq: u32) -> bool {
         let group = self.cfg.group;
         let mut all = true;
-        let mut dead = false;
         let me = self.cfg.node;
         for node in (0..self.size).filter(|&n| n != me) {
             let Ok(ci) = self
@@ -171,7 +167,6 @@ impl<'a> Engine<'a> {
                 continue;
             };
             let ch = &mut self.chans[ci];
-            dead |= ch.failed;
             if ch.failed || ch.fence_ok == Some(bseq) {
                 continue;
             }
@@ -180,19 +175,10 @@ impl<'a> Engine<'a> {
                 ch.fence_asked = Some(bseq);
             }
         }
-        // While every member lives, every relay does: the earlier broadcasts will
-        // come, however busy the members are. Once one has died, those below it
-        // may never get them.
-        let expired = dead && now - since >= self.cfg.peer_timeout;
-        if expired && !all {
-            self.stats.fence_expired += 1;
-        }
-        if all || expired {
-            self.gate.since = None;
+        if all {
             self.stats.fences += 1;
-            return true;
         }
-        false
+        all
     }
 
     /// A FENCE from the root on channel `ci`: answer once we have delivered its

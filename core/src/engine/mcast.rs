@@ -230,6 +230,16 @@ pub(super) fn forward_targets(
     Some(c)
 }
 
+/// The member that passes `root`'s broadcasts on to `me` in a `tree` over the
+/// whole group of `size` (`None`: `me` is the root, or not in the group).
+pub(super) fn tree_parent(size: u16, root: NodeId, me: NodeId, tree: Tree) -> Option<NodeId> {
+    let mut kids = [0 as NodeId; MAX_CHILDREN];
+    (0..size).filter(|&c| c != me).find(|&c| {
+        let n = forward_targets(MemberList::All(size), root, c, tree, &mut kids).unwrap_or(0);
+        kids[..n].contains(&me)
+    })
+}
+
 impl<'a> Engine<'a> {
     /// Creates a static multicast group of instances of this engine's group (LFC
     /// `lfc_group_create`): every process must create the same groups with the same
@@ -535,6 +545,60 @@ impl<'a> Engine<'a> {
         pi as u16
     }
 
+    /// Forward `oi` of a tree broadcast cannot reach its member (dead, or no
+    /// channel): the member's children in the tree get copies from us instead, so
+    /// that nobody below a dead member goes without. Those that cannot reach theirs
+    /// pass them on the same way (a member's children sit deeper in the tree, so
+    /// this ends). Call before the forward ends. A long one whose first chunks are
+    /// gone from our ring already cannot be sent from the start, and is not.
+    pub(super) fn reroute(&mut self, oi: usize) {
+        let o = self.ops[oi];
+        let Some(tree) = Tree::from_u32(o.aux as u32) else {
+            return; // flat, board, or not a broadcast: nobody below
+        };
+        if !o.tree || o.kind != Kind::Multicast || o.parent == NONE || o.aborted {
+            return;
+        }
+        let mut kids = [0 as NodeId; MAX_CHILDREN];
+        let members = MemberList::All(self.size);
+        let n = forward_targets(members, o.root, o.dest.node, tree, &mut kids).unwrap_or(0);
+        if let Some(st) = self.bufs.streams.get(o.stream as usize) {
+            if !st.holds_start() || st.kids().len() + n > MAX_CHILDREN {
+                return;
+            }
+        }
+        let group = self.cfg.group;
+        for &k in &kids[..n] {
+            let Ok(ni) = self.alloc_op() else {
+                return;
+            };
+            let mut copy = o;
+            copy.dest.node = k;
+            copy.framed = 0;
+            copy.unacked = 0;
+            copy.started = false;
+            copy.next = NONE;
+            copy.chan = NONE;
+            copy.gen = self.ops[ni].gen;
+            self.ops[ni] = copy;
+            self.ops[o.parent as usize].children += 1;
+            if o.stream != NONE {
+                self.stream_kid(o.stream, ni);
+            }
+            self.stats.rerouted += 1;
+            match self
+                .addr_of(group, k)
+                .and_then(|a| self.channel_for(a, group, k))
+            {
+                Ok(ci) => self.enqueue(ci, ni, &copy),
+                Err(_) => {
+                    self.reroute(ni);
+                    finish_op(&mut self.ops, &mut self.bufs, ni, false);
+                }
+            }
+        }
+    }
+
     /// A tree broadcast has been stored whole: its forwards (reserved by
     /// [`Engine::reserve_forwards`]) go to their channels, ahead of its delivery.
     pub(super) fn forward_tree(&mut self, pi: u16, gen: u16) {
@@ -560,7 +624,10 @@ impl<'a> Engine<'a> {
             match ci {
                 Ok(ci) => self.enqueue(ci, oi as usize, &o),
                 // Channels were reserved: only a vanished member gets here.
-                Err(_) => finish_op(&mut self.ops, &mut self.bufs, oi as usize, false),
+                Err(_) => {
+                    self.reroute(oi as usize);
+                    finish_op(&mut self.ops, &mut self.bufs, oi as usize, false);
+                }
             }
             oi = next;
         }

@@ -52,6 +52,7 @@ mod board;
 mod channel;
 mod fence;
 mod mcast;
+mod orphan;
 mod packet;
 mod port;
 mod rma;
@@ -98,6 +99,9 @@ const CONTROL_DENY_GET: u32 = 3;
 const CONTROL_FENCE: u32 = 4;
 /// `offset` of a CONTROL frame answering a FENCE for broadcast `msg_id`.
 const CONTROL_FENCE_OK: u32 = 5;
+/// `offset` of a CONTROL frame saying the rest of message `msg_id` will not come
+/// (see `orphan`).
+const CONTROL_ABORT: u32 = 6;
 
 /// Tunables of one engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -409,6 +413,9 @@ pub struct Op<'a> {
     detached: bool,
     /// The receiver discarded the message (port not bound): fails once acked.
     rejected: bool,
+    /// A forward whose upstream died: it sends nothing more, and tells its child
+    /// once its frames are acknowledged (see `orphan`).
+    aborted: bool,
     head: [u8; HEAD_MAX],
     head_len: u8,
     body: &'a [u8],
@@ -449,6 +456,7 @@ impl Op<'_> {
         bell: 0,
         detached: false,
         rejected: false,
+        aborted: false,
         head: [0; HEAD_MAX],
         head_len: 0,
         body: &[],
@@ -677,8 +685,14 @@ pub struct Stats {
     /// Flat broadcasts of ours that waited for every member to have our earlier
     /// ones (see `fence`).
     pub fences: u64,
-    /// Of those, the ones sent after `peer_timeout` without every answer.
-    pub fence_expired: u64,
+    /// Messages whose sender died (or whose relay's upstream did) before the last
+    /// of them came: handed to their port as lost (see `orphan`).
+    pub rx_orphaned: u64,
+    /// Copies of tree broadcasts sent to a dead member's children in its place.
+    pub rerouted: u64,
+    /// Fences we answered without the root's earlier broadcasts, because a relay
+    /// above us in its tree died (see `orphan`).
+    pub fences_given_up: u64,
 }
 
 /// Tables an engine works in, from caller storage (`&mut [T]`) or, with `alloc`, a `Vec`.
@@ -852,6 +866,10 @@ pub struct Engine<'a> {
     packet_tree_used: bool,
     /// Our broadcasts waiting for a fence, and fences we owe (see `fence`).
     gate: fence::Gate,
+    /// When the senders of unfinished messages are next looked at (see `orphan`).
+    orphan_check_at: Instant,
+    /// A forward cut short may be ready to end (see `orphan`).
+    cuts: bool,
     stats: Stats,
     caps: Capabilities,
     bar: BarrierState,
@@ -984,6 +1002,8 @@ impl<'a> Engine<'a> {
             board_tail: NONE,
             packet_tree_used: false,
             gate: fence::Gate::default(),
+            orphan_check_at: Instant::ZERO,
+            cuts: false,
             stats: Stats::default(),
             caps: Capabilities::new(1500, false, false),
             bar: BarrierState::default(),
@@ -1015,6 +1035,10 @@ impl<'a> Engine<'a> {
     /// Counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+    /// Eager buffers free now (none held by a send, a copy or a relay).
+    pub fn eager_free(&self) -> usize {
+        self.bufs.eager.iter().filter(|b| !b.used).count()
     }
     /// Sets every counter to zero.
     pub fn reset_stats(&mut self) {

@@ -26,7 +26,8 @@ pub enum BufferKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Errno {
-    /// A chunk of a message was lost (best-effort sends).
+    /// A chunk of a message was lost (best-effort sends), or its sender died
+    /// before the last one came (reliable).
     FrameLost = 2,
     /// The message did not fit the buffer (or there was none) and was truncated.
     MsgTooLong = 3,

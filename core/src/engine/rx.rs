@@ -160,16 +160,23 @@ impl<'a> Engine<'a> {
         let ops = &mut self.ops;
         let bufs = &mut self.bufs;
         let ch = &mut self.chans[ci];
+        let mut cut = false;
         let progress = ch.on_ack(a, |slot| {
             if let Slot::Data { op, .. } = slot {
                 let o = &mut ops[op as usize];
                 o.unacked = o.unacked.saturating_sub(1);
                 if o.state == OpState::Active && o.framed == o.total && o.started && o.unacked == 0
                 {
-                    finish_op(ops, bufs, op as usize, true);
+                    if o.aborted {
+                        // Its child is told first (see `orphan`).
+                        cut = true;
+                    } else {
+                        finish_op(ops, bufs, op as usize, true);
+                    }
                 }
             }
         });
+        self.cuts |= cut;
         if refused {
             ch.refused = true;
             ch.held = true;
@@ -271,7 +278,12 @@ impl<'a> Engine<'a> {
         }
         if matches!(
             repr.kind,
-            Kind::Data | Kind::Multicast | Kind::Packet | Kind::Put | Kind::GetReply
+            Kind::Data
+                | Kind::Multicast
+                | Kind::Packet
+                | Kind::Put
+                | Kind::GetReply
+                | Kind::Control
         ) {
             self.deliver_in_order(ci, mem);
         }
@@ -286,6 +298,7 @@ impl<'a> Engine<'a> {
                 return true;
             }
             CONTROL_FENCE => return self.rx_fence(ci, repr),
+            CONTROL_ABORT => return self.rx_abort(ci, repr),
             CONTROL_FENCE_OK => {
                 self.rx_fence_ok(ci, repr);
                 return true;

@@ -299,6 +299,7 @@ impl<'a> Engine<'a> {
         if ch.failed {
             let port = if op.relay { op.dest.port } else { op.src_port };
             let (dest, kind, owned) = (op.dest, op.kind, op.owned);
+            self.reroute(oi);
             finish_op(&mut self.ops, &mut self.bufs, oi, false);
             if owned {
                 return;

@@ -66,6 +66,16 @@ impl Stream {
         (self.total as u64).saturating_sub(start).min(CHUNK as u64) as u32
     }
 
+    /// Whether the message's first chunk is still held (none given back yet).
+    pub(super) fn holds_start(&self) -> bool {
+        self.low == 0
+    }
+
+    /// The forwards (operation, generation).
+    pub(super) fn kids(&self) -> &[(u16, u16)] {
+        &self.kids[..self.nkids as usize]
+    }
+
     /// Bytes from the message's start that are here whole.
     pub(super) fn ready_bytes(&self) -> u32 {
         (self.ready as u64 * CHUNK as u64).min(self.total as u64) as u32

@@ -67,6 +67,9 @@ impl<'a> Engine<'a> {
             };
             ch.rto_at = Some(now + ch.rto);
         }
+        if now >= self.orphan_check_at {
+            self.watch_senders(now);
+        }
         if self.be_asms == 0 {
             return;
         }
@@ -100,6 +103,7 @@ impl<'a> Engine<'a> {
         for oi in 0..self.ops.len() {
             let o = self.ops[oi];
             if o.state == OpState::Active && o.chan == ci as u16 && o.children == 0 {
+                self.reroute(oi);
                 finish_op(&mut self.ops, &mut self.bufs, oi, false);
                 if o.owned {
                     // One-sided: `settle_rma` reports it.
@@ -127,6 +131,7 @@ impl<'a> Engine<'a> {
         self.fail_ports_bound_to(ci);
         self.fail_fetches(ci);
         self.fail_gets(ci);
+        self.drop_orphans(ci);
         if self.bar.active && self.chans[ci].peer_group == self.cfg.group {
             // The member we send to or wait for in this round is gone.
             let peer = self.chans[ci].peer_node as u32;
@@ -201,7 +206,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn probe_if_silent(&mut self, now: Instant, group: GroupId, node: NodeId) {
+    pub(super) fn probe_if_silent(&mut self, now: Instant, group: GroupId, node: NodeId) {
         let Ok(addr) = self.addr_of(group, node) else {
             return;
         };
@@ -287,8 +292,15 @@ impl<'a> Engine<'a> {
     pub fn poll_at(&self, now: Instant) -> Option<Instant> {
         let mut at: Option<Instant> = None;
         let mut min = |t: Instant| at = Some(at.map_or(t, |a| a.min(t)));
-        if self.outbox.len > 0 {
+        if self.outbox.len > 0 || self.cuts {
             min(now);
+        }
+        // Senders of unfinished messages and relays above owed fences are watched.
+        let partial = self.asms[..self.asm_hwm.min(self.asms.len())]
+            .iter()
+            .any(|a| a.used && a.reliable);
+        if partial || self.gate.waits > 0 {
+            min(self.orphan_check_at.max(now));
         }
         for ch in self.chans.iter().filter(|c| c.in_use && !c.failed) {
             if ch.ack_now || ch.resend_any || (ch.ctrl_len > 0 && ch.can_send_new()) {

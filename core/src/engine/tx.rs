@@ -57,10 +57,13 @@ impl<'a> Engine<'a> {
             self.start_queued();
         }
         if self.gate.len > 0 {
-            self.release_gate(now);
+            self.release_gate();
         }
         if self.gate.waits > 0 {
             self.answer_fences();
+        }
+        if self.cuts {
+            self.end_cuts();
         }
         let mut sent = 0;
         if self.board_head != NONE {
@@ -261,7 +264,8 @@ impl<'a> Engine<'a> {
                     | Slot::GetRequest { .. }
                     | Slot::Deny { .. }
                     | Slot::Fence { .. }
-                    | Slot::FenceOk { .. }) => tx.slot(ch, s, ctrl, gets),
+                    | Slot::FenceOk { .. }
+                    | Slot::Abort { .. }) => tx.slot(ch, s, ctrl, gets),
                     Slot::Free => true,
                 };
                 if !ok {
@@ -798,6 +802,7 @@ impl<'t, D: Device> Tx<'t, D> {
             Slot::FenceOk { bseq } => {
                 self.control(ch, seq, Kind::Control, bseq, CONTROL_FENCE_OK, 0)
             }
+            Slot::Abort { msg } => self.control(ch, seq, Kind::Control, msg, CONTROL_ABORT, 0),
             Slot::GetRequest { get, req } => {
                 let payload = Engine::get_request_payload(gets, get, req);
                 let repr = Repr {

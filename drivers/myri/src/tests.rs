@@ -1559,7 +1559,7 @@ fn a_long_broadcast_goes_after_the_short_ones_on_the_board_before_it() {
         assert_eq!(g.engine().stats().board_rx, 12, "member {i}");
     }
     let st = gs[0].engine().stats();
-    assert_eq!((st.fences, st.fence_expired), (6, 0));
+    assert_eq!(st.fences, 6);
     for h in hs {
         assert_eq!(gs[0].engine().send_status(h), Ok(SendStatus::Done));
     }
