@@ -556,7 +556,7 @@ impl<'a> Engine<'a> {
         let Some(tree) = Tree::from_u32(o.aux as u32) else {
             return; // flat, board, or not a broadcast: nobody below
         };
-        if !o.tree || o.kind != Kind::Multicast || o.parent == NONE || o.aborted {
+        if !o.tree || o.kind != Kind::Multicast || o.parent == NONE || o.cut(&self.bufs) {
             return;
         }
         let mut kids = [0 as NodeId; MAX_CHILDREN];

@@ -413,9 +413,6 @@ pub struct Op<'a> {
     detached: bool,
     /// The receiver discarded the message (port not bound): fails once acked.
     rejected: bool,
-    /// A forward whose upstream died: it sends nothing more, and tells its child
-    /// once its frames are acknowledged (see `orphan`).
-    aborted: bool,
     head: [u8; HEAD_MAX],
     head_len: u8,
     body: &'a [u8],
@@ -434,6 +431,13 @@ pub struct Op<'a> {
 }
 
 impl Op<'_> {
+    /// A forward of a long broadcast whose upstream died (see `orphan`).
+    fn cut(&self, bufs: &Bufs<'_>) -> bool {
+        bufs.streams
+            .get(self.stream as usize)
+            .is_some_and(|s| s.cut)
+    }
+
     /// A free slot.
     pub const EMPTY: Op<'static> = Op {
         state: OpState::Free,
@@ -456,7 +460,6 @@ impl Op<'_> {
         bell: 0,
         detached: false,
         rejected: false,
-        aborted: false,
         head: [0; HEAD_MAX],
         head_len: 0,
         body: &[],

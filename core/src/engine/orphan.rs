@@ -147,9 +147,11 @@ impl<'a> Engine<'a> {
             finish_op(&mut self.ops, &mut self.bufs, oi as usize, false);
             oi = o.next;
         }
-        let Some(st) = self.bufs.streams.get(p.stream as usize).copied() else {
+        let Some(st) = self.bufs.streams.get_mut(p.stream as usize) else {
             return;
         };
+        st.cut = true;
+        let st = *st;
         for &(k, kgen) in st.kids() {
             let live = self
                 .ops
@@ -186,7 +188,6 @@ impl<'a> Engine<'a> {
         let o = &mut self.ops[oi];
         o.total = o.framed;
         o.started = true;
-        o.aborted = true;
         if o.unacked == 0 {
             self.end_cut_forward(oi);
         }
@@ -211,7 +212,8 @@ impl<'a> Engine<'a> {
         self.cuts = false;
         for oi in 0..self.ops.len() {
             let o = &self.ops[oi];
-            if o.aborted && o.state == OpState::Active && o.unacked == 0 {
+            let forward = o.parent != NONE && o.chan != NONE;
+            if forward && o.state == OpState::Active && o.unacked == 0 && o.cut(&self.bufs) {
                 self.end_cut_forward(oi);
             }
         }

@@ -167,7 +167,7 @@ impl<'a> Engine<'a> {
                 o.unacked = o.unacked.saturating_sub(1);
                 if o.state == OpState::Active && o.framed == o.total && o.started && o.unacked == 0
                 {
-                    if o.aborted {
+                    if o.cut(bufs) {
                         // Its child is told first (see `orphan`).
                         cut = true;
                     } else {

@@ -45,6 +45,9 @@ pub(crate) struct Stream {
     /// The forwards (operation, generation), whose acks free chunks.
     kids: [(u16, u16); MAX_CHILDREN],
     nkids: u8,
+    /// The upstream died: the forwards send nothing more, and each tells its
+    /// child once its frames are acknowledged (see `orphan`).
+    pub(super) cut: bool,
 }
 
 impl Stream {
@@ -59,6 +62,7 @@ impl Stream {
         queued: false,
         kids: [(NONE, 0); MAX_CHILDREN],
         nkids: 0,
+        cut: false,
     };
 
     fn chunk_len(&self, k: u32) -> u32 {
