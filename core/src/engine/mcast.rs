@@ -231,12 +231,23 @@ pub(super) fn forward_targets(
 }
 
 /// The member that passes `root`'s broadcasts on to `me` in a `tree` over the
-/// whole group of `size` (`None`: `me` is the root, or not in the group).
+/// whole group of `size` (`None`: `me` is the root, or either is not in the group).
 pub(super) fn tree_parent(size: u16, root: NodeId, me: NodeId, tree: Tree) -> Option<NodeId> {
-    let mut kids = [0 as NodeId; MAX_CHILDREN];
-    (0..size).filter(|&c| c != me).find(|&c| {
-        let n = forward_targets(MemberList::All(size), root, c, tree, &mut kids).unwrap_or(0);
-        kids[..n].contains(&me)
+    if me >= size || root >= size || me == root {
+        return None;
+    }
+    // The sequence is `root` then the others in order (see `forward_targets`).
+    let q = if me < root { me + 1 } else { me };
+    let p = match tree {
+        Tree::Binary => (q - 1) / 2,
+        // Position `p` forwards to `p + 2^k` for every `2^k > p`.
+        Tree::Binomial => q & !(1 << (15 - q.leading_zeros())),
+        Tree::Chain => q - 1,
+    };
+    Some(match p {
+        0 => root,
+        p if p <= root => p - 1,
+        p => p,
     })
 }
 
@@ -640,6 +651,25 @@ mod tree_tests {
     use super::*;
 
     /// Every shape spans its positions exactly once, for every size and root.
+    #[test]
+    fn a_members_parent_is_the_member_it_is_a_child_of() {
+        for tree in [Tree::Binary, Tree::Binomial, Tree::Chain] {
+            for size in 1..40u16 {
+                for root in 0..size {
+                    for c in 0..size {
+                        let mut kids = [0; MAX_CHILDREN];
+                        let all = MemberList::All(size);
+                        let n = forward_targets(all, root, c, tree, &mut kids).unwrap();
+                        for &k in &kids[..n] {
+                            assert_eq!(tree_parent(size, root, k, tree), Some(c), "{tree:?}");
+                        }
+                    }
+                    assert_eq!(tree_parent(size, root, root, tree), None);
+                }
+            }
+        }
+    }
+
     #[test]
     fn trees_span_every_member_once() {
         for tree in [Tree::Binary, Tree::Binomial, Tree::Chain] {

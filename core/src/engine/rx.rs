@@ -289,8 +289,10 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// A control frame: REJECT fails our message `msg_id` sent from `dst_port`.
-    /// FENCE and FENCE_OK order broadcasts (see `fence`). False: refused for now.
+    /// A control frame: REJECT fails our message `msg_id` sent from `dst_port`;
+    /// DENY_PUT and DENY_GET fail a one-sided operation; FENCE and FENCE_OK order
+    /// broadcasts (see `fence`); ABORT drops a message whose sender's upstream died
+    /// (see `orphan`). False: refused for now.
     pub(super) fn rx_control(&mut self, ci: usize, repr: &Repr) -> bool {
         match repr.offset {
             CONTROL_DENY_PUT | CONTROL_DENY_GET => {
@@ -620,8 +622,8 @@ impl<'a> Engine<'a> {
         if a.tree {
             // The root's next broadcast may come now; our children get this one
             // before our own program does.
-            // Counts up to one past the newest seen: a long broadcast may have
-            // overtaken a short one whose fence expired (see `fence`).
+            // Counts up to one past the newest seen: a member below a relay that
+            // died answers fences without what the relay lost (see `orphan`).
             if let Some(s) = self.bcast_seq.get_mut(a.src.src_node as usize) {
                 if !seq_lt(a.bseq, *s) {
                     *s = a.bseq.wrapping_add(1);

@@ -124,7 +124,8 @@ impl<'a> Engine<'a> {
             && self.outbox.len == 0
             && self.board_head == NONE
             && self.gate.len == 0
-            && self.gate.waits == 0;
+            && self.gate.waits == 0
+            && !self.cuts;
         if !alone || !self.chans[ci].in_use || self.chans[ci].failed {
             return self.poll_transmit(now, dev, ext);
         }
