@@ -28,6 +28,8 @@ pub struct State {
     pub seen: Vec<u64>,
     /// Messages handled, per source instance (checked or not).
     pub from: Vec<u64>,
+    /// Lengths of the broadcasts taken on port 3 (`ordered_broadcasts`), in order.
+    pub ordered: Vec<usize>,
 }
 
 /// Test pattern: byte `i` of message `k` from `src`.
@@ -47,6 +49,22 @@ pub fn pattern(src: u16, k: u64, len: usize) -> Vec<u8> {
 fn on_recv(u: &mut Upcall<'_, '_, State>) {
     let src = u.source().node as usize;
     let len = u.len();
+    if u.active_port() == 3 {
+        // Broadcast k of `ORDERED` must be the k-th to arrive, whole.
+        let k = u.state().ordered.len();
+        let ok = ORDERED.get(k) == Some(&len)
+            && u.data()
+                .iter()
+                .enumerate()
+                .all(|(i, &b)| b == byte(0, 1000 + k as u64, i));
+        let st = u.state();
+        if !ok {
+            st.bad.push(format!(
+                "broadcast {k} from {src} ({len} bytes) out of order or wrong"
+            ));
+        }
+        st.ordered.push(len);
+    }
     // Only the point-to-point port carries numbered test messages.
     let check = u.state().check && u.active_port() == 1;
     if check {
@@ -226,7 +244,40 @@ fn broadcast_checked(g: &mut HostGamma<State>, data: &[u8]) -> Result<(), HostEr
     Ok(())
 }
 
-/// Ping-pong of sizes up to 16 MiB with every byte checked, barriers and a broadcast.
+/// Broadcasts that go different ways, sent back to back from instance 0 on port 3:
+/// short ones by board (`shm`) or down the tree, 600,000 bytes (more than the
+/// relays' rings hold) straight from the root to each member. Each member must
+/// take them whole and in this order.
+const ORDERED: [usize; 6] = [8, 600_000, 8, 3000, 600_000, 100];
+
+fn ordered_broadcasts(g: &mut HostGamma<State>) -> Result<(), HostError> {
+    let dest = if g.my_node() == 0 { BROADCAST } else { 0 };
+    let pid = g.my_par_pid();
+    let buf = Some(leak(600_000));
+    g.set_active_port(
+        3,
+        dest,
+        pid,
+        3,
+        Some(on_recv),
+        Some(on_error),
+        3,
+        GO_BACK,
+        buf,
+    )?;
+    g.sync()?;
+    for (k, &len) in ORDERED.iter().enumerate() {
+        if g.my_node() == 0 {
+            g.send_flowctl(3, &pattern(0, 1000 + k as u64, len))?;
+        } else {
+            wait1(g, 3, 60)?;
+        }
+    }
+    Ok(())
+}
+
+/// Ping-pong of sizes up to 16 MiB with every byte checked, barriers and broadcasts
+/// (one, then `ORDERED`).
 pub fn suite(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     let mut g = node::gamma(
         boot,
@@ -247,12 +298,14 @@ pub fn suite(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
         g.sync()?;
     }
     broadcast_checked(&mut g, &pattern(0, 99, 100_000))?;
+    ordered_broadcasts(&mut g)?;
     g.sync()?;
     let st = g.state();
     if !st.bad.is_empty() {
         return Err(fail(format!("content errors: {:?}", st.bad)));
     }
-    let expect = if me < 2 { sizes.len() as u64 } else { 0 } + if me == 0 { 0 } else { 1 };
+    let bcasts = if me == 0 { 0 } else { 1 + ORDERED.len() as u64 };
+    let expect = if me < 2 { sizes.len() as u64 } else { 0 } + bcasts;
     if st.handled != expect {
         return Err(fail(format!(
             "handled {} messages, expected {expect}",
@@ -261,7 +314,7 @@ pub fn suite(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     }
     if me == 0 {
         println!(
-            "suite ok: {n} ranks on {}, ping-pong up to 16 MiB, 20 barriers, broadcast",
+            "suite ok: {n} ranks on {}, ping-pong up to 16 MiB, 20 barriers, broadcasts in order",
             fabric.name()
         );
     }
