@@ -623,7 +623,10 @@ impl<'a> Engine<'a> {
         };
         let mut oi = p.next;
         if let Some(st) = self.bufs.streams.get_mut(p.stream as usize) {
-            st.queued = true;
+            if !st.queued {
+                st.queued = true;
+                self.bufs.queued_streams += 1;
+            }
         }
         self.ops[pi as usize].next = NONE;
         let group = self.cfg.group;

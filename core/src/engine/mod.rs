@@ -791,6 +791,8 @@ pub(crate) struct Bufs<'a> {
     pub(crate) rma_done: u16,
     /// Long tree broadcasts being forwarded as they arrive.
     pub(crate) streams: [stream::Stream; stream::MAX_STREAMS],
+    /// Streams whose forwards are on their channels (acks may free their chunks).
+    pub(crate) queued_streams: u8,
 }
 
 impl Bufs<'_> {
@@ -997,6 +999,7 @@ impl<'a> Engine<'a> {
                 pkts: storage.packets,
                 rma_done: 0,
                 streams: [stream::Stream::EMPTY; stream::MAX_STREAMS],
+                queued_streams: 0,
             },
             mcast: storage.mcast,
             bcast_seq: storage.bcast_seq,

@@ -196,7 +196,7 @@ impl<'a> Engine<'a> {
             // The port that refused us is free: no need to wait for the timer.
             ch.mark_all_for_resend();
         }
-        if self.bufs.streams.iter().any(|s| s.queued) {
+        if self.bufs.queued_streams > 0 {
             self.release_streams();
         }
     }

@@ -105,6 +105,9 @@ pub(super) fn free(bufs: &mut Bufs<'_>, si: u16) {
             b.used = false;
         }
     }
+    if st.queued {
+        bufs.queued_streams -= 1;
+    }
     *st = Stream::EMPTY;
 }
 
