@@ -1738,6 +1738,15 @@ fn crossing_broadcasts(
     for &(i, h) in &handles {
         assert_eq!(sim.nodes[i].tsend(h), Ok(true), "seed {seed}: root {i}");
     }
+    // Every copy, relay's ring and root's, is given back (and counted back).
+    let _ = sim.run_until(sim.now() + Duration::from_millis(50), |_, _| false);
+    for (i, node) in sim.nodes.iter().enumerate() {
+        assert_eq!(
+            node.engine().eager_free(),
+            eager(i),
+            "seed {seed}: member {i}"
+        );
+    }
     let forwarded = sim.nodes.iter().map(|x| x.engine().stats().forwarded).sum();
     (forwarded, copies)
 }

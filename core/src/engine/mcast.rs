@@ -461,7 +461,7 @@ impl<'a> Engine<'a> {
                 1
             };
             let need = (unit * (h.max(1) - 1) + mine).min(pool.max(1));
-            let free = self.bufs.eager.iter().filter(|b| !b.used).count();
+            let free = self.bufs.eager_free;
             // One operation per child and their parent.
             if free < need || self.reserve_sends(&kids[..n], 1).is_err() {
                 return None;
@@ -470,7 +470,7 @@ impl<'a> Engine<'a> {
                 // Passed on chunk by chunk through a ring (see `stream`).
                 ring = Some(self.stream_room(h, mine)?);
             } else {
-                eager = self.bufs.eager.iter().position(|b| !b.used)? as u16;
+                eager = self.bufs.free_eager()? as u16;
             }
         }
         let ai = match self.reserve(ci, repr, true, now) {
@@ -510,9 +510,7 @@ impl<'a> Engine<'a> {
         stream: u16,
         kids: &[NodeId],
     ) -> u16 {
-        if let Some(b) = self.bufs.eager.get_mut(eager as usize) {
-            b.used = true;
-        }
+        self.bufs.take_eager(eager);
         let mut op = Op::EMPTY;
         op.state = OpState::Active;
         op.reliable = true;

@@ -793,6 +793,11 @@ pub(crate) struct Bufs<'a> {
     pub(crate) streams: [stream::Stream; stream::MAX_STREAMS],
     /// Streams whose forwards are on their channels (acks may free their chunks).
     pub(crate) queued_streams: u8,
+    /// Eager buffers not in use: counted, since each one's flag lies in its own
+    /// 16 KiB and a pool of hundreds would cost a cache miss per buffer to scan.
+    pub(crate) eager_free: usize,
+    /// Where the search for a free eager buffer starts.
+    eager_hint: usize,
 }
 
 impl Bufs<'_> {
@@ -808,17 +813,71 @@ impl Bufs<'_> {
     }
 
     /// Takes a free eager buffer, while at least `keep` more stay free, and copies
-    /// `data` (at most [`EAGER_MAX`] bytes) into it.
-    pub(crate) fn eager_copy(&mut self, data: &[u8], keep: usize) -> Option<u16> {
-        let mut free = self.eager.iter().enumerate().filter(|(_, e)| !e.used);
-        let (i, _) = free.next()?;
-        if free.take(keep).count() < keep {
+    /// `head` then `body` (together at most [`EAGER_MAX`] bytes) into it.
+    pub(crate) fn eager_copy_parts(
+        &mut self,
+        head: &[u8],
+        body: &[u8],
+        keep: usize,
+    ) -> Option<u16> {
+        let len = head.len() + body.len();
+        if self.eager_free <= keep || len > EAGER_MAX {
             return None;
         }
+        let i = self.free_eager()?;
         let b = &mut self.eager[i];
-        b.data.get_mut(..data.len())?.copy_from_slice(data);
+        if !head.is_empty() {
+            b.data[..head.len()].copy_from_slice(head);
+        }
+        b.data[head.len()..len].copy_from_slice(body);
         b.used = true;
+        self.eager_free -= 1;
         Some(i as u16)
+    }
+
+    /// [`Bufs::eager_copy_parts`] of one piece.
+    pub(crate) fn eager_copy(&mut self, data: &[u8], keep: usize) -> Option<u16> {
+        self.eager_copy_parts(&[], data, keep)
+    }
+
+    /// A free eager buffer (not taken yet), searched from where the last was found.
+    pub(crate) fn free_eager(&mut self) -> Option<usize> {
+        let n = self.eager.len();
+        if self.eager_free == 0 || n == 0 {
+            return None;
+        }
+        // Usually the one after the last taken, or the last given back.
+        let h = if self.eager_hint < n {
+            self.eager_hint
+        } else {
+            0
+        };
+        let i = if !self.eager[h].used {
+            h
+        } else {
+            (h + 1..n).chain(0..h).find(|&i| !self.eager[i].used)?
+        };
+        self.eager_hint = i + 1;
+        Some(i)
+    }
+
+    /// Marks eager buffer `i` in use.
+    pub(crate) fn take_eager(&mut self, i: u16) {
+        if let Some(b) = self.eager.get_mut(i as usize).filter(|b| !b.used) {
+            b.used = true;
+            self.eager_free -= 1;
+        }
+    }
+
+    /// Gives eager buffer `i` back (nothing for `NONE`).
+    #[inline]
+    pub(crate) fn give_eager(&mut self, i: u16) {
+        if let Some(b) = self.eager.get_mut(i as usize) {
+            self.eager_free += usize::from(b.used);
+            b.used = false;
+            // Taken next: its lines are warm.
+            self.eager_hint = i as usize;
+        }
     }
 }
 
@@ -939,9 +998,7 @@ fn finish_op(ops: &mut [Op<'_>], bufs: &mut Bufs<'_>, i: usize, ok: bool) {
         parent as usize
     };
     let op = &mut ops[top];
-    if let Some(b) = bufs.eager.get_mut(op.eager as usize) {
-        b.used = false;
-    }
+    bufs.give_eager(op.eager);
     op.eager = NONE;
     if op.stream != NONE {
         stream::free(bufs, op.stream);
@@ -972,6 +1029,7 @@ impl<'a> Engine<'a> {
             return Err(Error::BadConfig);
         }
         let size = g.members.len();
+        let eager_free = storage.eager.iter().filter(|b| !b.used).count();
         // A short broadcast's copy at its root leaves a unit of buffers for each
         // level of relays below it (see `start`).
         let pool = storage.eager.len();
@@ -1000,6 +1058,8 @@ impl<'a> Engine<'a> {
                 rma_done: 0,
                 streams: [stream::Stream::EMPTY; stream::MAX_STREAMS],
                 queued_streams: 0,
+                eager_free,
+                eager_hint: 0,
             },
             mcast: storage.mcast,
             bcast_seq: storage.bcast_seq,
@@ -1044,7 +1104,7 @@ impl<'a> Engine<'a> {
     }
     /// Eager buffers free now (none held by a send, a copy or a relay).
     pub fn eager_free(&self) -> usize {
-        self.bufs.eager.iter().filter(|b| !b.used).count()
+        self.bufs.eager_free
     }
     /// Sets every counter to zero.
     pub fn reset_stats(&mut self) {

@@ -227,7 +227,7 @@ pub struct Notice {
 pub struct HandlerView<'u, 'a> {
     ports: &'u mut [Port<'a>],
     sems: &'u mut [Semaphore],
-    eager: &'u mut [EagerBuf],
+    bufs: &'u mut Bufs<'a>,
     outbox: &'u mut Outbox,
     /// Our group, and the eager buffers a broadcast's copy in it must leave free
     /// (`Engine::start`'s rule, so that handlers' broadcasts from every root at
@@ -355,18 +355,13 @@ impl<'a> HandlerView<'_, 'a> {
         if self.outbox.len >= OUTBOX {
             return Err(Error::NoResources);
         }
-        let mut free = self.eager.iter().enumerate().filter(|(_, e)| !e.used);
-        let (i, _) = free.next().ok_or(Error::NoResources)?;
-        if free.take(keep).count() < keep {
-            return Err(Error::NoResources);
-        }
-        let e = &mut self.eager[i];
-        e.used = true;
-        e.data[..head.len()].copy_from_slice(head);
-        e.data[head.len()..len].copy_from_slice(body);
+        let i = self
+            .bufs
+            .eager_copy_parts(head, body, keep)
+            .ok_or(Error::NoResources)?;
         self.outbox.items[self.outbox.len] = Queued {
             port,
-            eager: i as u16,
+            eager: i,
             len: len as u16,
             reliable,
         };
@@ -550,7 +545,7 @@ impl<'a> Engine<'a> {
         let view = HandlerView {
             ports: &mut self.ports,
             sems: &mut self.sems,
-            eager: &mut self.bufs.eager,
+            bufs: &mut self.bufs,
             outbox: &mut self.outbox,
             bcast: (self.cfg.group, self.bcast_keep),
         };

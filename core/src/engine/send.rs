@@ -125,9 +125,7 @@ impl<'a> Engine<'a> {
             let (ci, oi) = match slots {
                 Ok(x) => x,
                 Err(e) => {
-                    if let Some(b) = self.bufs.eager.get_mut(eager as usize) {
-                        b.used = false;
-                    }
+                    self.bufs.give_eager(eager);
                     return Err(e);
                 }
             };
@@ -164,7 +162,7 @@ impl<'a> Engine<'a> {
             }
             op.eager = self.bufs.eager_copy(b, keep).ok_or(Error::NoResources)?;
             let Ok(pi) = self.alloc_op() else {
-                self.bufs.eager[op.eager as usize].used = false;
+                self.bufs.give_eager(op.eager);
                 return Err(Error::NoResources);
             };
             op.tree = true;

@@ -100,15 +100,13 @@ pub(super) fn free(bufs: &mut Bufs<'_>, si: u16) {
     let Some(st) = bufs.streams.get_mut(si as usize) else {
         return;
     };
+    let st = core::mem::replace(st, Stream::EMPTY);
     for &b in &st.ring[..st.len as usize] {
-        if let Some(b) = bufs.eager.get_mut(b as usize) {
-            b.used = false;
-        }
+        bufs.give_eager(b);
     }
     if st.queued {
         bufs.queued_streams -= 1;
     }
-    *st = Stream::EMPTY;
 }
 
 /// Bytes `off..off + len` of stream `si`'s message, if they lie in one held chunk.
@@ -151,10 +149,10 @@ impl<'a> Engine<'a> {
         st.used = true;
         st.total = total;
         for slot in st.ring.iter_mut().take(len as usize) {
-            let Some(b) = self.bufs.eager.iter().position(|b| !b.used) else {
+            let Some(b) = self.bufs.free_eager() else {
                 break;
             };
-            self.bufs.eager[b].used = true;
+            self.bufs.take_eager(b as u16);
             *slot = b as u16;
             st.len += 1;
         }

@@ -22,9 +22,7 @@ impl<'a> Engine<'a> {
                     let _ = self.detach(h);
                 }
                 Err(_) => {
-                    if let Some(b) = self.bufs.eager.get_mut(q.eager as usize) {
-                        b.used = false;
-                    }
+                    self.bufs.give_eager(q.eager);
                     if let Some(dest) = self.port_dest(q.port) {
                         self.notify_send_failure(q.port, dest);
                     }
