@@ -1501,17 +1501,12 @@ fn flat_broadcasts_wait_for_the_roots_tree_ones_under_loss() {
     }
 }
 
-/// A relay that is dead when the root broadcasts: the root sends the member below
-/// it its copy itself, and that member answers the fence of the root's next,
-/// flat, broadcast like the others. Both broadcasts fail at the root (the relay
-/// never has them); every live member gets both, in order.
-#[test]
-fn a_dead_relays_children_get_the_roots_broadcasts_from_the_root() {
-    let seed = seed() ^ 0xde;
+/// Four members whose port 5 takes broadcasts from member 0 (checked as `Check`
+/// does: 8 bytes then 200,000, the first by tree, the second too long for 4 eager
+/// buffers, so straight from the root), and those two sizes.
+fn relayed_pair_of_broadcasts(seed: u64) -> (Sim<SimGamma<'static, Check>>, [usize; 2]) {
     let n = 4u16;
     let g = groups(n);
-    // Binomial tree from 0: 0 -> 1, 2 and 1 -> 3.
-    let (relay, below) = (1usize, 3usize);
     let sizes = [8usize, 200_000];
     let mut sim = Sim::new(n as usize, SimConfig::lan(seed), |i, dev, clock| {
         let mut st = Check::default();
@@ -1524,17 +1519,35 @@ fn a_dead_relays_children_get_the_roots_broadcasts_from_the_root() {
         node.set_active_port(5, BROADCAST, 1, 5, Some(on_message), None, 0, GO_BACK, buf)
             .unwrap();
     }
+    (sim, sizes)
+}
+
+/// Member 0 starts broadcasts of `sizes` on port 5, one after the other.
+fn root_broadcasts(
+    sim: &mut Sim<SimGamma<'static, Check>>,
+    sizes: &[usize],
+) -> Vec<volley_core::engine::SendHandle> {
+    let root = &mut sim.nodes[0];
+    let mut hs = Vec::new();
+    for (k, &len) in sizes.iter().enumerate() {
+        hs.push(root.isend_flowctl(5, leak(pattern(0, k, len))).unwrap());
+    }
+    hs
+}
+
+/// A relay that is dead when the root broadcasts: the root sends the member below
+/// it its copy itself, and that member answers the fence of the root's next,
+/// flat, broadcast like the others. Both broadcasts fail at the root (the relay
+/// never has them); every live member gets both, in order.
+#[test]
+fn a_dead_relays_children_get_the_roots_broadcasts_from_the_root() {
+    let seed = seed() ^ 0xde;
+    // Binomial tree from 0: 0 -> 1, 2 and 1 -> 3.
+    let (relay, below) = (1usize, 3usize);
+    let (mut sim, sizes) = relayed_pair_of_broadcasts(seed);
     sim.net.kill(relay);
     let start = sim.now();
-    let hs: Vec<_> = sizes
-        .iter()
-        .enumerate()
-        .map(|(k, &len)| {
-            sim.nodes[0]
-                .isend_flowctl(5, leak(pattern(0, k, len)))
-                .unwrap()
-        })
-        .collect();
+    let hs = root_broadcasts(&mut sim, &sizes);
     sim.run_until(start + Duration::from_secs(5), |nodes, _| {
         hs.iter().all(|&h| {
             nodes[0].engine().send_status(h) != Ok(volley_core::engine::SendStatus::Pending)
@@ -1565,33 +1578,12 @@ fn a_dead_relays_children_get_the_roots_broadcasts_from_the_root() {
 #[test]
 fn a_member_below_a_relay_that_died_with_a_broadcast_answers_the_fence() {
     let seed = seed() ^ 0xdf;
-    let n = 4u16;
-    let g = groups(n);
     // Binomial tree from 0: 0 -> 1, 2 and 1 -> 3.
     let (relay, below) = (1usize, 3usize);
-    let sizes = [8usize, 200_000];
-    let mut sim = Sim::new(n as usize, SimConfig::lan(seed), |i, dev, clock| {
-        let mut st = Check::default();
-        st.plan.insert(0, sizes.to_vec());
-        let store = sized(n as usize, n as usize, 256, 8, 4);
-        SimGamma::init(cfg(1, i as u16), g, store, handlers(), dev, clock, st).unwrap()
-    });
-    for node in sim.nodes.iter_mut() {
-        let buf = Some(leak(vec![0; 256 * 1024]));
-        node.set_active_port(5, BROADCAST, 1, 5, Some(on_message), None, 0, GO_BACK, buf)
-            .unwrap();
-    }
+    let (mut sim, sizes) = relayed_pair_of_broadcasts(seed);
     // The relay's copy never reaches its child.
     sim.net.cut(relay, below);
-    let hs: Vec<_> = sizes
-        .iter()
-        .enumerate()
-        .map(|(k, &len)| {
-            sim.nodes[0]
-                .isend_flowctl(5, leak(pattern(0, k, len)))
-                .unwrap()
-        })
-        .collect();
+    let hs = root_broadcasts(&mut sim, &sizes);
     let pending = Ok(volley_core::engine::SendStatus::Pending);
     sim.run_until(Instant::from_millis(1_000), |nodes, _| {
         nodes[0].engine().send_status(hs[0]) != pending

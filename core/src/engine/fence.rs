@@ -131,7 +131,8 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Puts the forwards linked from parent `pi` on their channels.
+    /// Puts the forwards linked from parent `pi` (a held broadcast of ours, or
+    /// one we relay) on their channels.
     pub(super) fn queue_forwards(&mut self, pi: usize) {
         let mut oi = core::mem::replace(&mut self.ops[pi].next, NONE);
         let group = self.cfg.group;
@@ -142,7 +143,8 @@ impl<'a> Engine<'a> {
                 .and_then(|a| self.channel_for(a, group, o.dest.node));
             match ci {
                 Ok(ci) => self.enqueue(ci, oi as usize, &o),
-                // A member we cannot reach (no channel slot left): its copy fails.
+                // A member we cannot reach (no channel slot left, or it vanished):
+                // its copy fails, and its children get theirs from us.
                 Err(_) => {
                     self.reroute(oi as usize);
                     finish_op(&mut self.ops, &mut self.bufs, oi as usize, false);

@@ -619,30 +619,13 @@ impl<'a> Engine<'a> {
             // Forwarded already (a long one, chunk by chunk), or every forward failed.
             return;
         };
-        let mut oi = p.next;
         if let Some(st) = self.bufs.streams.get_mut(p.stream as usize) {
             if !st.queued {
                 st.queued = true;
                 self.bufs.queued_streams += 1;
             }
         }
-        self.ops[pi as usize].next = NONE;
-        let group = self.cfg.group;
-        while let Some(o) = self.ops.get(oi as usize).copied() {
-            let next = o.next;
-            let ci = self
-                .addr_of(group, o.dest.node)
-                .and_then(|a| self.channel_for(a, group, o.dest.node));
-            match ci {
-                Ok(ci) => self.enqueue(ci, oi as usize, &o),
-                // Channels were reserved: only a vanished member gets here.
-                Err(_) => {
-                    self.reroute(oi as usize);
-                    finish_op(&mut self.ops, &mut self.bufs, oi as usize, false);
-                }
-            }
-            oi = next;
-        }
+        self.queue_forwards(pi as usize);
         self.stats.forwarded += 1;
     }
 }

@@ -193,16 +193,21 @@ fn setup_pair(g: &mut HostGamma<State>, max: usize) -> Result<(), HostError> {
 
 /// Port 2 broadcasts from instance 0 to every other member, semaphore 2.
 fn setup_bcast(g: &mut HostGamma<State>, max: usize) -> Result<(), HostError> {
+    bcast_port(g, 2, max)
+}
+
+/// Port `port` broadcasts from instance 0 to every other member, semaphore `port`.
+fn bcast_port(g: &mut HostGamma<State>, port: u16, max: usize) -> Result<(), HostError> {
     let dest = if g.my_node() == 0 { BROADCAST } else { 0 };
     let pid = g.my_par_pid();
     g.set_active_port(
-        2,
+        port,
         dest,
         pid,
-        2,
+        port,
         Some(on_recv),
         Some(on_error),
-        2,
+        port,
         GO_BACK,
         Some(leak(max)),
     )?;
@@ -251,20 +256,7 @@ fn broadcast_checked(g: &mut HostGamma<State>, data: &[u8]) -> Result<(), HostEr
 const ORDERED: [usize; 6] = [8, 600_000, 8, 3000, 600_000, 100];
 
 fn ordered_broadcasts(g: &mut HostGamma<State>) -> Result<(), HostError> {
-    let dest = if g.my_node() == 0 { BROADCAST } else { 0 };
-    let pid = g.my_par_pid();
-    let buf = Some(leak(600_000));
-    g.set_active_port(
-        3,
-        dest,
-        pid,
-        3,
-        Some(on_recv),
-        Some(on_error),
-        3,
-        GO_BACK,
-        buf,
-    )?;
+    bcast_port(g, 3, 600_000)?;
     g.sync()?;
     for (k, &len) in ORDERED.iter().enumerate() {
         if g.my_node() == 0 {
