@@ -197,6 +197,19 @@ impl<'a> Engine<'a> {
     /// that the rest of the message will not come.
     pub(super) fn end_cut_forward(&mut self, oi: usize) {
         let o = self.ops[oi];
+        // A child takes an ABORT only for its next message, and one it refused
+        // would hold the window that an earlier message's frames need: it goes once
+        // every earlier message on the channel has been acknowledged, so has landed.
+        let earlier = self.ops.iter().any(|p| {
+            p.state == OpState::Active
+                && p.reliable
+                && p.chan == o.chan
+                && seq_lt(p.msg_id, o.msg_id)
+        });
+        if earlier {
+            self.cuts = true;
+            return;
+        }
         if let Some(ch) = self.chans.get_mut(o.chan as usize) {
             if !ch.failed && !ch.queue_ctrl(Slot::Abort { msg: o.msg_id }) {
                 // Room comes as control frames leave: tried again next pass.
