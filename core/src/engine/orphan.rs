@@ -19,11 +19,9 @@ use super::*;
 
 impl<'a> Engine<'a> {
     /// Probes the senders of unfinished reliable messages that have been silent
-    /// for `keepalive`, at most once per `keepalive`.
+    /// for `keepalive`; `handle_timeout` calls it once `orphan_check_at` is due,
+    /// so at most once per `keepalive`.
     pub(super) fn watch_senders(&mut self, now: Instant) {
-        if now < self.orphan_check_at {
-            return;
-        }
         self.orphan_check_at = now + self.cfg.keepalive;
         if self.gate.waits > 0 {
             self.give_up_fences(now);
