@@ -400,17 +400,31 @@ fn join_group_then_barrier_and_broadcast_in_it() {
             assert_eq!(sim.nodes[i].poll_for_send(ctx[i]), Ok(()));
         }
     }
-    // The whole application is a group too, named by its AI.
+    // The whole application is a group too, named by its AI. It is every endpoint
+    // of the fabric, so its barrier is the engine's (over frames here).
     for i in 0..5 {
         let q = &mut sim.nodes[i];
         ctx[i] = q
             .send_context(Name::new(5, 0), 0, true, 0, 0, Region::None)
             .unwrap();
         q.barrier(ctx[i], 5, 5).unwrap();
+        if i == 3 {
+            let later = sim.now() + Duration::from_millis(20);
+            let _ = sim.run_until(later, |_, _| false);
+            for j in 0..4 {
+                assert_eq!(sim.nodes[j].send_doorbell(ctx[j]), BUSY, "{j} left early");
+            }
+        }
     }
     until(&mut sim, seed, 30, |nodes, _| {
         (0..5).all(|i| nodes[i].send_doorbell(ctx[i]) == DONE)
     });
+    for i in 0..5 {
+        let s = sim.nodes[i].stats();
+        let group = if members.contains(&i) { 3 } else { 0 };
+        assert_eq!((s.barriers, s.engine_barriers), (group + 1, 1), "{i}");
+        assert_eq!(sim.nodes[i].engine().stats().barriers, 1, "{i}");
+    }
     // Misuse: a non-member, a wrong size, an unformed group.
     let q = &mut sim.nodes[0];
     let c = q
@@ -526,6 +540,10 @@ fn two_applications_on_one_fabric_never_see_each_other() {
     until(&mut sim, seed, 30, |nodes, _| {
         (0..4).all(|i| nodes[i].send_doorbell(rs[i]) == DONE)
     });
+    // Neither is the whole fabric: the engine's barrier would wait for the other.
+    for q in &sim.nodes {
+        assert_eq!((q.stats().barriers, q.stats().engine_barriers), (1, 0));
+    }
 }
 
 #[test]

@@ -321,6 +321,15 @@ impl<'a> Engine<'a> {
         for a in self.asms.iter().filter(|a| a.used && !a.reliable) {
             min(a.deadline);
         }
+        // A started barrier queues its token at the next poll (the device's barrier
+        // is polled until it ends); then the member waited for is probed.
+        if self.bar.active {
+            min(if self.bar.sent {
+                self.bar.since + self.cfg.barrier_probe
+            } else {
+                now
+            });
+        }
         at
     }
 }

@@ -17,8 +17,8 @@
 //! - **Commands.** `send`, `send_short`, `broadcast(_short)`, `multicast(_short)`,
 //!   `receive`, `join_group` and `barrier` check their arguments, post a command in
 //!   the process's command queue ([`QUEUE`] entries) and return; the NIC step
-//!   ([`Qnix::step`], run by every call and by the simulator's poll) consumes the
-//!   queue, packetises sends straight out of program memory, matches arriving
+//!   ([`Qnix::step`], run by the waiting calls and by the simulator's poll; a
+//!   posting call runs its transmit half) consumes the queue, packetises sends straight out of program memory, matches arriving
 //!   messages to posted receives by (sender, tag) in posting order and writes them
 //!   straight into the receive region. A message that arrives before its receive is
 //!   posted is kept (at most [`UNEXPECTED_MAX`] bytes; beyond that the NIC stops
@@ -31,7 +31,9 @@
 //!   completes.
 //! - **Groups.** The application is the group named by its AI. `join_group` forms a
 //!   new group of the application once `group_size` members have joined it;
-//!   `barrier` is a dissemination barrier over a group's members in PI order;
+//!   `barrier` is a dissemination barrier over a group's members in PI order,
+//!   except on the application's group when the application is the whole fabric:
+//!   that one is the engine's barrier (in NIC memory on the Myrinet-like model);
 //!   `broadcast` sends to every member but the sender, `multicast` to a list.
 //! - **Long sends go by rendezvous.** A `send` (and a `broadcast` or `multicast`,
 //!   to each member) of at least [`RENDEZVOUS_MIN`] bytes from one contiguous
@@ -485,7 +487,10 @@ struct BarrierOp {
     group: usize,
     epoch: u32,
     round: u32,
+    /// A token for `round` is queued; for a barrier on the engine: it is started.
     sent: bool,
+    /// Run as the engine's barrier (see [`Qnix::barrier`]).
+    on_engine: bool,
 }
 
 /// Counters of one process.
@@ -503,6 +508,9 @@ pub struct QnixStats {
     pub dropped: u64,
     /// Barriers completed.
     pub barriers: u64,
+    /// Of those, barriers of the application's group run as the engine's barrier
+    /// (in NIC memory on the Myrinet-like model).
+    pub engine_barriers: u64,
     /// Messages sent by rendezvous (a put into the receiver's granted region).
     pub rendezvous: u64,
 }
@@ -1099,7 +1107,36 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             self.idle_step(busy);
         }
         self.queue.push_back(cmd);
-        self.step();
+        self.post_step();
+    }
+
+    /// What a posting call runs of the NIC step: the queue consumed and what that
+    /// made put on the wire, without a look at the receive side (as GAMMA's send
+    /// leaves before its receive poll): arrivals wait for the next full step, in a
+    /// `poll_for_*` call or the NIC thread. Jobs the engine could not take (its
+    /// window full) get a full step, whose acks make room.
+    fn post_step(&mut self) {
+        while let Some(cmd) = self.queue.pop_front() {
+            self.stats.commands += 1;
+            self.consume(cmd);
+        }
+        // A barrier starts now: its first token (or its arrival in NIC memory)
+        // need not wait for the caller's first poll.
+        self.advance_barriers();
+        let started = self.start_puts();
+        if self.transmit() || started {
+            let now = self.clock.now();
+            let mut gate = Gate {
+                mem: &mut self.mem,
+                armed: &self.armed,
+                rung: &mut self.rung,
+            };
+            self.engine
+                .poll_transmit_mem(now, &mut self.dev, None, &mut gate);
+        }
+        if !self.tx.is_empty() {
+            self.step();
+        }
     }
 
     /// The data a send of `ctx` carries: a short send's bytes are copied now, a
@@ -1396,15 +1433,19 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 }
             }
             Command::Barrier { ctx, group } => {
+                let on_engine = self.whole_fabric(group);
                 let g = &mut self.groups[group];
                 let epoch = g.epoch;
-                g.epoch = g.epoch.wrapping_add(1);
+                if !on_engine {
+                    g.epoch = g.epoch.wrapping_add(1);
+                }
                 self.barriers.push(BarrierOp {
                     ctx,
                     group,
                     epoch,
                     round: 0,
                     sent: false,
+                    on_engine,
                 });
             }
         }
@@ -2100,6 +2141,44 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         }
     }
 
+    /// Whether group `gi` is the application's own group and the application is
+    /// every endpoint of the fabric: its barriers are then the engine's barrier (in
+    /// NIC memory where the device has one, seed 3's "NIC" doing the work). Only
+    /// that group may use it: the engine has one barrier sequence, which every
+    /// member must take in the same order, and a process runs the barriers of one
+    /// group one at a time ([`QxError::Busy`]) while those of different groups may
+    /// interleave differently at each member. Another application on the fabric
+    /// would have to arrive too, so then the group runs its own barrier.
+    fn whole_fabric(&self, gi: usize) -> bool {
+        let g = &self.groups[gi];
+        let n = g.members.len();
+        g.name == self.me.ai && n == self.names.len() && n == self.engine.size() as usize
+    }
+
+    /// The application group's barrier on the engine: it starts once every job
+    /// queued before it was handed to the engine (where a token would have been
+    /// queued), and ends when the engine's does: a dead member fails it.
+    fn advance_engine_barrier(&mut self, i: usize) -> Option<Result<(), QxError>> {
+        let b = &mut self.barriers[i];
+        if !b.sent {
+            if !self.tx.is_empty() {
+                return None;
+            }
+            if let Err(e) = self.engine.start_barrier() {
+                return Some(Err(e.into()));
+            }
+            b.sent = true;
+        }
+        match self.engine.barrier_done() {
+            Ok(true) => {
+                self.stats.engine_barriers += 1;
+                Some(Ok(()))
+            }
+            Ok(false) => None,
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+
     /// Dissemination barrier: in round k, a token to the member 2^k after this one
     /// (in PI order), and wait for the one from the member 2^k before.
     fn advance_barriers(&mut self) -> bool {
@@ -2107,6 +2186,23 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         let mut busy = false;
         let mut i = 0;
         while i < self.barriers.len() {
+            if self.barriers[i].on_engine {
+                let started = self.barriers[i].sent;
+                let result = self.advance_engine_barrier(i);
+                busy |= started != self.barriers[i].sent;
+                if let Some(r) = result {
+                    let b = self.barriers.swap_remove(i);
+                    self.groups[b.group].barrier_active = false;
+                    if r.is_ok() {
+                        self.stats.barriers += 1;
+                    }
+                    self.complete_send(b.ctx, r);
+                    busy = true;
+                } else {
+                    i += 1;
+                }
+                continue;
+            }
             let b = &mut self.barriers[i];
             let g = &mut self.groups[b.group];
             let n = g.members.len();

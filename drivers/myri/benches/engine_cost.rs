@@ -130,6 +130,57 @@ fn measured_lfc(a: &mut L, b: &mut L, iters: usize) {
     }
 }
 
+type Q =
+    volley_core::qnix::Qnix<'static, MyriNic, StdClock, volley_core::cheetah::Segments<'static>>;
+
+/// Two QNIX processes of application 1, registered, each with a 64 KiB pool.
+fn qnixes() -> (Q, Q) {
+    use volley_core::qnix::{Name, Qnix};
+    static GROUPS: &[Group<'static>] = &[Group {
+        id: 1,
+        members: Members::Range { first: 0, count: 2 },
+    }];
+    let (a, b) = nics();
+    let mk = |nic, me: u16| -> Q {
+        let mut mem = volley_core::cheetah::Segments::new();
+        let pool = mem.expose(Vec::leak(vec![0u8; 64 * 1024]));
+        let cfg = Config::new(9, 1, me);
+        let mut q = Qnix::new(cfg, GROUPS, 2, nic, StdClock::default(), mem).unwrap();
+        q.set_pool(pool, 64 * 1024).unwrap();
+        q.register(Name::new(1, me as i32), 1, 2).unwrap();
+        q
+    };
+    let (mut a, mut b) = (mk(a, 0), mk(b, 1));
+    while !(a.registered().unwrap() & b.registered().unwrap()) {}
+    (a, b)
+}
+
+/// One QNIX short message: `to` posts a receive, `from` sends 8 bytes with
+/// `send_short` (a context without a doorbell), `to` polls for the receive.
+#[inline(never)]
+fn qnix_hop(from: &mut Q, to: &mut Q, data: &[u8]) {
+    use volley_core::qnix::Region;
+    let (me, peer) = (to.name(), from.name());
+    let r = to
+        .recv_context(peer, 1, true, 0, 8, Region::Pool(0))
+        .unwrap();
+    to.receive(r).unwrap();
+    let s = from
+        .send_context(me, 1, false, 0, data.len(), Region::Data(data.to_vec()))
+        .unwrap();
+    from.send_short(s).unwrap();
+    to.poll_for_receive(r).unwrap();
+}
+
+#[inline(never)]
+fn measured_qnix(a: &mut Q, b: &mut Q, iters: usize) {
+    let data = [7u8; 8];
+    for _ in 0..iters {
+        qnix_hop(a, b, &data);
+        qnix_hop(b, a, &data);
+    }
+}
+
 /// One message from `from` to `to`: sent, then polled until its handler ran.
 #[inline(never)]
 fn hop(from: &mut G, to: &mut G, data: &[u8], reliable: bool) {
@@ -188,7 +239,7 @@ fn main() {
     // flag is ignored.
     let only = args
         .iter()
-        .find(|a| ["send", "flowctl", "idle", "lfc"].contains(&a.as_str()));
+        .find(|a| ["send", "flowctl", "idle", "lfc", "qnix"].contains(&a.as_str()));
     let rounds = 9;
     let per_msg = |t: WallInstant| t.elapsed().as_nanos() as f64 / (2 * iters) as f64;
 
@@ -210,7 +261,9 @@ fn main() {
         (false, "GAMMA send, 8 B"),
         (true, "GAMMA send_flowctl, 8 B"),
     ] {
-        if only.is_some_and(|o| o == "idle" || o == "lfc" || (o == "flowctl") != reliable) {
+        if only.is_some_and(|o| {
+            ["idle", "lfc", "qnix"].contains(&o.as_str()) || (o == "flowctl") != reliable
+        }) {
             continue;
         }
         let (mut a, mut b) = gammas();
@@ -241,6 +294,26 @@ fn main() {
         println!(
             "{:<44} {:>9.1} ns  {:.2}x",
             "LFC ucast_launch + poll, 8 B",
+            ns,
+            ns / raw
+        );
+    }
+    if only.is_none_or(|o| o == "qnix") {
+        let (mut a, mut b) = qnixes();
+        let ns = median(
+            (0..rounds)
+                .map(|_| {
+                    let t = WallInstant::now();
+                    measured_qnix(&mut a, &mut b, iters);
+                    per_msg(t)
+                })
+                .collect(),
+        );
+        let got = a.stats().messages_received + b.stats().messages_received;
+        assert_eq!(got, (2 * rounds * iters) as u64);
+        println!(
+            "{:<44} {:>9.1} ns  {:.2}x",
+            "QNIX send_short + poll_for_receive, 8 B",
             ns,
             ns / raw
         );

@@ -803,6 +803,116 @@ fn gamma_sync_runs_in_nic_memory_and_fails_on_a_departed_member() {
     }
 }
 
+/// QNIX's `qx_barrier` on the application's group, the whole fabric, runs in NIC
+/// memory: nobody's doorbell rings before the last member has arrived, and no frame
+/// carries a token. A group formed with `join_group` keeps its own barrier over
+/// packets (its barriers may interleave with others' differently at each member).
+#[test]
+fn qx_barrier_on_the_whole_application_runs_in_nic_memory() {
+    use volley_core::cheetah::Segments;
+    use volley_core::engine::{Config, Group, Members};
+    use volley_core::qnix::{Name, Qnix, Region, BUSY, DONE};
+    type Q = Qnix<'static, MyriNic, volley_core::time::StdClock, Segments<'static>>;
+    const N: u16 = 4;
+    let (_mem, nics) = cluster_on(Geometry::new(N as u32, 8, 2048).unwrap());
+    let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
+        id: 1,
+        members: Members::Range { first: 0, count: N },
+    }]);
+    let mut qs: Vec<Q> = nics
+        .into_iter()
+        .enumerate()
+        .map(|(i, nic)| {
+            let mut cfg = Config::new(7, 1, i as u16);
+            cfg.device_barrier = true;
+            let clock = volley_core::time::StdClock::default();
+            let mut q = Qnix::new(cfg, groups, N as usize, nic, clock, Segments::new()).unwrap();
+            q.register(Name::new(5, i as i32), 5, N as i32).unwrap();
+            q
+        })
+        .collect();
+    let poll_until = |qs: &mut [Q], what: &str, done: &dyn Fn(&[Q]) -> bool| {
+        let t0 = std::time::Instant::now();
+        while !done(qs) {
+            assert!(t0.elapsed().as_secs() < 20, "{what}");
+            for q in qs.iter_mut() {
+                q.step();
+            }
+        }
+    };
+    let mut reg = [false; N as usize];
+    poll_until(&mut qs, "registration", &|_| true);
+    while !reg.iter().all(|&r| r) {
+        for (i, q) in qs.iter_mut().enumerate() {
+            reg[i] = reg[i] || q.registered().unwrap();
+        }
+    }
+    let ctx = |q: &mut Q| {
+        q.send_context(Name::new(5, 0), 0, true, 0, 0, Region::None)
+            .unwrap()
+    };
+    let mut frames = vec![];
+    for round in 0..20u32 {
+        if round == 1 {
+            // The first barrier sent the acks registration owed (a member arriving
+            // at the NIC barrier waits for its sends to be acknowledged).
+            frames = qs.iter().map(|q| q.engine().stats().tx_frames).collect();
+        }
+        let late = (round % N as u32) as usize;
+        let mut c = [0; N as usize];
+        for (i, q) in qs.iter_mut().enumerate().filter(|&(i, _)| i != late) {
+            c[i] = ctx(q);
+            q.barrier(c[i], 5, N as i32).unwrap();
+        }
+        for _ in 0..50 {
+            for q in qs.iter_mut() {
+                q.step();
+            }
+        }
+        for (i, q) in qs.iter().enumerate().filter(|&(i, _)| i != late) {
+            assert_eq!(q.send_doorbell(c[i]), BUSY, "round {round}: {i} left early");
+        }
+        c[late] = ctx(&mut qs[late]);
+        qs[late].barrier(c[late], 5, N as i32).unwrap();
+        poll_until(&mut qs, "barrier", &|qs| {
+            qs.iter()
+                .enumerate()
+                .all(|(i, q)| q.send_doorbell(c[i]) == DONE)
+        });
+        for (i, q) in qs.iter_mut().enumerate() {
+            q.poll_for_send(c[i]).unwrap();
+        }
+    }
+    for (q, f) in qs.iter().zip(&frames) {
+        let (s, e) = (q.stats(), q.engine().stats());
+        assert_eq!((s.barriers, s.engine_barriers), (20, 20));
+        assert_eq!(e.device_barriers, 20);
+        assert_eq!(e.tx_frames, *f, "a barrier after the first sent a frame");
+    }
+    // Members 0, 1 and 2 form group 77: its barrier goes over packets.
+    let mut c = [0; 3];
+    for (i, q) in qs.iter_mut().take(3).enumerate() {
+        c[i] = ctx(q);
+        q.join_group(c[i], 77, 3).unwrap();
+    }
+    poll_until(&mut qs, "join", &|qs| {
+        (0..3).all(|i| qs[i].send_doorbell(c[i]) == DONE)
+    });
+    for (i, q) in qs.iter_mut().take(3).enumerate() {
+        q.poll_for_send(c[i]).unwrap();
+        c[i] = ctx(q);
+        q.barrier(c[i], 77, 3).unwrap();
+    }
+    poll_until(&mut qs, "group barrier", &|qs| {
+        (0..3).all(|i| qs[i].send_doorbell(c[i]) == DONE)
+    });
+    for q in qs.iter().take(3) {
+        let (s, e) = (q.stats(), q.engine().stats());
+        assert_eq!((s.barriers, s.engine_barriers), (21, 20));
+        assert_eq!(e.device_barriers, 20);
+    }
+}
+
 /// The NIC barrier sends no token behind earlier frames, so a member arrives only
 /// once its own sends have landed: a message sent before `gamma_sync` is whole in
 /// every receiver's port when the barrier ends anywhere.

@@ -1612,6 +1612,29 @@ fn qnix_rows(
         ));
     }
     barrier(&mut q)?;
+
+    // The application's group is the whole fabric here: `qx_barrier` is the
+    // engine's barrier (in NIC memory on shm unless VOLLEY_BARRIER=frames).
+    progress("qnix barrier");
+    let iters = sw.iters(10_000);
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..iters + iters / 10 {
+        let t0 = StdInstant::now();
+        barrier(&mut q)?;
+        if i >= iters / 10 {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    if me == 0 {
+        rows.push(latency_row(
+            name,
+            "qnix qx_barrier, 2 ranks",
+            0,
+            samples,
+            lm,
+        ));
+    }
+    barrier(&mut q)?;
     q.end().map_err(e)?;
     Ok(rows)
 }
