@@ -36,6 +36,7 @@ macro_rules! trace {
 pub mod cheetah;
 pub mod engine;
 pub mod gamma;
+pub mod idle;
 pub mod lfc;
 pub mod phy;
 #[cfg(feature = "alloc")]

@@ -95,7 +95,9 @@ pub fn latency<D: Device>(
         let l = unsafe { &mut *(p as *mut Node<D>) };
         l.interrupt();
     }
+    // Halt at the first poll that finds nothing: the interrupt wakes the program.
     l.set_idle(Some(crate::intr::idle));
+    l.set_idle_after(1);
     crate::intr::start_timer((irq.interval_us / 2).max(20), irq.tsc_hz);
     let interval = irq.interval_us * irq.tsc_hz / 1_000_000;
     // SAFETY: `l` outlives the attachment (detached below before it is used again)

@@ -170,7 +170,7 @@ pub struct Cheetah<'a, D, C, M> {
     last_keepalive: Instant,
     finalized: bool,
     stats: CheetahStats,
-    idle: Option<fn()>,
+    idle: crate::idle::Idle,
 }
 
 impl<D, C, M> core::fmt::Debug for Cheetah<'_, D, C, M> {
@@ -222,13 +222,14 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             last_keepalive: now,
             finalized: false,
             stats: CheetahStats::default(),
-            idle: None,
+            idle: crate::idle::Idle::new(),
         })
     }
 
-    /// A hook waiting calls run when a poll finds nothing to do.
+    /// A hook waiting calls run once polls have found nothing for a while
+    /// ([`crate::idle`], as in GAMMA).
     pub fn set_idle(&mut self, idle: Option<fn()>) {
-        self.idle = idle;
+        self.idle.set_hook(idle);
     }
 
     /// `cheetah_core_finalize`: a barrier, then the operations still in flight are
@@ -758,11 +759,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
     }
 
     fn idle_step(&mut self, busy: bool) {
-        if !busy {
-            if let Some(f) = self.idle {
-                f();
-            }
-        }
+        self.idle.step(busy, &self.clock);
     }
 
     // ------------------------------------------------------------ accessors

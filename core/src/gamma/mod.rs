@@ -47,6 +47,7 @@ use crate::engine::{
     Body, Config, Dest, Engine, Error, Group, HandlerView, Notice, PortSetup, Semaphore,
     SendHandle, SendStatus, Storage,
 };
+use crate::idle::Idle;
 use crate::phy::Device;
 use crate::time::{Duration, Instant};
 use crate::{GroupId, NodeId, PortId};
@@ -216,21 +217,8 @@ pub struct Gamma<'a, D, C, S = ()> {
     state: S,
     dev: D,
     clock: C,
-    idle: Option<fn()>,
-    idle_polls: u32,
-    idle_after: u32,
-    /// How long polls must have found nothing before the idle hook runs, and since
-    /// when they have.
-    idle_time: Duration,
-    idle_since: Instant,
+    idle: Idle,
 }
-
-/// Polls in a row with nothing to do before a blocking call runs the idle hook.
-const IDLE_SPINS: u32 = 64;
-/// How long those polls must also have lasted: a poll's cost depends on the clock
-/// and the device (tens of nanoseconds on a fast clock), and a hook run too soon (a
-/// `sched_yield`) lands in the middle of the wait for a reply microseconds away.
-const IDLE_TIME: Duration = Duration::from_micros(4);
 
 impl<D, C, S> core::fmt::Debug for Gamma<'_, D, C, S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -292,11 +280,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             state,
             dev,
             clock,
-            idle: None,
-            idle_polls: 0,
-            idle_after: IDLE_SPINS,
-            idle_time: IDLE_TIME,
-            idle_since: Instant::ZERO,
+            idle: Idle::new(),
         })
     }
 
@@ -701,38 +685,18 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// do: `std::thread::yield_now` when ranks may share cores, a `pause` or `hlt` on
     /// bare metal. Without one they spin, as GAMMA's did.
     pub fn set_idle(&mut self, idle: Option<fn()>) {
-        self.idle = idle;
+        self.idle.set_hook(idle);
     }
 
     /// How many polls in a row must find nothing before the idle hook runs (1 where
     /// the hook halts until an interrupt that a message raises). By default 64 polls
     /// and 4 us; set here, the count alone decides.
     pub fn set_idle_after(&mut self, polls: u32) {
-        self.idle_after = polls.max(1);
-        self.idle_time = Duration::ZERO;
+        self.idle.set_after(polls);
     }
 
     fn idle_step(&mut self, busy: bool) {
-        if busy {
-            self.idle_polls = 0;
-            return;
-        }
-        self.idle_polls += 1;
-        let timed = self.idle_time > Duration::ZERO && self.idle.is_some();
-        if timed && self.idle_polls == 1 {
-            self.idle_since = self.clock.now();
-        }
-        if self.idle_polls >= self.idle_after {
-            if timed && self.clock.now().saturating_since(self.idle_since) < self.idle_time {
-                // Not idle for long enough yet: count another round from here.
-                self.idle_polls = 1;
-                return;
-            }
-            self.idle_polls = 0;
-            if let Some(f) = self.idle {
-                f();
-            }
-        }
+        self.idle.step(busy, &self.clock);
     }
 
     /// Adds `delta` to counter `var` (`0..COUNTERS`, starting at 0) of instance `node` of

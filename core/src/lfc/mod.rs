@@ -197,7 +197,7 @@ pub struct Lfc<'a, D, C, S = ()> {
     gathered: alloc::vec::Vec<alloc::vec::Vec<[u64; LfcStats::COUNT]>>,
     /// Statistics packets received and not yet used by a gather.
     stats_arrivals: u32,
-    idle: Option<fn()>,
+    idle: crate::idle::Idle,
 }
 
 impl<D, C, S> core::fmt::Debug for Lfc<'_, D, C, S> {
@@ -251,7 +251,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
             #[cfg(feature = "alloc")]
             gathered: alloc::vec::Vec::new(),
             stats_arrivals: 0,
-            idle: None,
+            idle: crate::idle::Idle::new(),
         })
     }
 
@@ -289,9 +289,16 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         Self::init(cfg, groups, storage, dev, clock, opts, upcall, state)
     }
 
-    /// Sets a hook that waiting calls run when polls find nothing to do (as in GAMMA).
+    /// Sets a hook that waiting calls run once polls have found nothing for a while
+    /// ([`crate::idle`], as in GAMMA).
     pub fn set_idle(&mut self, idle: Option<fn()>) {
-        self.idle = idle;
+        self.idle.set_hook(idle);
+    }
+
+    /// How many polls in a row must find nothing before the idle hook runs (1 where
+    /// it halts until an interrupt); set here, the count alone decides.
+    pub fn set_idle_after(&mut self, polls: u32) {
+        self.idle.set_after(polls);
     }
 
     // ------------------------------------------------------------ set-up
@@ -626,11 +633,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     }
 
     fn idle_step(&mut self, busy: bool) {
-        if !busy {
-            if let Some(f) = self.idle {
-                f();
-            }
-        }
+        self.idle.step(busy, &self.clock);
     }
 
     // -------------------------------------------------------- interrupts

@@ -557,7 +557,7 @@ pub struct Qnix<'a, D, C, M> {
     stats: QnixStats,
     last_keepalive: Instant,
     init_timeout: Duration,
-    idle: Option<fn()>,
+    idle: crate::idle::Idle,
 }
 
 impl<D, C, M> core::fmt::Debug for Qnix<'_, D, C, M> {
@@ -712,13 +712,14 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             stats: QnixStats::default(),
             last_keepalive: now,
             init_timeout: Duration::from_secs(60),
-            idle: None,
+            idle: crate::idle::Idle::new(),
         })
     }
 
-    /// A hook waiting calls run when a step finds nothing to do.
+    /// A hook waiting calls run once polls have found nothing for a while
+    /// ([`crate::idle`], as in GAMMA).
     pub fn set_idle(&mut self, idle: Option<fn()>) {
-        self.idle = idle;
+        self.idle.set_hook(idle);
     }
 
     /// How long [`Qnix::init`] waits for the application (60 s by default).
@@ -2308,11 +2309,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     }
 
     fn idle_step(&mut self, busy: bool) {
-        if !busy {
-            if let Some(f) = self.idle {
-                f();
-            }
-        }
+        self.idle.step(busy, &self.clock);
     }
 
     // ------------------------------------------------------------ accessors

@@ -144,7 +144,9 @@ fn qnixes() -> (Q, Q) {
     let mk = |nic, me: u16| -> Q {
         let mut mem = volley_core::cheetah::Segments::new();
         let pool = mem.expose(Vec::leak(vec![0u8; 64 * 1024]));
-        let cfg = Config::new(9, 1, me);
+        // As on `shm`: barriers in NIC memory.
+        let mut cfg = Config::new(9, 1, me);
+        cfg.device_barrier = true;
         let mut q = Qnix::new(cfg, GROUPS, 2, nic, StdClock::default(), mem).unwrap();
         q.set_pool(pool, 64 * 1024).unwrap();
         q.register(Name::new(1, me as i32), 1, 2).unwrap();
@@ -178,6 +180,26 @@ fn measured_qnix(a: &mut Q, b: &mut Q, iters: usize) {
     for _ in 0..iters {
         qnix_hop(a, b, &data);
         qnix_hop(b, a, &data);
+    }
+}
+
+/// `qx_barrier` on the application's group (the whole fabric: the NIC's barrier),
+/// both processes taking turns at their NIC steps until both doorbells rang.
+#[inline(never)]
+fn measured_qnix_barrier(a: &mut Q, b: &mut Q, iters: usize) {
+    use volley_core::qnix::{Region, DONE};
+    for _ in 0..iters {
+        let peer = b.name();
+        let ca = a.send_context(peer, 0, true, 0, 0, Region::None).unwrap();
+        let cb = b.send_context(peer, 0, true, 0, 0, Region::None).unwrap();
+        a.barrier(ca, 1, 2).unwrap();
+        b.barrier(cb, 1, 2).unwrap();
+        while a.send_doorbell(ca) != DONE || b.send_doorbell(cb) != DONE {
+            a.step();
+            b.step();
+        }
+        a.poll_for_send(ca).unwrap();
+        b.poll_for_send(cb).unwrap();
     }
 }
 
@@ -239,7 +261,7 @@ fn main() {
     // flag is ignored.
     let only = args
         .iter()
-        .find(|a| ["send", "flowctl", "idle", "lfc", "qnix"].contains(&a.as_str()));
+        .find(|a| ["send", "flowctl", "idle", "lfc", "qnix", "qnix_barrier"].contains(&a.as_str()));
     let rounds = 9;
     let per_msg = |t: WallInstant| t.elapsed().as_nanos() as f64 / (2 * iters) as f64;
 
@@ -262,7 +284,7 @@ fn main() {
         (true, "GAMMA send_flowctl, 8 B"),
     ] {
         if only.is_some_and(|o| {
-            ["idle", "lfc", "qnix"].contains(&o.as_str()) || (o == "flowctl") != reliable
+            !["send", "flowctl"].contains(&o.as_str()) || (o == "flowctl") != reliable
         }) {
             continue;
         }
@@ -314,6 +336,25 @@ fn main() {
         println!(
             "{:<44} {:>9.1} ns  {:.2}x",
             "QNIX send_short + poll_for_receive, 8 B",
+            ns,
+            ns / raw
+        );
+    }
+    if only.is_none_or(|o| o == "qnix_barrier") {
+        let (mut a, mut b) = qnixes();
+        let ns = median(
+            (0..rounds)
+                .map(|_| {
+                    let t = WallInstant::now();
+                    measured_qnix_barrier(&mut a, &mut b, iters);
+                    t.elapsed().as_nanos() as f64 / iters as f64
+                })
+                .collect(),
+        );
+        assert_eq!(a.stats().engine_barriers, (rounds * iters) as u64);
+        println!(
+            "{:<44} {:>9.1} ns  {:.2}x",
+            "QNIX qx_barrier, 2 processes (both)",
             ns,
             ns / raw
         );
