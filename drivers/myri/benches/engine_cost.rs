@@ -359,7 +359,7 @@ fn main() {
             ns / raw
         );
     }
-    if only.is_some() {
+    if only.is_some_and(|o| o != "idle") {
         return;
     }
     let (mut a, _b) = gammas();
