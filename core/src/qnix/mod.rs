@@ -18,9 +18,10 @@
 //!   `receive`, `join_group` and `barrier` check their arguments, post a command in
 //!   the process's command queue ([`QUEUE`] entries) and return; the NIC step
 //!   ([`Qnix::step`], run by the waiting calls and by the simulator's poll; a
-//!   posting call runs its transmit half) consumes the queue, packetises sends straight out of program memory, matches arriving
-//!   messages to posted receives by (sender, tag) in posting order and writes them
-//!   straight into the receive region. A message that arrives before its receive is
+//!   posting call runs its transmit half) consumes the queue, packetises sends
+//!   straight out of program memory, matches arriving messages to posted receives
+//!   by (sender, tag) in posting order and writes them straight into the receive
+//!   region. A message that arrives before its receive is
 //!   posted is kept (at most [`UNEXPECTED_MAX`] bytes; beyond that the NIC stops
 //!   taking packets and the senders are held back at the wire: nothing is lost).
 //! - **Doorbells.** Each context has one, an `i32`: [`FREE`], [`BUSY`] once a
