@@ -1,4 +1,5 @@
-//! A bounded mutation fuzzer for the parser and the engine, and a replay test.
+//! A bounded mutation fuzzer for the parser and the engine, one for a broadcast
+//! relay, and a replay test.
 //!
 //! Seeds are real frames (data, acks, barrier tokens, rejections, LFC packets to one
 //! peer, to a multicast group and to all) that two engines
@@ -7,13 +8,14 @@
 //! half the time re-signed with the job's key so that the mutations reach past the
 //! authentication check. Nothing may panic, and the counters must add up.
 //!
-//! It runs for `VOLLEY_FUZZ_SECS` seconds (10 by default, 60 when `CI` is set). Run it
+//! It runs for `VOLLEY_FUZZ_SECS` seconds (10 by default, 60 when `CI` is set; the
+//! relay's 5 and 30). Run it
 //! longer, optimised, with another seed:
 //! `VOLLEY_FUZZ_SECS=3600 VOLLEY_SEED=7 cargo test --release -p volley-core --test fuzz_engine`.
 
 use volley_core::engine::{
-    Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, NoMemory, PortSetup, Storage,
-    Tree, MCAST_ALL,
+    Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, NoMemory, PortSetup, RecvBuf,
+    Storage, Tree, BROADCAST, MCAST_ALL,
 };
 use volley_core::phy::{Device, Loopback, Ring, RxToken};
 use volley_core::rng::Rng;
@@ -241,6 +243,8 @@ fn mutated_frames_never_panic_the_engine() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(default);
+    // Shown with the output of a test that panics: how to repeat it.
+    eprintln!("fuzzing with VOLLEY_SEED={seed}");
     let keyed = corpus(Some(KEY));
     let plain = corpus(None);
     assert!(
@@ -354,4 +358,190 @@ fn replayed_frames_are_rejected() {
         assert_eq!(b.stats().delivered, before);
         assert!(b.stats().rx_duplicates + b.stats().rx_dropped >= recorded.len() as u64 / 2);
     }
+}
+
+const GROUP4: &[Group<'static>] = &[Group {
+    id: 1,
+    members: Members::Range { first: 0, count: 4 },
+}];
+
+/// One of four engines with a broadcast port (3): the binomial tree from root 0
+/// makes node 2 relay to node 3, and roots send long broadcasts flat after a fence.
+fn bcast_engine(node: u16, key: Option<AuthKey>) -> Engine<'static> {
+    let mut cfg = Config::new(9, 1, node);
+    cfg.auth_key = key;
+    cfg.reassembly_timeout = Duration::from_micros(200);
+    cfg.peer_timeout = Duration::from_millis(20);
+    cfg.keepalive = Duration::from_millis(2);
+    let cap = Capacity {
+        ports: 8,
+        channels: 4,
+        fabric_nodes: 4,
+        ops: 32,
+        assemblies: 8,
+        // Few enough that the longest broadcasts go flat, after a fence.
+        eager: 4,
+    };
+    let mut e = Engine::new(cfg, GROUP4, Storage::with_capacity(cap)).unwrap();
+    e.bind_port(
+        3,
+        PortSetup {
+            dest: Some(Dest {
+                group: 1,
+                node: BROADCAST,
+                port: 3,
+            }),
+            input: true,
+            recv: true,
+            err: true,
+            sem: 3,
+            kind: BufferKind::GoBack,
+            buffer: None,
+        },
+    )
+    .unwrap();
+    // Owned, so that it goes with the engine: rounds make thousands of them.
+    let buf = vec![0u8; 250_000].into_boxed_slice();
+    e.post_recv(3, RecvBuf::Owned(buf)).unwrap();
+    e
+}
+
+/// Polls every engine of `es` once over `rings`; what node `target` receives is
+/// handed to it here (and recorded), with `extra` frames of the fuzzer's after it.
+fn bcast_step(
+    es: &mut [Engine<'static>],
+    rings: &mut [Ring<64, 1500>],
+    now: Instant,
+    target: usize,
+    recorded: &mut Vec<Vec<u8>>,
+    extra: &mut dyn FnMut(&mut Engine<'static>),
+) {
+    for (i, e) in es.iter_mut().enumerate() {
+        let mut lb = Loopback::new(rings, NodeAddr(i as u16));
+        if i != target {
+            e.poll(now, &mut lb, None);
+        } else {
+            e.set_capabilities(lb.capabilities());
+            while let Some(t) = lb.receive(now) {
+                t.consume(|f| {
+                    recorded.push(f.to_vec());
+                    e.handle_frame(now, f)
+                });
+                notices(e);
+            }
+            extra(e);
+            e.handle_timeout(now);
+            e.poll_transmit(now, &mut lb, None);
+        }
+        notices(e);
+    }
+}
+
+/// Broadcast frames (tree fragments with their prefix, flat ones, fences and their
+/// answers, aborts) mutated and fed to a relay between real traffic, the roots
+/// broadcasting and the clock jumping past the liveness timers: nothing panics.
+#[test]
+fn mutated_broadcast_frames_never_panic_a_relay() {
+    let seed = seed();
+    eprintln!("fuzzing with VOLLEY_SEED={seed}");
+    let secs: u64 = std::env::var("VOLLEY_FUZZ_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if std::env::var_os("CI").is_some() {
+            30
+        } else {
+            5
+        });
+    let sizes = [0usize, 10, 3000, 16_384, 40_000, 200_000];
+    let bodies: Vec<&'static [u8]> = sizes
+        .iter()
+        .map(|&n| &*Vec::leak((0..n).map(|i| i as u8).collect()))
+        .collect();
+    // The corpus: what relay 2 receives while roots 0 and 1 broadcast every size.
+    let mut corpus = [Vec::new(), Vec::new()];
+    for (k, key) in [Some(KEY), None].into_iter().enumerate() {
+        let mut es: Vec<_> = (0..4).map(|i| bcast_engine(i, key)).collect();
+        let mut rings: Vec<Ring<64, 1500>> = (0..4).map(|_| Ring::new()).collect();
+        let mut now = Instant::ZERO;
+        for (i, body) in bodies.iter().enumerate() {
+            let _ = es[0].start_send(3, b"", Body::Borrowed(body), true);
+            let _ = es[1].start_send(3, b"hd", Body::Borrowed(bodies[i / 2]), true);
+            for _ in 0..400 {
+                now += Duration::from_micros(20);
+                bcast_step(&mut es, &mut rings, now, 2, &mut corpus[k], &mut |_| {});
+            }
+        }
+        let s = es[0].stats();
+        assert!(s.fences > 0, "the corpus has fences: {s:?}");
+        // Broadcast fragments (tree and flat ones alike carry the root's prefix),
+        // and a fence asked of the relay before a flat one.
+        let kind = |f: &Vec<u8>, k: u8| f[1] == k;
+        let frags = corpus[k].iter().filter(|f| kind(f, 4)).count();
+        let fences = corpus[k]
+            .iter()
+            .filter(|f| kind(f, 5) && f[44..48] == 4u32.to_be_bytes())
+            .count();
+        assert!(
+            frags > 100 && fences > 0,
+            "corpus: {frags} fragments, {fences} fences"
+        );
+    }
+    assert!(
+        corpus.iter().all(|c| c.len() > 100),
+        "a corpus to start from"
+    );
+    let mut rng = Rng::new(seed ^ 0xBCA5);
+    let start = std::time::Instant::now();
+    let (mut frames, mut rounds, mut deep, mut passed_on) = (0u64, 0u64, 0u64, 0u64);
+    while start.elapsed().as_secs() < secs {
+        rounds += 1;
+        let with_key = rng.chance(0.5);
+        let key = with_key.then_some(KEY);
+        let c = &corpus[usize::from(!with_key)];
+        let mut es: Vec<_> = (0..4).map(|i| bcast_engine(i, key)).collect();
+        let mut rings: Vec<Ring<64, 1500>> = (0..4).map(|_| Ring::new()).collect();
+        let mut now = Instant::ZERO;
+        let mut seen = Vec::new();
+        for _ in 0..300 {
+            for root in [0, 1, 3] {
+                if rng.chance(0.05) {
+                    let b = bodies[rng.below(bodies.len() as u64) as usize];
+                    let _ = es[root].start_send(3, b"", Body::Borrowed(b), true);
+                }
+            }
+            // Now and then a long silence: probes, fences given up, peers declared dead.
+            now += if rng.chance(0.02) {
+                Duration::from_millis(rng.below(40))
+            } else {
+                Duration::from_micros(rng.below(60))
+            };
+            let mut fed = 0;
+            bcast_step(&mut es, &mut rings, now, 2, &mut seen, &mut |e| {
+                for _ in 0..rng.below(4) {
+                    let mut f = mutate(&mut rng, c);
+                    if with_key && rng.chance(0.8) {
+                        resign(&mut f);
+                    }
+                    e.handle_frame(now, &f);
+                    notices(e);
+                    fed += 1;
+                }
+            });
+            frames += fed;
+            seen.clear();
+        }
+        let s = es[2].stats();
+        deep += s.rx_frames - s.rx_malformed - s.rx_bad_crc - s.rx_unauthenticated;
+        // What reached node 3 came through relay 2 (or, around it, from the roots).
+        passed_on += es[3].stats().delivered;
+    }
+    println!(
+        "seed {seed}: {frames} mutated broadcast frames in {rounds} rounds, {deep} frames past \
+         the relay's parser, {passed_on} broadcasts delivered below it, {secs} s"
+    );
+    assert!(frames > rounds * 100, "seed {seed}: frames were fed");
+    assert!(
+        passed_on > rounds,
+        "seed {seed}: the relay kept passing broadcasts on"
+    );
 }
