@@ -844,3 +844,115 @@ fn a_broadcast_to_a_group_of_one_completes() {
     assert_eq!(sim.nodes[0].poll_for_send(b), Ok(()), "seed {seed:#x}");
     assert_eq!(sim.nodes[0].poll_for_send(s), Ok(()));
 }
+
+/// Processes of the job that speak garbage: packets with every kind of QNIX head
+/// (tags, contexts, lengths and granted addresses at their extremes, continuation
+/// bytes with no message, truncated heads) sent straight through their engines. The
+/// receiver drops or keeps them by its rules and never panics; a third process's
+/// messages still land whole.
+#[test]
+fn garbage_from_processes_of_the_job_never_panics_a_receiver() {
+    let seed = std::env::var("VOLLEY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x6a7b_u64);
+    eprintln!("VOLLEY_SEED={seed}");
+    let mut sim = make_sim(&app(4), seed, FaultConfig::default());
+    let mut rng = volley_core::rng::Rng::new(seed);
+    // Receives posted at process 1, from 0 (garbage, as is 3) and from 2 (good).
+    let post = |q: &mut Node, from: i32, tag: i32, at: usize| {
+        let r = q
+            .recv_context(
+                Name::new(5, from),
+                tag,
+                true,
+                0,
+                4096,
+                Region::Segments(vec![(MEM + at as u64, 4096)]),
+            )
+            .unwrap();
+        q.receive(r).unwrap();
+        r
+    };
+    let extreme = |rng: &mut volley_core::rng::Rng| -> i32 {
+        let v = [0, 1, -1, 63, 64, 1 << 20, i32::MIN, i32::MAX];
+        if rng.chance(0.6) {
+            v[rng.below(v.len() as u64) as usize]
+        } else {
+            rng.next_u64() as i32
+        }
+    };
+    let mut sent = 0;
+    for round in 0..40 {
+        let garbage_rx = post(&mut sim.nodes[1], 0, 7, 0);
+        for k in 0..50 {
+            let q = &mut sim.nodes[if k % 2 == 0 { 0 } else { 3 }];
+            let e = q.engine_mut();
+            let Ok(p) = e.packet_alloc() else { break };
+            let size = e.packet_size();
+            let b = e.packet_mut(p).unwrap();
+            let len = if rng.chance(0.2) {
+                rng.below(16) as usize
+            } else {
+                16 + rng.below((size - 16) as u64) as usize
+            };
+            b[0] = rng.below(11) as u8;
+            b[1..4].fill(0);
+            for i in 0..3 {
+                let v = extreme(&mut rng);
+                b[4 + 4 * i..8 + 4 * i].copy_from_slice(&v.to_be_bytes());
+            }
+            if rng.chance(0.7) {
+                // A length a message could have: the packets after it are its body.
+                let c = rng.below(5000) as u32;
+                b[12..16].copy_from_slice(&c.to_be_bytes());
+            }
+            for x in b[16..len.max(16)].iter_mut() {
+                *x = rng.next_u64() as u8;
+            }
+            if e.launch_unicast(p, 1, len).is_err() {
+                e.packet_free(p).unwrap();
+            } else {
+                sent += 1;
+            }
+        }
+        let later = sim.now() + Duration::from_millis(5);
+        let _ = sim.run_until(later, |_, _| false);
+        // The good process's message lands whole whatever the garbage did.
+        let good = post(&mut sim.nodes[1], 2, 9, 8192);
+        let text = pattern(seed ^ round, 3000);
+        let q = &mut sim.nodes[2];
+        let s = q
+            .send_context(
+                Name::new(5, 1),
+                9,
+                true,
+                0,
+                text.len(),
+                Region::Data(text.clone()),
+            )
+            .unwrap();
+        q.send_short(s).unwrap();
+        until(&mut sim, seed, 30, |nodes, _| recv_done(&nodes[1], good));
+        assert_eq!(
+            sim.nodes[1].poll_for_receive(good),
+            Ok(3000),
+            "round {round}"
+        );
+        assert!(
+            mem(&sim.nodes[1])[8192..8192 + 3000] == text[..],
+            "round {round}"
+        );
+        assert_eq!(sim.nodes[2].poll_for_send(s), Ok(()));
+        // Whatever the garbage receive got is the garbage's business.
+        let _ = recv_done(&sim.nodes[1], garbage_rx);
+    }
+    assert!(sent > 1000, "garbage sent: {sent}");
+    let s = sim.nodes[1].stats();
+    // Kept as early messages or dropped as from nobody or too long: QNIX's rules,
+    // not a panic, decided.
+    assert!(
+        s.unexpected + s.dropped > 0,
+        "garbage reached QNIX's rules: {s:?}"
+    );
+}

@@ -2339,6 +2339,11 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     pub fn engine(&self) -> &Engine<'a> {
         &self.engine
     }
+    /// The engine, to change: what is sent through it bypasses QNIX's protocol
+    /// (tools, and tests that play a misbehaving peer).
+    pub fn engine_mut(&mut self) -> &mut Engine<'a> {
+        &mut self.engine
+    }
     /// The device.
     pub fn device(&self) -> &D {
         &self.dev
