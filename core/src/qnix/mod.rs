@@ -76,6 +76,9 @@ pub const TRANSLATE_MAX: usize = 2 << 20;
 pub const MESSAGE_MAX: usize = POOL_MAX;
 /// Bytes of early messages kept while no receive matches them.
 pub const UNEXPECTED_MAX: usize = 64 << 20;
+/// Posting calls in a row that run only the transmit half of the NIC step; the
+/// next runs all of it.
+const POSTS_PER_STEP: u32 = 8;
 /// Shortest unicast `send` that goes by rendezvous (a put into the granted receive
 /// region) rather than as packets.
 pub const RENDEZVOUS_MIN: usize = 16 * 1024;
@@ -559,6 +562,8 @@ pub struct Qnix<'a, D, C, M> {
     last_keepalive: Instant,
     init_timeout: Duration,
     idle: crate::idle::Idle,
+    /// Posting calls since the last full step.
+    posts_since_step: u32,
 }
 
 impl<D, C, M> core::fmt::Debug for Qnix<'_, D, C, M> {
@@ -714,6 +719,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             last_keepalive: now,
             init_timeout: Duration::from_secs(60),
             idle: crate::idle::Idle::new(),
+            posts_since_step: 0,
         })
     }
 
@@ -1116,8 +1122,11 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// made put on the wire, without a look at the receive side (as GAMMA's send
     /// leaves before its receive poll): arrivals wait for the next full step, in a
     /// `poll_for_*` call or the NIC thread. Jobs the engine could not take (its
-    /// window full) get a full step, whose acks make room.
+    /// window full) get a full step, whose acks make room, and so does every
+    /// [`POSTS_PER_STEP`]th post in a row: a program that spins on a doorbell
+    /// posting only, without the NIC thread, still sees its messages arrive.
     fn post_step(&mut self) {
+        self.posts_since_step += 1;
         while let Some(cmd) = self.queue.pop_front() {
             self.stats.commands += 1;
             self.consume(cmd);
@@ -1136,7 +1145,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             self.engine
                 .poll_transmit_mem(now, &mut self.dev, None, &mut gate);
         }
-        if !self.tx.is_empty() {
+        if !self.tx.is_empty() || self.posts_since_step >= POSTS_PER_STEP {
             self.step();
         }
     }
@@ -1355,6 +1364,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// The NIC step: consumes the command queue, receives, transmits, advances joins
     /// and barriers and notices dead peers. Whether anything happened.
     pub fn step(&mut self) -> bool {
+        self.posts_since_step = 0;
         let now = self.clock.now();
         if now.saturating_since(self.last_keepalive) >= self.engine.config().keepalive {
             self.last_keepalive = now;

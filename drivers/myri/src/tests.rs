@@ -803,50 +803,113 @@ fn gamma_sync_runs_in_nic_memory_and_fails_on_a_departed_member() {
     }
 }
 
-/// QNIX's `qx_barrier` on the application's group, the whole fabric, runs in NIC
-/// memory: nobody's doorbell rings before the last member has arrived, and no frame
-/// carries a token. A group formed with `join_group` keeps its own barrier over
-/// packets (its barriers may interleave with others' differently at each member).
-#[test]
-fn qx_barrier_on_the_whole_application_runs_in_nic_memory() {
+type MyriQnix = volley_core::qnix::Qnix<
+    'static,
+    MyriNic,
+    volley_core::time::StdClock,
+    volley_core::cheetah::Segments<'static>,
+>;
+
+/// Memory every QNIX process of [`qnixes`] exposes (receive regions start here).
+const QNIX_MEM: u64 = 1 << 40;
+
+/// `n` QNIX processes of application 5 on one region, registered, barriers in NIC
+/// memory, each with 64 KiB at [`QNIX_MEM`].
+fn qnixes(n: u16) -> (Mem, Vec<MyriQnix>) {
     use volley_core::cheetah::Segments;
     use volley_core::engine::{Config, Group, Members};
-    use volley_core::qnix::{Name, Qnix, Region, BUSY, DONE};
-    type Q = Qnix<'static, MyriNic, volley_core::time::StdClock, Segments<'static>>;
-    const N: u16 = 4;
-    let (_mem, nics) = cluster_on(Geometry::new(N as u32, 8, 2048).unwrap());
+    use volley_core::qnix::{Name, Qnix};
+    let (mem, nics) = cluster_on(Geometry::new(n as u32, 8, 2048).unwrap());
     let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
         id: 1,
-        members: Members::Range { first: 0, count: N },
+        members: Members::Range { first: 0, count: n },
     }]);
-    let mut qs: Vec<Q> = nics
+    let mut qs: Vec<MyriQnix> = nics
         .into_iter()
         .enumerate()
         .map(|(i, nic)| {
             let mut cfg = Config::new(7, 1, i as u16);
             cfg.device_barrier = true;
             let clock = volley_core::time::StdClock::default();
-            let mut q = Qnix::new(cfg, groups, N as usize, nic, clock, Segments::new()).unwrap();
-            q.register(Name::new(5, i as i32), 5, N as i32).unwrap();
+            let mut seg = Segments::new();
+            assert_eq!(seg.expose(Vec::leak(vec![0u8; 64 * 1024])), QNIX_MEM);
+            let mut q = Qnix::new(cfg, groups, n as usize, nic, clock, seg).unwrap();
+            q.register(Name::new(5, i as i32), 5, n as i32).unwrap();
             q
         })
         .collect();
-    let poll_until = |qs: &mut [Q], what: &str, done: &dyn Fn(&[Q]) -> bool| {
-        let t0 = std::time::Instant::now();
-        while !done(qs) {
-            assert!(t0.elapsed().as_secs() < 20, "{what}");
-            for q in qs.iter_mut() {
-                q.step();
-            }
+    let mut reg = vec![false; n as usize];
+    qnix_steps(&mut qs, "registration", &mut |qs| {
+        for (r, q) in reg.iter_mut().zip(qs.iter_mut()) {
+            *r = *r || q.registered().unwrap();
         }
-    };
-    let mut reg = [false; N as usize];
-    poll_until(&mut qs, "registration", &|_| true);
-    while !reg.iter().all(|&r| r) {
-        for (i, q) in qs.iter_mut().enumerate() {
-            reg[i] = reg[i] || q.registered().unwrap();
+        reg.iter().all(|&r| r)
+    });
+    (mem, qs)
+}
+
+/// Steps every process in turn until `done`, failing after 20 s.
+fn qnix_steps(qs: &mut [MyriQnix], what: &str, done: &mut dyn FnMut(&mut [MyriQnix]) -> bool) {
+    let t0 = std::time::Instant::now();
+    while !done(qs) {
+        assert!(t0.elapsed().as_secs() < 20, "{what}");
+        for q in qs.iter_mut() {
+            q.step();
         }
     }
+}
+
+/// A posting call runs only the transmit half of the NIC step, but every eighth
+/// post in a row runs all of it: a program that spins on a receive's doorbell
+/// calling only posting functions (no NIC thread) still gets its message.
+#[test]
+fn a_qnix_process_spinning_on_a_doorbell_while_posting_still_receives() {
+    use volley_core::qnix::{Name, Region, BUSY, DONE};
+    let (_mem, mut qs) = qnixes(2);
+    let (from, to) = (Name::new(5, 0), Name::new(5, 1));
+    let r = qs[1]
+        .recv_context(from, 1, true, 0, 8, Region::Segments(vec![(QNIX_MEM, 8)]))
+        .unwrap();
+    qs[1].receive(r).unwrap();
+    let s = qs[0]
+        .send_context(to, 1, false, 0, 8, Region::Data(b"doorbell".to_vec()))
+        .unwrap();
+    qs[0].send_short(s).unwrap();
+    let mut posts = 0;
+    while qs[1].recv_doorbell(r) == BUSY && posts < 40 {
+        // Only posting calls: receives for messages that never come.
+        let other = qs[1]
+            .recv_context(
+                from,
+                100 + posts,
+                false,
+                0,
+                8,
+                Region::Segments(vec![(QNIX_MEM + 64, 8)]),
+            )
+            .unwrap();
+        qs[1].receive(other).unwrap();
+        posts += 1;
+    }
+    assert_eq!(qs[1].recv_doorbell(r), DONE, "after {posts} posts");
+    assert!(posts <= 8, "{posts} posts");
+    assert_eq!(qs[1].poll_for_receive(r), Ok(8));
+    assert_eq!(&qs[1].memory().segment(QNIX_MEM).unwrap()[..8], b"doorbell");
+}
+
+/// QNIX's `qx_barrier` on the application's group, the whole fabric, runs in NIC
+/// memory: nobody's doorbell rings before the last member has arrived, and no frame
+/// carries a token. A group formed with `join_group` keeps its own barrier over
+/// packets (its barriers may interleave with others' differently at each member).
+#[test]
+fn qx_barrier_on_the_whole_application_runs_in_nic_memory() {
+    use volley_core::qnix::{Name, Region, BUSY, DONE};
+    type Q = MyriQnix;
+    const N: u16 = 4;
+    let (_mem, mut qs) = qnixes(N);
+    let poll_until = |qs: &mut [Q], what: &str, done: &dyn Fn(&[Q]) -> bool| {
+        qnix_steps(qs, what, &mut |qs| done(qs))
+    };
     let ctx = |q: &mut Q| {
         q.send_context(Name::new(5, 0), 0, true, 0, 0, Region::None)
             .unwrap()
