@@ -1127,24 +1127,11 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// posting only, without the NIC thread, still sees its messages arrive.
     fn post_step(&mut self) {
         self.posts_since_step += 1;
-        while let Some(cmd) = self.queue.pop_front() {
-            self.stats.commands += 1;
-            self.consume(cmd);
-        }
+        self.consume_queue();
         // A barrier starts now: its first token (or its arrival in NIC memory)
         // need not wait for the caller's first poll.
         self.advance_barriers();
-        let started = self.start_puts();
-        if self.transmit() || started {
-            let now = self.clock.now();
-            let mut gate = Gate {
-                mem: &mut self.mem,
-                armed: &self.armed,
-                rung: &mut self.rung,
-            };
-            self.engine
-                .poll_transmit_mem(now, &mut self.dev, None, &mut gate);
-        }
+        self.send_out(None);
         if !self.tx.is_empty() || self.posts_since_step >= POSTS_PER_STEP {
             self.step();
         }
@@ -1370,12 +1357,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             self.last_keepalive = now;
             self.engine.keepalive_all(now);
         }
-        let mut busy = false;
-        while let Some(cmd) = self.queue.pop_front() {
-            self.stats.commands += 1;
-            self.consume(cmd);
-            busy = true;
-        }
+        let mut busy = self.consume_queue();
         let mut gate = Gate {
             mem: &mut self.mem,
             armed: &self.armed,
@@ -1387,18 +1369,38 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         busy |= self.settle_rendezvous();
         busy |= self.advance_barriers();
         self.check_joins();
-        let started = self.start_puts();
-        if self.transmit() || started {
-            busy = true;
-            let mut gate = Gate {
-                mem: &mut self.mem,
-                armed: &self.armed,
-                rung: &mut self.rung,
-            };
-            self.engine
-                .poll_transmit_mem(now, &mut self.dev, None, &mut gate);
-        }
+        busy |= self.send_out(Some(now));
         busy
+    }
+
+    /// Consumes the command queue; whether there was anything in it.
+    fn consume_queue(&mut self) -> bool {
+        let mut any = false;
+        while let Some(cmd) = self.queue.pop_front() {
+            self.stats.commands += 1;
+            self.consume(cmd);
+            any = true;
+        }
+        any
+    }
+
+    /// Starts granted puts and packetises the transmit queue, then has the engine
+    /// send what that made (at `now`, read here if `None`: only then); whether there
+    /// was anything.
+    fn send_out(&mut self, now: Option<Instant>) -> bool {
+        let started = self.start_puts();
+        if !(self.transmit() || started) {
+            return false;
+        }
+        let now = now.unwrap_or_else(|| self.clock.now());
+        let mut gate = Gate {
+            mem: &mut self.mem,
+            armed: &self.armed,
+            rung: &mut self.rung,
+        };
+        self.engine
+            .poll_transmit_mem(now, &mut self.dev, None, &mut gate);
+        true
     }
 
     fn consume(&mut self, cmd: Command) {
