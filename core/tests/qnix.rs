@@ -956,3 +956,20 @@ fn garbage_from_processes_of_the_job_never_panics_a_receiver() {
         "garbage reached QNIX's rules: {s:?}"
     );
 }
+
+/// An application of one process is the whole fabric: its barrier is the engine's,
+/// and it completes at once.
+#[test]
+fn a_barrier_of_one_process_completes() {
+    let seed = 0x1b1;
+    let mut sim = make_sim(&app(1), seed, FaultConfig::default());
+    let q = &mut sim.nodes[0];
+    for _ in 0..3 {
+        let c = q
+            .send_context(Name::new(5, 0), 0, true, 0, 0, Region::None)
+            .unwrap();
+        q.barrier(c, 5, 1).unwrap();
+        assert_eq!(q.poll_for_send(c), Ok(()), "seed {seed:#x}");
+    }
+    assert_eq!((q.stats().barriers, q.stats().engine_barriers), (3, 3));
+}
