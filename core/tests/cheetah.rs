@@ -1,6 +1,7 @@
 //! Cheetah core in the simulator: puts and gets with both bells under loss, hostile
 //! addresses refused with the target untouched, invocations short and long, a
-//! handler that puts, self operations, a dead peer. Every test prints its seed.
+//! handler that puts, self operations, a dead peer, contexts sending garbage. Every
+//! test prints its seed.
 
 use volley_core::cheetah::{Segments, AINVOKE_MAX};
 use volley_core::engine::{Config, Error};
@@ -358,4 +359,83 @@ fn a_ring_of_no_bytes_rings_the_remote_bell_once_in_order_and_is_checked() {
     assert_eq!(bell_of(&mut sim.nodes[2], 7), 0, "seed {seed:#x}");
     assert_eq!(sim.nodes[0].ring(0, 7 << 40), Err(Error::BadAddress));
     assert_eq!(sim.nodes[0].ring(9, bell(7)), Err(Error::UnknownNode));
+}
+
+/// Contexts that send garbage straight through their engines: invocation packets
+/// with any tag but the handlers' (those are the program's to check), lengths at
+/// their extremes (0, one packet, over `AINVOKE_MAX`, 4 GiB), starts of long
+/// invocations never finished, continuation bytes with no invocation, truncated
+/// heads. The target never panics, and a third context's invocation and put still
+/// land whole after each burst.
+#[test]
+fn garbage_from_contexts_never_panics_a_target() {
+    let seed = std::env::var("VOLLEY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0xc4a1_u64);
+    eprintln!("VOLLEY_SEED={seed}");
+    let mut sim = make_sim(4, seed, FaultConfig::default());
+    let mut rng = volley_core::rng::Rng::new(seed);
+    let mut sent = 0;
+    for round in 0..30u64 {
+        for k in 0..40 {
+            let c = &mut sim.nodes[if k % 2 == 0 { 0 } else { 3 }];
+            let e = c.engine_mut();
+            let Ok(p) = e.packet_alloc() else { break };
+            let size = e.packet_size();
+            let b = e.packet_mut(p).unwrap();
+            let len = if rng.chance(0.2) {
+                rng.below(8) as usize
+            } else {
+                8 + rng.below((size - 8) as u64) as usize
+            };
+            let tag = match rng.below(3) {
+                0 => 99,
+                1 => i32::MIN,
+                _ => (rng.next_u64() as i32) | 0x100,
+            };
+            let want: u32 = match rng.below(5) {
+                0 => 0,
+                1 => rng.below(size as u64) as u32,
+                2 => rng.below(AINVOKE_MAX as u64) as u32,
+                3 => AINVOKE_MAX as u32 + 1,
+                _ => u32::MAX,
+            };
+            b[..4].copy_from_slice(&tag.to_be_bytes());
+            b[4..8].copy_from_slice(&want.to_be_bytes());
+            for x in b[8..len.max(8)].iter_mut() {
+                *x = rng.next_u64() as u8;
+            }
+            if e.launch_unicast(p, 1, len).is_err() {
+                e.packet_free(p).unwrap();
+            } else {
+                sent += 1;
+            }
+        }
+        let later = sim.now() + Duration::from_millis(5);
+        let _ = sim.run_until(later, |_, _| false);
+        // Context 2's invocation (tag 2 stores it at the target and rings bell 5)
+        // and a put into the target land whole.
+        let buf = pattern(seed ^ round, 3000);
+        let before = bell_of(&mut sim.nodes[1], 5);
+        sim.nodes[2].ainvoke(1, 2, &buf, 0).unwrap();
+        let src = pattern(round, 500);
+        data_mut(&mut sim.nodes[2])[200_000..200_500].copy_from_slice(&src);
+        let put_bell = bell_of(&mut sim.nodes[1], 7);
+        sim.nodes[2]
+            .put(1, DATA + 10_000, DATA + 200_000, 500, 0, bell(7))
+            .unwrap();
+        until(&mut sim, 30, |nodes, _| {
+            bell_of(&mut nodes[1], 5) == before + 1 && bell_of(&mut nodes[1], 7) == put_bell + 1
+        });
+        assert!(data(&sim.nodes[1])[..3000] == buf[..], "round {round}");
+        assert!(
+            data(&sim.nodes[1])[10_000..10_500] == src[..],
+            "round {round}"
+        );
+    }
+    assert!(sent > 600, "garbage sent: {sent}");
+    // Every garbage packet reached the target's invocation reassembly.
+    let got = sim.nodes[1].engine().stats().delivered;
+    assert!(got >= sent, "{got} of {sent} garbage packets delivered");
 }
