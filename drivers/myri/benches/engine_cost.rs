@@ -1,14 +1,17 @@
 //! The engine's own cost per message, without a second core: two GAMMA endpoints on
 //! one Myrinet-like region in one thread take turns, so every poll finds its frame
-//! and no time goes to waiting. The reference row is the same region's raw ring
-//! (a frame written and read, no engine).
+//! and no time goes to waiting. The same for LFC and QNIX, and QNIX's barrier in NIC
+//! memory. The reference row is the same region's raw ring (a frame written and
+//! read, no engine).
 //!
 //! `cargo bench -p volley-myri --bench engine_cost [-- ITERS]` prints the median of 9
 //! rounds, nanoseconds per one-way message (send + receive + handler), and of one
-//! empty poll. Under callgrind, with `ITERS send` or `ITERS flowctl` as arguments
-//! (`valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*measured_gamma*'`),
-//! the instruction count divided by `18 * ITERS` (9 rounds of `2 * ITERS` messages)
-//! is the instructions per message, both ends included.
+//! empty poll. Under callgrind, with `ITERS ROW` as arguments, where `ROW` is
+//! `send`, `flowctl`, `lfc`, `qnix`, `qnix_barrier` or `idle` (that row alone), and
+//! `--toggle-collect='*measured_gamma*'` (`measured_lfc`, `measured_qnix`,
+//! `measured_qnix_barrier`, `measured_idle`) with `--collect-atstart=no`, the
+//! instruction count divided by `18 * ITERS` (9 rounds of `2 * ITERS` messages; of
+//! `9 * ITERS` barriers or polls) is the cost per message, both ends included.
 
 use std::alloc::{alloc_zeroed, Layout};
 use std::hint::black_box;
