@@ -81,7 +81,7 @@ fn put_back(c: &mut Node, who: u16, _tag: i32, buf: &[u8]) {
 use volley_core::engine::Memory;
 
 mod common;
-use common::{groups, xorshift as pattern};
+use common::{groups, launch_garbage, xorshift as pattern};
 
 #[test]
 fn put_ring_under_loss_rings_both_bells() {
@@ -379,16 +379,8 @@ fn garbage_from_contexts_never_panics_a_target() {
     let mut sent = 0;
     for round in 0..30u64 {
         for k in 0..40 {
-            let c = &mut sim.nodes[if k % 2 == 0 { 0 } else { 3 }];
-            let e = c.engine_mut();
-            let Ok(p) = e.packet_alloc() else { break };
+            let e = sim.nodes[if k % 2 == 0 { 0 } else { 3 }].engine_mut();
             let size = e.packet_size();
-            let b = e.packet_mut(p).unwrap();
-            let len = if rng.chance(0.2) {
-                rng.below(8) as usize
-            } else {
-                8 + rng.below((size - 8) as u64) as usize
-            };
             let tag = match rng.below(3) {
                 0 => 99,
                 1 => i32::MIN,
@@ -401,15 +393,12 @@ fn garbage_from_contexts_never_panics_a_target() {
                 3 => AINVOKE_MAX as u32 + 1,
                 _ => u32::MAX,
             };
-            b[..4].copy_from_slice(&tag.to_be_bytes());
-            b[4..8].copy_from_slice(&want.to_be_bytes());
-            for x in b[8..len.max(8)].iter_mut() {
-                *x = rng.next_u64() as u8;
-            }
-            if e.launch_unicast(p, 1, len).is_err() {
-                e.packet_free(p).unwrap();
-            } else {
-                sent += 1;
+            let mut head = [0u8; 8];
+            head[..4].copy_from_slice(&tag.to_be_bytes());
+            head[4..].copy_from_slice(&want.to_be_bytes());
+            match launch_garbage(e, &mut rng, 1, &head) {
+                None => break,
+                Some(ok) => sent += u64::from(ok),
             }
         }
         let later = sim.now() + Duration::from_millis(5);

@@ -15,7 +15,7 @@ use volley_core::sim::{Sim, SimConfig, SimQnix};
 use volley_core::time::{Duration, Instant};
 
 mod common;
-use common::{groups, xorshift as pattern};
+use common::{groups, launch_garbage, xorshift as pattern};
 
 type Node = SimQnix<'static, Segments<'static>>;
 
@@ -886,34 +886,21 @@ fn garbage_from_processes_of_the_job_never_panics_a_receiver() {
     for round in 0..40 {
         let garbage_rx = post(&mut sim.nodes[1], 0, 7, 0);
         for k in 0..50 {
-            let q = &mut sim.nodes[if k % 2 == 0 { 0 } else { 3 }];
-            let e = q.engine_mut();
-            let Ok(p) = e.packet_alloc() else { break };
-            let size = e.packet_size();
-            let b = e.packet_mut(p).unwrap();
-            let len = if rng.chance(0.2) {
-                rng.below(16) as usize
-            } else {
-                16 + rng.below((size - 16) as u64) as usize
-            };
-            b[0] = rng.below(11) as u8;
-            b[1..4].fill(0);
+            let mut head = [0u8; 16];
+            head[0] = rng.below(11) as u8;
             for i in 0..3 {
                 let v = extreme(&mut rng);
-                b[4 + 4 * i..8 + 4 * i].copy_from_slice(&v.to_be_bytes());
+                head[4 + 4 * i..8 + 4 * i].copy_from_slice(&v.to_be_bytes());
             }
             if rng.chance(0.7) {
                 // A length a message could have: the packets after it are its body.
                 let c = rng.below(5000) as u32;
-                b[12..16].copy_from_slice(&c.to_be_bytes());
+                head[12..16].copy_from_slice(&c.to_be_bytes());
             }
-            for x in b[16..len.max(16)].iter_mut() {
-                *x = rng.next_u64() as u8;
-            }
-            if e.launch_unicast(p, 1, len).is_err() {
-                e.packet_free(p).unwrap();
-            } else {
-                sent += 1;
+            let e = sim.nodes[if k % 2 == 0 { 0 } else { 3 }].engine_mut();
+            match launch_garbage(e, &mut rng, 1, &head) {
+                None => break,
+                Some(ok) => sent += u64::from(ok),
             }
         }
         let later = sim.now() + Duration::from_millis(5);

@@ -3,9 +3,11 @@
 // Each test file uses its own part of this.
 #![allow(dead_code)]
 
-use volley_core::engine::{Group, Members};
+use volley_core::engine::{Engine, Group, Members};
 use volley_core::phy::FaultConfig;
+use volley_core::rng::Rng;
 use volley_core::time::Duration;
+use volley_core::NodeId;
 
 /// One group, id 1, of instances `0..n`.
 pub fn groups(n: u16) -> &'static [Group<'static>] {
@@ -37,4 +39,27 @@ pub fn xorshift(seed: u64, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// Launches one garbage packet from `e` to instance `to`: `head` first, then random
+/// bytes, the whole cut to a random length (a fifth of the time inside the head).
+/// `None` when `e` has no packet free; else whether it was launched.
+pub fn launch_garbage(e: &mut Engine<'_>, rng: &mut Rng, to: NodeId, head: &[u8]) -> Option<bool> {
+    let p = e.packet_alloc().ok()?;
+    let (size, h) = (e.packet_size(), head.len());
+    let len = if rng.chance(0.2) {
+        rng.below(h as u64) as usize
+    } else {
+        h + rng.below((size - h) as u64) as usize
+    };
+    let b = e.packet_mut(p).unwrap();
+    b[..h].copy_from_slice(head);
+    for x in b[h..len.max(h)].iter_mut() {
+        *x = rng.next_u64() as u8;
+    }
+    if e.launch_unicast(p, to, len).is_err() {
+        e.packet_free(p).unwrap();
+        return Some(false);
+    }
+    Some(true)
 }
