@@ -1003,3 +1003,77 @@ fn single_frame_messages_skip_the_assembly_and_keep_the_order() {
     assert_eq!(b.state().len(), 16);
     assert_eq!(b.stats().lost, 0);
 }
+
+/// `send_now_reliable` sends a short reliable message at once from a copy (the
+/// caller's buffer is free on return), never ahead of a message queued before it
+/// and never without an eager buffer for the copy; a lost frame is sent again from
+/// the copy and lands once; a peer that never answers is reported through the port.
+#[test]
+fn a_short_reliable_send_goes_at_once_from_a_copy_and_survives_loss() {
+    let mut rings = rings();
+    let (mut a, mut b) = (engine(7, 0), engine(7, 1));
+    let mut setup = out(1, 2);
+    setup.err = true;
+    a.bind_port(1, setup).unwrap();
+    b.bind_port(2, input(leak(4096), BufferKind::GoBack, 0))
+        .unwrap();
+    let now = Instant::ZERO;
+    a.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
+    let send = |a: &mut TE, rings: &mut Rings, head: &[u8], body: &[u8]| {
+        a.e.send_now_reliable(now, &mut Loopback::new(rings, NodeAddr(0)), 1, head, body)
+    };
+    // No channel to node 1 yet: the general path opens it.
+    assert!(!send(&mut a, &mut rings, b"", b"x"));
+    assert_eq!(rings[1].len(), 0);
+    let long: &'static [u8] = Vec::leak(std::vec![9u8; 2000]);
+    let h = a.start_send(1, b"", Body::Borrowed(long), true).unwrap();
+    // Queued before it and not yet sent: it must wait its turn.
+    assert!(!send(&mut a, &mut rings, b"", b"second"));
+    run(&mut [&mut a, &mut b], &mut rings, |es| {
+        es[0].send_status(h) == Ok(SendStatus::Done) && es[0].is_quiescent()
+    });
+    a.release(h).unwrap();
+    let mut want: Vec<Vec<u8>> = std::vec![long.to_vec()];
+    // Idle channel: the frame is in the ring when the call returns.
+    let mut buf = *b"third";
+    assert!(send(&mut a, &mut rings, b"hd", &buf));
+    assert_eq!(rings[1].len(), 1);
+    buf.copy_from_slice(b"XXXXX");
+    let mut buf = *b"fourth";
+    assert!(send(&mut a, &mut rings, b"", &buf));
+    buf.copy_from_slice(b"YYYYYY");
+    // Both lost on the way: the timer sends them again from their copies.
+    rings[1] = Ring::new();
+    want.push(b"hdthird".to_vec());
+    want.push(b"fourth".to_vec());
+    // Four eager buffers: two taken, two more copies fit, then none.
+    for m in [&b"fifth"[..], b"sixth"] {
+        assert!(send(&mut a, &mut rings, b"", m));
+        want.push(m.to_vec());
+    }
+    assert!(
+        !send(&mut a, &mut rings, b"", b"seventh"),
+        "no eager buffer left for the copy"
+    );
+    assert_eq!(a.bufs.eager_free, 0);
+    rings[1] = Ring::new();
+    run(&mut [&mut a, &mut b], &mut rings, |es| {
+        es[1].state().len() == want.len() && es[0].is_quiescent()
+    });
+    let got: Vec<Vec<u8>> = b.state().iter().map(|e| e.1.clone()).collect();
+    assert_eq!(got, want, "every message once, in the order sent");
+    assert!(a.stats().retransmits >= 4, "{:?}", a.stats());
+    assert_eq!(a.bufs.eager_free, 4, "the acks freed every copy");
+    assert!(a.ops.iter().all(|o| o.state == OpState::Free));
+    // Node 1 goes silent: the detached send fails through the port.
+    assert!(send(&mut a, &mut rings, b"", b"to the dead"));
+    let mut t = Instant::from_millis(1);
+    while a.state().is_empty() {
+        a.poll(t, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
+        rings[1] = Ring::new();
+        t += Duration::from_micros(10);
+        assert!(t < Instant::from_millis(100), "no failure reported");
+    }
+    assert_eq!(a.state()[0].2, Some(Errno::SendFailure));
+    assert_eq!(a.bufs.eager_free, 4, "the failed send's copy is back");
+}

@@ -146,6 +146,118 @@ impl<'a> Engine<'a> {
         self.transmit_only(now, dev, ci, None)
     }
 
+    /// Sends a reliable message that fits one frame at once, from a copy in an
+    /// eager buffer, when its channel has nothing queued, nothing to resend and room
+    /// in the peer's window: the frame leaves in this call, no queue and no pass
+    /// over the channels. The send is detached (see [`Engine::detach`]): the ack frees
+    /// the copy, and a failure is reported through the port's error handler or error
+    /// semaphore. `false` when it does not apply, no eager buffer or slot is free, or
+    /// the device has no room; nothing has happened then, and
+    /// [`Engine::start_send_eager`] or [`Engine::start_send`] takes the message.
+    pub fn send_now_reliable<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        port: PortId,
+        head: &[u8],
+        body: &[u8],
+    ) -> bool {
+        let Some(dest) = self.ports.get(port as usize).and_then(|p| p.dest) else {
+            return false;
+        };
+        // Handlers' sends and board broadcasts go first (as in `transmit_only`).
+        let alone = self.outbox.len == 0
+            && self.board_head == NONE
+            && self.gate.len == 0
+            && self.gate.waits == 0
+            && !self.cuts;
+        if !alone || dest.node == BROADCAST || head.len() > HEAD_MAX {
+            return false;
+        }
+        let Ok(addr) = self.addr_of(dest.group, dest.node) else {
+            return false;
+        };
+        let ci = match self.peer_map.get(addr.0 as usize) {
+            Some(&ci) if ci != NONE => ci as usize,
+            _ => return false,
+        };
+        let total = head.len() + body.len();
+        let max = max_payload(&self.cfg, &self.caps);
+        let ch = &self.chans[ci];
+        let ready = ch.in_use
+            && !ch.failed
+            && ch.q_head == NONE
+            && ch.ctrl_len == 0
+            && !ch.resend_any
+            && ch.can_send_new();
+        if !ready || max == 0 || total > max || body.len() > EAGER_MAX {
+            return false;
+        }
+        let Some(eager) = self.bufs.eager_copy(body, 0) else {
+            return false;
+        };
+        let Ok(oi) = self.alloc_op() else {
+            self.bufs.give_eager(eager);
+            return false;
+        };
+        let Engine {
+            chans,
+            ops,
+            bufs,
+            cfg,
+            caps,
+            stats,
+            ..
+        } = self;
+        let ch = &mut chans[ci];
+        let op = &mut ops[oi];
+        let gen = op.gen;
+        *op = Op::EMPTY;
+        op.gen = gen;
+        op.state = OpState::Active;
+        op.reliable = true;
+        op.head[..head.len()].copy_from_slice(head);
+        op.head_len = head.len() as u8;
+        op.eager = eager;
+        op.total = total as u32;
+        op.src_port = port;
+        op.dest = dest;
+        op.chan = ci as u16;
+        op.next = NONE;
+        op.msg_id = ch.next_msg;
+        let seq = ch.snd_nxt;
+        let o = &ops[oi];
+        let pieces = match bufs.eager.get(eager as usize) {
+            Some(b) => o.pieces(&b.data[..body.len()], 0, total),
+            None => [&[][..], &[][..]],
+        };
+        let mut tx = Tx::new(dev, now, caps, cfg, stats, bufs);
+        if !tx.data(ch, o, seq, 0, pieces, true, false) {
+            ops[oi].state = OpState::Free;
+            bufs.give_eager(eager);
+            return false;
+        }
+        ch.next_msg = ch.next_msg.wrapping_add(1);
+        ch.push_timed(
+            Slot::Data {
+                op: oi as u16,
+                offset: 0,
+                len: total as u16,
+            },
+            now,
+        );
+        let op = &mut ops[oi];
+        op.framed = total as u32;
+        op.started = true;
+        op.unacked = 1;
+        op.detached = true;
+        if ch.rto_at.is_none() {
+            ch.rto_at = Some(now + ch.rto);
+        }
+        dev.flush(now);
+        true
+    }
+
     /// Sends a best-effort message that fits one frame at once, when nothing is
     /// queued before it on its channel: no op, no queue, no pass over the channels.
     /// Most small sends take this path. `false` when it does not apply or the device

@@ -436,11 +436,15 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         reliable: bool,
     ) -> Result<usize, Error> {
         user_port(port)?;
-        if !reliable {
-            let now = self.clock.now();
-            if self.engine.send_now(now, &mut self.dev, port, head, body) {
-                return Ok(head.len() + body.len());
-            }
+        let now = self.clock.now();
+        let sent = if reliable {
+            self.engine
+                .send_now_reliable(now, &mut self.dev, port, head, body)
+        } else {
+            self.engine.send_now(now, &mut self.dev, port, head, body)
+        };
+        if sent {
+            return Ok(head.len() + body.len());
         }
         // A small reliable message is copied into the engine (eager): the call returns
         // once it is on the wire, and the ack rides on whatever the receiver sends back.
