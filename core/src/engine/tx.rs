@@ -193,11 +193,12 @@ impl<'a> Engine<'a> {
         if !ready || max == 0 || total > max || body.len() > EAGER_MAX {
             return false;
         }
-        let Some(eager) = self.bufs.eager_copy(body, 0) else {
+        // The copy is taken once the frame is out (it is needed only to send again):
+        // the receiver does not wait for it.
+        let Some(eager) = self.bufs.free_eager() else {
             return false;
         };
         let Ok(oi) = self.alloc_op() else {
-            self.bufs.give_eager(eager);
             return false;
         };
         let Engine {
@@ -218,25 +219,24 @@ impl<'a> Engine<'a> {
         op.reliable = true;
         op.head[..head.len()].copy_from_slice(head);
         op.head_len = head.len() as u8;
-        op.eager = eager;
         op.total = total as u32;
         op.src_port = port;
         op.dest = dest;
         op.chan = ci as u16;
         op.next = NONE;
         op.msg_id = ch.next_msg;
+        op.eager = eager as u16;
         let seq = ch.snd_nxt;
         let o = &ops[oi];
-        let pieces = match bufs.eager.get(eager as usize) {
-            Some(b) => o.pieces(&b.data[..body.len()], 0, total),
-            None => [&[][..], &[][..]],
-        };
         let mut tx = Tx::new(dev, now, caps, cfg, stats, bufs);
-        if !tx.data(ch, o, seq, 0, pieces, true, false) {
+        if !tx.data(ch, o, seq, 0, o.pieces(body, 0, total), true, false) {
             ops[oi].state = OpState::Free;
-            bufs.give_eager(eager);
             return false;
         }
+        dev.flush(now);
+        let b = &mut bufs.eager[eager];
+        b.data[..body.len()].copy_from_slice(body);
+        bufs.take_eager(eager as u16);
         ch.next_msg = ch.next_msg.wrapping_add(1);
         ch.push_timed(
             Slot::Data {
@@ -254,7 +254,6 @@ impl<'a> Engine<'a> {
         if ch.rto_at.is_none() {
             ch.rto_at = Some(now + ch.rto);
         }
-        dev.flush(now);
         true
     }
 
