@@ -473,6 +473,23 @@ impl<'a> Engine<'a> {
     /// Whether multicast packets go through the device's board (see `board`): it
     /// reaches every instance of our group and holds the frame, and no multicast of
     /// ours ever went down a tree (one path, so members get them in launch order).
+    /// Whether [`Engine::launch_multicast`] of a `len`-byte packet to every
+    /// instance ([`MCAST_ALL`]) would go through this instance's board (written
+    /// once in NIC memory, read there by every other instance; no relays): the
+    /// device has one for the whole group and no packet tree was used.
+    pub fn board_takes_packet(&self, len: usize) -> bool {
+        len <= self.packet_size() && self.packet_board_fits(len)
+    }
+
+    /// Packets launched to one instance ([`Engine::launch_unicast`],
+    /// [`Engine::launch_internal`]) that are not acknowledged yet: a personality
+    /// that must not let a board packet overtake them waits for none.
+    pub fn unicast_packets_unacked(&self) -> bool {
+        self.ops.iter().any(|o| {
+            o.state == OpState::Active && o.kind == Kind::Packet && o.dest.node != BROADCAST
+        })
+    }
+
     fn packet_board_fits(&self, len: usize) -> bool {
         let tag = if self.cfg.auth_key.is_some() {
             wire::TAG_LEN

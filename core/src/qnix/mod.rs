@@ -54,7 +54,8 @@ use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use crate::engine::{
-    Access, Capacity, Config, Delivery, Engine, Error, Group, Memory, RmaFailure, Storage,
+    Access, Capacity, Config, Delivery, Engine, Error, Group, Memory, RmaFailure, Storage, Tree,
+    MCAST_ALL,
 };
 use crate::phy::Device;
 use crate::time::{Clock, Duration, Instant};
@@ -322,6 +323,9 @@ enum TxData {
 #[derive(Debug)]
 struct TxJob {
     dests: Vec<NodeId>,
+    /// A message to every other process, written once on this process's board in
+    /// NIC memory (see [`Qnix::board_reaches`]).
+    board: bool,
     at: usize,
     off: usize,
     started: bool,
@@ -340,6 +344,28 @@ enum Target {
     Buffer(Vec<u8>),
     /// The data of a rendezvous request kept early (the sender's context).
     Early(i32, Vec<u8>),
+    /// A message its sender sent after a board broadcast not taken here yet (the
+    /// count of those before it): kept until that broadcast is taken.
+    Parked(u16, Vec<u8>),
+}
+
+/// What a sender sent after a board broadcast that has not been taken here yet.
+#[derive(Debug)]
+struct Parked {
+    /// The sender's board broadcasts before it.
+    bc: u16,
+    item: ParkedItem,
+}
+
+#[derive(Debug)]
+enum ParkedItem {
+    Msg { tag: i32, data: Vec<u8> },
+    Rts { a: i32, b: i32, c: u32 },
+}
+
+/// Whether board-broadcast count `a` is past `b` (counts wrap).
+fn ahead(a: u16, b: u16) -> bool {
+    (a.wrapping_sub(b) as i16) > 0
 }
 
 /// A message arriving from one source.
@@ -517,6 +543,11 @@ pub struct QnixStats {
     pub engine_barriers: u64,
     /// Messages sent by rendezvous (a put into the receiver's granted region).
     pub rendezvous: u64,
+    /// Broadcasts (and multicasts to every other process) written once on this
+    /// process's board in NIC memory rather than sent to each member.
+    pub board_broadcasts: u64,
+    /// Messages kept back because they overtook their sender's board broadcast.
+    pub parked: u64,
 }
 
 /// One QNIX process.
@@ -539,6 +570,12 @@ pub struct Qnix<'a, D, C, M> {
     queue: VecDeque<Command>,
     tx: VecDeque<TxJob>,
     rx: Vec<RxPartial>,
+    /// Board broadcasts sent; per sender, those taken; per sender, what it sent
+    /// after one not taken yet, in order (see [`Qnix::board_reaches`]).
+    bc_sent: u16,
+    bc_taken: Vec<u16>,
+    parked: Vec<VecDeque<Parked>>,
+    parked_bytes: usize,
     posted: Vec<usize>,
     unexpected: VecDeque<Unexpected>,
     unexpected_bytes: usize,
@@ -651,6 +688,14 @@ fn parse_head(p: &[u8]) -> Option<(u8, i32, i32, u32)> {
     ))
 }
 
+/// The sender's board-broadcast count in the head of packet `d`.
+fn bc_of(engine: &Engine<'_>, d: Delivery) -> u16 {
+    engine
+        .packet(d.packet)
+        .and_then(|p| p.get(1..3))
+        .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]))
+}
+
 impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// A process on endpoint `cfg.node` of a fabric of `fabric_nodes` endpoints,
     /// reaching program memory through `mem`; not registered yet ([`Qnix::register`]).
@@ -701,6 +746,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             queue: VecDeque::with_capacity(QUEUE),
             tx: VecDeque::new(),
             rx,
+            bc_sent: 0,
+            bc_taken: alloc::vec![0; fabric_nodes],
+            parked: (0..fabric_nodes).map(|_| VecDeque::new()).collect(),
+            parked_bytes: 0,
             posted: Vec::new(),
             unexpected: VecDeque::new(),
             unexpected_bytes: 0,
@@ -1406,6 +1455,16 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     fn consume(&mut self, cmd: Command) {
         match cmd {
             Command::Send { ctx, to, data } => {
+                let len = self.ctxs[SEND][ctx].len;
+                if self.board_reaches(&to, len) {
+                    self.parts[ctx] += 1;
+                    let c = &self.ctxs[SEND][ctx];
+                    let h = head(K_MSG, c.tag, 0, c.len as u32);
+                    let mut job = TxJob::message(to, h, c.len, data, ctx);
+                    job.board = true;
+                    self.tx.push_back(job);
+                    return;
+                }
                 // Destinations reached by rendezvous leave the rest to packets. A
                 // send to nobody (a group of one) is a job with no destination,
                 // which completes at once.
@@ -1487,6 +1546,57 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 busy = true;
                 continue;
             }
+            if job.board {
+                if job.dests.iter().any(|&d| self.dead[d as usize]) {
+                    // Member by member: a dead one fails the send.
+                    job.board = false;
+                    continue;
+                }
+                // Nothing sent to one process before it may arrive after it.
+                if self.engine.unicast_packets_unacked() {
+                    break;
+                }
+                let Ok(id) = self.engine.packet_alloc() else {
+                    break;
+                };
+                let Some(p) = self.engine.packet_mut(id) else {
+                    break;
+                };
+                p[..HEAD].copy_from_slice(&job.head);
+                let body = &mut p[HEAD..HEAD + job.len];
+                let ok = match &job.data {
+                    TxData::Owned(v) => {
+                        body.copy_from_slice(&v[..job.len]);
+                        true
+                    }
+                    TxData::Segments(s) => read_at(&mut self.mem, s, 0, body).is_ok(),
+                };
+                if !ok {
+                    body.fill(0);
+                    job.failed = Some(QxError::Fault);
+                }
+                match self
+                    .engine
+                    .launch_multicast(id, MCAST_ALL, HEAD + job.len, Tree::Binomial)
+                {
+                    Ok(()) => {
+                        self.bc_sent = self.bc_sent.wrapping_add(1);
+                        self.stats.board_broadcasts += 1;
+                        self.stats.messages_sent += job.dests.len() as u64;
+                        job.at = job.dests.len();
+                        busy = true;
+                    }
+                    Err(Error::NoResources) => {
+                        let _ = self.engine.packet_free(id);
+                        break;
+                    }
+                    Err(_) => {
+                        let _ = self.engine.packet_free(id);
+                        job.board = false;
+                    }
+                }
+                continue;
+            }
             let dest = job.dests[job.at];
             let Some((kind, a, b, c)) = parse_head(&job.head) else {
                 break;
@@ -1527,6 +1637,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 break;
             };
             p[..h].copy_from_slice(&job.head[..h]);
+            if h == HEAD {
+                // What it must not overtake at the receiver (see `board_reaches`).
+                p[1..3].copy_from_slice(&self.bc_sent.to_be_bytes());
+            }
             let body = &mut p[h..h + n];
             let ok = match &job.data {
                 TxData::Owned(v) => {
@@ -1586,6 +1700,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             let _ = self.engine.packet_free(d.packet);
             return;
         }
+        if d.multicast {
+            self.take_board(d);
+            return;
+        }
         if self.rx[src].active {
             self.body(d, 0);
             return;
@@ -1608,6 +1726,12 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 .map_or(0, u64::from_be_bytes);
             let _ = self.engine.packet_free(d.packet);
             self.cleared(d.src, a, b, c, addr);
+            return;
+        }
+        let held = (kind == K_MSG || kind == K_RTS) && self.held(d);
+        if kind == K_RTS && held {
+            let _ = self.engine.packet_free(d.packet);
+            self.park(src, d, ParkedItem::Rts { a, b, c });
             return;
         }
         if kind != K_MSG && kind != K_MSG_TO {
@@ -1646,6 +1770,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                         Target::Discard
                     }
                 }
+            }
+            Some(_) if held => {
+                self.stats.parked += 1;
+                Target::Parked(bc_of(&self.engine, d), Vec::with_capacity(len.min(1 << 20)))
             }
             Some(n) => match self.match_posted(n, a) {
                 Some(ctx) => Target::Direct(ctx),
@@ -1690,6 +1818,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                     v.extend_from_slice(p);
                     self.unexpected_bytes += n;
                 }
+                Target::Parked(_, v) => {
+                    v.extend_from_slice(p);
+                    self.parked_bytes += n;
+                }
                 Target::Discard => {}
             }
             st.got += n;
@@ -1720,7 +1852,67 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 self.arrived(src as NodeId, st.tag, v);
             }
             Target::Early(sid, v) => self.early_arrived(src as NodeId, sid, v),
+            Target::Parked(bc, data) => {
+                let item = ParkedItem::Msg { tag: st.tag, data };
+                self.parked[src].push_back(Parked { bc, item });
+                self.release(src);
+            }
             Target::Discard => {}
+        }
+    }
+
+    /// A message or rendezvous request from a process of this application that
+    /// names more of its sender's board broadcasts than were taken here, or comes
+    /// after one that does: it waits for them.
+    fn held(&self, d: Delivery) -> bool {
+        let src = d.src as usize;
+        let ours = self.name_of(d.src).is_some_and(|n| n.ai == self.me.ai);
+        ours && (ahead(bc_of(&self.engine, d), self.bc_taken[src]) || !self.parked[src].is_empty())
+    }
+
+    fn park(&mut self, src: usize, d: Delivery, item: ParkedItem) {
+        let bc = bc_of(&self.engine, d);
+        self.stats.parked += 1;
+        self.parked[src].push_back(Parked { bc, item });
+    }
+
+    /// A broadcast from `d.src`'s board: taken in its place among that sender's
+    /// messages, then what waited for it.
+    fn take_board(&mut self, d: Delivery) {
+        let src = d.src as usize;
+        let ours = self.name_of(d.src).is_some_and(|n| n.ai == self.me.ai);
+        let msg = self
+            .engine
+            .packet(d.packet)
+            .and_then(|p| p.get(..d.len))
+            .and_then(|p| Some((parse_head(p)?, p.get(HEAD..)?.to_vec())));
+        let _ = self.engine.packet_free(d.packet);
+        match msg {
+            Some(((K_MSG, tag, _, len), data)) if ours && len as usize == data.len() => {
+                self.bc_taken[src] = self.bc_taken[src].wrapping_add(1);
+                self.arrived(d.src, tag, data);
+                self.release(src);
+            }
+            _ => self.stats.dropped += 1,
+        }
+    }
+
+    /// Hands on what `src` sent after board broadcasts that are now taken.
+    fn release(&mut self, src: usize) {
+        while let Some(p) = self.parked[src].front() {
+            if ahead(p.bc, self.bc_taken[src]) {
+                break;
+            }
+            let Some(p) = self.parked[src].pop_front() else {
+                break;
+            };
+            match p.item {
+                ParkedItem::Msg { tag, data } => {
+                    self.parked_bytes -= data.len();
+                    self.arrived(src as NodeId, tag, data);
+                }
+                ParkedItem::Rts { a, b, c } => self.control(src as NodeId, K_RTS, a, b, c),
+            }
         }
     }
 
@@ -2163,6 +2355,42 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// group one at a time ([`QxError::Busy`]) while those of different groups may
     /// interleave differently at each member. Another application on the fabric
     /// would have to arrive too, so then the group runs its own barrier.
+    /// Whether a message of `len` bytes to `to` goes once through this process's
+    /// board in NIC memory (the Myrinet-like model's broadcast board, which every
+    /// other process reads) rather than to each member: `to` is every process of
+    /// the fabric but this one, the application is the whole fabric, and the
+    /// message fits one board packet. Others keep going member by member.
+    ///
+    /// QNIX matches a sender's messages in the order sent; a board packet is read
+    /// apart from the rings, so order is kept at both ends. The sender writes it
+    /// only once everything it sent to single processes is acknowledged (so is
+    /// already at its receiver). Every message or rendezvous request it sends
+    /// afterwards carries its count of board broadcasts, and a receiver keeps
+    /// one back (with whatever follows it from that sender) until it has taken
+    /// that many of the sender's board broadcasts.
+    fn board_reaches(&self, to: &[NodeId], len: usize) -> bool {
+        let me = self.engine.config().node as usize;
+        let n = self.engine.size() as usize;
+        if to.len() + 1 != n {
+            return false;
+        }
+        let Some(gi) = self.groups.iter().position(|g| g.name == self.me.ai) else {
+            return false;
+        };
+        if !self.whole_fabric(gi) {
+            return false;
+        }
+        let mut seen = alloc::vec![false; n];
+        seen[me] = true;
+        for &d in to {
+            match seen.get_mut(d as usize) {
+                Some(s) if !*s => *s = true,
+                _ => return false,
+            }
+        }
+        self.engine.board_takes_packet(HEAD + len)
+    }
+
     fn whole_fabric(&self, gi: usize) -> bool {
         let g = &self.groups[gi];
         let n = g.members.len();
@@ -2268,6 +2496,15 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 continue;
             };
             *d = true;
+            // What it sent after a broadcast that never came waits for nothing now.
+            let gone: usize = self.parked[n as usize]
+                .drain(..)
+                .map(|p| match p.item {
+                    ParkedItem::Msg { data, .. } => data.len(),
+                    ParkedItem::Rts { .. } => 0,
+                })
+                .sum();
+            self.parked_bytes -= gone;
             if let Some(name) = self.name_of(n) {
                 let mut k = 0;
                 while k < self.posted.len() {
@@ -2397,6 +2634,7 @@ impl TxJob {
     ) -> Self {
         TxJob {
             dests,
+            board: false,
             at: 0,
             off: 0,
             started: false,

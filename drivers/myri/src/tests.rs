@@ -897,6 +897,122 @@ fn a_qnix_process_spinning_on_a_doorbell_while_posting_still_receives() {
     assert_eq!(&qs[1].memory().segment(QNIX_MEM).unwrap()[..8], b"doorbell");
 }
 
+/// QNIX's broadcast to the whole application (and a multicast to every other
+/// process) is written once on the sender's board in NIC memory, not sent to each
+/// member, and every member still matches the sender's messages in the order sent:
+/// the sends before it, the broadcast, the sends after it (which the rings hand over
+/// before the board is read, and which wait for it). A multicast to some members
+/// and a broadcast too long for the board go member by member.
+#[test]
+fn qnix_broadcast_to_the_whole_application_goes_once_through_the_board_in_order() {
+    use volley_core::qnix::{Name, Region, DONE};
+    const N: u16 = 4;
+    const ROUNDS: u32 = 30;
+    let (_mem, mut qs) = qnixes(N);
+    let tag = 3;
+    let others: Vec<Name> = (1..N as i32).map(|m| Name::new(5, m)).collect();
+    let msg = |what: &str, round: u32| std::format!("{what:<8}{round:08}").into_bytes();
+    let send = |q: &mut MyriQnix, to: Name, data: Vec<u8>| {
+        let len = data.len();
+        q.send_context(to, tag, true, 0, len, Region::Data(data))
+            .unwrap()
+    };
+    for round in 0..ROUNDS {
+        // Every member posts three receives from process 0, all with one tag.
+        let mut rc = vec![[0usize; 3]; N as usize];
+        for m in 1..N as usize {
+            for (k, r) in rc[m].iter_mut().enumerate() {
+                let at = QNIX_MEM + k as u64 * 64;
+                let region = Region::Segments(vec![(at, 16)]);
+                *r = qs[m]
+                    .recv_context(Name::new(5, 0), tag, true, 0, 16, region)
+                    .unwrap();
+                qs[m].receive(*r).unwrap();
+            }
+        }
+        let mut sc = vec![];
+        for &to in &others {
+            let c = send(&mut qs[0], to, msg("before", round));
+            qs[0].send_short(c).unwrap();
+            sc.push(c);
+        }
+        let c = send(&mut qs[0], Name::new(5, 0), msg("all", round));
+        if round % 2 == 0 {
+            qs[0].broadcast_short(c, 5).unwrap();
+        } else {
+            qs[0].multicast_short(c, &others).unwrap();
+        }
+        sc.push(c);
+        for &to in &others {
+            let c = send(&mut qs[0], to, msg("after", round));
+            qs[0].send_short(c).unwrap();
+            sc.push(c);
+        }
+        if round == 0 {
+            // The board waits until what went before it to each member is
+            // acknowledged (already at the member), however long the sender steps.
+            for _ in 0..200 {
+                qs[0].step();
+            }
+            assert_eq!(qs[0].engine().stats().board_tx, 0);
+        }
+        qnix_steps(&mut qs, "three messages each", &mut |qs| {
+            (1..N as usize).all(|m| rc[m].iter().all(|&r| qs[m].recv_doorbell(r) == DONE))
+                && sc.iter().all(|&c| qs[0].send_doorbell(c) == DONE)
+        });
+        for m in 1..N as usize {
+            for (k, what) in ["before", "all", "after"].iter().enumerate() {
+                assert_eq!(qs[m].poll_for_receive(rc[m][k]), Ok(16));
+                let seg = qs[m].memory().segment(QNIX_MEM).unwrap();
+                let got = &seg[k * 64..k * 64 + 16];
+                assert_eq!(
+                    got,
+                    &msg(what, round)[..],
+                    "round {round}, member {m}, receive {k}: {}",
+                    std::string::String::from_utf8_lossy(got)
+                );
+            }
+        }
+        for c in sc {
+            qs[0].poll_for_send(c).unwrap();
+        }
+    }
+    let st = qs[0].stats();
+    assert_eq!(st.board_broadcasts, ROUNDS as u64, "{st:?}");
+    assert_eq!(qs[0].engine().stats().board_tx, ROUNDS as u64);
+    let parked: u64 = qs.iter().map(|q| q.stats().parked).sum();
+    assert!(
+        parked > 0,
+        "no message ever overtook a broadcast: the wait went untested"
+    );
+    // To some members, or too long for a board slot: member by member.
+    let long = vec![7u8; 3000];
+    for (to, data) in [(&others[..2], msg("some", 0)), (&others[..], long.clone())] {
+        let len = data.len();
+        let mut rc = vec![];
+        for (m, q) in qs.iter_mut().enumerate().skip(1).take(to.len()) {
+            let region = Region::Segments(vec![(QNIX_MEM + 1024, len)]);
+            let r = q
+                .recv_context(Name::new(5, 0), tag, true, 0, len, region)
+                .unwrap();
+            q.receive(r).unwrap();
+            rc.push((m, r));
+        }
+        let c = send(&mut qs[0], Name::new(5, 0), data.clone());
+        qs[0].multicast_short(c, to).unwrap();
+        qnix_steps(&mut qs, "member by member", &mut |qs| {
+            rc.iter().all(|&(m, r)| qs[m].recv_doorbell(r) == DONE)
+        });
+        for (m, r) in rc {
+            assert_eq!(qs[m].poll_for_receive(r), Ok(len));
+            let seg = qs[m].memory().segment(QNIX_MEM).unwrap();
+            assert_eq!(&seg[1024..1024 + len], &data[..]);
+        }
+        qs[0].poll_for_send(c).unwrap();
+    }
+    assert_eq!(qs[0].stats().board_broadcasts, ROUNDS as u64);
+}
+
 /// QNIX's `qx_barrier` on the application's group, the whole fabric, runs in NIC
 /// memory: nobody's doorbell rings before the last member has arrived, and no frame
 /// carries a token. A group formed with `join_group` keeps its own barrier over

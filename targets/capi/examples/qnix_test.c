@@ -240,6 +240,37 @@ int main(int argc, char **argv) {
         CHECK(same(pool + 22 * QX_PAGE_SIZE, 1, 77, 31, 64), "multicast differs");
     }
 
+    /* Short sends from 0 to each process, a short broadcast, short sends again, all
+       with tag 32, 20 times: the broadcast may go another way (on shared memory,
+       once through 0's board in NIC memory), yet each process matches 0's messages
+       in the order 0 sent them. */
+    for (int round = 0; round < 20; round++) {
+        if (me == 0) {
+            for (int k = 0; k < 3; k++) {
+                unsigned char msg[64];
+                fill(msg, 0, 3 * round + k, 32, 64);
+                if (k == 1) {
+                    int s = qx_send_context(NULL, 32, 1, 1, 64, -1, (unsigned long *)msg);
+                    CHECK(qx_broadcast_short(s, AI) == 0 && qx_poll_for_send(s) == 0, "bcast");
+                    continue;
+                }
+                for (int q = 1; q < n; q++) {
+                    int to[2] = {AI, q};
+                    int s = qx_send_context(to, 32, 1, 1, 64, -1, (unsigned long *)msg);
+                    CHECK(qx_send_short(s) == 0 && qx_poll_for_send(s) == 0, "send %d", k);
+                }
+            }
+        } else {
+            int r[3];
+            for (int k = 0; k < 3; k++) r[k] = recv_post(AI, 0, 32, 64, 23 + k);
+            for (int k = 0; k < 3; k++) {
+                CHECK(qx_poll_for_receive(r[k]) == 64, "round %d message %d", round, k);
+                CHECK(same(pool + (23 + k) * QX_PAGE_SIZE, 0, 3 * round + k, 32, 64),
+                      "round %d: message %d out of order", round, k);
+            }
+        }
+    }
+
     /* Processes 1, 2 and 3 form group 50 and meet in its barrier three times. */
     if (me >= 1 && me <= 3) {
         int c = qx_send_context(NULL, 0, 1, 0, 0, -1, NULL);
