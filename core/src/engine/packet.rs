@@ -481,15 +481,6 @@ impl<'a> Engine<'a> {
         len <= self.packet_size() && self.packet_board_fits(len)
     }
 
-    /// Packets launched to one instance ([`Engine::launch_unicast`],
-    /// [`Engine::launch_internal`]) that are not acknowledged yet: a personality
-    /// that must not let a board packet overtake them waits for none.
-    pub fn unicast_packets_unacked(&self) -> bool {
-        self.ops.iter().any(|o| {
-            o.state == OpState::Active && o.kind == Kind::Packet && o.dest.node != BROADCAST
-        })
-    }
-
     fn packet_board_fits(&self, len: usize) -> bool {
         let tag = if self.cfg.auth_key.is_some() {
             wire::TAG_LEN

@@ -35,7 +35,9 @@
 //!   `barrier` is a dissemination barrier over a group's members in PI order,
 //!   except on the application's group when the application is the whole fabric:
 //!   that one is the engine's barrier (in NIC memory on the Myrinet-like model);
-//!   `broadcast` sends to every member but the sender, `multicast` to a list.
+//!   `broadcast` sends to every member but the sender, `multicast` to a list;
+//!   to every other process of a whole-fabric application, a short one is written
+//!   once on the sender's board in NIC memory, in each sender's order.
 //! - **Long sends go by rendezvous.** A `send` (and a `broadcast` or `multicast`,
 //!   to each member) of at least [`RENDEZVOUS_MIN`] bytes from one contiguous
 //!   range asks the receiver first. A
@@ -92,7 +94,8 @@ pub const BUSY: i32 = 1;
 pub const DONE: i32 = 2;
 
 /// Bytes in front of a message's first packet and of every control packet:
-/// kind (u8), three reserved bytes, then three big-endian 32-bit fields.
+/// kind (u8), the sender's count of board broadcasts so far (big-endian u16, see
+/// [`Qnix::board_reaches`]), a reserved byte, then three big-endian 32-bit fields.
 const HEAD: usize = 16;
 const K_MSG: u8 = 1;
 const K_REG: u8 = 2;
@@ -298,6 +301,8 @@ enum Command {
         ctx: usize,
         to: Vec<NodeId>,
         data: TxData,
+        /// A broadcast or multicast (which may go through the board).
+        fan: bool,
     },
     Receive {
         ctx: usize,
@@ -361,6 +366,15 @@ struct Parked {
 enum ParkedItem {
     Msg { tag: i32, data: Vec<u8> },
     Rts { a: i32, b: i32, c: u32 },
+}
+
+/// A board broadcast taken before the packets its sender sent here ahead of it.
+#[derive(Debug)]
+struct Board {
+    /// Packets from its sender to take first (a wrapping count).
+    after: u32,
+    tag: i32,
+    data: Vec<u8>,
 }
 
 /// Whether board-broadcast count `a` is past `b` (counts wrap).
@@ -548,6 +562,9 @@ pub struct QnixStats {
     pub board_broadcasts: u64,
     /// Messages kept back because they overtook their sender's board broadcast.
     pub parked: u64,
+    /// Board broadcasts read before packets their sender sent here ahead of them
+    /// (kept until those were taken).
+    pub early_boards: u64,
 }
 
 /// One QNIX process.
@@ -576,6 +593,11 @@ pub struct Qnix<'a, D, C, M> {
     bc_taken: Vec<u16>,
     parked: Vec<VecDeque<Parked>>,
     parked_bytes: usize,
+    /// Per process: packets launched to it; packets taken from it; its board
+    /// broadcasts that wait for packets it sent here before them.
+    sent_to: Vec<u32>,
+    got_from: Vec<u32>,
+    boards: Vec<VecDeque<Board>>,
     posted: Vec<usize>,
     unexpected: VecDeque<Unexpected>,
     unexpected_bytes: usize,
@@ -750,6 +772,9 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             bc_taken: alloc::vec![0; fabric_nodes],
             parked: (0..fabric_nodes).map(|_| VecDeque::new()).collect(),
             parked_bytes: 0,
+            sent_to: alloc::vec![0; fabric_nodes],
+            got_from: alloc::vec![0; fabric_nodes],
+            boards: (0..fabric_nodes).map(|_| VecDeque::new()).collect(),
             posted: Vec::new(),
             unexpected: VecDeque::new(),
             unexpected_bytes: 0,
@@ -1208,10 +1233,16 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         Ok(TxData::Owned(d))
     }
 
-    fn post_send(&mut self, ctx: usize, short: bool, to: Vec<NodeId>) -> Result<(), QxError> {
+    fn post_send(
+        &mut self,
+        ctx: usize,
+        short: bool,
+        to: Vec<NodeId>,
+        fan: bool,
+    ) -> Result<(), QxError> {
         let data = self.prepare_send(ctx, short)?;
         self.bells[SEND][ctx] = BUSY;
-        self.post(Command::Send { ctx, to, data });
+        self.post(Command::Send { ctx, to, data, fan });
         Ok(())
     }
 
@@ -1229,7 +1260,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     fn unicast(&mut self, ctx: usize, short: bool) -> Result<(), QxError> {
         self.idle(SEND, ctx)?;
         let to = self.lookup(self.ctxs[SEND][ctx].peer)?;
-        self.post_send(ctx, short, alloc::vec![to])
+        self.post_send(ctx, short, alloc::vec![to], false)
     }
 
     /// `qx_broadcast`: sends to every member of formed group `group` but this process.
@@ -1252,7 +1283,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             .map(|m| m.1)
             .filter(|&n| n != me)
             .collect();
-        self.post_send(ctx, short, to)
+        self.post_send(ctx, short, to, true)
     }
 
     /// `qx_multicast`: sends to each process of `to` (of this application).
@@ -1274,7 +1305,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             .iter()
             .map(|&n| self.lookup(n))
             .collect::<Result<Vec<_>, _>>()?;
-        self.post_send(ctx, short, nodes)
+        self.post_send(ctx, short, nodes, true)
     }
 
     /// `qx_receive`: the next message from the context's sender with its tag lands
@@ -1454,9 +1485,9 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
 
     fn consume(&mut self, cmd: Command) {
         match cmd {
-            Command::Send { ctx, to, data } => {
+            Command::Send { ctx, to, data, fan } => {
                 let len = self.ctxs[SEND][ctx].len;
-                if self.board_reaches(&to, len) {
+                if fan && self.board_reaches(&to, len) {
                     self.parts[ctx] += 1;
                     let c = &self.ctxs[SEND][ctx];
                     let h = head(K_MSG, c.tag, 0, c.len as u32);
@@ -1552,18 +1583,21 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                     job.board = false;
                     continue;
                 }
-                // Nothing sent to one process before it may arrive after it.
-                if self.engine.unicast_packets_unacked() {
-                    break;
-                }
                 let Ok(id) = self.engine.packet_alloc() else {
                     break;
                 };
                 let Some(p) = self.engine.packet_mut(id) else {
                     break;
                 };
+                // After the head, how many packets went to each process before it:
+                // a receiver takes it only after those (see `board_reaches`).
                 p[..HEAD].copy_from_slice(&job.head);
-                let body = &mut p[HEAD..HEAD + job.len];
+                let counts = 4 * self.sent_to.len();
+                for (i, n) in self.sent_to.iter().enumerate() {
+                    p[HEAD + 4 * i..HEAD + 4 * i + 4].copy_from_slice(&n.to_be_bytes());
+                }
+                let at = HEAD + counts;
+                let body = &mut p[at..at + job.len];
                 let ok = match &job.data {
                     TxData::Owned(v) => {
                         body.copy_from_slice(&v[..job.len]);
@@ -1577,7 +1611,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 }
                 match self
                     .engine
-                    .launch_multicast(id, MCAST_ALL, HEAD + job.len, Tree::Binomial)
+                    .launch_multicast(id, MCAST_ALL, at + job.len, Tree::Binomial)
                 {
                     Ok(()) => {
                         self.bc_sent = self.bc_sent.wrapping_add(1);
@@ -1655,7 +1689,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 job.failed = Some(QxError::Fault);
             }
             match self.engine.launch_unicast(id, dest, h + n) {
-                Ok(()) => {}
+                Ok(()) => {
+                    let s = &mut self.sent_to[dest as usize];
+                    *s = s.wrapping_add(1);
+                }
                 Err(Error::NoResources) => {
                     let _ = self.engine.packet_free(id);
                     break;
@@ -1704,6 +1741,14 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             self.take_board(d);
             return;
         }
+        self.take_unicast(d);
+        // Board broadcasts that waited for this packet may follow it now.
+        self.got_from[src] = self.got_from[src].wrapping_add(1);
+        self.take_boards(src);
+    }
+
+    fn take_unicast(&mut self, d: Delivery) {
+        let src = d.src as usize;
         if self.rx[src].active {
             self.body(d, 0);
             return;
@@ -1877,23 +1922,47 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     }
 
     /// A broadcast from `d.src`'s board: taken in its place among that sender's
-    /// messages, then what waited for it.
+    /// messages (after the packets it sent here before it), then what waited for it.
     fn take_board(&mut self, d: Delivery) {
         let src = d.src as usize;
+        let me = self.engine.config().node as usize;
+        let n = self.sent_to.len();
         let ours = self.name_of(d.src).is_some_and(|n| n.ai == self.me.ai);
         let msg = self
             .engine
             .packet(d.packet)
             .and_then(|p| p.get(..d.len))
-            .and_then(|p| Some((parse_head(p)?, p.get(HEAD..)?.to_vec())));
+            .and_then(|p| {
+                let after = p.get(HEAD + 4 * me..HEAD + 4 * me + 4)?;
+                let after = u32::from_be_bytes([after[0], after[1], after[2], after[3]]);
+                Some((parse_head(p)?, after, p.get(HEAD + 4 * n..)?.to_vec()))
+            });
         let _ = self.engine.packet_free(d.packet);
         match msg {
-            Some(((K_MSG, tag, _, len), data)) if ours && len as usize == data.len() => {
-                self.bc_taken[src] = self.bc_taken[src].wrapping_add(1);
-                self.arrived(d.src, tag, data);
-                self.release(src);
+            Some(((K_MSG, tag, _, len), after, data)) if ours && len as usize == data.len() => {
+                if (after.wrapping_sub(self.got_from[src]) as i32) > 0 {
+                    self.stats.early_boards += 1;
+                }
+                self.boards[src].push_back(Board { after, tag, data });
+                self.take_boards(src);
             }
             _ => self.stats.dropped += 1,
+        }
+    }
+
+    /// Takes `src`'s waiting board broadcasts whose earlier packets are all here.
+    fn take_boards(&mut self, src: usize) {
+        while let Some(b) = self.boards[src].front() {
+            let got = self.got_from[src];
+            if (b.after.wrapping_sub(got) as i32) > 0 {
+                break;
+            }
+            let Some(b) = self.boards[src].pop_front() else {
+                break;
+            };
+            self.bc_taken[src] = self.bc_taken[src].wrapping_add(1);
+            self.arrived(src as NodeId, b.tag, b.data);
+            self.release(src);
         }
     }
 
@@ -2362,16 +2431,17 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// message fits one board packet. Others keep going member by member.
     ///
     /// QNIX matches a sender's messages in the order sent; a board packet is read
-    /// apart from the rings, so order is kept at both ends. The sender writes it
-    /// only once everything it sent to single processes is acknowledged (so is
-    /// already at its receiver). Every message or rendezvous request it sends
-    /// afterwards carries its count of board broadcasts, and a receiver keeps
-    /// one back (with whatever follows it from that sender) until it has taken
-    /// that many of the sender's board broadcasts.
+    /// apart from the rings (and may pass packets still queued for a full ring),
+    /// so order is kept at both ends. The board packet carries, for every
+    /// process, how many packets the sender had launched to it; a receiver takes
+    /// the broadcast only once it has taken that many from the sender. Every
+    /// message or rendezvous request sent afterwards carries the sender's count of
+    /// board broadcasts, and a receiver keeps one back (with whatever follows it
+    /// from that sender) until it has taken that many of them.
     fn board_reaches(&self, to: &[NodeId], len: usize) -> bool {
         let me = self.engine.config().node as usize;
         let n = self.engine.size() as usize;
-        if to.len() + 1 != n {
+        if to.is_empty() || to.len() + 1 != n {
             return false;
         }
         let Some(gi) = self.groups.iter().position(|g| g.name == self.me.ai) else {
@@ -2388,7 +2458,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 _ => return false,
             }
         }
-        self.engine.board_takes_packet(HEAD + len)
+        self.engine.board_takes_packet(HEAD + 4 * n + len)
     }
 
     fn whole_fabric(&self, gi: usize) -> bool {
@@ -2505,6 +2575,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 })
                 .sum();
             self.parked_bytes -= gone;
+            self.boards[n as usize].clear();
             if let Some(name) = self.name_of(n) {
                 let mut k = 0;
                 while k < self.posted.len() {

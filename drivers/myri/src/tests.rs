@@ -900,9 +900,10 @@ fn a_qnix_process_spinning_on_a_doorbell_while_posting_still_receives() {
 /// QNIX's broadcast to the whole application (and a multicast to every other
 /// process) is written once on the sender's board in NIC memory, not sent to each
 /// member, and every member still matches the sender's messages in the order sent:
-/// the sends before it, the broadcast, the sends after it (which the rings hand over
-/// before the board is read, and which wait for it). A multicast to some members
-/// and a broadcast too long for the board go member by member.
+/// the sends before it (more than a ring holds, so some still wait at the sender
+/// when the board is written), the broadcast, the send after it (which the ring
+/// hands over before the board is read). A multicast to some members and a
+/// broadcast too long for the board go member by member.
 #[test]
 fn qnix_broadcast_to_the_whole_application_goes_once_through_the_board_in_order() {
     use volley_core::qnix::{Name, Region, DONE};
@@ -911,63 +912,59 @@ fn qnix_broadcast_to_the_whole_application_goes_once_through_the_board_in_order(
     let (_mem, mut qs) = qnixes(N);
     let tag = 3;
     let others: Vec<Name> = (1..N as i32).map(|m| Name::new(5, m)).collect();
-    let msg = |what: &str, round: u32| std::format!("{what:<8}{round:08}").into_bytes();
+    let msg = |k: usize, round: u32| std::format!("{k:08}{round:08}").into_bytes();
     let send = |q: &mut MyriQnix, to: Name, data: Vec<u8>| {
         let len = data.len();
         q.send_context(to, tag, true, 0, len, Region::Data(data))
             .unwrap()
     };
     for round in 0..ROUNDS {
-        // Every member posts three receives from process 0, all with one tag.
-        let mut rc = vec![[0usize; 3]; N as usize];
-        for m in 1..N as usize {
-            for (k, r) in rc[m].iter_mut().enumerate() {
-                let at = QNIX_MEM + k as u64 * 64;
-                let region = Region::Segments(vec![(at, 16)]);
-                *r = qs[m]
+        // Sends before the broadcast: more than a ring's 8 frames every other
+        // pair of rounds (the broadcast comes early), one otherwise (the send
+        // after it comes first).
+        let before = if round % 4 < 2 { 12 } else { 1 };
+        // Every member posts its receives from process 0, all with one tag.
+        let mut rc = vec![vec![]; N as usize];
+        for (m, q) in qs.iter_mut().enumerate().skip(1) {
+            for k in 0..before + 2 {
+                let region = Region::Segments(vec![(QNIX_MEM + k as u64 * 64, 16)]);
+                let r = q
                     .recv_context(Name::new(5, 0), tag, true, 0, 16, region)
                     .unwrap();
-                qs[m].receive(*r).unwrap();
+                q.receive(r).unwrap();
+                rc[m].push(r);
             }
         }
         let mut sc = vec![];
-        for &to in &others {
-            let c = send(&mut qs[0], to, msg("before", round));
-            qs[0].send_short(c).unwrap();
-            sc.push(c);
-        }
-        let c = send(&mut qs[0], Name::new(5, 0), msg("all", round));
-        if round % 2 == 0 {
-            qs[0].broadcast_short(c, 5).unwrap();
-        } else {
-            qs[0].multicast_short(c, &others).unwrap();
-        }
-        sc.push(c);
-        for &to in &others {
-            let c = send(&mut qs[0], to, msg("after", round));
-            qs[0].send_short(c).unwrap();
-            sc.push(c);
-        }
-        if round == 0 {
-            // The board waits until what went before it to each member is
-            // acknowledged (already at the member), however long the sender steps.
-            for _ in 0..200 {
-                qs[0].step();
+        for k in 0..before + 2 {
+            if k == before {
+                let c = send(&mut qs[0], Name::new(5, 0), msg(k, round));
+                if round % 2 == 0 {
+                    qs[0].broadcast_short(c, 5).unwrap();
+                } else {
+                    qs[0].multicast_short(c, &others).unwrap();
+                }
+                sc.push(c);
+                continue;
             }
-            assert_eq!(qs[0].engine().stats().board_tx, 0);
+            for &to in &others {
+                let c = send(&mut qs[0], to, msg(k, round));
+                qs[0].send_short(c).unwrap();
+                sc.push(c);
+            }
         }
-        qnix_steps(&mut qs, "three messages each", &mut |qs| {
+        qnix_steps(&mut qs, "every message", &mut |qs| {
             (1..N as usize).all(|m| rc[m].iter().all(|&r| qs[m].recv_doorbell(r) == DONE))
                 && sc.iter().all(|&c| qs[0].send_doorbell(c) == DONE)
         });
-        for m in 1..N as usize {
-            for (k, what) in ["before", "all", "after"].iter().enumerate() {
-                assert_eq!(qs[m].poll_for_receive(rc[m][k]), Ok(16));
-                let seg = qs[m].memory().segment(QNIX_MEM).unwrap();
+        for (m, q) in qs.iter_mut().enumerate().skip(1) {
+            for (k, &r) in rc[m].iter().enumerate() {
+                assert_eq!(q.poll_for_receive(r), Ok(16));
+                let seg = q.memory().segment(QNIX_MEM).unwrap();
                 let got = &seg[k * 64..k * 64 + 16];
                 assert_eq!(
                     got,
-                    &msg(what, round)[..],
+                    &msg(k, round)[..],
                     "round {round}, member {m}, receive {k}: {}",
                     std::string::String::from_utf8_lossy(got)
                 );
@@ -985,9 +982,14 @@ fn qnix_broadcast_to_the_whole_application_goes_once_through_the_board_in_order(
         parked > 0,
         "no message ever overtook a broadcast: the wait went untested"
     );
+    let early: u64 = qs.iter().map(|q| q.stats().early_boards).sum();
+    assert!(
+        early > 0,
+        "no broadcast ever came before the sends ahead of it"
+    );
     // To some members, or too long for a board slot: member by member.
     let long = vec![7u8; 3000];
-    for (to, data) in [(&others[..2], msg("some", 0)), (&others[..], long.clone())] {
+    for (to, data) in [(&others[..2], msg(0, 0)), (&others[..], long.clone())] {
         let len = data.len();
         let mut rc = vec![];
         for (m, q) in qs.iter_mut().enumerate().skip(1).take(to.len()) {
@@ -1011,6 +1013,34 @@ fn qnix_broadcast_to_the_whole_application_goes_once_through_the_board_in_order(
         qs[0].poll_for_send(c).unwrap();
     }
     assert_eq!(qs[0].stats().board_broadcasts, ROUNDS as u64);
+}
+
+/// Two processes that take turns, each posting a broadcast and then only the other
+/// stepping: the board needs nothing more from its sender (no wait for acks).
+#[test]
+fn a_qnix_board_broadcast_needs_no_further_step_of_its_sender() {
+    use volley_core::qnix::Region;
+    let (_mem, mut qs) = qnixes(2);
+    let b = qs.pop().unwrap();
+    let a = qs.pop().unwrap();
+    let mut pair = [a, b];
+    for i in 0..200 {
+        let (from, to) = (i % 2, 1 - i % 2);
+        let (me, peer) = (pair[to].name(), pair[from].name());
+        let region = Region::Segments(vec![(QNIX_MEM, 8)]);
+        let r = pair[to].recv_context(peer, 1, true, 0, 8, region).unwrap();
+        pair[to].receive(r).unwrap();
+        let s = pair[from]
+            .send_context(me, 1, false, 0, 8, Region::Data(vec![i as u8; 8]))
+            .unwrap();
+        pair[from].broadcast_short(s, 5).unwrap();
+        assert_eq!(pair[to].poll_for_receive(r), Ok(8), "broadcast {i}");
+        assert_eq!(
+            pair[to].memory().segment(QNIX_MEM).unwrap()[..8],
+            [i as u8; 8]
+        );
+    }
+    assert_eq!(pair[0].stats().board_broadcasts, 100);
 }
 
 /// QNIX's `qx_barrier` on the application's group, the whole fabric, runs in NIC

@@ -1635,6 +1635,41 @@ fn qnix_rows(
         ));
     }
     barrier(&mut q)?;
+
+    // A broadcast to the whole application: on shm written once on the root's
+    // board in NIC memory (member by member elsewhere); the member answers with a
+    // send_short, and half the round trip is reported.
+    progress("qnix broadcast latency");
+    let iters = sw.iters(20_000);
+    let mut samples = Vec::with_capacity(iters);
+    let tag = if me == 0 { 5 } else { 4 };
+    let mut r = recv(&mut q, tag, 8, 0)?;
+    for i in 0..iters + iters / 10 {
+        let t0 = StdInstant::now();
+        if me == 0 {
+            let s = q
+                .send_context(peer, 4, false, 1, 8, Region::Data(vec![7; 8]))
+                .map_err(e)?;
+            q.broadcast_short(s, 1).map_err(e)?;
+        }
+        q.poll_for_receive(r).map_err(e)?;
+        r = recv(&mut q, tag, 8, 0)?;
+        if me == 1 {
+            short(&mut q, 5)?;
+        } else if i >= iters / 10 {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    if me == 0 {
+        rows.push(latency_row(
+            name,
+            "qnix broadcast_short + send_short reply, one-way, 2 ranks",
+            8,
+            samples,
+            lm,
+        ));
+    }
+    barrier(&mut q)?;
     q.end().map_err(e)?;
     Ok(rows)
 }
