@@ -396,7 +396,7 @@ fn garbage_from_contexts_never_panics_a_target() {
             let mut head = [0u8; 8];
             head[..4].copy_from_slice(&tag.to_be_bytes());
             head[4..].copy_from_slice(&want.to_be_bytes());
-            match launch_garbage(e, &mut rng, 1, &head) {
+            match launch_garbage(e, &mut rng, Some(1), &head) {
                 None => break,
                 Some(ok) => sent += u64::from(ok),
             }

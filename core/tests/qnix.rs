@@ -898,7 +898,9 @@ fn garbage_from_processes_of_the_job_never_panics_a_receiver() {
                 head[12..16].copy_from_slice(&c.to_be_bytes());
             }
             let e = sim.nodes[if k % 2 == 0 { 0 } else { 3 }].engine_mut();
-            match launch_garbage(e, &mut rng, 1, &head) {
+            // A fifth as multicasts to everyone: what a board broadcast looks like.
+            let to = if rng.chance(0.2) { None } else { Some(1) };
+            match launch_garbage(e, &mut rng, to, &head) {
                 None => break,
                 Some(ok) => sent += u64::from(ok),
             }

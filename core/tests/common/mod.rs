@@ -3,7 +3,7 @@
 // Each test file uses its own part of this.
 #![allow(dead_code)]
 
-use volley_core::engine::{Engine, Group, Members};
+use volley_core::engine::{Engine, Group, Members, Tree, MCAST_ALL};
 use volley_core::phy::FaultConfig;
 use volley_core::rng::Rng;
 use volley_core::time::Duration;
@@ -41,10 +41,16 @@ pub fn xorshift(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Launches one garbage packet from `e` to instance `to`: `head` first, then random
-/// bytes, the whole cut to a random length (a fifth of the time inside the head).
-/// `None` when `e` has no packet free; else whether it was launched.
-pub fn launch_garbage(e: &mut Engine<'_>, rng: &mut Rng, to: NodeId, head: &[u8]) -> Option<bool> {
+/// Launches one garbage packet from `e` to instance `to` (`None`: multicast to
+/// every instance): `head` first, then random bytes, the whole cut to a random
+/// length (a fifth of the time inside the head). `None` when `e` has no packet
+/// free; else whether it was launched.
+pub fn launch_garbage(
+    e: &mut Engine<'_>,
+    rng: &mut Rng,
+    to: Option<NodeId>,
+    head: &[u8],
+) -> Option<bool> {
     let p = e.packet_alloc().ok()?;
     let (size, h) = (e.packet_size(), head.len());
     let len = if rng.chance(0.2) {
@@ -57,7 +63,11 @@ pub fn launch_garbage(e: &mut Engine<'_>, rng: &mut Rng, to: NodeId, head: &[u8]
     for x in b[h..len.max(h)].iter_mut() {
         *x = rng.next_u64() as u8;
     }
-    if e.launch_unicast(p, to, len).is_err() {
+    let launched = match to {
+        Some(to) => e.launch_unicast(p, to, len),
+        None => e.launch_multicast(p, MCAST_ALL, len, Tree::Binomial),
+    };
+    if launched.is_err() {
         e.packet_free(p).unwrap();
         return Some(false);
     }
