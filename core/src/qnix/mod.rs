@@ -1775,8 +1775,11 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         }
         let held = (kind == K_MSG || kind == K_RTS) && self.held(d);
         if kind == K_RTS && held {
+            let bc = bc_of(&self.engine, d);
             let _ = self.engine.packet_free(d.packet);
-            self.park(src, d, ParkedItem::Rts { a, b, c });
+            self.stats.parked += 1;
+            let item = ParkedItem::Rts { a, b, c };
+            self.parked[src].push_back(Parked { bc, item });
             return;
         }
         if kind != K_MSG && kind != K_MSG_TO {
@@ -1913,12 +1916,6 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         let src = d.src as usize;
         let ours = self.name_of(d.src).is_some_and(|n| n.ai == self.me.ai);
         ours && (ahead(bc_of(&self.engine, d), self.bc_taken[src]) || !self.parked[src].is_empty())
-    }
-
-    fn park(&mut self, src: usize, d: Delivery, item: ParkedItem) {
-        let bc = bc_of(&self.engine, d);
-        self.stats.parked += 1;
-        self.parked[src].push_back(Parked { bc, item });
     }
 
     /// A broadcast from `d.src`'s board: taken in its place among that sender's
@@ -2416,14 +2413,6 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         }
     }
 
-    /// Whether group `gi` is the application's own group and the application is
-    /// every endpoint of the fabric: its barriers are then the engine's barrier (in
-    /// NIC memory where the device has one, seed 3's "NIC" doing the work). Only
-    /// that group may use it: the engine has one barrier sequence, which every
-    /// member must take in the same order, and a process runs the barriers of one
-    /// group one at a time ([`QxError::Busy`]) while those of different groups may
-    /// interleave differently at each member. Another application on the fabric
-    /// would have to arrive too, so then the group runs its own barrier.
     /// Whether a message of `len` bytes to `to` goes once through this process's
     /// board in NIC memory (the Myrinet-like model's broadcast board, which every
     /// other process reads) rather than to each member: `to` is every process of
@@ -2461,6 +2450,14 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         self.engine.board_takes_packet(HEAD + 4 * n + len)
     }
 
+    /// Whether group `gi` is the application's own group and the application is
+    /// every endpoint of the fabric: its barriers are then the engine's barrier (in
+    /// NIC memory where the device has one, seed 3's "NIC" doing the work). Only
+    /// that group may use it: the engine has one barrier sequence, which every
+    /// member must take in the same order, and a process runs the barriers of one
+    /// group one at a time ([`QxError::Busy`]) while those of different groups may
+    /// interleave differently at each member. Another application on the fabric
+    /// would have to arrive too, so then the group runs its own barrier.
     fn whole_fabric(&self, gi: usize) -> bool {
         let g = &self.groups[gi];
         let n = g.members.len();
