@@ -987,6 +987,66 @@ fn qnix_broadcast_to_the_whole_application_goes_once_through_the_board_in_order(
         early > 0,
         "no broadcast ever came before the sends ahead of it"
     );
+    // After a broadcast, a long send by rendezvous: its request, which the ring
+    // hands over before the board is read, waits for the broadcast too.
+    let long = 20_000;
+    let mut rc = vec![];
+    for (m, q) in qs.iter_mut().enumerate().skip(1) {
+        let mut r = vec![];
+        for (at, len) in [(0u64, 16), (64, 16), (32768, long)] {
+            let region = Region::Segments(vec![(QNIX_MEM + at, len)]);
+            let c = q
+                .recv_context(Name::new(5, 0), tag, true, 0, len, region)
+                .unwrap();
+            q.receive(c).unwrap();
+            r.push(c);
+        }
+        rc.push((m, r));
+    }
+    let mut sc = vec![];
+    for &to in &others {
+        let c = send(&mut qs[0], to, msg(0, 99));
+        qs[0].send_short(c).unwrap();
+        sc.push(c);
+    }
+    let c = send(&mut qs[0], Name::new(5, 0), msg(1, 99));
+    qs[0].broadcast_short(c, 5).unwrap();
+    sc.push(c);
+    qs[0].memory_mut().segment_mut(QNIX_MEM).unwrap()[..long].fill(0x5a);
+    let rendezvous = qs[0].stats().rendezvous;
+    for &to in &others {
+        let region = Region::Segments(vec![(QNIX_MEM, long)]);
+        let c = qs[0].send_context(to, tag, true, 0, long, region).unwrap();
+        qs[0].send(c).unwrap();
+        sc.push(c);
+    }
+    qnix_steps(&mut qs, "a long send after a broadcast", &mut |qs| {
+        rc.iter()
+            .all(|(m, r)| r.iter().all(|&c| qs[*m].recv_doorbell(c) == DONE))
+            && sc.iter().all(|&c| qs[0].send_doorbell(c) == DONE)
+    });
+    for (m, r) in rc {
+        let q = &mut qs[m];
+        assert_eq!(q.poll_for_receive(r[0]), Ok(16));
+        assert_eq!(q.poll_for_receive(r[1]), Ok(16));
+        assert_eq!(q.poll_for_receive(r[2]), Ok(long), "member {m}");
+        let seg = q.memory().segment(QNIX_MEM).unwrap();
+        assert_eq!(&seg[..16], &msg(0, 99)[..], "member {m}");
+        assert_eq!(
+            &seg[64..80],
+            &msg(1, 99)[..],
+            "member {m}: the broadcast second"
+        );
+        assert!(seg[32768..32768 + long].iter().all(|&x| x == 0x5a));
+    }
+    for c in sc {
+        qs[0].poll_for_send(c).unwrap();
+    }
+    assert_eq!(
+        qs[0].stats().rendezvous,
+        rendezvous + 3,
+        "the long sends' way"
+    );
     // To some members, or too long for a board slot: member by member.
     let long = vec![7u8; 3000];
     for (to, data) in [(&others[..2], msg(0, 0)), (&others[..], long.clone())] {
@@ -1012,7 +1072,7 @@ fn qnix_broadcast_to_the_whole_application_goes_once_through_the_board_in_order(
         }
         qs[0].poll_for_send(c).unwrap();
     }
-    assert_eq!(qs[0].stats().board_broadcasts, ROUNDS as u64);
+    assert_eq!(qs[0].stats().board_broadcasts, ROUNDS as u64 + 1);
 }
 
 /// Two processes that take turns, each posting a broadcast and then only the other
