@@ -118,12 +118,7 @@ impl<'a> Engine<'a> {
         ci: usize,
         ext: Option<&[u8]>,
     ) -> usize {
-        let alone = ci < self.chan_hwm
-            && self.outbox.len == 0
-            && self.board_head == NONE
-            && self.gate.len == 0
-            && self.gate.waits == 0
-            && !self.cuts;
+        let alone = ci < self.chan_hwm && self.nothing_ahead();
         if !alone || !self.chans[ci].in_use || self.chans[ci].failed {
             return self.poll_transmit(now, dev, ext);
         }
@@ -146,6 +141,30 @@ impl<'a> Engine<'a> {
         self.transmit_only(now, dev, ci, None)
     }
 
+    /// No handlers' sends, board broadcasts, gated broadcasts or cut streams wait:
+    /// a send may go straight out on its own channel.
+    fn nothing_ahead(&self) -> bool {
+        self.outbox.len == 0
+            && self.board_head == NONE
+            && self.gate.len == 0
+            && self.gate.waits == 0
+            && !self.cuts
+    }
+
+    /// The destination of `port` (one node) and the channel already open to it, for
+    /// a send of first piece `head` that may skip the queue.
+    fn open_channel(&self, port: PortId, head: &[u8]) -> Option<(Dest, usize)> {
+        let dest = self.ports.get(port as usize).and_then(|p| p.dest)?;
+        if dest.node == BROADCAST || head.len() > HEAD_MAX {
+            return None;
+        }
+        let addr = self.addr_of(dest.group, dest.node).ok()?;
+        match self.peer_map.get(addr.0 as usize) {
+            Some(&ci) if ci != NONE => Some((dest, ci as usize)),
+            _ => None,
+        }
+    }
+
     /// Sends a reliable message that fits one frame at once, from a copy in an
     /// eager buffer, when its channel has nothing queued, nothing to resend and room
     /// in the peer's window: the frame leaves in this call, no queue and no pass
@@ -162,24 +181,12 @@ impl<'a> Engine<'a> {
         head: &[u8],
         body: &[u8],
     ) -> bool {
-        let Some(dest) = self.ports.get(port as usize).and_then(|p| p.dest) else {
-            return false;
-        };
         // Handlers' sends and board broadcasts go first (as in `transmit_only`).
-        let alone = self.outbox.len == 0
-            && self.board_head == NONE
-            && self.gate.len == 0
-            && self.gate.waits == 0
-            && !self.cuts;
-        if !alone || dest.node == BROADCAST || head.len() > HEAD_MAX {
+        if !self.nothing_ahead() {
             return false;
         }
-        let Ok(addr) = self.addr_of(dest.group, dest.node) else {
+        let Some((dest, ci)) = self.open_channel(port, head) else {
             return false;
-        };
-        let ci = match self.peer_map.get(addr.0 as usize) {
-            Some(&ci) if ci != NONE => ci as usize,
-            _ => return false,
         };
         let total = head.len() + body.len();
         let max = max_payload(&self.cfg, &self.caps);
@@ -270,18 +277,8 @@ impl<'a> Engine<'a> {
         head: &[u8],
         body: &[u8],
     ) -> bool {
-        let Some(dest) = self.ports.get(port as usize).and_then(|p| p.dest) else {
+        let Some((dest, ci)) = self.open_channel(port, head) else {
             return false;
-        };
-        if dest.node == BROADCAST || head.len() > HEAD_MAX {
-            return false;
-        }
-        let Ok(addr) = self.addr_of(dest.group, dest.node) else {
-            return false;
-        };
-        let ci = match self.peer_map.get(addr.0 as usize) {
-            Some(&ci) if ci != NONE => ci as usize,
-            _ => return false,
         };
         let Engine {
             chans,
