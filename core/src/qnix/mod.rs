@@ -36,8 +36,8 @@
 //!   except on the application's group when the application is the whole fabric:
 //!   that one is the engine's barrier (in NIC memory on the Myrinet-like model);
 //!   `broadcast` sends to every member but the sender, `multicast` to a list;
-//!   to every other process of a whole-fabric application, a short one is written
-//!   once on the sender's board in NIC memory, in each sender's order.
+//!   in a whole-fabric application a short one is written once on the sender's
+//!   board in NIC memory, in each sender's order.
 //! - **Long sends go by rendezvous.** A `send` (and a `broadcast` or `multicast`,
 //!   to each member) of at least [`RENDEZVOUS_MIN`] bytes from one contiguous
 //!   range asks the receiver first. A
@@ -373,6 +373,8 @@ enum ParkedItem {
 struct Board {
     /// Packets from its sender to take first (a wrapping count).
     after: u32,
+    /// This process is one it is for (others only count it).
+    for_me: bool,
     tag: i32,
     data: Vec<u8>,
 }
@@ -557,8 +559,8 @@ pub struct QnixStats {
     pub engine_barriers: u64,
     /// Messages sent by rendezvous (a put into the receiver's granted region).
     pub rendezvous: u64,
-    /// Broadcasts (and multicasts to every other process) written once on this
-    /// process's board in NIC memory rather than sent to each member.
+    /// Broadcasts and multicasts written once on this process's board in NIC
+    /// memory rather than sent to each member.
     pub board_broadcasts: u64,
     /// Messages kept back because they overtook their sender's board broadcast.
     pub parked: u64,
@@ -708,6 +710,13 @@ fn parse_head(p: &[u8]) -> Option<(u8, i32, i32, u32)> {
         i32::from_be_bytes(f(8)),
         u32::from_be_bytes(f(12)),
     ))
+}
+
+/// Bytes in front of a board broadcast's message on a fabric of `n` processes:
+/// the head, then per process the packets sent to it before (u32), then a bitmap
+/// of the processes it is for.
+fn board_prefix(n: usize) -> usize {
+    HEAD + 4 * n + n.div_ceil(8)
 }
 
 /// The sender's board-broadcast count in the head of packet `d`.
@@ -1592,11 +1601,18 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 // After the head, how many packets went to each process before it:
                 // a receiver takes it only after those (see `board_reaches`).
                 p[..HEAD].copy_from_slice(&job.head);
-                let counts = 4 * self.sent_to.len();
-                for (i, n) in self.sent_to.iter().enumerate() {
-                    p[HEAD + 4 * i..HEAD + 4 * i + 4].copy_from_slice(&n.to_be_bytes());
+                let n = self.sent_to.len();
+                for (i, c) in self.sent_to.iter().enumerate() {
+                    p[HEAD + 4 * i..HEAD + 4 * i + 4].copy_from_slice(&c.to_be_bytes());
                 }
-                let at = HEAD + counts;
+                // Then which processes it is for: every other one reads it, and
+                // counts it, but only these take the message.
+                let to = HEAD + 4 * n;
+                let at = board_prefix(n);
+                p[to..at].fill(0);
+                for &d in &job.dests {
+                    p[to + d as usize / 8] |= 1 << (d % 8);
+                }
                 let body = &mut p[at..at + job.len];
                 let ok = match &job.data {
                     TxData::Owned(v) => {
@@ -1932,15 +1948,25 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             .and_then(|p| {
                 let after = p.get(HEAD + 4 * me..HEAD + 4 * me + 4)?;
                 let after = u32::from_be_bytes([after[0], after[1], after[2], after[3]]);
-                Some((parse_head(p)?, after, p.get(HEAD + 4 * n..)?.to_vec()))
+                let for_me = p.get(HEAD + 4 * n + me / 8)? & (1 << (me % 8)) != 0;
+                let data = p.get(board_prefix(n)..)?.to_vec();
+                Some((parse_head(p)?, after, for_me, data))
             });
         let _ = self.engine.packet_free(d.packet);
         match msg {
-            Some(((K_MSG, tag, _, len), after, data)) if ours && len as usize == data.len() => {
+            Some(((K_MSG, tag, _, len), after, for_me, data))
+                if ours && len as usize == data.len() =>
+            {
                 if (after.wrapping_sub(self.got_from[src]) as i32) > 0 {
                     self.stats.early_boards += 1;
                 }
-                self.boards[src].push_back(Board { after, tag, data });
+                let b = Board {
+                    after,
+                    for_me,
+                    tag,
+                    data,
+                };
+                self.boards[src].push_back(b);
                 self.take_boards(src);
             }
             _ => self.stats.dropped += 1,
@@ -1958,7 +1984,9 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 break;
             };
             self.bc_taken[src] = self.bc_taken[src].wrapping_add(1);
-            self.arrived(src as NodeId, b.tag, b.data);
+            if b.for_me {
+                self.arrived(src as NodeId, b.tag, b.data);
+            }
             self.release(src);
         }
     }
@@ -2415,9 +2443,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
 
     /// Whether a message of `len` bytes to `to` goes once through this process's
     /// board in NIC memory (the Myrinet-like model's broadcast board, which every
-    /// other process reads) rather than to each member: `to` is every process of
-    /// the fabric but this one, the application is the whole fabric, and the
-    /// message fits one board packet. Others keep going member by member.
+    /// other process reads) rather than to each member: the application is the
+    /// whole fabric, `to` lists other processes once each, and the message fits
+    /// one board packet (which names the processes it is for: the others only
+    /// count it). Others keep going member by member.
     ///
     /// QNIX matches a sender's messages in the order sent; a board packet is read
     /// apart from the rings (and may pass packets still queued for a full ring),
@@ -2430,7 +2459,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     fn board_reaches(&self, to: &[NodeId], len: usize) -> bool {
         let me = self.engine.config().node as usize;
         let n = self.engine.size() as usize;
-        if to.is_empty() || to.len() + 1 != n {
+        if to.is_empty() || to.len() >= n {
             return false;
         }
         let Some(gi) = self.groups.iter().position(|g| g.name == self.me.ai) else {
@@ -2447,7 +2476,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 _ => return false,
             }
         }
-        self.engine.board_takes_packet(HEAD + 4 * n + len)
+        self.engine.board_takes_packet(board_prefix(n) + len)
     }
 
     /// Whether group `gi` is the application's own group and the application is

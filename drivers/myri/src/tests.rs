@@ -902,8 +902,9 @@ fn a_qnix_process_spinning_on_a_doorbell_while_posting_still_receives() {
 /// member, and every member still matches the sender's messages in the order sent:
 /// the sends before it (more than a ring holds, so some still wait at the sender
 /// when the board is written), the broadcast, the send after it (which the ring
-/// hands over before the board is read). A multicast to some members and a
-/// broadcast too long for the board go member by member.
+/// hands over before the board is read). A multicast to some members goes there
+/// too and only they take it; a broadcast too long for the board goes member by
+/// member.
 #[test]
 fn qnix_broadcast_to_the_whole_application_goes_once_through_the_board_in_order() {
     use volley_core::qnix::{Name, Region, DONE};
@@ -1047,32 +1048,69 @@ fn qnix_broadcast_to_the_whole_application_goes_once_through_the_board_in_order(
         rendezvous + 3,
         "the long sends' way"
     );
-    // To some members, or too long for a board slot: member by member.
-    let long = vec![7u8; 3000];
-    for (to, data) in [(&others[..2], msg(0, 0)), (&others[..], long.clone())] {
-        let len = data.len();
-        let mut rc = vec![];
-        for (m, q) in qs.iter_mut().enumerate().skip(1).take(to.len()) {
-            let region = Region::Segments(vec![(QNIX_MEM + 1024, len)]);
-            let r = q
-                .recv_context(Name::new(5, 0), tag, true, 0, len, region)
-                .unwrap();
-            q.receive(r).unwrap();
-            rc.push((m, r));
-        }
-        let c = send(&mut qs[0], Name::new(5, 0), data.clone());
-        qs[0].multicast_short(c, to).unwrap();
-        qnix_steps(&mut qs, "member by member", &mut |qs| {
-            rc.iter().all(|&(m, r)| qs[m].recv_doorbell(r) == DONE)
-        });
-        for (m, r) in rc {
-            assert_eq!(qs[m].poll_for_receive(r), Ok(len));
-            let seg = qs[m].memory().segment(QNIX_MEM).unwrap();
-            assert_eq!(&seg[1024..1024 + len], &data[..]);
-        }
-        qs[0].poll_for_send(c).unwrap();
+    // To some of the processes: through the board, which the one left out reads
+    // and counts but does not take (its receive waits for a message of its own).
+    let boards = qs[0].stats().board_broadcasts;
+    let mut rc = vec![];
+    for (m, q) in qs.iter_mut().enumerate().skip(1) {
+        let region = Region::Segments(vec![(QNIX_MEM + 1024, 16)]);
+        let r = q
+            .recv_context(Name::new(5, 0), tag, true, 0, 16, region)
+            .unwrap();
+        q.receive(r).unwrap();
+        rc.push((m, r));
     }
-    assert_eq!(qs[0].stats().board_broadcasts, ROUNDS as u64 + 1);
+    let c = send(&mut qs[0], Name::new(5, 0), msg(1, 1));
+    qs[0].multicast_short(c, &others[..2]).unwrap();
+    qnix_steps(&mut qs, "a multicast to two", &mut |qs| {
+        rc[..2].iter().all(|&(m, r)| qs[m].recv_doorbell(r) == DONE)
+    });
+    assert_eq!(qs[0].stats().board_broadcasts, boards + 1);
+    for _ in 0..100 {
+        for q in qs.iter_mut() {
+            q.step();
+        }
+    }
+    let (left_out, r3) = rc[2];
+    assert_ne!(qs[left_out].recv_doorbell(r3), DONE, "not for it");
+    let c3 = send(&mut qs[0], others[2], msg(3, 3));
+    qs[0].send_short(c3).unwrap();
+    qnix_steps(&mut qs, "its own message", &mut |qs| {
+        qs[left_out].recv_doorbell(r3) == DONE
+    });
+    for (m, r) in rc {
+        assert_eq!(qs[m].poll_for_receive(r), Ok(16));
+        let want = if m == left_out { msg(3, 3) } else { msg(1, 1) };
+        assert_eq!(
+            &qs[m].memory().segment(QNIX_MEM).unwrap()[1024..1040],
+            &want[..]
+        );
+    }
+    qs[0].poll_for_send(c).unwrap();
+    qs[0].poll_for_send(c3).unwrap();
+    // Too long for a board slot: member by member.
+    let long = vec![7u8; 3000];
+    let mut rc = vec![];
+    for (m, q) in qs.iter_mut().enumerate().skip(1) {
+        let region = Region::Segments(vec![(QNIX_MEM + 1024, long.len())]);
+        let r = q
+            .recv_context(Name::new(5, 0), tag, true, 0, long.len(), region)
+            .unwrap();
+        q.receive(r).unwrap();
+        rc.push((m, r));
+    }
+    let c = send(&mut qs[0], Name::new(5, 0), long.clone());
+    qs[0].broadcast_short(c, 5).unwrap();
+    qnix_steps(&mut qs, "member by member", &mut |qs| {
+        rc.iter().all(|&(m, r)| qs[m].recv_doorbell(r) == DONE)
+    });
+    for (m, r) in rc {
+        assert_eq!(qs[m].poll_for_receive(r), Ok(long.len()));
+        let seg = qs[m].memory().segment(QNIX_MEM).unwrap();
+        assert_eq!(&seg[1024..1024 + long.len()], &long[..]);
+    }
+    qs[0].poll_for_send(c).unwrap();
+    assert_eq!(qs[0].stats().board_broadcasts, boards + 1);
 }
 
 /// Two processes that take turns, each posting a broadcast and then only the other
