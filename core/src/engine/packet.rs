@@ -470,9 +470,6 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// Whether multicast packets go through the device's board (see `board`): it
-    /// reaches every instance of our group and holds the frame, and no multicast of
-    /// ours ever went down a tree (one path, so members get them in launch order).
     /// Whether [`Engine::launch_multicast`] of a `len`-byte packet to every
     /// instance ([`MCAST_ALL`]) would go through this instance's board (written
     /// once in NIC memory, read there by every other instance; no relays): the
@@ -481,6 +478,9 @@ impl<'a> Engine<'a> {
         len <= self.packet_size() && self.packet_board_fits(len)
     }
 
+    /// Whether multicast packets go through the device's board (see `board`): it
+    /// reaches every instance of our group and holds the frame, and no multicast of
+    /// ours ever went down a tree (one path, so members get them in launch order).
     fn packet_board_fits(&self, len: usize) -> bool {
         let tag = if self.cfg.auth_key.is_some() {
             wire::TAG_LEN
