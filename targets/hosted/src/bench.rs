@@ -1484,9 +1484,10 @@ fn cheetah_direct_rows(
 
 type BenchQnix = volley_core::qnix::Qnix<'static, HostDevice, HostClock, Segments<'static>>;
 
-/// QNIX on the same device, same run: `send_short` one-way latency (ping-pong / 2,
-/// receives posted first) and `send` bandwidth (8 sends of 512 KiB from the pool
-/// into posted pool receives, then a short acknowledgement).
+/// QNIX on the same device, same run, 2 ranks: `send_short` one-way latency
+/// (ping-pong / 2, receives posted first), `send` bandwidth (8 sends of 512 KiB
+/// from the pool into posted pool receives, then a short acknowledgement),
+/// `qx_barrier`, and `broadcast_short` answered by a `send_short`.
 fn qnix_rows(
     boot: &Boot,
     fabric: Fabric,
