@@ -10,7 +10,7 @@
 //! | offset | size | what |
 //! |-------:|-----:|------|
 //! | 0 | 8 | magic `"VOLLEYMY"` (`0x594D_5945_4C4C_4F56`), written last by the creator |
-//! | 8 | 4 | layout version (1) |
+//! | 8 | 4 | layout version ([`VERSION`]) |
 //! | 12 | 4 | `nodes` |
 //! | 16 | 4 | `slots` per ring (a power of two) |
 //! | 20 | 4 | `slot_size` (a multiple of 64) |
@@ -29,9 +29,11 @@
 //! | `B + heads` | `BOARD_SLOTS * board_slot` | *d*'s broadcast board (`board_slot = min(slot_size, 4224)`) |
 //! | `P` = `B + heads + BOARD_SLOTS * board_slot` | `POOL_SLOTS * POOL_SLOT` | *d*'s send slots ([`POOL_SLOTS`] of [`POOL_SLOT`] bytes) |
 //!
-//! A ring (`ring_size = 128 + slots * slot_size`) is single-producer (node *s*),
+//! A ring (`ring_size = 256 + slots * slot_size`) is single-producer (node *s*),
 //! single-consumer (node *d*): `tail` (u64, producer's cache line) at 0, `head` (u64,
-//! consumer's cache line) at 64, then the cache-line aligned slots. A slot holds a
+//! consumer's cache line) at 64, the template (16 bytes, see below) at 128, then the
+//! slots from 256 (each 128-byte pair of lines that the hardware may fetch together
+//! holds words of one writer and one use). A slot holds a
 //! sequence word (u64) at 0, the frame length (u32) at 8 and the frame at 16, at most
 //! `slot_size - 16` bytes. The producer writes frame and length, then stores the
 //! frame's number + 1 into the sequence word with release ordering (and advances
@@ -39,6 +41,17 @@
 //! small frame costs it one cache line, reads the frame, then stores `head` with
 //! release. Credits are the free slots, `slots - (tail - head)`; the producer reloads
 //! `head` only when its cached copy says the ring is full.
+//!
+//! A frame of 56 to 64 bytes (a Volley header with at most 8 bytes of payload) would
+//! spill into the slot's second cache line, and the consumer would wait for two line
+//! transfers instead of one. Such a frame travels *compact* when its bytes 4..16 and
+//! 52..56 (job, addresses and CRC in a Volley header: the same in every frame on a
+//! ring) equal the ring's template: the length word has bit 30 ([`COMPACT`]) set and
+//! the rest is the frame's length less [`ELIDED`], and the frame area holds bytes
+//! 0..4, 16..52 and 56.. of the frame. The consumer puts the template's bytes back.
+//! The producer fills such a frame outside the slot and rewrites the template (bytes
+//! 4..16 then 52..56) only when the consumer has read every earlier frame; otherwise
+//! a frame that does not match goes whole. Any frame's bytes go through unchanged.
 //!
 //! # Send slots and frames sent from them
 //!
@@ -121,7 +134,7 @@ pub use region::Region;
 /// `"VOLLEYMY"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYMY");
 /// Layout version.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// Most nodes a region can hold.
 pub const MAX_NODES: usize = 256;
 /// Fetch-and-add counters per node.
@@ -141,6 +154,17 @@ pub const POOL_INLINE: usize = 256;
 pub const INDIRECT: u32 = 1 << 31;
 /// Largest inline part (header and tag) of a frame sent from a send slot.
 pub const INDIRECT_INLINE_MAX: usize = 256;
+/// Ring slot length-word bit: the frame travels without its [`ELIDED`] bytes, which
+/// the ring's template holds (see the module documentation).
+pub const COMPACT: u32 = 1 << 30;
+/// Bytes a compact frame leaves out: 4..16 and 52..56 (in a Volley frame the job,
+/// the addresses and the CRC, the same in every frame on a ring).
+pub const ELIDED: usize = 16;
+/// Frames from this many bytes up have the elided fields.
+const COMPACT_MIN: usize = 56;
+/// Frames up to this many bytes travel compact: sequence word, length and frame then
+/// fit the slot's first cache line, so a short message costs one line, not two.
+pub const COMPACT_MAX: usize = 64 - SLOT_HEADER + ELIDED;
 /// Largest board slot: a 4 KiB broadcast with its headers.
 const BOARD_SLOT_MAX: usize = 4224;
 const SLOT_HEADER: usize = 16;
@@ -165,7 +189,8 @@ mod off {
     pub const BARRIER_RELEASED: usize = 64;
     pub const RING_TAIL: usize = 0;
     pub const RING_HEAD: usize = 64;
-    pub const RING_SLOTS: usize = 128;
+    pub const RING_TEMPLATE: usize = 128;
+    pub const RING_SLOTS: usize = 256;
 }
 
 /// A node's state word.
@@ -509,6 +534,8 @@ pub struct NicStats {
     pub tx_pool_inline: u64,
     /// Frames taken whose payload was read in a peer's send slot.
     pub rx_pooled: u64,
+    /// Frames taken compact ([`COMPACT`]): one cache line for slot header and frame.
+    pub rx_compact: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -540,6 +567,8 @@ pub struct MyriNic {
     board_low: u64,
     /// Frames read from each node's board.
     board_next: [u64; MAX_NODES],
+    /// The last compact frame received, made whole (lent to the engine in place).
+    whole: [u8; COMPACT_MAX],
     stats: NicStats,
 }
 
@@ -625,6 +654,7 @@ impl MyriNic {
             board_tail: 0,
             board_low: 0,
             board_next: [0; MAX_NODES],
+            whole: [0; COMPACT_MAX],
             stats: NicStats::default(),
         };
         if let Some(w) = nic.barrier_word(me, off::BARRIER_ARRIVED) {
@@ -924,6 +954,7 @@ impl MyriNic {
             len,
             tail: tail_w,
             next: tail.wrapping_add(1),
+            ring: (region, ring),
         };
         Some((tok, region))
     }
@@ -1036,6 +1067,34 @@ pub struct MyriTx<'a> {
     len: &'a AtomicU32,
     tail: &'a AtomicU64,
     next: u64,
+    /// The region and the ring's offset: its template and `head` words.
+    ring: (&'a Region, usize),
+}
+
+/// Makes the compact frame of `n` bytes in `slot` of `ring` whole in `buf` with the
+/// ring's template; its length, or `None` (a corrupt slot) if `n` is impossible.
+fn expand(
+    buf: &mut [u8; COMPACT_MAX],
+    region: &Region,
+    ring: usize,
+    slot: usize,
+    n: usize,
+) -> Option<usize> {
+    if !(COMPACT_MIN - ELIDED..=COMPACT_MAX - ELIDED).contains(&n) {
+        return None;
+    }
+    // Fixed-size moves: the slot has room past the frame (its MTU is at least
+    // 112 bytes), and only the first `n + ELIDED` bytes are lent.
+    let c = region
+        .bytes(slot + SLOT_HEADER, COMPACT_MAX - ELIDED)
+        .ok()?;
+    let t = region.bytes(ring + off::RING_TEMPLATE, ELIDED).ok()?;
+    buf[..4].copy_from_slice(&c[..4]);
+    buf[4..16].copy_from_slice(&t[..12]);
+    buf[16..52].copy_from_slice(&c[4..40]);
+    buf[52..56].copy_from_slice(&t[12..]);
+    buf[56..].copy_from_slice(&c[40..]);
+    Some(n + ELIDED)
 }
 
 impl RxToken for MyriRx<'_> {
@@ -1081,15 +1140,79 @@ impl MyriTx<'_> {
     }
 }
 
+/// Whether frame `f` (at least [`COMPACT_MIN`] bytes), to go as frame `next` of
+/// `ring`, may leave out its [`ELIDED`] bytes: they match the ring's template, or
+/// the template is rewritten to them because the consumer has read every frame
+/// before this one (its release of `head` orders its last template read before our
+/// stores).
+fn compactable((region, ring): (&Region, usize), next: u64, f: &[u8; COMPACT_MAX]) -> bool {
+    let Ok(t) = region.bytes(ring + off::RING_TEMPLATE, ELIDED) else {
+        return false;
+    };
+    if t[..12] == f[4..16] && t[12..] == f[52..56] {
+        return true;
+    }
+    let consumed = region
+        .u64_at(ring + off::RING_HEAD)
+        .is_ok_and(|h| h.load(Ordering::Acquire) == next.wrapping_sub(1));
+    if !consumed {
+        return false;
+    }
+    // SAFETY: only the ring's producer (us, through `&mut MyriNic`) writes its
+    // template, and its consumer reads it only while it holds a compact frame,
+    // which it holds none of now (`head` has caught up); the shared slice `t`
+    // is not used again.
+    let Ok(t) = (unsafe { region.bytes_mut(ring + off::RING_TEMPLATE, ELIDED) }) else {
+        return false;
+    };
+    // Published with the frame by the release of its sequence word.
+    t[..12].copy_from_slice(&f[4..16]);
+    t[12..].copy_from_slice(&f[52..56]);
+    true
+}
+
 impl TxToken for MyriTx<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
         let len = len.min(self.slot.len());
-        let r = f(&mut self.slot[..len]);
-        self.len.store(len as u32, Ordering::Relaxed);
-        // Publish the slot: its bytes happen-before the consumer's acquire of `seq`.
+        // A short frame is filled on the stack: the slot's second cache line is not
+        // touched unless the frame cannot travel compact.
+        let mut buf = [0u8; COMPACT_MAX];
+        let short = (COMPACT_MIN..=COMPACT_MAX).contains(&len);
+        let r = f(if short {
+            &mut buf[..len]
+        } else {
+            &mut self.slot[..len]
+        });
+        self.publish(short.then_some(&buf), len);
+        r
+    }
+}
+
+impl MyriTx<'_> {
+    /// Publishes the frame of `len` bytes: in the slot, or short in `buf`.
+    #[inline(never)]
+    fn publish(self, buf: Option<&[u8; COMPACT_MAX]>, len: usize) {
+        let word = match buf {
+            None => len as u32,
+            Some(buf) if compactable(self.ring, self.next, buf) => {
+                // Fixed-size moves (the slot has room past the frame: its MTU is
+                // at least 112 bytes).
+                let s = &mut self.slot[..COMPACT_MAX - ELIDED];
+                s[..4].copy_from_slice(&buf[..4]);
+                s[4..40].copy_from_slice(&buf[16..52]);
+                s[40..].copy_from_slice(&buf[56..]);
+                COMPACT | (len - ELIDED) as u32
+            }
+            Some(buf) => {
+                self.slot[..len].copy_from_slice(&buf[..len]);
+                len as u32
+            }
+        };
+        self.len.store(word, Ordering::Relaxed);
+        // Publish the slot: its bytes (and a rewritten template) happen-before the
+        // consumer's acquire of `seq`.
         self.seq.store(self.next, Ordering::Release);
         self.tail.store(self.next, Ordering::Relaxed);
-        r
     }
 }
 
@@ -1106,6 +1229,7 @@ impl Device for MyriNic {
             rr,
             stats,
             rings,
+            whole,
             ..
         } = self;
         let n = geo.nodes;
@@ -1129,13 +1253,22 @@ impl Device for MyriNic {
                 let word = region.u32_at(slot + 8).map(|w| w.load(Ordering::Relaxed));
                 let parts = match word {
                     Ok(w) if w & INDIRECT != 0 => indirect(region, rings, geo, src, slot, w),
+                    // Made whole in `whole`, lent below.
+                    Ok(w) if w & COMPACT != 0 => {
+                        expand(whole, region, ring, slot, (w & !COMPACT) as usize)
+                            .map(|n| (&[][..], &[][..], n))
+                    }
                     Ok(len) if len as usize <= geo.mtu() => region
                         .bytes(slot + SLOT_HEADER, len as usize)
                         .ok()
                         .map(|f| (f, &[][..], f.len())),
                     _ => None,
                 };
-                if let Some((frame, body, split)) = parts {
+                if let Some((mut frame, body, split)) = parts {
+                    if word.is_ok_and(|w| w & COMPACT != 0) {
+                        frame = &whole[..split];
+                        stats.rx_compact += 1;
+                    }
                     *rr = (src + 1) % n;
                     stats.rx_frames += 1;
                     stats.rx_pooled += u64::from(word.is_ok_and(|w| w & INDIRECT != 0));

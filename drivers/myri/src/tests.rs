@@ -215,6 +215,76 @@ fn corrupt_slots_and_rings_are_skipped_without_panic() {
     assert_eq!(b.stats().corrupt, 0);
 }
 
+/// A frame of `len` bytes whose elided bytes (4..16, 52..56) are `t` and the others
+/// count from `k`.
+fn frame_with(len: usize, t: u8, k: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| match i {
+            4..16 | 52..56 => t.wrapping_add(i as u8),
+            _ => k.wrapping_add(i as u8),
+        })
+        .collect()
+}
+
+#[test]
+fn short_frames_travel_compact_in_one_cache_line() {
+    let mut mem = Mem::new(geo().region_len().unwrap());
+    let g = geo();
+    let (mut a, mut b) = pair(&mem);
+    // 56 to 64 bytes with the ring's template: compact, the slot's second line
+    // untouched; shorter and longer frames as they are.
+    let mut sent = Vec::new();
+    for (i, len) in [56, 60, 64, 55, 65, 120].into_iter().enumerate() {
+        let f = frame_with(len, 1, i as u8);
+        assert!(send(&mut a, 1, &f));
+        let slot = g.slot(1, 0, i as u64 % 4);
+        let word = u32::from_le_bytes(mem.bytes()[slot + 8..slot + 12].try_into().unwrap());
+        if (56..=64).contains(&len) {
+            assert_eq!(word, COMPACT | (len - ELIDED) as u32, "{len} bytes");
+            assert!(mem.bytes()[slot + 64..slot + 128].iter().all(|&x| x == 0));
+        } else {
+            assert_eq!(word, len as u32, "{len} bytes");
+        }
+        sent.push(f);
+        if i % 4 == 3 {
+            for f in sent.drain(..) {
+                assert_eq!(recv(&mut b).unwrap(), f);
+            }
+        }
+    }
+    for f in sent.drain(..) {
+        assert_eq!(recv(&mut b).unwrap(), f);
+    }
+    assert_eq!(b.stats().rx_compact, 3);
+    // Other elided bytes while a compact frame is unread: this one goes whole, and
+    // the unread one still reads back with the template it was sent under.
+    let (x, y) = (frame_with(64, 1, 9), frame_with(64, 2, 10));
+    assert!(send(&mut a, 1, &x) && send(&mut a, 1, &y));
+    assert_eq!(recv(&mut b).unwrap(), x);
+    assert_eq!(recv(&mut b).unwrap(), y);
+    assert_eq!(b.stats().rx_compact, 4);
+    // Once everything was read, the template follows the new bytes.
+    let z = frame_with(60, 2, 11);
+    assert!(send(&mut a, 1, &z));
+    assert_eq!(recv(&mut b).unwrap(), z);
+    assert_eq!(b.stats().rx_compact, 5);
+    // A compact length that no frame can have is a corrupt slot, skipped.
+    // (frames 9 to 12 of the ring; 10 and 11 are then scribbled on)
+    for f in [&z, &z, &z, &x] {
+        assert!(send(&mut a, 1, f));
+    }
+    drop((a, b));
+    for (k, n) in [(10u64, 10u32), (11, 100)] {
+        let slot = g.slot(1, 0, k % 4);
+        mem.bytes()[slot + 8..slot + 12].copy_from_slice(&(COMPACT | n).to_le_bytes());
+    }
+    let mut b = MyriNic::attach(mem.region(), 1, 7, NicConfig::default()).unwrap();
+    assert_eq!(recv(&mut b).unwrap(), z);
+    assert_eq!(recv(&mut b).unwrap(), x);
+    assert_eq!(b.stats().corrupt, 2);
+    assert!(recv(&mut b).is_none());
+}
+
 #[test]
 fn fetch_and_add_lives_in_the_owners_nic_memory() {
     let mem = Mem::new(geo().region_len().unwrap());
