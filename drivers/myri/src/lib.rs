@@ -32,8 +32,9 @@
 //! A ring (`ring_size = 256 + slots * slot_size`) is single-producer (node *s*),
 //! single-consumer (node *d*): `tail` (u64, producer's cache line) at 0, `head` (u64,
 //! consumer's cache line) at 64, the template (16 bytes, see below) at 128, then the
-//! slots from 256 (each 128-byte pair of lines that the hardware may fetch together
-//! holds words of one writer and one use). A slot holds a
+//! slots from 256. (A slot's first line then shares its 128-byte pair, which the
+//! hardware may fetch together, with the end of the slot before, as it did before
+//! the template was added; slots from 192 measured slower.) A slot holds a
 //! sequence word (u64) at 0, the frame length (u32) at 8 and the frame at 16, at most
 //! `slot_size - 16` bytes. The producer writes frame and length, then stores the
 //! frame's number + 1 into the sequence word with release ordering (and advances
