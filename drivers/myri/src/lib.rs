@@ -163,6 +163,11 @@ pub const COMPACT: u32 = 1 << 30;
 pub const ELIDED: usize = 16;
 /// Frames from this many bytes up have the elided fields.
 const COMPACT_MIN: usize = 56;
+/// The elided bytes of a frame, in the order the ring's template holds them.
+const TEMPLATE_PARTS: [core::ops::Range<usize>; 2] = [4..16, 52..56];
+/// The bytes a compact frame keeps, in the order its slot holds them (bytes past
+/// the frame's end are moved too, unread: every slot has room for them).
+const KEPT_PARTS: [core::ops::Range<usize>; 3] = [0..4, 16..52, 56..COMPACT_MAX];
 /// Frames up to this many bytes travel compact: sequence word, length and frame then
 /// fit the slot's first cache line, so a short message costs one line, not two.
 pub const COMPACT_MAX: usize = 64 - SLOT_HEADER + ELIDED;
@@ -1090,12 +1095,27 @@ fn expand(
         .bytes(slot + SLOT_HEADER, COMPACT_MAX - ELIDED)
         .ok()?;
     let t = region.bytes(ring + off::RING_TEMPLATE, ELIDED).ok()?;
-    buf[..4].copy_from_slice(&c[..4]);
-    buf[4..16].copy_from_slice(&t[..12]);
-    buf[16..52].copy_from_slice(&c[4..40]);
-    buf[52..56].copy_from_slice(&t[12..]);
-    buf[56..].copy_from_slice(&c[40..]);
+    scatter(buf, &KEPT_PARTS, c);
+    scatter(buf, &TEMPLATE_PARTS, t);
     Some(n + ELIDED)
+}
+
+/// Copies `parts` of frame `f`, in order, into `out` (exactly their length).
+fn gather(f: &[u8], parts: &[core::ops::Range<usize>], out: &mut [u8]) {
+    let mut at = 0;
+    for r in parts {
+        out[at..at + r.len()].copy_from_slice(&f[r.clone()]);
+        at += r.len();
+    }
+}
+
+/// Copies `src` (exactly the length of `parts`) into `parts` of frame `f`.
+fn scatter(f: &mut [u8], parts: &[core::ops::Range<usize>], src: &[u8]) {
+    let mut at = 0;
+    for r in parts {
+        f[r.clone()].copy_from_slice(&src[at..at + r.len()]);
+        at += r.len();
+    }
 }
 
 impl RxToken for MyriRx<'_> {
@@ -1150,7 +1170,9 @@ fn compactable((region, ring): (&Region, usize), next: u64, f: &[u8; COMPACT_MAX
     let Ok(t) = region.bytes(ring + off::RING_TEMPLATE, ELIDED) else {
         return false;
     };
-    if t[..12] == f[4..16] && t[12..] == f[52..56] {
+    let mut mine = [0u8; ELIDED];
+    gather(f, &TEMPLATE_PARTS, &mut mine);
+    if t == mine {
         return true;
     }
     let consumed = region
@@ -1167,8 +1189,7 @@ fn compactable((region, ring): (&Region, usize), next: u64, f: &[u8; COMPACT_MAX
         return false;
     };
     // Published with the frame by the release of its sequence word.
-    t[..12].copy_from_slice(&f[4..16]);
-    t[12..].copy_from_slice(&f[52..56]);
+    t.copy_from_slice(&mine);
     true
 }
 
@@ -1198,10 +1219,7 @@ impl MyriTx<'_> {
             Some(buf) if compactable(self.ring, self.next, buf) => {
                 // Fixed-size moves (the slot has room past the frame: its MTU is
                 // at least 112 bytes).
-                let s = &mut self.slot[..COMPACT_MAX - ELIDED];
-                s[..4].copy_from_slice(&buf[..4]);
-                s[4..40].copy_from_slice(&buf[16..52]);
-                s[40..].copy_from_slice(&buf[56..]);
+                gather(buf, &KEPT_PARTS, &mut self.slot[..COMPACT_MAX - ELIDED]);
                 COMPACT | (len - ELIDED) as u32
             }
             Some(buf) => {
