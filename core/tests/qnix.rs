@@ -962,3 +962,191 @@ fn a_barrier_of_one_process_completes() {
     }
     assert_eq!((q.stats().barriers, q.stats().engine_barriers), (3, 3));
 }
+
+/// With no board (the simulator's fabric, like `udp` and `eth`), a short broadcast
+/// or multicast to the whole application goes once, as one packet down the
+/// engine's binomial tree that the other processes relay, not from the root to
+/// each member; under loss every member still takes the root's messages exactly
+/// once and in the order sent: the sends before it (some overtaken by the
+/// broadcast's relays), the broadcast, the send after it (which may overtake it).
+/// A multicast to some members reaches them through relays that only count it.
+#[test]
+fn a_broadcast_goes_once_down_a_tree_and_keeps_its_place_under_loss() {
+    for seed in [0x7ee, 0x7ef, 0x5eed] {
+        tree_broadcasts_in_order(seed);
+    }
+}
+
+fn tree_broadcasts_in_order(seed: u64) {
+    const N: usize = 7;
+    const ROUNDS: usize = 12;
+    let mut sim = make_sim(&app(N as i32), seed, lossy());
+    let tag = 4;
+    let others: Vec<Name> = (1..N as i32).map(|m| Name::new(5, m)).collect();
+    let msg = |k: usize, round: usize| format!("{k:08}{round:08}").into_bytes();
+    let send = |q: &mut Node, to: Name, data: Vec<u8>| {
+        let len = data.len();
+        q.send_context(to, tag, true, 0, len, Region::Data(data))
+            .unwrap()
+    };
+    for round in 0..ROUNDS {
+        let before = if round % 3 == 0 { 6 } else { 1 };
+        let mut rc = vec![vec![]; N];
+        for m in 1..N {
+            let q = &mut sim.nodes[m];
+            for k in 0..before + 2 {
+                let region = Region::Segments(vec![(MEM + k as u64 * 64, 16)]);
+                let r = q
+                    .recv_context(Name::new(5, 0), tag, true, 0, 16, region)
+                    .unwrap();
+                q.receive(r).unwrap();
+                rc[m].push(r);
+            }
+        }
+        let mut sc = vec![];
+        for k in 0..before + 2 {
+            let q = &mut sim.nodes[0];
+            if k == before {
+                let c = send(q, Name::new(5, 0), msg(k, round));
+                if round % 2 == 0 {
+                    q.broadcast_short(c, 5).unwrap();
+                } else {
+                    q.multicast_short(c, &others).unwrap();
+                }
+                sc.push(c);
+                continue;
+            }
+            for &to in &others {
+                let c = send(q, to, msg(k, round));
+                q.send_short(c).unwrap();
+                sc.push(c);
+            }
+        }
+        until(&mut sim, seed, 60, |nodes, _| {
+            (1..N).all(|m| rc[m].iter().all(|&r| recv_done(&nodes[m], r)))
+                && sc.iter().all(|&c| nodes[0].send_doorbell(c) != BUSY)
+        });
+        for m in 1..N {
+            for (k, &r) in rc[m].iter().enumerate() {
+                let q = &mut sim.nodes[m];
+                assert_eq!(q.poll_for_receive(r), Ok(16), "seed {seed:#x}");
+                let got = &mem(q)[k * 64..k * 64 + 16];
+                assert_eq!(
+                    got,
+                    &msg(k, round)[..],
+                    "seed {seed:#x}, round {round}, member {m}, receive {k}: {}",
+                    String::from_utf8_lossy(got)
+                );
+            }
+        }
+        for c in sc {
+            assert_eq!(sim.nodes[0].poll_for_send(c), Ok(()));
+        }
+    }
+    assert_eq!(sim.nodes[0].stats().board_broadcasts, ROUNDS as u64);
+    // Root 0's binomial tree over 7: 0 -> 1, 2, 4; 1 -> 3, 5; 2 -> 6.
+    for (m, relays) in [(1, true), (2, true), (3, false), (4, false)] {
+        let f = sim.nodes[m].engine().stats().forwarded;
+        assert_eq!(f > 0, relays, "member {m} forwarded {f}");
+    }
+    let parked: u64 = sim.nodes.iter().map(|q| q.stats().parked).sum();
+    let early: u64 = sim.nodes.iter().map(|q| q.stats().early_boards).sum();
+    assert!(
+        parked > 0,
+        "no send overtook a broadcast: the wait went untested"
+    );
+    assert!(early > 0, "no broadcast overtook the sends before it");
+    // To 3 and 5, below relay 1, which counts it but does not take it: its receive
+    // waits for a message of its own.
+    let mut rc = vec![];
+    for m in [1, 3, 5] {
+        let region = Region::Segments(vec![(MEM + 4096, 16)]);
+        let q = &mut sim.nodes[m];
+        let r = q
+            .recv_context(Name::new(5, 0), tag, true, 0, 16, region)
+            .unwrap();
+        q.receive(r).unwrap();
+        rc.push((m, r));
+    }
+    let c = send(&mut sim.nodes[0], Name::new(5, 0), msg(1, 99));
+    let to = [Name::new(5, 3), Name::new(5, 5)];
+    sim.nodes[0].multicast_short(c, &to).unwrap();
+    until(&mut sim, seed, 30, |nodes, _| {
+        rc[1..].iter().all(|&(m, r)| recv_done(&nodes[m], r))
+    });
+    let _ = sim.run_until(sim.now() + Duration::from_millis(20), |_, _| false);
+    assert_eq!(sim.nodes[1].recv_doorbell(rc[0].1), BUSY, "not for 1");
+    for &(m, r) in &rc[1..] {
+        assert_eq!(sim.nodes[m].poll_for_receive(r), Ok(16));
+        assert_eq!(&mem(&sim.nodes[m])[4096..4112], &msg(1, 99)[..]);
+    }
+    assert_eq!(sim.nodes[0].stats().board_broadcasts, ROUNDS as u64 + 1);
+}
+
+/// A relay that dies cuts its subtree off from the root's tree broadcasts: the
+/// broadcast it did not pass on never comes, and what the root sends afterwards
+/// is not held back waiting for it. Once the root knows, its broadcasts go member
+/// by member.
+#[test]
+fn a_dead_relay_does_not_hold_back_what_its_root_sends_after_a_broadcast() {
+    let seed = 0xd1e;
+    let mut sim = make_sim(&app(4), seed, FaultConfig::default());
+    // Root 0's binomial tree over 4: 0 -> 1, 2; 1 -> 3.
+    let post = |q: &mut Node, tag: i32, at: u64| {
+        let region = Region::Segments(vec![(MEM + at, 16)]);
+        let r = q
+            .recv_context(Name::new(5, 0), tag, true, 0, 16, region)
+            .unwrap();
+        q.receive(r).unwrap();
+        r
+    };
+    let lost = post(&mut sim.nodes[3], 1, 0);
+    let after = post(&mut sim.nodes[3], 2, 64);
+    let got = post(&mut sim.nodes[2], 1, 0);
+    sim.net.kill(1);
+    let q = &mut sim.nodes[0];
+    let b = q
+        .send_context(Name::new(5, 0), 1, true, 0, 16, Region::Data(vec![1; 16]))
+        .unwrap();
+    q.broadcast_short(b, 5).unwrap();
+    let u = q
+        .send_context(Name::new(5, 3), 2, true, 0, 16, Region::Data(vec![2; 16]))
+        .unwrap();
+    q.send_short(u).unwrap();
+    until(&mut sim, seed, 120, |nodes, _| {
+        recv_done(&nodes[3], after) && recv_done(&nodes[2], got)
+    });
+    assert_eq!(
+        sim.nodes[3].stats().parked,
+        1,
+        "it waited for the broadcast"
+    );
+    assert_eq!(sim.nodes[3].poll_for_receive(after), Ok(16));
+    assert_eq!(&mem(&sim.nodes[3])[64..80], &[2; 16]);
+    assert_eq!(sim.nodes[2].poll_for_receive(got), Ok(16));
+    assert_eq!(&mem(&sim.nodes[2])[..16], &[1; 16]);
+    assert_eq!(
+        sim.nodes[3].recv_doorbell(lost),
+        BUSY,
+        "1 did not pass it on"
+    );
+    // The root finds 1 dead too; its next broadcast goes to each live member.
+    until(&mut sim, seed, 120, |nodes, _| nodes[0].is_dead(1));
+    let boards = sim.nodes[0].stats().board_broadcasts;
+    let q = &mut sim.nodes[0];
+    let b2 = q
+        .send_context(Name::new(5, 0), 1, true, 0, 16, Region::Data(vec![3; 16]))
+        .unwrap();
+    q.broadcast_short(b2, 5).unwrap();
+    until(&mut sim, seed, 60, |nodes, _| {
+        recv_done(&nodes[3], lost) && nodes[0].send_doorbell(b2) != BUSY
+    });
+    assert_eq!(sim.nodes[3].poll_for_receive(lost), Ok(16));
+    assert_eq!(&mem(&sim.nodes[3])[..16], &[3; 16]);
+    assert_eq!(
+        sim.nodes[0].poll_for_send(b2),
+        Err(QxError::Dead),
+        "1 is in it"
+    );
+    assert_eq!(sim.nodes[0].stats().board_broadcasts, boards);
+}

@@ -677,7 +677,8 @@ pub struct Stats {
     pub rma_denied: u64,
     /// Puts and get replies that landed in our memory.
     pub rma_landed: u64,
-    /// Reliable broadcasts of other roots passed on to our children in the tree.
+    /// Reliable broadcasts and multicast packets of other roots passed on to our
+    /// children in the tree.
     pub forwarded: u64,
     /// Notices dropped because nobody took them (see [`Storage::notices`]).
     pub notices_dropped: u64,

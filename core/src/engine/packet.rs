@@ -478,6 +478,31 @@ impl<'a> Engine<'a> {
         len <= self.packet_size() && self.packet_board_fits(len)
     }
 
+    /// Whether [`Engine::launch_multicast`] of a `len`-byte packet to every
+    /// instance goes down a tree of relays, and always will: the device has no
+    /// board for the whole group, so no launch takes another path that a later
+    /// one could overtake, and the packet fits.
+    pub fn tree_takes_packet(&self, len: usize) -> bool {
+        self.caps.board_nodes != self.size && len <= self.packet_size()
+    }
+
+    /// Whether `root`'s packets to every instance ([`MCAST_ALL`]) down `tree`
+    /// reach this instance through `via`, a relay above it: once `via` is dead,
+    /// what `root` multicasts no longer comes here.
+    pub fn relayed_through(&self, root: NodeId, via: NodeId, tree: Tree) -> bool {
+        let mut x = self.cfg.node;
+        // A parent's position is below its child's: at most `size` steps.
+        for _ in 0..self.size {
+            match super::mcast::tree_parent(self.size, root, x, tree) {
+                Some(p) if p == root => return false,
+                Some(p) if p == via => return true,
+                Some(p) => x = p,
+                None => return false,
+            }
+        }
+        false
+    }
+
     /// Whether multicast packets go through the device's board (see `board`): it
     /// reaches every instance of our group and holds the frame, and no multicast of
     /// ours ever went down a tree (one path, so members get them in launch order).
@@ -710,6 +735,7 @@ impl<'a> Engine<'a> {
         for &child in &out[..kids] {
             self.start_packet_send(id, child, gid, root, tree);
         }
+        self.stats.forwarded += u64::from(kids > 0);
         self.consume_message(ci);
         // Not `self.delivered`: a poll goes on draining (LFC makes an upcall for
         // each packet that has arrived), bounded by its batch.

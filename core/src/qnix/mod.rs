@@ -36,8 +36,9 @@
 //!   except on the application's group when the application is the whole fabric:
 //!   that one is the engine's barrier (in NIC memory on the Myrinet-like model);
 //!   `broadcast` sends to every member but the sender, `multicast` to a list;
-//!   in a whole-fabric application a short one is written once on the sender's
-//!   board in NIC memory, in each sender's order.
+//!   in a whole-fabric application a short one goes once, in each sender's order:
+//!   written on the sender's board in NIC memory, or down the engine's binomial
+//!   tree where the device has no board (see `Qnix::goes_once`).
 //! - **Long sends go by rendezvous.** A `send` (and a `broadcast` or `multicast`,
 //!   to each member) of at least [`RENDEZVOUS_MIN`] bytes from one contiguous
 //!   range asks the receiver first. A
@@ -95,7 +96,7 @@ pub const DONE: i32 = 2;
 
 /// Bytes in front of a message's first packet and of every control packet:
 /// kind (u8), the sender's count of board broadcasts so far (big-endian u16, see
-/// [`Qnix::board_reaches`]), a reserved byte, then three big-endian 32-bit fields.
+/// [`Qnix::goes_once`]), a reserved byte, then three big-endian 32-bit fields.
 const HEAD: usize = 16;
 const K_MSG: u8 = 1;
 const K_REG: u8 = 2;
@@ -328,8 +329,7 @@ enum TxData {
 #[derive(Debug)]
 struct TxJob {
     dests: Vec<NodeId>,
-    /// A message to every other process, written once on this process's board in
-    /// NIC memory (see [`Qnix::board_reaches`]).
+    /// A message to every other process, sent once (see [`Qnix::goes_once`]).
     board: bool,
     at: usize,
     off: usize,
@@ -590,7 +590,7 @@ pub struct Qnix<'a, D, C, M> {
     tx: VecDeque<TxJob>,
     rx: Vec<RxPartial>,
     /// Board broadcasts sent; per sender, those taken; per sender, what it sent
-    /// after one not taken yet, in order (see [`Qnix::board_reaches`]).
+    /// after one not taken yet, in order (see [`Qnix::goes_once`]).
     bc_sent: u16,
     bc_taken: Vec<u16>,
     parked: Vec<VecDeque<Parked>>,
@@ -599,6 +599,9 @@ pub struct Qnix<'a, D, C, M> {
     /// broadcasts that wait for packets it sent here before them.
     sent_to: Vec<u32>,
     got_from: Vec<u32>,
+    /// Per process: its board broadcasts come down a tree through a relay found
+    /// dead, so those not here yet never come.
+    cut_off: Vec<bool>,
     boards: Vec<VecDeque<Board>>,
     posted: Vec<usize>,
     unexpected: VecDeque<Unexpected>,
@@ -783,6 +786,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             parked_bytes: 0,
             sent_to: alloc::vec![0; fabric_nodes],
             got_from: alloc::vec![0; fabric_nodes],
+            cut_off: alloc::vec![false; fabric_nodes],
             boards: (0..fabric_nodes).map(|_| VecDeque::new()).collect(),
             posted: Vec::new(),
             unexpected: VecDeque::new(),
@@ -1496,7 +1500,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         match cmd {
             Command::Send { ctx, to, data, fan } => {
                 let len = self.ctxs[SEND][ctx].len;
-                if fan && self.board_reaches(&to, len) {
+                if fan && self.goes_once(&to, len) {
                     self.parts[ctx] += 1;
                     let c = &self.ctxs[SEND][ctx];
                     let h = head(K_MSG, c.tag, 0, c.len as u32);
@@ -1587,8 +1591,14 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 continue;
             }
             if job.board {
-                if job.dests.iter().any(|&d| self.dead[d as usize]) {
-                    // Member by member: a dead one fails the send.
+                let tree = !self
+                    .engine
+                    .board_takes_packet(board_prefix(self.sent_to.len()) + job.len);
+                if job.dests.iter().any(|&d| self.dead[d as usize])
+                    || (tree && self.dead.iter().any(|&d| d))
+                {
+                    // Member by member: a dead one fails the send, and a dead
+                    // relay would not pass it on.
                     job.board = false;
                     continue;
                 }
@@ -1599,7 +1609,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                     break;
                 };
                 // After the head, how many packets went to each process before it:
-                // a receiver takes it only after those (see `board_reaches`).
+                // a receiver takes it only after those (see `goes_once`).
                 p[..HEAD].copy_from_slice(&job.head);
                 let n = self.sent_to.len();
                 for (i, c) in self.sent_to.iter().enumerate() {
@@ -1688,7 +1698,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             };
             p[..h].copy_from_slice(&job.head[..h]);
             if h == HEAD {
-                // What it must not overtake at the receiver (see `board_reaches`).
+                // What it must not overtake at the receiver (see `goes_once`).
                 p[1..3].copy_from_slice(&self.bc_sent.to_be_bytes());
             }
             let body = &mut p[h..h + n];
@@ -1931,7 +1941,14 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     fn held(&self, d: Delivery) -> bool {
         let src = d.src as usize;
         let ours = self.name_of(d.src).is_some_and(|n| n.ai == self.me.ai);
-        ours && (ahead(bc_of(&self.engine, d), self.bc_taken[src]) || !self.parked[src].is_empty())
+        ours && (self.still_coming(src, bc_of(&self.engine, d)) || !self.parked[src].is_empty())
+    }
+
+    /// Whether `src`'s board broadcasts up to count `bc` are still to be taken
+    /// here: not yet taken, and either on their way or (cut off from `src`'s
+    /// tree) already here, waiting for earlier packets.
+    fn still_coming(&self, src: usize, bc: u16) -> bool {
+        ahead(bc, self.bc_taken[src]) && !(self.cut_off[src] && self.boards[src].is_empty())
     }
 
     /// A broadcast from `d.src`'s board: taken in its place among that sender's
@@ -1994,7 +2011,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// Hands on what `src` sent after board broadcasts that are now taken.
     fn release(&mut self, src: usize) {
         while let Some(p) = self.parked[src].front() {
-            if ahead(p.bc, self.bc_taken[src]) {
+            if self.still_coming(src, p.bc) {
                 break;
             }
             let Some(p) = self.parked[src].pop_front() else {
@@ -2441,12 +2458,17 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         }
     }
 
-    /// Whether a message of `len` bytes to `to` goes once through this process's
-    /// board in NIC memory (the Myrinet-like model's broadcast board, which every
-    /// other process reads) rather than to each member: the application is the
-    /// whole fabric, `to` lists other processes once each, and the message fits
-    /// one board packet (which names the processes it is for: the others only
-    /// count it). Others keep going member by member.
+    /// Whether a message of `len` bytes to `to` goes once, as one packet to every
+    /// other process, rather than to each member: the application is the whole
+    /// fabric, `to` lists other processes once each, and the message fits one
+    /// packet (which names the processes it is for: the others only count it).
+    /// The packet is written once on this process's board in NIC memory where the
+    /// device has one (the Myrinet-like model's broadcast board, which every other
+    /// process reads), and goes down the engine's binomial tree of relays where it
+    /// has none (`udp`, `eth`): log n steps instead of n - 1 sends by the root.
+    /// Both are called board broadcasts here. Others keep going member by member,
+    /// and so does every broadcast down a tree once a process of the application
+    /// is dead (its relays may be gone).
     ///
     /// QNIX matches a sender's messages in the order sent; a board packet is read
     /// apart from the rings (and may pass packets still queued for a full ring),
@@ -2456,7 +2478,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// message or rendezvous request sent afterwards carries the sender's count of
     /// board broadcasts, and a receiver keeps one back (with whatever follows it
     /// from that sender) until it has taken that many of them.
-    fn board_reaches(&self, to: &[NodeId], len: usize) -> bool {
+    fn goes_once(&self, to: &[NodeId], len: usize) -> bool {
         let me = self.engine.config().node as usize;
         let n = self.engine.size() as usize;
         if to.is_empty() || to.len() >= n {
@@ -2476,7 +2498,14 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 _ => return false,
             }
         }
-        self.engine.board_takes_packet(board_prefix(n) + len)
+        let len = board_prefix(n) + len;
+        self.engine.board_takes_packet(len)
+            || (self.engine.tree_takes_packet(len) && !self.any_dead())
+    }
+
+    /// Whether a process of the fabric was found dead.
+    fn any_dead(&self) -> bool {
+        self.dead.iter().any(|&d| d)
     }
 
     /// Whether group `gi` is the application's own group and the application is
@@ -2602,6 +2631,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 .sum();
             self.parked_bytes -= gone;
             self.boards[n as usize].clear();
+            self.cut_off_below(n);
             if let Some(name) = self.name_of(n) {
                 let mut k = 0;
                 while k < self.posted.len() {
@@ -2623,6 +2653,28 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 _ => {}
             }
             self.end_rendezvous_with(n);
+        }
+    }
+
+    /// Where board broadcasts go down a tree, those of a root whose tree reaches
+    /// this process through dead `n` that are not here now never come: what the
+    /// root sent after them waits for nothing (QNIX's order holds for what
+    /// arrives; a broadcast a dead relay did not pass on is lost, as with LFC's
+    /// multicast).
+    fn cut_off_below(&mut self, n: NodeId) {
+        if !self.engine.tree_takes_packet(0) {
+            return;
+        }
+        let me = self.engine.config().node;
+        for root in 0..self.dead.len() {
+            let r = root as NodeId;
+            if r == me || self.dead[root] || self.cut_off[root] {
+                continue;
+            }
+            if self.engine.relayed_through(r, n, Tree::Binomial) {
+                self.cut_off[root] = true;
+                self.release(root);
+            }
         }
     }
 
