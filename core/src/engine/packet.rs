@@ -700,17 +700,25 @@ impl<'a> Engine<'a> {
         let multicast = gid != UNICAST && gid != INTERNAL;
         if multicast {
             let tree = Tree::from_u32(repr.offset);
+            let me = self.cfg.node;
+            let from = repr.ends.src_node;
+            let mut theirs = [0; MAX_CHILDREN];
             let targets = self
                 .mcast_members(gid)
                 .zip(tree)
                 .and_then(|(members, tree)| {
-                    forward_targets(members, root, self.cfg.node, tree, &mut out)
+                    // Only from our parent in `root`'s tree: another member of the
+                    // job cannot pass its packets off as `root`'s.
+                    let n = forward_targets(members, root, from, tree, &mut theirs)?;
+                    theirs[..n].contains(&me).then_some(())?;
+                    forward_targets(members, root, me, tree, &mut out)
                 });
             match targets {
-                Some(n) if root != self.cfg.node => kids = n,
+                Some(n) if root != me => kids = n,
                 _ => {
-                    // An unknown group or shape, or a tree we are not in: taken and
-                    // dropped, so the channel's order goes on.
+                    // An unknown group or shape, a tree we are not in, or a sender
+                    // that is not our parent in it: taken and dropped, so the
+                    // channel's order goes on.
                     self.stats.rx_malformed += 1;
                     self.consume_message(ci);
                     return true;

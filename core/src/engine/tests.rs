@@ -1077,3 +1077,51 @@ fn a_short_reliable_send_goes_at_once_from_a_copy_and_survives_loss() {
     assert_eq!(a.state()[0].2, Some(Errno::SendFailure));
     assert_eq!(a.bufs.eager_free, 4, "the failed send's copy is back");
 }
+
+/// A multicast packet is taken only from the member that is this one's parent in
+/// its root's tree: another member of the job cannot pass its own packets off as
+/// another root's (QNIX orders a root's broadcasts by them). The channel's order
+/// goes on past the one dropped.
+#[test]
+fn a_multicast_packet_from_a_member_not_our_parent_is_dropped() {
+    let mut rings = rings();
+    let with_packets = |node| {
+        let mut cfg = Config::new(0xAB, 7, node);
+        cfg.peer_timeout = Duration::from_millis(2);
+        let st = Storage::with_capacity(cap()).with_packets(4, 4, 1, 4);
+        TE::new(Engine::new(cfg, G, st).unwrap())
+    };
+    let (mut b, mut c) = (with_packets(1), with_packets(2));
+    let now = Instant::ZERO;
+    b.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+    c.poll(now, &mut Loopback::new(&mut rings, NodeAddr(2)), None);
+    // Node 2's own packets, down its binomial tree (2 -> 0, 1).
+    for word in [b"fake", b"real"] {
+        let p = c.packet_alloc().unwrap();
+        c.packet_mut(p).unwrap()[..4].copy_from_slice(word);
+        c.launch_multicast(p, MCAST_ALL, 4, Tree::Binomial).unwrap();
+    }
+    c.poll(now, &mut Loopback::new(&mut rings, NodeAddr(2)), None);
+    let mut frames = Vec::new();
+    let mut at_b = Loopback::new(&mut rings, NodeAddr(1));
+    while let Some(tok) = at_b.receive(now) {
+        frames.push(tok.consume(|f| f.to_vec()));
+    }
+    assert_eq!(frames.len(), 2);
+    // The first passed off as root 0's: in root 0's tree (0 -> 1, 2), 2 is a leaf.
+    let (mut repr, payload) = Repr::parse_frame(&frames[0], true, None).unwrap();
+    assert_eq!((repr.kind, repr.ends.src_port), (Kind::Packet, 2));
+    repr.ends.src_port = 0;
+    let mut forged = std::vec![0u8; frames[0].len()];
+    let n = repr
+        .emit_frame(&mut forged, &[payload], false, None)
+        .unwrap();
+    let malformed = b.stats().rx_malformed;
+    b.handle_frame(now, &forged[..n]);
+    assert_eq!(b.stats().rx_malformed, malformed + 1);
+    assert!(b.next_delivery().is_none(), "taken as root 0's");
+    b.handle_frame(now, &frames[1]);
+    let d = b.next_delivery().expect("the next one of 2's own");
+    assert_eq!((d.src, d.multicast), (2, true));
+    assert_eq!(&b.packet(d.packet).unwrap()[..4], b"real");
+}
