@@ -30,6 +30,92 @@ impl<'a> Engine<'a> {
             && (0..self.size).all(|i| g.members.addr(i).is_some_and(|a| a.0 < self.size))
     }
 
+    /// Writes a short reliable broadcast on `port` into the board from the
+    /// caller's bytes at once, when nothing of ours waits before it (no board
+    /// broadcast queued, none in the gate): no operation, no copy, no pass. It is
+    /// numbered and fences a later flat one as [`Engine::start_send_eager`]'s
+    /// would be, and, like that one once written, needs nothing more. `false`
+    /// when it does not apply or the board is full; nothing has happened then.
+    pub(super) fn send_now_board<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        port: PortId,
+        head: &[u8],
+        body: &[u8],
+    ) -> bool {
+        let Some(dest) = self.ports.get(port as usize).and_then(|p| p.dest) else {
+            return false;
+        };
+        let me = self.cfg.node;
+        let total = head.len() + body.len();
+        let numbered = dest.group == self.cfg.group && (me as usize) < self.bcast_seq.len();
+        let fits = self
+            .group(dest.group)
+            .is_some_and(|g| self.board_fits(g, total as u32));
+        if dest.node != BROADCAST
+            || !numbered
+            || !fits
+            || head.len() > HEAD_MAX
+            || body.len() > super::send::BCAST_COPY_MAX
+            || self.must_hold(false)
+        {
+            return false;
+        }
+        let bseq = self.bcast_next;
+        let mut prefix = [0u8; wire::TREE_PREFIX];
+        prefix[0..2].copy_from_slice(&me.to_be_bytes());
+        prefix[2] = BOARD;
+        prefix[4..8].copy_from_slice(&bseq.to_be_bytes());
+        let repr = Repr {
+            kind: Kind::Multicast,
+            flags: Flags::TREE | Flags::LAST,
+            job_key: self.cfg.job_key,
+            ends: Endpoints {
+                src_group: self.cfg.group,
+                src_node: me,
+                dst_group: dest.group,
+                dst_node: BROADCAST,
+                src_port: port,
+                dst_port: dest.port,
+            },
+            seq: 0,
+            ack: None,
+            msg_id: bseq,
+            offset: 0,
+            total_len: total as u32,
+            payload_len: (wire::TREE_PREFIX + total) as u16,
+        };
+        let key = self.cfg.auth_key.as_ref();
+        let frame_len = repr.buffer_len() + if key.is_some() { wire::TAG_LEN } else { 0 };
+        let skip_crc = self.caps.integrity;
+        let mut ok = false;
+        let written = dev.board_transmit(now, frame_len, &mut |buf| {
+            ok = repr
+                .emit_frame_with(buf, skip_crc, key, |p| {
+                    let (a, rest) = p.split_at_mut(wire::TREE_PREFIX);
+                    a.copy_from_slice(&prefix);
+                    let (b, c) = rest.split_at_mut(head.len());
+                    b.copy_from_slice(head);
+                    c.copy_from_slice(body);
+                })
+                .is_ok();
+        });
+        if !written {
+            return false;
+        }
+        self.bcast_next = bseq.wrapping_add(1);
+        self.bcast_released(BOARD, bseq);
+        self.stats.tx_frames += 1;
+        self.stats.tx_bytes += repr.payload_len as u64;
+        self.stats.board_tx += 1;
+        self.stats.board_now += 1;
+        if !ok {
+            self.notify_send_failure(port, dest);
+        }
+        true
+    }
+
     /// Queues broadcast `op` (its copy taken) for the board; it is written at the
     /// next transmit pass, after the board broadcasts queued before it.
     pub(super) fn queue_board(&mut self, pi: usize) {

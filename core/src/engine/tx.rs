@@ -168,7 +168,7 @@ impl<'a> Engine<'a> {
     /// Sends a reliable message that fits one frame at once, from a copy in an
     /// eager buffer, when its channel has nothing queued, nothing to resend and room
     /// in the peer's window: the frame leaves in this call, no queue and no pass
-    /// over the channels. The send is detached (see [`Engine::detach`]): the ack frees
+    /// over the channels (a broadcast: through the board, see `send_now_board`). The send is detached (see [`Engine::detach`]): the ack frees
     /// the copy, and a failure is reported through the port's error handler or error
     /// semaphore. `false` when it does not apply, no eager buffer or slot is free, or
     /// the device has no room; nothing has happened then, and
@@ -186,7 +186,7 @@ impl<'a> Engine<'a> {
             return false;
         }
         let Some((dest, ci)) = self.open_channel(port, head) else {
-            return false;
+            return self.send_now_board(now, dev, port, head, body);
         };
         let total = head.len() + body.len();
         let max = max_payload(&self.cfg, &self.caps);

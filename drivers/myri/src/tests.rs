@@ -1506,6 +1506,10 @@ fn short_broadcasts_go_through_the_board_in_the_roots_order() {
         gs[0].device().stats().board_full > 0,
         "more in flight than the board holds"
     );
+    // Most go from the sending call; behind a full board or a broadcast queued
+    // before them, they take the queue.
+    let now = gs[0].engine().stats().board_now;
+    assert!(now > 0 && now < 29, "{now} written at once");
 }
 
 /// Frames on a board are untrusted like any: garbage, a truncated frame, one that
