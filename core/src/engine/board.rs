@@ -62,53 +62,19 @@ impl<'a> Engine<'a> {
         {
             return false;
         }
-        let bseq = self.bcast_next;
-        let mut prefix = [0u8; wire::TREE_PREFIX];
-        prefix[0..2].copy_from_slice(&me.to_be_bytes());
-        prefix[2] = BOARD;
-        prefix[4..8].copy_from_slice(&bseq.to_be_bytes());
-        let repr = Repr {
-            kind: Kind::Multicast,
-            flags: Flags::TREE | Flags::LAST,
-            job_key: self.cfg.job_key,
-            ends: Endpoints {
-                src_group: self.cfg.group,
-                src_node: me,
-                dst_group: dest.group,
-                dst_node: BROADCAST,
-                src_port: port,
-                dst_port: dest.port,
-            },
-            seq: 0,
-            ack: None,
-            msg_id: bseq,
-            offset: 0,
-            total_len: total as u32,
-            payload_len: (wire::TREE_PREFIX + total) as u16,
-        };
-        let key = self.cfg.auth_key.as_ref();
-        let frame_len = repr.buffer_len() + if key.is_some() { wire::TAG_LEN } else { 0 };
-        let skip_crc = self.caps.integrity;
-        let mut ok = false;
-        let written = dev.board_transmit(now, frame_len, &mut |buf| {
-            ok = repr
-                .emit_frame_with(buf, skip_crc, key, |p| {
-                    let (a, rest) = p.split_at_mut(wire::TREE_PREFIX);
-                    a.copy_from_slice(&prefix);
-                    let (b, c) = rest.split_at_mut(head.len());
-                    b.copy_from_slice(head);
-                    c.copy_from_slice(body);
-                })
-                .is_ok();
-        });
-        if !written {
+        let mut op = Op::EMPTY;
+        op.head[..head.len()].copy_from_slice(head);
+        op.head_len = head.len() as u8;
+        op.total = total as u32;
+        op.src_port = port;
+        op.dest = dest;
+        op.root = me;
+        op.bseq = self.bcast_next;
+        let Some(ok) = self.write_board(now, dev, &op, Some(body)) else {
             return false;
-        }
-        self.bcast_next = bseq.wrapping_add(1);
-        self.bcast_released(BOARD, bseq);
-        self.stats.tx_frames += 1;
-        self.stats.tx_bytes += repr.payload_len as u64;
-        self.stats.board_tx += 1;
+        };
+        self.bcast_next = op.bseq.wrapping_add(1);
+        self.bcast_released(BOARD, op.bseq);
         self.stats.board_now += 1;
         if !ok {
             self.notify_send_failure(port, dest);
@@ -135,106 +101,126 @@ impl<'a> Engine<'a> {
         while self.board_head != NONE {
             let oi = self.board_head as usize;
             let o = self.ops[oi];
-            let packet = o.kind == Kind::Packet;
-            let len = (o.total as usize).saturating_sub(o.head_len as usize);
-            // A packet in a device send slot: the device moves it into the board.
-            let pooled = if packet {
-                self.bufs.pkts.pooled_slot(o.packet)
-            } else {
-                None
-            };
-            let body = if pooled.is_some() {
-                None
-            } else if packet {
-                self.bufs.pkts.payload(o.packet)
-            } else {
-                self.bufs
-                    .eager
-                    .get(o.eager as usize)
-                    .and_then(|b| b.data.get(..len))
-            };
-            let body = body.unwrap_or(&[]);
-            let body_len = if pooled.is_some() { len } else { body.len() };
-            let head = &o.head[..o.head_len as usize];
-            // A packet (LFC) has no tree prefix: its root is `src_port` and the
-            // board's mark is in `offset`, as a tree packet's shape (WIRE.md).
-            let prefix_len = if packet { 0 } else { wire::TREE_PREFIX };
-            let mut prefix = [0u8; wire::TREE_PREFIX];
-            prefix[0..2].copy_from_slice(&o.root.to_be_bytes());
-            prefix[2] = BOARD;
-            prefix[4..8].copy_from_slice(&o.bseq.to_be_bytes());
-            let prefix = &prefix[..prefix_len];
-            let repr = Repr {
-                kind: if packet {
-                    Kind::Packet
-                } else {
-                    Kind::Multicast
-                },
-                flags: Flags::TREE | Flags::LAST,
-                job_key: self.cfg.job_key,
-                ends: Endpoints {
-                    src_group: self.cfg.group,
-                    src_node: self.cfg.node,
-                    dst_group: o.dest.group,
-                    dst_node: BROADCAST,
-                    src_port: o.src_port,
-                    dst_port: o.dest.port,
-                },
-                seq: 0,
-                ack: None,
-                msg_id: o.bseq,
-                offset: if packet { u32::from(BOARD) } else { 0 },
-                total_len: o.total,
-                payload_len: (prefix_len + head.len() + body_len) as u16,
-            };
-            let key = self.cfg.auth_key.as_ref();
-            let frame_len = repr.buffer_len() + if key.is_some() { wire::TAG_LEN } else { 0 };
-            let skip_crc = self.caps.integrity;
-            let mut ok = false;
-            let written = if let Some(k) = pooled {
-                let parts = dev
-                    .pool_slot(k)
-                    .and_then(|b| b.get(..len))
-                    .map(|b| repr.frame_parts(skip_crc, key, [head, b]));
-                match parts {
-                    Some(Ok((h, t))) => {
-                        ok = true;
-                        let tag = if key.is_some() { &t[..] } else { &[] };
-                        dev.board_transmit_pooled(now, &h, k, len, tag)
-                    }
-                    // A slot the device no longer has: the packet fails.
-                    _ => true,
-                }
-            } else {
-                dev.board_transmit(now, frame_len, &mut |buf| {
-                    ok = repr
-                        .emit_frame_with(buf, skip_crc, key, |p| {
-                            let (a, rest) = p.split_at_mut(prefix_len);
-                            a.copy_from_slice(prefix);
-                            let (b, c) = rest.split_at_mut(head.len());
-                            b.copy_from_slice(head);
-                            c.copy_from_slice(body);
-                        })
-                        .is_ok();
-                })
-            };
-            if !written {
+            let Some(ok) = self.write_board(now, dev, &o, None) else {
                 break;
-            }
+            };
             self.board_head = o.next;
             if self.board_head == NONE {
                 self.board_tail = NONE;
             }
-            self.stats.tx_frames += 1;
-            self.stats.tx_bytes += repr.payload_len as u64;
-            self.stats.board_tx += 1;
             sent += 1;
             finish_op(&mut self.ops, &mut self.bufs, oi, ok);
-            if !ok && o.detached && !packet {
+            if !ok && o.detached && o.kind != Kind::Packet {
                 self.notify_send_failure(o.src_port, o.dest);
             }
         }
         sent
+    }
+
+    /// Writes the board frame of broadcast `o` (queued, or built for one written
+    /// at once): its body is `body`, else its packet or eager copy. `None`: the
+    /// board is full, nothing written; else whether the frame was whole (a packet
+    /// slot the device no longer has, or a body that does not fit: written
+    /// anyway, as a frame its readers drop).
+    pub(super) fn write_board<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        o: &Op<'_>,
+        body: Option<&[u8]>,
+    ) -> Option<bool> {
+        let packet = o.kind == Kind::Packet;
+        let len = (o.total as usize).saturating_sub(o.head_len as usize);
+        // A packet in a device send slot: the device moves it into the board.
+        let pooled = if packet && body.is_none() {
+            self.bufs.pkts.pooled_slot(o.packet)
+        } else {
+            None
+        };
+        let body = if pooled.is_some() {
+            None
+        } else if body.is_some() {
+            body
+        } else if packet {
+            self.bufs.pkts.payload(o.packet)
+        } else {
+            self.bufs
+                .eager
+                .get(o.eager as usize)
+                .and_then(|b| b.data.get(..len))
+        };
+        let body = body.unwrap_or(&[]);
+        let body_len = if pooled.is_some() { len } else { body.len() };
+        let head = &o.head[..o.head_len as usize];
+        // A packet (LFC) has no tree prefix: its root is `src_port` and the
+        // board's mark is in `offset`, as a tree packet's shape (WIRE.md).
+        let prefix_len = if packet { 0 } else { wire::TREE_PREFIX };
+        let mut prefix = [0u8; wire::TREE_PREFIX];
+        prefix[0..2].copy_from_slice(&o.root.to_be_bytes());
+        prefix[2] = BOARD;
+        prefix[4..8].copy_from_slice(&o.bseq.to_be_bytes());
+        let prefix = &prefix[..prefix_len];
+        let repr = Repr {
+            kind: if packet {
+                Kind::Packet
+            } else {
+                Kind::Multicast
+            },
+            flags: Flags::TREE | Flags::LAST,
+            job_key: self.cfg.job_key,
+            ends: Endpoints {
+                src_group: self.cfg.group,
+                src_node: self.cfg.node,
+                dst_group: o.dest.group,
+                dst_node: BROADCAST,
+                src_port: o.src_port,
+                dst_port: o.dest.port,
+            },
+            seq: 0,
+            ack: None,
+            msg_id: o.bseq,
+            offset: if packet { u32::from(BOARD) } else { 0 },
+            total_len: o.total,
+            payload_len: (prefix_len + head.len() + body_len) as u16,
+        };
+        let key = self.cfg.auth_key.as_ref();
+        let frame_len = repr.buffer_len() + if key.is_some() { wire::TAG_LEN } else { 0 };
+        let skip_crc = self.caps.integrity;
+        let mut ok = false;
+        let written = if let Some(k) = pooled {
+            let parts = dev
+                .pool_slot(k)
+                .and_then(|b| b.get(..len))
+                .map(|b| repr.frame_parts(skip_crc, key, [head, b]));
+            match parts {
+                Some(Ok((h, t))) => {
+                    ok = true;
+                    let tag = if key.is_some() { &t[..] } else { &[] };
+                    dev.board_transmit_pooled(now, &h, k, len, tag)
+                }
+                // A slot the device no longer has: the packet fails.
+                _ => true,
+            }
+        } else {
+            dev.board_transmit(now, frame_len, &mut |buf| {
+                ok = repr
+                    .emit_frame_with(buf, skip_crc, key, |p| {
+                        let (a, rest) = p.split_at_mut(prefix_len);
+                        a.copy_from_slice(prefix);
+                        let (b, c) = rest.split_at_mut(head.len());
+                        b.copy_from_slice(head);
+                        c.copy_from_slice(body);
+                    })
+                    .is_ok();
+            })
+        };
+        if !written {
+            return None;
+        }
+        self.stats.tx_frames += 1;
+        self.stats.tx_bytes += repr.payload_len as u64;
+        self.stats.board_tx += 1;
+        Some(ok)
     }
 
     /// A frame from the board of the node at fabric address `from`. `false` leaves

@@ -684,8 +684,8 @@ pub struct Stats {
     pub notices_dropped: u64,
     /// Our broadcasts written once into the device's board (not one frame a member).
     pub board_tx: u64,
-    /// Of those, the ones written in the sending call from the caller's bytes,
-    /// with no copy or queue (nothing of ours waited before them).
+    /// Of those, the ones written in the sending or launching call, with no copy
+    /// or queue (nothing of ours waited before them).
     pub board_now: u64,
     /// Other roots' broadcasts taken from their boards.
     pub board_rx: u64,

@@ -470,6 +470,47 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
+    /// [`Engine::launch_multicast`] on device `dev`: a packet that goes through the
+    /// board, with no board frame of ours queued before it, is written there in
+    /// this call (no operation, no transmit pass) and goes back to the engine.
+    /// `Ok(true)`: it was; `Ok(false)`: it was queued as by `launch_multicast`.
+    pub fn launch_multicast_on<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        id: PacketId,
+        gid: u16,
+        len: usize,
+        tree: Tree,
+    ) -> Result<bool, Error> {
+        self.check_launch(id, len)?;
+        let me = self.cfg.node;
+        let anyone = self
+            .mcast_members(gid)
+            .is_some_and(|m| (0..m.len()).any(|i| m.get(i) != me));
+        if anyone && self.board_head == NONE && self.packet_board_fits(len) {
+            self.bufs.pkts.tx[id.index()].len = len as u16;
+            let mut op = Op::EMPTY;
+            op.kind = Kind::Packet;
+            op.packet = id.0;
+            op.total = len as u32;
+            op.src_port = me;
+            op.root = me;
+            op.dest = Dest {
+                group: self.cfg.group,
+                node: BROADCAST,
+                port: gid,
+            };
+            if self.write_board(now, dev, &op, None).is_some() {
+                // No reader left: the packet is free again.
+                self.bufs.pkts.tx[id.index()].user = false;
+                self.stats.board_now += 1;
+                return Ok(true);
+            }
+        }
+        self.launch_multicast(id, gid, len, tree).map(|()| false)
+    }
+
     /// Whether [`Engine::launch_multicast`] of a `len`-byte packet to every
     /// instance ([`MCAST_ALL`]) would go through this instance's board (written
     /// once in NIC memory, read there by every other instance; no relays): the

@@ -421,8 +421,8 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         size: usize,
         upcalls_allowed: bool,
     ) -> Result<(), Error> {
-        self.launch(upcalls_allowed, Some(dest), |e| {
-            e.launch_unicast(packet, dest, size)
+        self.launch(upcalls_allowed, Some(dest), |e, _, _| {
+            e.launch_unicast(packet, dest, size).map(|()| false)
         })
     }
 
@@ -436,8 +436,9 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         upcalls_allowed: bool,
     ) -> Result<(), Error> {
         let tree = self.opts.tree;
-        self.launch(upcalls_allowed, None, |e| {
-            e.launch_multicast(packet, gid, size, tree)
+        // Through the board, written in this call where nothing of ours waits.
+        self.launch(upcalls_allowed, None, |e, dev, now| {
+            e.launch_multicast_on(now, dev, packet, gid, size, tree)
         })
     }
 
@@ -457,14 +458,19 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         &mut self,
         upcalls_allowed: bool,
         dest: Option<NodeId>,
-        mut f: impl FnMut(&mut Engine<'a>) -> Result<(), Error>,
+        mut f: impl FnMut(&mut Engine<'a>, &mut D, Instant) -> Result<bool, Error>,
     ) -> Result<(), Error> {
         loop {
-            match f(&mut self.engine) {
-                Ok(()) => {
+            let now = self.clock.now();
+            match f(&mut self.engine, &mut self.dev, now) {
+                Ok(true) => {
+                    // Already in the board: nothing more to send.
+                    self.stats.launched += 1;
+                    return Ok(());
+                }
+                Ok(false) => {
                     self.stats.launched += 1;
                     // Out at once: the caller is often about to wait for the answer.
-                    let now = self.clock.now();
                     match dest {
                         Some(d) => self.engine.transmit_to(now, &mut self.dev, d),
                         None => self.engine.poll_transmit(now, &mut self.dev, None),

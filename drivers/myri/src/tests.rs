@@ -1774,6 +1774,9 @@ fn lfc_multicast_is_forwarded_by_the_device_without_the_members() {
         );
     }
     assert_eq!(ls[0].engine().stats().board_tx, 15, "one write per packet");
+    // The board never filled: each went in its launch, and its packet came back.
+    assert_eq!(ls[0].engine().stats().board_now, 15);
+    assert_eq!(ls[0].engine().packets_free(), (8, 4), "the root's packets");
     // A later packet goes on once every reader has taken the earlier ones.
     lfc_mcast(&mut ls[0], MCAST_ALL, 99, 4);
     lfc_poll_until(&mut ls, &[0, 1, 2, 3], "the last packet never came", |ls| {
