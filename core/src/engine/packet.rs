@@ -490,17 +490,7 @@ impl<'a> Engine<'a> {
             .is_some_and(|m| (0..m.len()).any(|i| m.get(i) != me));
         if anyone && self.board_head == NONE && self.packet_board_fits(len) {
             self.bufs.pkts.tx[id.index()].len = len as u16;
-            let mut op = Op::EMPTY;
-            op.kind = Kind::Packet;
-            op.packet = id.0;
-            op.total = len as u32;
-            op.src_port = me;
-            op.root = me;
-            op.dest = Dest {
-                group: self.cfg.group,
-                node: BROADCAST,
-                port: gid,
-            };
+            let op = self.board_packet_op(id, gid, len);
             if self.write_board(now, dev, &op, None).is_some() {
                 // No reader left: the packet is free again.
                 self.bufs.pkts.tx[id.index()].user = false;
@@ -563,6 +553,24 @@ impl<'a> Engine<'a> {
             })
     }
 
+    /// The board frame of packet `id`'s first `len` bytes to multicast group `gid`,
+    /// as an operation (`write_board` reads it).
+    fn board_packet_op(&self, id: PacketId, gid: u16, len: usize) -> Op<'a> {
+        let me = self.cfg.node;
+        let mut op = Op::EMPTY;
+        op.kind = Kind::Packet;
+        op.packet = id.0;
+        op.total = len as u32;
+        op.src_port = me;
+        op.root = me;
+        op.dest = Dest {
+            group: self.cfg.group,
+            node: BROADCAST,
+            port: gid,
+        };
+        op
+    }
+
     /// Queues packet `id` to be written once into the device's board, where each
     /// member of `gid` takes it itself: the device model is the multicast, no member
     /// forwards (LFC's NIC-level multicast on `shm`). `anyone`: a member other than
@@ -580,20 +588,9 @@ impl<'a> Engine<'a> {
         b.user = false;
         let Some(oi) = oi else { return Ok(()) };
         b.net += 1;
-        let me = self.cfg.node;
-        let mut op = Op::EMPTY;
+        let mut op = self.board_packet_op(id, gid, len);
         op.state = OpState::Active;
         op.detached = true;
-        op.kind = Kind::Packet;
-        op.packet = id.0;
-        op.total = len as u32;
-        op.src_port = me;
-        op.root = me;
-        op.dest = Dest {
-            group: self.cfg.group,
-            node: BROADCAST,
-            port: gid,
-        };
         op.gen = self.ops[oi].gen;
         self.ops[oi] = op;
         self.queue_board(oi);
