@@ -1150,3 +1150,35 @@ fn a_dead_relay_does_not_hold_back_what_its_root_sends_after_a_broadcast() {
     );
     assert_eq!(sim.nodes[0].stats().board_broadcasts, boards);
 }
+
+/// Two processes that die together are both reported: receives posted from each
+/// fail with `QX_EDEAD`, none waits for good.
+#[test]
+fn two_peers_that_die_together_both_fail_their_receives() {
+    let seed = 0xd2d;
+    let mut sim = make_sim(&app(4), seed, FaultConfig::default());
+    let mut rs = vec![];
+    for from in [2, 3] {
+        let r = sim.nodes[0]
+            .recv_context(
+                Name::new(5, from),
+                1,
+                true,
+                0,
+                8,
+                Region::Segments(vec![(MEM + from as u64 * 64, 8)]),
+            )
+            .unwrap();
+        sim.nodes[0].receive(r).unwrap();
+        rs.push(r);
+    }
+    sim.net.kill(2);
+    sim.net.kill(3);
+    until(&mut sim, seed, 120, |nodes, _| {
+        rs.iter().all(|&r| recv_done(&nodes[0], r))
+    });
+    for r in rs {
+        assert_eq!(sim.nodes[0].poll_for_receive(r), Err(QxError::Dead));
+    }
+    assert!(sim.nodes[0].is_dead(2) && sim.nodes[0].is_dead(3));
+}

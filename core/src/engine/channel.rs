@@ -114,6 +114,9 @@ pub struct Channel {
     pub(crate) peer_node: NodeId,
     /// Retries ran out: every send to this peer fails from now on.
     pub(crate) failed: bool,
+    /// Failed, and a personality of packets (which have no port to tell) has not
+    /// been told yet ([`crate::engine::Engine::take_packet_failure`]).
+    pub(crate) unreported: bool,
 
     // Sending side.
     pub(crate) snd_una: u32,
@@ -182,6 +185,7 @@ impl Channel {
         peer_group: 0,
         peer_node: 0,
         failed: false,
+        unreported: false,
         snd_una: 0,
         snd_nxt: 0,
         peer_window: 0,

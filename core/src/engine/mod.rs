@@ -944,6 +944,8 @@ pub struct Engine<'a> {
     rr: usize,
     /// Channels in use all sit below this index (they are allocated lowest first).
     chan_hwm: usize,
+    /// Channels with [`Channel::unreported`] set.
+    unreported: usize,
     /// Best-effort messages being stored (their timers need watching).
     be_asms: usize,
     /// One past the highest assembly slot ever taken: lookups scan no further (slots
@@ -1079,6 +1081,7 @@ impl<'a> Engine<'a> {
             bar: BarrierState::default(),
             rr: 0,
             chan_hwm: 0,
+            unreported: 0,
             be_asms: 0,
             asm_hwm: 0,
             owed_retries: 0,

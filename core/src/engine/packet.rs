@@ -868,9 +868,21 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// Peers a packet send failed to since the last call (the first of them).
+    /// A peer found dead, or one a packet send failed to, not yet taken: one a
+    /// call, each dead peer once (and again for each later launch to it).
     pub fn take_packet_failure(&mut self) -> Option<NodeId> {
-        self.bufs.pkts.failed.take()
+        if let Some(n) = self.bufs.pkts.failed.take() {
+            return Some(n);
+        }
+        if self.unreported == 0 {
+            return None;
+        }
+        let ch = self.chans[..self.chan_hwm]
+            .iter_mut()
+            .find(|c| c.unreported)?;
+        ch.unreported = false;
+        self.unreported -= 1;
+        Some(ch.peer_node)
     }
 
     pub(super) fn packet_send_failed(&mut self, dest: NodeId) {

@@ -87,10 +87,13 @@ impl<'a> Engine<'a> {
     /// Declares the peer of channel `ci` dead: every send to it fails.
     pub(super) fn fail_channel(&mut self, ci: usize) {
         self.stats.peers_failed += 1;
-        if !self.bufs.pkts.rx.is_empty() {
-            // Packets have no port to tell: the personality reports the peer.
-            let node = self.chans[ci].peer_node;
-            self.packet_send_failed(node);
+        // Packets have no port to tell: the personality reports the peer, and its
+        // packets in flight with it.
+        let packets = !self.bufs.pkts.rx.is_empty();
+        let ch = &mut self.chans[ci];
+        if packets && !ch.failed && !ch.unreported {
+            ch.unreported = true;
+            self.unreported += 1;
         }
         let ch = &mut self.chans[ci];
         ch.failed = true;
@@ -110,8 +113,7 @@ impl<'a> Engine<'a> {
                     continue;
                 }
                 if o.kind == Kind::Packet {
-                    // Packets have no port: the personality reports it.
-                    self.packet_send_failed(o.dest.node);
+                    // Reported with the channel (`unreported`).
                     continue;
                 }
                 // A forward's failure goes to the port the broadcast came in on.
