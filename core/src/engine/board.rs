@@ -119,9 +119,9 @@ impl<'a> Engine<'a> {
 
     /// Writes the board frame of broadcast `o` (queued, or built for one written
     /// at once): its body is `body`, else its packet or eager copy. `None`: the
-    /// board is full, nothing written; else whether the frame was whole (a packet
-    /// slot the device no longer has, or a body that does not fit: written
-    /// anyway, as a frame its readers drop).
+    /// board is full, nothing written. `Some(false)`: the frame could not be made
+    /// (a packet slot the device no longer has: nothing written; a body that does
+    /// not fit: a slot its readers drop); the broadcast is over all the same, failed.
     pub(super) fn write_board<D: Device>(
         &mut self,
         now: Instant,
