@@ -168,10 +168,11 @@ impl<'a> Engine<'a> {
     /// Sends a reliable message that fits one frame at once, from a copy in an
     /// eager buffer, when its channel has nothing queued, nothing to resend and room
     /// in the peer's window: the frame leaves in this call, no queue and no pass
-    /// over the channels (a broadcast: through the board, see `send_now_board`). The send is detached (see [`Engine::detach`]): the ack frees
-    /// the copy, and a failure is reported through the port's error handler or error
-    /// semaphore. `false` when it does not apply, no eager buffer or slot is free, or
-    /// the device has no room; nothing has happened then, and
+    /// over the channels (a short broadcast: into the board, see `send_now_board`).
+    /// The send is detached (see [`Engine::detach`]): the ack frees the copy, and a
+    /// failure is reported through the port's error handler or error semaphore.
+    /// `false` when it does not apply, no eager buffer or slot is free, or the
+    /// device has no room; nothing has happened then, and
     /// [`Engine::start_send_eager`] or [`Engine::start_send`] takes the message.
     pub fn send_now_reliable<D: Device>(
         &mut self,
