@@ -1635,11 +1635,18 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                     body.fill(0);
                     job.failed = Some(QxError::Fault);
                 }
-                match self
-                    .engine
-                    .launch_multicast(id, MCAST_ALL, at + job.len, Tree::Binomial)
-                {
-                    Ok(()) => {
+                // Into the board at once where nothing of ours waits before it.
+                let now = self.clock.now();
+                let len = at + job.len;
+                match self.engine.launch_multicast_on(
+                    now,
+                    &mut self.dev,
+                    id,
+                    MCAST_ALL,
+                    len,
+                    Tree::Binomial,
+                ) {
+                    Ok(_) => {
                         self.bc_sent = self.bc_sent.wrapping_add(1);
                         self.stats.board_broadcasts += 1;
                         self.stats.messages_sent += job.dests.len() as u64;

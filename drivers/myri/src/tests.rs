@@ -1048,6 +1048,10 @@ fn qnix_broadcast_to_the_whole_application_goes_once_through_the_board_in_order(
     let st = qs[0].stats();
     assert_eq!(st.board_broadcasts, ROUNDS as u64, "{st:?}");
     assert_eq!(qs[0].engine().stats().board_tx, ROUNDS as u64);
+    assert!(
+        qs[0].engine().stats().board_now > 0,
+        "written in the NIC step that launched them"
+    );
     let parked: u64 = qs.iter().map(|q| q.stats().parked).sum();
     assert!(
         parked > 0,
