@@ -31,8 +31,9 @@ impl<'a> Engine<'a> {
     }
 
     /// Writes a short reliable broadcast on `port` into the board from the
-    /// caller's bytes at once, when nothing of ours waits before it (no board
-    /// broadcast queued, none in the gate): no operation, no copy, no pass. It is
+    /// caller's bytes at once: no operation, no copy, no pass. The caller has
+    /// checked that nothing of ours waits before it (`nothing_ahead`: no board
+    /// broadcast queued, none in the gate). It is
     /// numbered and fences a later flat one as [`Engine::start_send_eager`]'s
     /// would be, and, like that one once written, needs nothing more. `false`
     /// when it does not apply or the board is full; nothing has happened then.
@@ -47,19 +48,20 @@ impl<'a> Engine<'a> {
         let Some(dest) = self.ports.get(port as usize).and_then(|p| p.dest) else {
             return false;
         };
+        // Most callers here are unicasts without a channel yet: ruled out first.
+        if dest.node != BROADCAST
+            || head.len() > HEAD_MAX
+            || body.len() > super::send::BCAST_COPY_MAX
+        {
+            return false;
+        }
         let me = self.cfg.node;
         let total = head.len() + body.len();
         let numbered = dest.group == self.cfg.group && (me as usize) < self.bcast_seq.len();
         let fits = self
             .group(dest.group)
             .is_some_and(|g| self.board_fits(g, total as u32));
-        if dest.node != BROADCAST
-            || !numbered
-            || !fits
-            || head.len() > HEAD_MAX
-            || body.len() > super::send::BCAST_COPY_MAX
-            || self.must_hold(false)
-        {
+        if !numbered || !fits {
             return false;
         }
         let mut op = Op::EMPTY;
