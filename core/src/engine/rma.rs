@@ -490,10 +490,15 @@ impl<'a> Engine<'a> {
     }
 
     /// Rings the bells of finished one-sided operations and records failed ones.
+    #[inline]
     pub(super) fn settle_rma(&mut self, mem: &mut dyn Memory) {
-        if self.bufs.rma_done == 0 {
-            return;
+        if self.bufs.rma_done != 0 {
+            self.settle_rma_now(mem);
         }
+    }
+
+    #[inline(never)]
+    fn settle_rma_now(&mut self, mem: &mut dyn Memory) {
         self.bufs.rma_done = 0;
         for oi in 0..self.ops.len() {
             let o = &mut self.ops[oi];

@@ -44,6 +44,7 @@ impl<'a> Engine<'a> {
 
     /// [`Engine::poll_transmit`] with program memory, which one-sided operations
     /// read their frames' data from.
+    #[inline]
     pub fn poll_transmit_mem<D: Device>(
         &mut self,
         now: Instant,
@@ -51,21 +52,14 @@ impl<'a> Engine<'a> {
         ext: Option<&[u8]>,
         mem: &mut dyn Memory,
     ) -> usize {
-        if self.outbox.len > 0 {
-            self.start_queued();
-        }
-        if self.gate.len > 0 {
-            self.release_gate();
-        }
-        if self.gate.waits > 0 {
-            self.answer_fences();
-        }
-        if self.cuts {
-            self.end_cuts();
-        }
         let mut sent = 0;
-        if self.board_head != NONE {
-            sent += self.transmit_board(now, dev);
+        if self.outbox.len > 0
+            || self.gate.len > 0
+            || self.gate.waits > 0
+            || self.cuts
+            || self.board_head != NONE
+        {
+            sent += self.transmit_queued(now, dev);
         }
         let n = self.chan_hwm;
         if n == 0 {
@@ -90,6 +84,28 @@ impl<'a> Engine<'a> {
             dev.flush(now);
         }
         sent
+    }
+
+    /// What waits outside the channels: handlers' sends, gated broadcasts, fences
+    /// to answer, cut streams, board broadcasts. Returns frames sent.
+    #[inline(never)]
+    fn transmit_queued<D: Device>(&mut self, now: Instant, dev: &mut D) -> usize {
+        if self.outbox.len > 0 {
+            self.start_queued();
+        }
+        if self.gate.len > 0 {
+            self.release_gate();
+        }
+        if self.gate.waits > 0 {
+            self.answer_fences();
+        }
+        if self.cuts {
+            self.end_cuts();
+        }
+        if self.board_head != NONE {
+            return self.transmit_board(now, dev);
+        }
+        0
     }
 
     /// [`Engine::poll_transmit`] for a send just started: only its channel is

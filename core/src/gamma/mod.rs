@@ -780,10 +780,15 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// Runs the handler of every notice the engine queued, oldest first, with the
     /// state; what they queued to send leaves at once (`ext` as for the poll). A
     /// notice for a port whose handler has since been removed only counted.
+    #[inline]
     fn run_handlers(&mut self, now: Instant, ext: Option<&[u8]>) {
-        if self.engine.notices_pending() == 0 {
-            return;
+        if self.engine.notices_pending() != 0 {
+            self.run_pending_handlers(now, ext);
         }
+    }
+
+    #[inline(never)]
+    fn run_pending_handlers(&mut self, now: Instant, ext: Option<&[u8]>) {
         while let Some((notice, view)) = self.engine.next_notice() {
             let h = self.handlers.get(notice.port as usize).and_then(|h| {
                 if notice.errno.is_some() {

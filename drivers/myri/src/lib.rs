@@ -573,6 +573,9 @@ pub struct MyriNic {
     board_low: u64,
     /// Frames read from each node's board.
     board_next: [u64; MAX_NODES],
+    /// Consumer `head` of each peer's ring into us (we alone write it): the scan
+    /// for frames reads only sequence words.
+    rx_head: [u64; MAX_NODES],
     /// The last compact frame received, made whole (lent to the engine in place).
     whole: [u8; COMPACT_MAX],
     stats: NicStats,
@@ -660,11 +663,20 @@ impl MyriNic {
             board_tail: 0,
             board_low: 0,
             board_next: [0; MAX_NODES],
+            rx_head: [0; MAX_NODES],
             whole: [0; COMPACT_MAX],
             stats: NicStats::default(),
         };
         if let Some(w) = nic.barrier_word(me, off::BARRIER_ARRIVED) {
             nic.barriers = w.load(Ordering::Acquire);
+        }
+        // A rank restarted on a reused region goes on where its predecessor stopped.
+        for src in 0..geo.nodes {
+            let ring = nic.rings.ring(me, src);
+            nic.rx_head[src as usize] = nic
+                .region
+                .u64_at(ring + off::RING_HEAD)?
+                .load(Ordering::Acquire);
         }
         let e = geo.node_entry(me);
         nic.region
@@ -1009,6 +1021,143 @@ impl MyriNic {
             h.store(self.beat, Ordering::Relaxed);
         }
     }
+
+    /// Whether `root`'s board holds a frame we have not read.
+    #[inline]
+    fn board_fresh(&self, root: u32) -> bool {
+        let Some(&next) = self.board_next.get(root as usize) else {
+            return false;
+        };
+        self.region
+            .u64_at(self.boards.slot(root, next))
+            .is_ok_and(|w| w.load(Ordering::Acquire) == next.wrapping_add(1))
+    }
+
+    /// Hands `take` the frames on `root`'s board, in order, until it refuses one
+    /// (left for the next call) or none is new: at most one pass over the board.
+    #[inline(never)]
+    fn board_take(&mut self, root: u32, take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool) -> bool {
+        let MyriNic {
+            region,
+            geo,
+            me,
+            board_next,
+            boards,
+            stats,
+            ..
+        } = self;
+        let mtu = geo.board_mtu();
+        let Some(next) = board_next.get_mut(root as usize) else {
+            return false;
+        };
+        let Ok(head) = region.u64_at(boards.head(*me, root)) else {
+            return false;
+        };
+        let mut any = false;
+        for _ in 0..BOARD_SLOTS {
+            let slot = boards.slot(root, *next);
+            let Ok(seq) = region.u64_at(slot) else { break };
+            if seq.load(Ordering::Acquire) != next.wrapping_add(1) {
+                break;
+            }
+            let len = region
+                .u32_at(slot + 8)
+                .map(|w| w.load(Ordering::Relaxed) as usize);
+            match len
+                .ok()
+                .filter(|&l| l <= mtu)
+                .and_then(|l| region.bytes(slot + SLOT_HEADER, l).ok())
+            {
+                Some(frame) => {
+                    if !take(NodeAddr(root as u16), frame) {
+                        break;
+                    }
+                    stats.board_rx += 1;
+                    any = true;
+                }
+                // An impossible length: skipped, like a ring's.
+                None => stats.corrupt += 1,
+            }
+            *next = next.wrapping_add(1);
+            // Our reads of the slot happen-before its producer reuses it.
+            head.store(*next, Ordering::Release);
+        }
+        any
+    }
+
+    /// Whether the next slot of `src`'s ring into us holds a published frame.
+    #[inline]
+    fn rx_ready(&self, src: u32) -> bool {
+        let head = self.rx_head[src as usize];
+        let slot = self.rings.slot(self.rings.ring(self.me, src), head);
+        self.region
+            .u64_at(slot)
+            .is_ok_and(|w| w.load(Ordering::Acquire) == head.wrapping_add(1))
+    }
+
+    /// Lends the frames waiting in `src`'s ring (the next one found whole): slots
+    /// with an impossible length are skipped, at most one pass over the ring.
+    #[inline(never)]
+    fn take(&mut self, src: u32) -> Option<MyriRx<'_>> {
+        let MyriNic {
+            region,
+            geo,
+            me,
+            rr,
+            stats,
+            rings,
+            whole,
+            rx_head,
+            ..
+        } = self;
+        let ring = rings.ring(*me, src);
+        let head_w = region.u64_at(ring + off::RING_HEAD).ok()?;
+        let cursor = rx_head.get_mut(src as usize)?;
+        for _ in 0..=geo.slots {
+            let head = *cursor;
+            let slot = rings.slot(ring, head);
+            let Ok(seq) = region.u64_at(slot) else { break };
+            if seq.load(Ordering::Acquire) != head.wrapping_add(1) {
+                break; // nothing (more) from this peer
+            }
+            let word = region.u32_at(slot + 8).map(|w| w.load(Ordering::Relaxed));
+            let parts = match word {
+                Ok(w) if w & INDIRECT != 0 => indirect(region, rings, geo, src, slot, w),
+                // Made whole in `whole`, lent below.
+                Ok(w) if w & COMPACT != 0 => {
+                    expand(whole, region, ring, slot, (w & !COMPACT) as usize)
+                        .map(|n| (&[][..], &[][..], n))
+                }
+                Ok(len) if len as usize <= geo.mtu() => region
+                    .bytes(slot + SLOT_HEADER, len as usize)
+                    .ok()
+                    .map(|f| (f, &[][..], f.len())),
+                _ => None,
+            };
+            if let Some((mut frame, body, split)) = parts {
+                if word.is_ok_and(|w| w & COMPACT != 0) {
+                    frame = &whole[..split];
+                    stats.rx_compact += 1;
+                }
+                *rr = if src + 1 == geo.nodes { 0 } else { src + 1 };
+                stats.rx_frames += 1;
+                stats.rx_pooled += u64::from(word.is_ok_and(|w| w & INDIRECT != 0));
+                return Some(MyriRx {
+                    frame,
+                    body,
+                    split,
+                    head: head_w,
+                    cursor,
+                    next: head.wrapping_add(1),
+                });
+            }
+            // A slot with an impossible length is skipped.
+            stats.corrupt += 1;
+            *cursor = head.wrapping_add(1);
+            head_w.store(*cursor, Ordering::Release);
+        }
+        None
+    }
 }
 
 /// The inline part, payload and split point (inline bytes before the payload) of a
@@ -1062,6 +1211,8 @@ pub struct MyriRx<'a> {
     /// Bytes of `frame` that come before `body` in the frame.
     split: usize,
     head: &'a AtomicU64,
+    /// Our copy of `head` (we alone write it).
+    cursor: &'a mut u64,
     next: u64,
 }
 
@@ -1138,6 +1289,7 @@ impl RxToken for MyriRx<'_> {
         let r = f(self.frame, self.body);
         // Hand the slot back to the producer: our reads (of the send slot too)
         // happen-before its reuse.
+        *self.cursor = self.next;
         self.head.store(self.next, Ordering::Release);
         r
     }
@@ -1241,67 +1393,17 @@ impl Device for MyriNic {
 
     fn receive(&mut self, _now: Instant) -> Option<MyriRx<'_>> {
         self.heartbeat();
-        let MyriNic {
-            region,
-            geo,
-            me,
-            rr,
-            stats,
-            rings,
-            whole,
-            ..
-        } = self;
-        let n = geo.nodes;
-        for k in 0..n {
-            let src = (*rr + k) % n;
-            if src == *me {
-                continue;
+        // The scan touches one word per peer (the next slot's sequence word) and
+        // keeps its consumer position here: an empty poll stays a few loads.
+        let n = self.geo.nodes;
+        let mut src = if self.rr < n { self.rr } else { 0 };
+        for _ in 0..n {
+            if src != self.me && self.rx_ready(src) {
+                return self.take(src);
             }
-            let ring = rings.ring(*me, src);
-            let Some((_, head_w)) = ring_words(region, ring) else {
-                continue;
-            };
-            // At most one pass over the ring: corrupt slots are skipped, not retried.
-            for _ in 0..=geo.slots {
-                let head = head_w.load(Ordering::Relaxed);
-                let slot = rings.slot(ring, head);
-                let Ok(seq) = region.u64_at(slot) else { break };
-                if seq.load(Ordering::Acquire) != head.wrapping_add(1) {
-                    break; // nothing new from this peer
-                }
-                let word = region.u32_at(slot + 8).map(|w| w.load(Ordering::Relaxed));
-                let parts = match word {
-                    Ok(w) if w & INDIRECT != 0 => indirect(region, rings, geo, src, slot, w),
-                    // Made whole in `whole`, lent below.
-                    Ok(w) if w & COMPACT != 0 => {
-                        expand(whole, region, ring, slot, (w & !COMPACT) as usize)
-                            .map(|n| (&[][..], &[][..], n))
-                    }
-                    Ok(len) if len as usize <= geo.mtu() => region
-                        .bytes(slot + SLOT_HEADER, len as usize)
-                        .ok()
-                        .map(|f| (f, &[][..], f.len())),
-                    _ => None,
-                };
-                if let Some((mut frame, body, split)) = parts {
-                    if word.is_ok_and(|w| w & COMPACT != 0) {
-                        frame = &whole[..split];
-                        stats.rx_compact += 1;
-                    }
-                    *rr = (src + 1) % n;
-                    stats.rx_frames += 1;
-                    stats.rx_pooled += u64::from(word.is_ok_and(|w| w & INDIRECT != 0));
-                    return Some(MyriRx {
-                        frame,
-                        body,
-                        split,
-                        head: head_w,
-                        next: head.wrapping_add(1),
-                    });
-                }
-                // A slot with an impossible length is skipped.
-                stats.corrupt += 1;
-                head_w.store(head.wrapping_add(1), Ordering::Release);
+            src += 1;
+            if src == n {
+                src = 0;
             }
         }
         None
@@ -1441,52 +1543,11 @@ impl Device for MyriNic {
         _now: Instant,
         take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
     ) -> bool {
-        let MyriNic {
-            region,
-            geo,
-            me,
-            board_next,
-            boards,
-            stats,
-            ..
-        } = self;
-        let mtu = geo.board_mtu();
+        // One load per board when nothing is new; the reading is out of line.
         let mut any = false;
-        for root in (0..geo.nodes).filter(|r| r != me) {
-            let Some(next) = board_next.get_mut(root as usize) else {
-                break;
-            };
-            let Ok(head) = region.u64_at(boards.head(*me, root)) else {
-                continue;
-            };
-            // At most one pass over the board per call.
-            for _ in 0..BOARD_SLOTS {
-                let slot = boards.slot(root, *next);
-                let Ok(seq) = region.u64_at(slot) else { break };
-                if seq.load(Ordering::Acquire) != next.wrapping_add(1) {
-                    break;
-                }
-                let len = region
-                    .u32_at(slot + 8)
-                    .map(|w| w.load(Ordering::Relaxed) as usize);
-                match len
-                    .ok()
-                    .filter(|&l| l <= mtu)
-                    .and_then(|l| region.bytes(slot + SLOT_HEADER, l).ok())
-                {
-                    Some(frame) => {
-                        if !take(NodeAddr(root as u16), frame) {
-                            break;
-                        }
-                        stats.board_rx += 1;
-                        any = true;
-                    }
-                    // An impossible length: skipped, like a ring's.
-                    None => stats.corrupt += 1,
-                }
-                *next = next.wrapping_add(1);
-                // Our reads of the slot happen-before its producer reuses it.
-                head.store(*next, Ordering::Release);
+        for root in 0..self.geo.nodes {
+            if root != self.me && self.board_fresh(root) {
+                any |= self.board_take(root, take);
             }
         }
         any

@@ -135,6 +135,34 @@ fn frames_flow_in_order_and_credits_run_out() {
     drop(c);
 }
 
+/// The receiver keeps its ring positions to itself between polls: a token dropped
+/// unread leaves its frame for the next poll, and a node attached again on the same
+/// region goes on from the frames its predecessor took.
+#[test]
+fn a_receiver_goes_on_where_it_stopped() {
+    let mem = Mem::new(geo().region_len().unwrap());
+    let (mut a, mut b) = pair(&mem);
+    for i in 0..3u8 {
+        assert!(send(&mut a, 1, &[i; 40]));
+    }
+    assert_eq!(recv(&mut b).unwrap(), [0u8; 40]);
+    drop(b.receive(Instant::ZERO).expect("frame 1 is there"));
+    assert_eq!(
+        recv(&mut b).unwrap(),
+        [1u8; 40],
+        "a dropped token takes nothing"
+    );
+    drop(b);
+    let mut b = MyriNic::attach(mem.region(), 1, 7, NicConfig::default()).unwrap();
+    assert_eq!(recv(&mut b).unwrap(), [2u8; 40], "not frame 0 or 1 again");
+    assert!(recv(&mut b).is_none());
+    // The ring wraps past its 4 slots with the new receiver.
+    for i in 3..9u8 {
+        assert!(send(&mut a, 1, &[i; 40]));
+        assert_eq!(recv(&mut b).unwrap(), [i; 40]);
+    }
+}
+
 #[test]
 fn a_stale_region_is_not_joined_until_recreated() {
     let mem = Mem::new(geo().region_len().unwrap());
