@@ -35,6 +35,10 @@ use crate::NodeId;
 
 /// Longest buffer an ainvoke carries.
 pub const AINVOKE_MAX: usize = 1 << 20;
+
+/// The largest handler buffer kept between invocations, so that short ones copy
+/// into it and allocate nothing.
+const SCRATCH_MAX: usize = 64 * 1024;
 /// Bytes in front of an invocation's first packet: tag (i32), length (u32).
 const INVOKE_HEAD: usize = 8;
 
@@ -162,6 +166,8 @@ pub struct Cheetah<'a, D, C, M> {
     handlers: Vec<(i32, Handler<'a, D, C, M>)>,
     partial: Vec<Partial>,
     assembled: Vec<Option<Vec<u8>>>,
+    /// The buffer a handler is lent its invocation's data in.
+    scratch: Vec<u8>,
     /// Invocations of ourselves, run at the next poll.
     own: VecDeque<(i32, Vec<u8>)>,
     failed: Option<(NodeId, Error)>,
@@ -216,6 +222,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             handlers: Vec::new(),
             partial,
             assembled: Vec::new(),
+            scratch: Vec::new(),
             own: VecDeque::new(),
             failed: None,
             dead: alloc::vec![false; n],
@@ -570,20 +577,27 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             };
             // The handler gets the whole context, so the buffer is lent as a copy
             // it cannot keep (the seed: it may not capture it).
-            let data = self.take_data(inv);
+            let mut data = core::mem::take(&mut self.scratch);
+            self.take_data(inv, &mut data);
             h(self, inv.who, inv.tag, &data);
+            // Kept for the next invocation (a long one's buffer is let go).
+            if data.capacity() <= SCRATCH_MAX {
+                data.clear();
+                self.scratch = data;
+            }
             n += 1;
         }
         n
     }
 
-    fn take_data(&mut self, inv: Invocation) -> Vec<u8> {
-        let v = match inv.at {
-            InvocationData::Assembled(i) => self.assembled[i].take().unwrap_or_default(),
-            _ => self.invocation_data(&inv).to_vec(),
-        };
+    /// Puts the data of `inv` into `out` (empty): the assembled buffer itself,
+    /// or a copy of the packet's bytes.
+    fn take_data(&mut self, inv: Invocation, out: &mut Vec<u8>) {
+        match inv.at {
+            InvocationData::Assembled(i) => *out = self.assembled[i].take().unwrap_or_default(),
+            _ => out.extend_from_slice(self.invocation_data(&inv)),
+        }
         self.invocation_done(inv);
-        v
     }
 
     /// The next invocation that has arrived whole (for a deployment that runs the

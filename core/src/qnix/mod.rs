@@ -325,6 +325,60 @@ enum TxData {
     Segments(Vec<(u64, usize)>),
 }
 
+/// Buffers kept for reuse, so that a send or receive in the steady state
+/// allocates nothing: destination lists, short messages' copies, resolved regions.
+/// At most [`SPARES`] of each kind are kept, none over [`SHORT_MAX`] bytes.
+#[derive(Debug, Default)]
+struct Spares {
+    nodes: Vec<Vec<NodeId>>,
+    bytes: Vec<Vec<u8>>,
+    segs: Vec<Vec<(u64, usize)>>,
+}
+
+/// Spare buffers kept of each kind: enough for the sends and receives one NIC
+/// step finishes.
+const SPARES: usize = 64;
+
+/// An empty buffer from `pool`, or a new one.
+fn take_spare<T>(pool: &mut Vec<Vec<T>>) -> Vec<T> {
+    pool.pop().unwrap_or_default()
+}
+
+/// Keeps `v` (emptied) in `pool` if it has room and `v` holds memory, but not
+/// more than a short message's worth (a long message's copy is given back).
+fn give_spare<T>(pool: &mut Vec<Vec<T>>, mut v: Vec<T>) {
+    let bytes = v.capacity() * core::mem::size_of::<T>();
+    if (1..=SHORT_MAX).contains(&bytes) && pool.len() < SPARES {
+        v.clear();
+        pool.push(v);
+    }
+}
+
+impl Spares {
+    fn nodes(&mut self) -> Vec<NodeId> {
+        take_spare(&mut self.nodes)
+    }
+    fn bytes(&mut self) -> Vec<u8> {
+        take_spare(&mut self.bytes)
+    }
+    fn segs(&mut self) -> Vec<(u64, usize)> {
+        take_spare(&mut self.segs)
+    }
+    fn give_bytes(&mut self, v: Vec<u8>) {
+        give_spare(&mut self.bytes, v)
+    }
+    fn give_segs(&mut self, v: Vec<(u64, usize)>) {
+        give_spare(&mut self.segs, v)
+    }
+    fn give_job(&mut self, job: TxJob) {
+        give_spare(&mut self.nodes, job.dests);
+        match job.data {
+            TxData::Owned(b) => self.give_bytes(b),
+            TxData::Segments(s) => self.give_segs(s),
+        }
+    }
+}
+
 /// One message (or control packet) on its way out, to one destination after another.
 #[derive(Debug)]
 struct TxJob {
@@ -588,6 +642,8 @@ pub struct Qnix<'a, D, C, M> {
     bells: [[i32; CONTEXTS]; 2],
     queue: VecDeque<Command>,
     tx: VecDeque<TxJob>,
+    /// Buffers of finished sends and receives, reused by the next ones.
+    spares: Spares,
     rx: Vec<RxPartial>,
     /// Board broadcasts sent; per sender, those taken; per sender, what it sent
     /// after one not taken yet, in order (see [`Qnix::goes_once`]).
@@ -779,6 +835,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             bells: [[FREE; CONTEXTS]; 2],
             queue: VecDeque::with_capacity(QUEUE),
             tx: VecDeque::new(),
+            spares: Spares::default(),
             rx,
             bc_sent: 0,
             bc_taken: alloc::vec![0; fabric_nodes],
@@ -1037,10 +1094,12 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 if off.checked_add(len).is_none_or(|end| end > size) {
                     return Err(QxError::TooLong);
                 }
-                alloc::vec![(base + off as u64, len)]
+                let mut out = self.spares.segs();
+                out.push((base + off as u64, len));
+                out
             }
             Region::Segments(s) => {
-                let mut out = Vec::with_capacity(s.len());
+                let mut out = self.spares.segs();
                 let mut left = len;
                 for &(addr, n) in s {
                     if left == 0 {
@@ -1234,15 +1293,25 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         }
         if let Region::Data(d) = &self.ctxs[SEND][ctx].region {
             let d = d.get(..len).ok_or(QxError::Invalid)?;
-            return Ok(TxData::Owned(d.to_vec()));
+            let mut out = self.spares.bytes();
+            out.extend_from_slice(d);
+            return Ok(TxData::Owned(out));
         }
-        let region = self.ctxs[SEND][ctx].region.clone();
-        let segs = self.resolve(&region, len, Access::Read)?;
+        let region = core::mem::take(&mut self.ctxs[SEND][ctx].region);
+        let segs = self.resolve(&region, len, Access::Read);
+        self.ctxs[SEND][ctx].region = region;
+        let segs = segs?;
         if !short {
             return Ok(TxData::Segments(segs));
         }
-        let mut d = alloc::vec![0u8; len];
-        read_at(&mut self.mem, &segs, 0, &mut d).map_err(|_| QxError::Fault)?;
+        let mut d = self.spares.bytes();
+        d.resize(len, 0);
+        let r = read_at(&mut self.mem, &segs, 0, &mut d);
+        self.spares.give_segs(segs);
+        if r.is_err() {
+            self.spares.give_bytes(d);
+            return Err(QxError::Fault);
+        }
         Ok(TxData::Owned(d))
     }
 
@@ -1273,7 +1342,9 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     fn unicast(&mut self, ctx: usize, short: bool) -> Result<(), QxError> {
         self.idle(SEND, ctx)?;
         let to = self.lookup(self.ctxs[SEND][ctx].peer)?;
-        self.post_send(ctx, short, alloc::vec![to], false)
+        let mut dests = self.spares.nodes();
+        dests.push(to);
+        self.post_send(ctx, short, dests, false)
     }
 
     /// `qx_broadcast`: sends to every member of formed group `group` but this process.
@@ -1290,12 +1361,14 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         self.idle(SEND, ctx)?;
         let gi = self.formed_group(group)?;
         let me = self.engine.config().node;
-        let to = self.groups[gi]
-            .members
-            .iter()
-            .map(|m| m.1)
-            .filter(|&n| n != me)
-            .collect();
+        let mut to = self.spares.nodes();
+        to.extend(
+            self.groups[gi]
+                .members
+                .iter()
+                .map(|m| m.1)
+                .filter(|&n| n != me),
+        );
         self.post_send(ctx, short, to, true)
     }
 
@@ -1314,10 +1387,16 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         if to.is_empty() {
             return Err(QxError::Invalid);
         }
-        let nodes = to
-            .iter()
-            .map(|&n| self.lookup(n))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut nodes = self.spares.nodes();
+        for &n in to {
+            match self.lookup(n) {
+                Ok(d) => nodes.push(d),
+                Err(e) => {
+                    give_spare(&mut self.spares.nodes, nodes);
+                    return Err(e);
+                }
+            }
+        }
         self.post_send(ctx, short, nodes, true)
     }
 
@@ -1326,12 +1405,13 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     pub fn receive(&mut self, ctx: usize) -> Result<(), QxError> {
         self.idle(RECV, ctx)?;
         self.lookup(self.ctxs[RECV][ctx].peer)?;
-        let (len, region) = (
-            self.ctxs[RECV][ctx].len,
-            self.ctxs[RECV][ctx].region.clone(),
-        );
-        let segs = self.resolve(&region, len, Access::Write)?;
-        self.ctxs[RECV][ctx].segs = segs;
+        let len = self.ctxs[RECV][ctx].len;
+        let region = core::mem::take(&mut self.ctxs[RECV][ctx].region);
+        let segs = self.resolve(&region, len, Access::Write);
+        let c = &mut self.ctxs[RECV][ctx];
+        c.region = region;
+        let old = core::mem::replace(&mut c.segs, segs?);
+        self.spares.give_segs(old);
         self.bells[RECV][ctx] = BUSY;
         self.post(Command::Receive { ctx });
         Ok(())
@@ -1408,8 +1488,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             let b = self.bells[side][ctx];
             if b != BUSY {
                 let got = self.ctxs[side][ctx].got;
-                self.bells[side][ctx] = FREE;
-                self.ctxs[side][ctx] = Ctx::default();
+                self.free_ctx(side, ctx);
                 return match b {
                     DONE => Ok(got),
                     e => Err(QxError::from_code(e).unwrap_or(QxError::Network)),
@@ -1428,11 +1507,17 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         self.complete(RECV, ctx, got, r);
     }
 
+    /// Frees context `ctx` of `side`, keeping its resolved region for reuse.
+    fn free_ctx(&mut self, side: usize, ctx: usize) {
+        let old = core::mem::take(&mut self.ctxs[side][ctx]);
+        self.spares.give_segs(old.segs);
+        self.bells[side][ctx] = FREE;
+    }
+
     /// Rings the doorbell of `ctx` of `side`, or frees a context without one.
     fn complete(&mut self, side: usize, ctx: usize, got: usize, r: Result<(), QxError>) {
         if !self.ctxs[side][ctx].doorbell {
-            self.ctxs[side][ctx] = Ctx::default();
-            self.bells[side][ctx] = FREE;
+            self.free_ctx(side, ctx);
             return;
         }
         self.ctxs[side][ctx].got = got;
@@ -1532,7 +1617,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                     match u.rts {
                         // Its data is on its way as packets.
                         Some((sid, _)) => self.early_bound.push((u.src, sid, ctx)),
-                        None => self.fill(ctx, &u.data),
+                        None => {
+                            self.fill(ctx, &u.data);
+                            self.spares.give_bytes(u.data);
+                        }
                     }
                 } else if self.lookup(from).is_ok_and(|n| self.dead[n as usize]) {
                     self.complete_recv(ctx, 0, Err(QxError::Dead));
@@ -1583,7 +1671,9 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         while let Some(job) = self.tx.front_mut() {
             if job.at == job.dests.len() {
                 let (ctx, failed) = (job.ctx, job.failed);
-                self.tx.pop_front();
+                if let Some(job) = self.tx.pop_front() {
+                    self.spares.give_job(job);
+                }
                 if let Some(ctx) = ctx {
                     self.part_done(ctx, failed.map_or(Ok(()), Err));
                 }
@@ -1965,6 +2055,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         let me = self.engine.config().node as usize;
         let n = self.sent_to.len();
         let ours = self.name_of(d.src).is_some_and(|n| n.ai == self.me.ai);
+        let mut data = self.spares.bytes();
         let msg = self
             .engine
             .packet(d.packet)
@@ -1973,14 +2064,12 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 let after = p.get(HEAD + 4 * me..HEAD + 4 * me + 4)?;
                 let after = u32::from_be_bytes([after[0], after[1], after[2], after[3]]);
                 let for_me = p.get(HEAD + 4 * n + me / 8)? & (1 << (me % 8)) != 0;
-                let data = p.get(board_prefix(n)..)?.to_vec();
-                Some((parse_head(p)?, after, for_me, data))
+                data.extend_from_slice(p.get(board_prefix(n)..)?);
+                Some((parse_head(p)?, after, for_me))
             });
         let _ = self.engine.packet_free(d.packet);
         match msg {
-            Some(((K_MSG, tag, _, len), after, for_me, data))
-                if ours && len as usize == data.len() =>
-            {
+            Some(((K_MSG, tag, _, len), after, for_me)) if ours && len as usize == data.len() => {
                 if (after.wrapping_sub(self.got_from[src]) as i32) > 0 {
                     self.stats.early_boards += 1;
                 }
@@ -1993,7 +2082,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 self.boards[src].push_back(b);
                 self.take_boards(src);
             }
-            _ => self.stats.dropped += 1,
+            _ => {
+                self.stats.dropped += 1;
+                self.spares.give_bytes(data);
+            }
         }
     }
 
@@ -2010,6 +2102,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             self.bc_taken[src] = self.bc_taken[src].wrapping_add(1);
             if b.for_me {
                 self.arrived(src as NodeId, b.tag, b.data);
+            } else {
+                self.spares.give_bytes(b.data);
             }
             self.release(src);
         }
@@ -2049,7 +2143,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             return;
         };
         match self.match_posted(from, tag) {
-            Some(ctx) => self.fill(ctx, &data),
+            Some(ctx) => {
+                self.fill(ctx, &data);
+                self.spares.give_bytes(data);
+            }
             None => {
                 self.stats.unexpected += 1;
                 self.unexpected_bytes += data.len();
@@ -2497,13 +2594,18 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         if !self.whole_fabric(gi) {
             return false;
         }
-        let mut seen = alloc::vec![false; n];
-        seen[me] = true;
+        // Every destination once, and not this process: a bitmap on the stack.
+        let mut seen = [0u64; 64];
+        if n > seen.len() * 64 {
+            return false;
+        }
+        seen[me / 64] |= 1 << (me % 64);
         for &d in to {
-            match seen.get_mut(d as usize) {
-                Some(s) if !*s => *s = true,
-                _ => return false,
+            let d = d as usize;
+            if d >= n || seen[d / 64] & (1 << (d % 64)) != 0 {
+                return false;
             }
+            seen[d / 64] |= 1 << (d % 64);
         }
         let len = board_prefix(n) + len;
         self.engine.board_takes_packet(len)
