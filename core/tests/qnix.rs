@@ -10,7 +10,7 @@
 use volley_core::cheetah::Segments;
 use volley_core::engine::Config;
 use volley_core::phy::FaultConfig;
-use volley_core::qnix::{Name, QxError, Region, BUSY, DONE, FREE, PAGE, SHORT_MAX};
+use volley_core::qnix::{Name, QxError, Region, BUSY, DONE, FREE, PAGE, RENDEZVOUS_MIN, SHORT_MAX};
 use volley_core::sim::{Sim, SimConfig, SimQnix};
 use volley_core::time::{Duration, Instant};
 
@@ -1081,6 +1081,132 @@ fn tree_broadcasts_in_order(seed: u64) {
         assert_eq!(&mem(&sim.nodes[m])[4096..4112], &msg(1, 99)[..]);
     }
     assert_eq!(sim.nodes[0].stats().board_broadcasts, ROUNDS as u64 + 1);
+}
+
+/// A broadcast longer than one packet (up to the rendezvous size) goes down the tree
+/// too: its first packet carries the order and recipients, the rest follow as
+/// `K_MORE` parts, and each member takes it whole, once, between the unicasts its
+/// root sent before and after it. Under loss, and then without loss to count the
+/// root's bytes: a tree's three children, not six members.
+#[test]
+fn a_broadcast_longer_than_a_packet_goes_down_the_tree_in_parts() {
+    for seed in [0x10b, 0x10c] {
+        long_tree_broadcasts(seed, lossy());
+    }
+    long_tree_broadcasts(0x10d, FaultConfig::default());
+}
+
+fn long_tree_broadcasts(seed: u64, faults: FaultConfig) {
+    const N: usize = 7;
+    let lossless = faults == FaultConfig::default();
+    let mut sim = make_sim(&app(N as i32), seed, faults);
+    let size = sim.nodes[0].engine().packet_size();
+    let tag = 6;
+    let body = |len: usize, round: usize| -> Vec<u8> {
+        (0..len).map(|i| (i * 31 + round * 7 + len) as u8).collect()
+    };
+    // Past one packet, to just below the rendezvous size; short and not.
+    let lens = [size + 1, 3000, SHORT_MAX, 9000, RENDEZVOUS_MIN - 1];
+    for (round, &len) in lens.iter().enumerate() {
+        // Each member: the unicast before, the broadcast, the unicast after,
+        // all from 0 with one tag (matched in the order sent).
+        let mut rc = vec![vec![]; N];
+        for m in 1..N {
+            let q = &mut sim.nodes[m];
+            for (k, n) in [(0u64, 16), (1, len), (2, 16)] {
+                let region = Region::Segments(vec![(MEM + k * 32768, n)]);
+                let r = q
+                    .recv_context(Name::new(5, 0), tag, true, 0, n, region)
+                    .unwrap();
+                q.receive(r).unwrap();
+                rc[m].push(r);
+            }
+        }
+        let q = &mut sim.nodes[0];
+        let mut sc = vec![];
+        for m in 1..N {
+            let to = Name::new(5, m as i32);
+            let c = q
+                .send_context(to, tag, true, 0, 16, Region::Data(vec![1; 16]))
+                .unwrap();
+            q.send_short(c).unwrap();
+            sc.push(c);
+        }
+        let before = q.engine().stats().tx_bytes;
+        let c = q
+            .send_context(
+                Name::new(5, 0),
+                tag,
+                true,
+                0,
+                len,
+                Region::Data(body(len, round)),
+            )
+            .unwrap();
+        if len <= SHORT_MAX {
+            q.broadcast_short(c, 5).unwrap();
+        } else {
+            q.broadcast(c, 5).unwrap();
+        }
+        sc.push(c);
+        until(&mut sim, seed, 60, |nodes, _| {
+            nodes[0].send_doorbell(c) != BUSY
+        });
+        let sent = sim.nodes[0].engine().stats().tx_bytes - before;
+        if lossless {
+            assert!(
+                sent < 4 * len as u64,
+                "round {round}: the root sent {sent} bytes for a broadcast of {len}"
+            );
+        }
+        let q = &mut sim.nodes[0];
+        for m in 1..N {
+            let to = Name::new(5, m as i32);
+            let c = q
+                .send_context(to, tag, true, 0, 16, Region::Data(vec![3; 16]))
+                .unwrap();
+            q.send_short(c).unwrap();
+            sc.push(c);
+        }
+        until(&mut sim, seed, 60, |nodes, _| {
+            (1..N).all(|m| rc[m].iter().all(|&r| recv_done(&nodes[m], r)))
+                && sc.iter().all(|&c| nodes[0].send_doorbell(c) != BUSY)
+        });
+        for m in 1..N {
+            let q = &mut sim.nodes[m];
+            for (k, &r) in rc[m].iter().enumerate() {
+                let want = [16, len, 16][k];
+                assert_eq!(
+                    q.poll_for_receive(r),
+                    Ok(want),
+                    "seed {seed:#x}, round {round}"
+                );
+            }
+            let got = mem(q);
+            assert_eq!(
+                &got[..16],
+                &[1; 16],
+                "seed {seed:#x}, round {round}, member {m}"
+            );
+            assert!(
+                got[32768..32768 + len] == body(len, round)[..],
+                "seed {seed:#x}, round {round}, member {m}: the broadcast's bytes"
+            );
+            assert_eq!(
+                &got[65536..65552],
+                &[3; 16],
+                "seed {seed:#x}, round {round}, member {m}"
+            );
+        }
+        for c in sc {
+            assert_eq!(sim.nodes[0].poll_for_send(c), Ok(()));
+        }
+    }
+    assert_eq!(sim.nodes[0].stats().board_broadcasts, lens.len() as u64);
+    for (m, relays) in [(1, true), (2, true), (3, false), (6, false)] {
+        let f = sim.nodes[m].engine().stats().forwarded;
+        assert_eq!(f > 0, relays, "member {m} forwarded {f}");
+    }
 }
 
 /// A relay that dies cuts its subtree off from the root's tree broadcasts: the

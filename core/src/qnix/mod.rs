@@ -36,9 +36,10 @@
 //!   except on the application's group when the application is the whole fabric:
 //!   that one is the engine's barrier (in NIC memory on the Myrinet-like model);
 //!   `broadcast` sends to every member but the sender, `multicast` to a list;
-//!   in a whole-fabric application a short one goes once, in each sender's order:
-//!   written on the sender's board in NIC memory, or down the engine's binomial
-//!   tree where the device has no board (see `Qnix::goes_once`).
+//!   in a whole-fabric application one goes once, in each sender's order: written
+//!   on the sender's board in NIC memory when it fits one packet, or down the
+//!   engine's binomial tree, in as many packets as it takes, where the device has
+//!   no board and it is shorter than [`RENDEZVOUS_MIN`] (see `Qnix::goes_once`).
 //! - **Long sends go by rendezvous.** A `send` (and a `broadcast` or `multicast`,
 //!   to each member) of at least [`RENDEZVOUS_MIN`] bytes from one contiguous
 //!   range asks the receiver first. A
@@ -111,6 +112,9 @@ const K_CTS: u8 = 6;
 const K_FIN: u8 = 7;
 /// A message for receive context `b` of the receiver, matched there already.
 const K_MSG_TO: u8 = 8;
+/// The next part of a tree broadcast longer than its first packet, from byte `c`
+/// of the message (see [`Qnix::goes_once`]).
+const K_MORE: u8 = 9;
 
 /// Bells the engine rings for rendezvous puts are these pseudo-addresses, never
 /// memory (non-canonical on x86_64, unmapped elsewhere): the [`Gate`] takes them.
@@ -430,6 +434,8 @@ struct Board {
     /// This process is one it is for (others only count it).
     for_me: bool,
     tag: i32,
+    /// The message's length (`data` holds all of it once every packet is in).
+    len: usize,
     data: Vec<u8>,
 }
 
@@ -659,6 +665,8 @@ pub struct Qnix<'a, D, C, M> {
     /// dead, so those not here yet never come.
     cut_off: Vec<bool>,
     boards: Vec<VecDeque<Board>>,
+    /// Per process: its tree broadcast whose later packets are still coming.
+    growing: Vec<Option<Board>>,
     posted: Vec<usize>,
     unexpected: VecDeque<Unexpected>,
     unexpected_bytes: usize,
@@ -845,6 +853,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             got_from: alloc::vec![0; fabric_nodes],
             cut_off: alloc::vec![false; fabric_nodes],
             boards: (0..fabric_nodes).map(|_| VecDeque::new()).collect(),
+            growing: (0..fabric_nodes).map(|_| None).collect(),
             posted: Vec::new(),
             unexpected: VecDeque::new(),
             unexpected_bytes: 0,
@@ -1680,6 +1689,58 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 busy = true;
                 continue;
             }
+            if job.board && job.started {
+                // The rest of a tree broadcast: each packet says where it goes.
+                let Ok(id) = self.engine.packet_alloc() else {
+                    break;
+                };
+                let Some(p) = self.engine.packet_mut(id) else {
+                    break;
+                };
+                let n = (job.len - job.off).min(size - HEAD);
+                p[..HEAD].copy_from_slice(&head(K_MORE, 0, 0, job.off as u32));
+                let body = &mut p[HEAD..HEAD + n];
+                let ok = match &job.data {
+                    TxData::Owned(v) => {
+                        body.copy_from_slice(&v[job.off..job.off + n]);
+                        true
+                    }
+                    TxData::Segments(s) => read_at(&mut self.mem, s, job.off, body).is_ok(),
+                };
+                if !ok {
+                    body.fill(0);
+                    job.failed = Some(QxError::Fault);
+                }
+                let now = self.clock.now();
+                match self.engine.launch_multicast_on(
+                    now,
+                    &mut self.dev,
+                    id,
+                    MCAST_ALL,
+                    HEAD + n,
+                    Tree::Binomial,
+                ) {
+                    Ok(_) => {
+                        job.off += n;
+                        if job.off >= job.len {
+                            self.stats.messages_sent += job.dests.len() as u64;
+                            job.at = job.dests.len();
+                        }
+                        busy = true;
+                    }
+                    Err(Error::NoResources) => {
+                        let _ = self.engine.packet_free(id);
+                        break;
+                    }
+                    Err(e) => {
+                        // Its first packet went: the rest cannot go another way.
+                        let _ = self.engine.packet_free(id);
+                        job.failed = Some(e.into());
+                        job.at = job.dests.len();
+                    }
+                }
+                continue;
+            }
             if job.board {
                 let tree = !self
                     .engine
@@ -1709,14 +1770,22 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 // counts it, but only these take the message.
                 let to = HEAD + 4 * n;
                 let at = board_prefix(n);
+                if at > size {
+                    // Not even its prefix fits a packet: member by member.
+                    let _ = self.engine.packet_free(id);
+                    job.board = false;
+                    continue;
+                }
                 p[to..at].fill(0);
                 for &d in &job.dests {
                     p[to + d as usize / 8] |= 1 << (d % 8);
                 }
-                let body = &mut p[at..at + job.len];
+                // A longer one goes on in `K_MORE` packets (down the tree only).
+                let first = job.len.min(size - at);
+                let body = &mut p[at..at + first];
                 let ok = match &job.data {
                     TxData::Owned(v) => {
-                        body.copy_from_slice(&v[..job.len]);
+                        body.copy_from_slice(&v[..first]);
                         true
                     }
                     TxData::Segments(s) => read_at(&mut self.mem, s, 0, body).is_ok(),
@@ -1727,7 +1796,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 }
                 // Into the board at once where nothing of ours waits before it.
                 let now = self.clock.now();
-                let len = at + job.len;
+                let len = at + first;
                 match self.engine.launch_multicast_on(
                     now,
                     &mut self.dev,
@@ -1739,8 +1808,12 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                     Ok(_) => {
                         self.bc_sent = self.bc_sent.wrapping_add(1);
                         self.stats.board_broadcasts += 1;
-                        self.stats.messages_sent += job.dests.len() as u64;
-                        job.at = job.dests.len();
+                        job.started = true;
+                        job.off = first;
+                        if first == job.len {
+                            self.stats.messages_sent += job.dests.len() as u64;
+                            job.at = job.dests.len();
+                        }
                         busy = true;
                     }
                     Err(Error::NoResources) => {
@@ -2056,20 +2129,35 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         let n = self.sent_to.len();
         let ours = self.name_of(d.src).is_some_and(|n| n.ai == self.me.ai);
         let mut data = self.spares.bytes();
-        let msg = self
+        // The first packet: head, counts, recipients, the message's start. A
+        // `K_MORE` packet: head (with its offset), the next bytes.
+        let part = self
             .engine
             .packet(d.packet)
             .and_then(|p| p.get(..d.len))
             .and_then(|p| {
+                let (kind, tag, _, c) = parse_head(p)?;
+                if kind == K_MORE {
+                    data.extend_from_slice(&p[HEAD..]);
+                    return Some((kind, tag, c, 0, false));
+                }
                 let after = p.get(HEAD + 4 * me..HEAD + 4 * me + 4)?;
                 let after = u32::from_be_bytes([after[0], after[1], after[2], after[3]]);
                 let for_me = p.get(HEAD + 4 * n + me / 8)? & (1 << (me % 8)) != 0;
                 data.extend_from_slice(p.get(board_prefix(n)..)?);
-                Some((parse_head(p)?, after, for_me))
+                Some((kind, tag, c, after, for_me))
             });
         let _ = self.engine.packet_free(d.packet);
-        match msg {
-            Some(((K_MSG, tag, _, len), after, for_me)) if ours && len as usize == data.len() => {
+        match part {
+            // Whole, or a first part of less than the rendezvous size.
+            Some((K_MSG, tag, len, after, for_me))
+                if ours
+                    && (len as usize == data.len()
+                        || (data.len()..RENDEZVOUS_MIN).contains(&(len as usize))) =>
+            {
+                if self.growing[src].take().is_some() {
+                    self.stats.dropped += 1;
+                }
                 if (after.wrapping_sub(self.got_from[src]) as i32) > 0 {
                     self.stats.early_boards += 1;
                 }
@@ -2077,10 +2165,36 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                     after,
                     for_me,
                     tag,
+                    len: len as usize,
                     data,
                 };
-                self.boards[src].push_back(b);
-                self.take_boards(src);
+                if b.data.len() < b.len {
+                    self.growing[src] = Some(b);
+                } else {
+                    self.boards[src].push_back(b);
+                    self.take_boards(src);
+                }
+            }
+            Some((K_MORE, _, off, _, _)) if ours => {
+                let grown = match self.growing[src].as_mut() {
+                    Some(g)
+                        if g.data.len() == off as usize && g.len - g.data.len() >= data.len() =>
+                    {
+                        g.data.extend_from_slice(&data);
+                        g.data.len() == g.len
+                    }
+                    _ => {
+                        // Out of its place: what was growing is lost with it.
+                        self.stats.dropped += 1;
+                        self.growing[src] = None;
+                        false
+                    }
+                };
+                self.spares.give_bytes(data);
+                if let Some(b) = self.growing[src].take_if(|_| grown) {
+                    self.boards[src].push_back(b);
+                    self.take_boards(src);
+                }
             }
             _ => {
                 self.stats.dropped += 1;
@@ -2562,17 +2676,19 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         }
     }
 
-    /// Whether a message of `len` bytes to `to` goes once, as one packet to every
+    /// Whether a message of `len` bytes to `to` goes once, as packets to every
     /// other process, rather than to each member: the application is the whole
-    /// fabric, `to` lists other processes once each, and the message fits one
-    /// packet (which names the processes it is for: the others only count it).
-    /// The packet is written once on this process's board in NIC memory where the
-    /// device has one (the Myrinet-like model's broadcast board, which every other
-    /// process reads), and goes down the engine's binomial tree of relays where it
-    /// has none (`udp`, `eth`): log n steps instead of n - 1 sends by the root.
-    /// Both are called board broadcasts here. Others keep going member by member,
-    /// and so does every broadcast down a tree once a process of the application
-    /// is dead (its relays may be gone).
+    /// fabric and `to` lists other processes once each (the first packet names
+    /// those it is for: the others only count it). Where the device has a board
+    /// (the Myrinet-like model's, in NIC memory, which every other process reads)
+    /// a message that fits one packet is written there once. Where it has none
+    /// (`udp`, `eth`) a message shorter than [`RENDEZVOUS_MIN`] goes down the
+    /// engine's binomial tree of relays, its first packet followed by `K_MORE`
+    /// parts: log n steps instead of n - 1 sends by the root; a longer one is
+    /// written by rendezvous straight into each member's receive. Both are called
+    /// board broadcasts here. Others keep going member by member, and so does every
+    /// broadcast down a tree once a process of the application is dead (its relays
+    /// may be gone).
     ///
     /// QNIX matches a sender's messages in the order sent; a board packet is read
     /// apart from the rings (and may pass packets still queued for a full ring),
@@ -2607,9 +2723,14 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             }
             seen[d / 64] |= 1 << (d % 64);
         }
-        let len = board_prefix(n) + len;
-        self.engine.board_takes_packet(len)
-            || (self.engine.tree_takes_packet(len) && !self.any_dead())
+        // Down the tree in as many packets as it takes, below the rendezvous size
+        // (a longer one is written straight into each member's receive).
+        let prefix = board_prefix(n);
+        self.engine.board_takes_packet(prefix + len)
+            || (len < RENDEZVOUS_MIN
+                && self.engine.tree_takes_packet(prefix + 1)
+                && self.engine.packet_size() > HEAD
+                && !self.any_dead())
     }
 
     /// Whether a process of the fabric was found dead.
@@ -2740,6 +2861,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 .sum();
             self.parked_bytes -= gone;
             self.boards[n as usize].clear();
+            self.growing[n as usize] = None;
             self.cut_off_below(n);
             if let Some(name) = self.name_of(n) {
                 let mut k = 0;
@@ -2782,6 +2904,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             }
             if self.engine.relayed_through(r, n, Tree::Binomial) {
                 self.cut_off[root] = true;
+                self.growing[root] = None;
                 self.release(root);
             }
         }
