@@ -161,6 +161,7 @@ fn a_receiver_goes_on_where_it_stopped() {
         assert!(send(&mut a, 1, &[i; 40]));
         assert_eq!(recv(&mut b).unwrap(), [i; 40]);
     }
+    assert!(recv(&mut b).is_none());
 }
 
 #[test]
