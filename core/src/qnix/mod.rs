@@ -1753,6 +1753,13 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                     job.board = false;
                     continue;
                 }
+                let n = self.sent_to.len();
+                let at = board_prefix(n);
+                if at > size {
+                    // Not even its prefix fits a packet: member by member.
+                    job.board = false;
+                    continue;
+                }
                 let Ok(id) = self.engine.packet_alloc() else {
                     break;
                 };
@@ -1762,20 +1769,12 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 // After the head, how many packets went to each process before it:
                 // a receiver takes it only after those (see `goes_once`).
                 p[..HEAD].copy_from_slice(&job.head);
-                let n = self.sent_to.len();
                 for (i, c) in self.sent_to.iter().enumerate() {
                     p[HEAD + 4 * i..HEAD + 4 * i + 4].copy_from_slice(&c.to_be_bytes());
                 }
                 // Then which processes it is for: every other one reads it, and
                 // counts it, but only these take the message.
                 let to = HEAD + 4 * n;
-                let at = board_prefix(n);
-                if at > size {
-                    // Not even its prefix fits a packet: member by member.
-                    let _ = self.engine.packet_free(id);
-                    job.board = false;
-                    continue;
-                }
                 p[to..at].fill(0);
                 for &d in &job.dests {
                     p[to + d as usize / 8] |= 1 << (d % 8);
