@@ -329,6 +329,28 @@ enum TxData {
     Segments(Vec<(u64, usize)>),
 }
 
+impl TxData {
+    /// Copies the message's bytes from `off` into `out`; `false`, with `out`
+    /// zeroed (the receiver still gets every byte it was told of), where program
+    /// memory refused them.
+    fn read_into<M: Memory>(&self, mem: &mut M, off: usize, out: &mut [u8]) -> bool {
+        let ok = match self {
+            TxData::Owned(v) => match v.get(off..off + out.len()) {
+                Some(b) => {
+                    out.copy_from_slice(b);
+                    true
+                }
+                None => false,
+            },
+            TxData::Segments(s) => read_at(mem, s, off, out).is_ok(),
+        };
+        if !ok {
+            out.fill(0);
+        }
+        ok
+    }
+}
+
 /// Buffers kept for reuse, so that a send or receive in the steady state
 /// allocates nothing: destination lists, short messages' copies, resolved regions.
 /// At most [`SPARES`] of each kind are kept, none over [`SHORT_MAX`] bytes.
@@ -1699,16 +1721,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 };
                 let n = (job.len - job.off).min(size - HEAD);
                 p[..HEAD].copy_from_slice(&head(K_MORE, 0, 0, job.off as u32));
-                let body = &mut p[HEAD..HEAD + n];
-                let ok = match &job.data {
-                    TxData::Owned(v) => {
-                        body.copy_from_slice(&v[job.off..job.off + n]);
-                        true
-                    }
-                    TxData::Segments(s) => read_at(&mut self.mem, s, job.off, body).is_ok(),
-                };
-                if !ok {
-                    body.fill(0);
+                if !job
+                    .data
+                    .read_into(&mut self.mem, job.off, &mut p[HEAD..HEAD + n])
+                {
                     job.failed = Some(QxError::Fault);
                 }
                 let now = self.clock.now();
@@ -1781,16 +1797,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 }
                 // A longer one goes on in `K_MORE` packets (down the tree only).
                 let first = job.len.min(size - at);
-                let body = &mut p[at..at + first];
-                let ok = match &job.data {
-                    TxData::Owned(v) => {
-                        body.copy_from_slice(&v[..first]);
-                        true
-                    }
-                    TxData::Segments(s) => read_at(&mut self.mem, s, 0, body).is_ok(),
-                };
-                if !ok {
-                    body.fill(0);
+                if !job.data.read_into(&mut self.mem, 0, &mut p[at..at + first]) {
                     job.failed = Some(QxError::Fault);
                 }
                 // Into the board at once where nothing of ours waits before it.
@@ -1837,15 +1844,9 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                     self.control(me, kind, a, b, c);
                     continue;
                 }
-                let mut d = alloc::vec![0u8; job.len];
-                let ok = match &job.data {
-                    TxData::Owned(v) => {
-                        d.copy_from_slice(&v[..job.len]);
-                        true
-                    }
-                    TxData::Segments(s) => read_at(&mut self.mem, s, 0, &mut d).is_ok(),
-                };
-                if !ok {
+                let mut d = self.spares.bytes();
+                d.resize(job.len, 0);
+                if !job.data.read_into(&mut self.mem, 0, &mut d) {
                     job.failed = Some(QxError::Fault);
                 }
                 self.stats.messages_sent += 1;
@@ -1870,17 +1871,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 // What it must not overtake at the receiver (see `goes_once`).
                 p[1..3].copy_from_slice(&self.bc_sent.to_be_bytes());
             }
-            let body = &mut p[h..h + n];
-            let ok = match &job.data {
-                TxData::Owned(v) => {
-                    body.copy_from_slice(&v[job.off..job.off + n]);
-                    true
-                }
-                TxData::Segments(s) => read_at(&mut self.mem, s, job.off, body).is_ok(),
-            };
-            if !ok {
-                // The receiver still gets every byte it was told of.
-                body.fill(0);
+            if !job.data.read_into(&mut self.mem, job.off, &mut p[h..h + n]) {
                 job.failed = Some(QxError::Fault);
             }
             match self.engine.launch_unicast(id, dest, h + n) {
