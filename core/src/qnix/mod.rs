@@ -1737,10 +1737,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                     Tree::Binomial,
                 ) {
                     Ok(_) => {
-                        job.off += n;
-                        if job.off >= job.len {
+                        if job.tree_part_sent(n) {
                             self.stats.messages_sent += job.dests.len() as u64;
-                            job.at = job.dests.len();
                         }
                         busy = true;
                     }
@@ -1814,11 +1812,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                     Ok(_) => {
                         self.bc_sent = self.bc_sent.wrapping_add(1);
                         self.stats.board_broadcasts += 1;
-                        job.started = true;
-                        job.off = first;
-                        if first == job.len {
+                        if job.tree_part_sent(first) {
                             self.stats.messages_sent += job.dests.len() as u64;
-                            job.at = job.dests.len();
                         }
                         busy = true;
                     }
@@ -3015,6 +3010,18 @@ impl TxJob {
             ctx,
             failed: None,
         }
+    }
+
+    /// `n` more bytes of a board or tree broadcast went (its first packet, then
+    /// `K_MORE` parts); whether that was the last.
+    fn tree_part_sent(&mut self, n: usize) -> bool {
+        self.started = true;
+        self.off += n;
+        if self.off < self.len {
+            return false;
+        }
+        self.at = self.dests.len();
+        true
     }
 
     fn next_dest(&mut self) {
