@@ -1424,6 +1424,13 @@ fn barrier_cost_grows_as_log_n_to_1024_nodes() {
             frames <= n as u64 * k as u64 * 2,
             "seed {seed}: {n} nodes sent {frames} frames: more than a token and an ack per round"
         );
+        // A token asks for no ack of its own: a barrier that ends within the ack
+        // delay (10 us here) takes one frame per member and round, where asking
+        // would take two.
+        assert!(
+            t >= 10.0 || frames == n as u64 * k as u64,
+            "seed {seed}: {n} nodes sent {frames} frames, not one token per member and round"
+        );
         times.push(t);
     }
     let per_round = times[0];

@@ -857,9 +857,16 @@ impl<'t, D: Device> Tx<'t, D> {
     }
 
     fn barrier(&mut self, ch: &mut Channel, seq: u32, epoch: u32, round: u32) -> bool {
+        // A token's ack rides on the receiver's next frame to us or goes after the
+        // ack delay: asked for at once, it would double a round's frames. A probe's
+        // ack is its answer, and an abort is rare: those ask.
+        let mut flags = Flags::RELIABLE;
+        if round == BARRIER_PROBE || round & BARRIER_ABORT != 0 {
+            flags |= Flags::ACK_REQ;
+        }
         let repr = Repr {
             kind: Kind::Barrier,
-            flags: Flags::RELIABLE | Flags::ACK_REQ,
+            flags,
             job_key: 0,
             ends: Endpoints {
                 src_port: BARRIER_PORT,
