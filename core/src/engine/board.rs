@@ -30,8 +30,8 @@ impl<'a> Engine<'a> {
             && (0..self.size).all(|i| g.members.addr(i).is_some_and(|a| a.0 < self.size))
     }
 
-    /// Writes a short reliable broadcast on `port` into the board from the
-    /// caller's bytes at once: no operation, no copy, no pass. The caller has
+    /// Writes a reliable broadcast on `port` that one board frame holds into the
+    /// board from the caller's bytes at once: no operation, no copy, no pass. The caller has
     /// checked that nothing of ours waits before it (`nothing_ahead`: no board
     /// broadcast queued, none in the gate). It is
     /// numbered and fences a later flat one as [`Engine::start_send_eager`]'s
@@ -49,10 +49,9 @@ impl<'a> Engine<'a> {
             return false;
         };
         // Most callers here are unicasts without a channel yet: ruled out first.
-        if dest.node != BROADCAST
-            || head.len() > HEAD_MAX
-            || body.len() > super::send::BCAST_COPY_MAX
-        {
+        // Any length one board frame holds goes (`board_fits`): written from the
+        // caller's bytes, it needs no copy, however long.
+        if dest.node != BROADCAST || head.len() > HEAD_MAX {
             return false;
         }
         let me = self.cfg.node;

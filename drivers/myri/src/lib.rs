@@ -15,6 +15,7 @@
 //! | 16 | 4 | `slots` per ring (a power of two) |
 //! | 20 | 4 | `slot_size` (a multiple of 64) |
 //! | 24 | 8 | `generation`: the job this region belongs to |
+//! | 32 | 4 | `board_slot`: bytes per broadcast board slot (a multiple of 64) |
 //! | 64 + 64 i | 64 | node *i*: `state` u32 (0 absent, 1 alive, 2 exited, 3 dead), `pid` u32, `generation` u64, `heartbeat` u64, `host` u64, `host_version` u64 |
 //! | 64 + 64 nodes + 128 i | 128 | node *i*'s barrier words: `arrived` u32 at 0, `released` u32 at 64 (each on its own cache line) |
 //! | `H` = align4096(64 + 192 nodes) | | NIC memory of node 0, then node 1, ... |
@@ -26,7 +27,7 @@
 //! | 0 | 64 | 8 fetch-and-add counters, u64 each, start at 0 |
 //! | 64 + s * ring_size | ring_size | the ring from node *s* to node *d* |
 //! | `B` = 64 + nodes * ring_size | `heads` = align64(8 nodes) | u64 *r*: frames of node *r*'s board that *d* has read |
-//! | `B + heads` | `BOARD_SLOTS * board_slot` | *d*'s broadcast board (`board_slot = min(slot_size, 4224)`) |
+//! | `B + heads` | `BOARD_SLOTS * board_slot` | *d*'s broadcast board (`board_slot`: by default `min(slot_size, 4224)`, a 4 KiB broadcast with its headers; hosted `shm` takes 65664, a frame of 64 KiB) |
 //! | `P` = `B + heads + BOARD_SLOTS * board_slot` | `POOL_SLOTS * POOL_SLOT` | *d*'s send slots ([`POOL_SLOTS`] of [`POOL_SLOT`] bytes) |
 //!
 //! A ring (`ring_size = 256 + slots * slot_size`) is single-producer (node *s*),
@@ -135,7 +136,7 @@ pub use region::Region;
 /// `"VOLLEYMY"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYMY");
 /// Layout version.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// Most nodes a region can hold.
 pub const MAX_NODES: usize = 256;
 /// Fetch-and-add counters per node.
@@ -171,8 +172,11 @@ const KEPT_PARTS: [core::ops::Range<usize>; 3] = [0..4, 16..52, 56..COMPACT_MAX]
 /// Frames up to this many bytes travel compact: sequence word, length and frame then
 /// fit the slot's first cache line, so a short message costs one line, not two.
 pub const COMPACT_MAX: usize = 64 - SLOT_HEADER + ELIDED;
-/// Largest board slot: a 4 KiB broadcast with its headers.
-const BOARD_SLOT_MAX: usize = 4224;
+/// Default board slot: a 4 KiB broadcast with its headers.
+const BOARD_SLOT_DEFAULT: usize = 4224;
+/// Largest board slot: the largest Volley frame (a 56-byte header, 65535 bytes of
+/// payload, a 16-byte tag) after the slot's header, rounded up to a cache line.
+pub const BOARD_SLOT_LIMIT: u32 = 65_664;
 const SLOT_HEADER: usize = 16;
 const PAGE: usize = 4096;
 
@@ -183,6 +187,7 @@ mod off {
     pub const SLOTS: usize = 16;
     pub const SLOT_SIZE: usize = 20;
     pub const GENERATION: usize = 24;
+    pub const BOARD_SLOT: usize = 32;
     pub const NODE_TABLE: usize = 64;
     pub const NODE_STATE: usize = 0;
     pub const NODE_PID: usize = 4;
@@ -283,6 +288,9 @@ pub struct Geometry {
     pub slots: u32,
     /// Bytes per slot (multiple of 64); frames are up to `slot_size - 64` bytes.
     pub slot_size: u32,
+    /// Bytes per broadcast board slot (multiple of 64); frames are up to
+    /// `board_slot - 16` bytes.
+    pub board_slot: u32,
 }
 
 impl Geometry {
@@ -292,6 +300,19 @@ impl Geometry {
             nodes,
             slots,
             slot_size,
+            board_slot: slot_size.min(BOARD_SLOT_DEFAULT as u32),
+        };
+        g.check().map_err(MyriError::BadGeometry)?;
+        Ok(g)
+    }
+
+    /// This geometry with board slots of `bytes` (a multiple of 64 from 128 to
+    /// [`BOARD_SLOT_LIMIT`]): broadcasts up to a frame of `bytes - 16` go through the
+    /// board, at `BOARD_SLOTS * bytes` of NIC memory per node.
+    pub fn with_board_slot(self, bytes: u32) -> Result<Geometry, MyriError> {
+        let g = Geometry {
+            board_slot: bytes,
+            ..self
         };
         g.check().map_err(MyriError::BadGeometry)?;
         Ok(g)
@@ -311,6 +332,12 @@ impl Geometry {
         }
         if !self.slot_size.is_multiple_of(64) || self.slot_size < 128 || self.slot_size > 1 << 20 {
             return Err("the slot size must be a multiple of 64 from 128 to 1048576 bytes");
+        }
+        if !self.board_slot.is_multiple_of(64)
+            || self.board_slot < 128
+            || self.board_slot > BOARD_SLOT_LIMIT
+        {
+            return Err("the board slot must be a multiple of 64 from 128 to 65664 bytes");
         }
         self.region_len()
             .map(|_| ())
@@ -357,7 +384,7 @@ impl Geometry {
     }
 
     fn board_slot(&self) -> usize {
-        (self.slot_size as usize).min(BOARD_SLOT_MAX)
+        self.board_slot as usize
     }
 
     /// Largest frame a broadcast board slot carries.
@@ -608,6 +635,9 @@ impl MyriNic {
             .u32_at(off::SLOT_SIZE)?
             .store(geo.slot_size, Ordering::Relaxed);
         region
+            .u32_at(off::BOARD_SLOT)?
+            .store(geo.board_slot, Ordering::Relaxed);
+        region
             .u64_at(off::GENERATION)?
             .store(generation, Ordering::Relaxed);
         region.u64_at(off::MAGIC)?.store(MAGIC, Ordering::Release);
@@ -638,6 +668,7 @@ impl MyriNic {
             nodes: region.u32_at(off::NODES)?.load(Ordering::Relaxed),
             slots: region.u32_at(off::SLOTS)?.load(Ordering::Relaxed),
             slot_size: region.u32_at(off::SLOT_SIZE)?.load(Ordering::Relaxed),
+            board_slot: region.u32_at(off::BOARD_SLOT)?.load(Ordering::Relaxed),
         };
         geo.check_fits(&region)?;
         if me >= geo.nodes {

@@ -199,6 +199,7 @@ fn garbage_regions_are_rejected_with_a_reason() {
     mem.bytes()[24..32].copy_from_slice(&7u64.to_le_bytes());
     mem.bytes()[12..16].copy_from_slice(&3u32.to_le_bytes());
     mem.bytes()[16..20].copy_from_slice(&4u32.to_le_bytes());
+    mem.bytes()[32..36].copy_from_slice(&256u32.to_le_bytes());
     mem.bytes()[20..24].copy_from_slice(&1_000_001u32.to_le_bytes());
     let e = MyriNic::attach(mem.region(), 1, 7, NicConfig::default()).unwrap_err();
     assert!(
@@ -209,6 +210,16 @@ fn garbage_regions_are_rejected_with_a_reason() {
     let e = MyriNic::attach(mem.region(), 1, 7, NicConfig::default()).unwrap_err();
     assert!(matches!(e, MyriError::TooSmall { .. }), "{e:?}");
     mem.bytes()[20..24].copy_from_slice(&256u32.to_le_bytes());
+    // A board slot that is not a multiple of 64, or holds more than a frame.
+    for bad in [100u32, 0, BOARD_SLOT_LIMIT + 64] {
+        mem.bytes()[32..36].copy_from_slice(&bad.to_le_bytes());
+        let e = MyriNic::attach(mem.region(), 1, 7, NicConfig::default()).unwrap_err();
+        assert!(
+            matches!(e, MyriError::Corrupt(w) if w.contains("board slot")),
+            "{bad}: {e:?}"
+        );
+    }
+    mem.bytes()[32..36].copy_from_slice(&256u32.to_le_bytes());
     assert!(
         MyriNic::attach(mem.region(), 3, 7, NicConfig::default()).is_err(),
         "node 3 of 3"
@@ -1427,9 +1438,19 @@ fn bcast_group_with(
     grace: Option<Duration>,
     unbound: Option<usize>,
 ) -> (Mem, Vec<BcastGamma>) {
+    bcast_group_on(Geometry::new(n as u32, 8, 1024).unwrap(), grace, unbound)
+}
+
+/// [`bcast_group_with`] on a region of geometry `geo`.
+fn bcast_group_on(
+    geo: Geometry,
+    grace: Option<Duration>,
+    unbound: Option<usize>,
+) -> (Mem, Vec<BcastGamma>) {
     use volley_core::engine::{Config, Group, Members, BROADCAST};
     use volley_core::gamma::{Gamma, GO_BACK};
-    let (mem, nics) = cluster_on(Geometry::new(n as u32, 8, 1024).unwrap());
+    let n = geo.nodes as u16;
+    let (mem, nics) = cluster_on(geo);
     let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
         id: 1,
         members: Members::Range { first: 0, count: n },
@@ -2091,5 +2112,86 @@ fn a_long_broadcast_goes_after_the_short_ones_on_the_board_before_it() {
     assert_eq!(st.fences, 6);
     for h in hs {
         assert_eq!(gs[0].engine().send_status(h), Ok(SendStatus::Done));
+    }
+}
+
+/// Byte `i` of the `len`-byte broadcasts of `board_slots_carry_broadcasts_up_to_a_frame`.
+fn slot_byte(len: usize, i: usize) -> u8 {
+    (i.wrapping_mul(7) ^ len) as u8
+}
+
+/// Records each broadcast's length and whether every byte is right.
+fn on_checked_bcast(up: &mut volley_core::gamma::Upcall<'_, 'static, Vec<(usize, u8)>>) {
+    let len = up.msg_len();
+    let ok = up.data().len() == len
+        && up
+            .data()
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == slot_byte(len, i));
+    up.state().push((len, ok as u8));
+}
+
+/// With board slots for a 64 KiB frame (what hosted `shm` makes), a broadcast that
+/// one board frame holds is written once from the sending call and every member
+/// reads it off the board, whole and in the root's order; a longer one still goes
+/// the other ways. On the default slots (4 KiB) the same lengths take the tree.
+#[test]
+fn board_slots_carry_broadcasts_up_to_a_frame() {
+    use volley_core::engine::SendStatus;
+    use volley_core::gamma::GO_BACK;
+    let lens = [8usize, 5000, 16 << 10, 60_000, 65_400, 70_000, 100];
+    for big in [true, false] {
+        let geo = Geometry::new(4, 8, 1024).unwrap();
+        let geo = if big {
+            geo.with_board_slot(BOARD_SLOT_LIMIT).unwrap()
+        } else {
+            geo
+        };
+        let (_mem, mut gs) = bcast_group_on(geo, None, None);
+        for g in gs.iter_mut().skip(1) {
+            let buf = Vec::leak(vec![0u8; 128 << 10]);
+            g.set_active_port(
+                5,
+                0,
+                1,
+                5,
+                Some(on_checked_bcast),
+                None,
+                5,
+                GO_BACK,
+                Some(buf),
+            )
+            .unwrap();
+            g.poll();
+        }
+        let t0 = std::time::Instant::now();
+        let mut on_board = 0;
+        for &len in &lens {
+            let data: &'static [u8] =
+                Vec::leak((0..len).map(|i| slot_byte(len, i)).collect::<Vec<u8>>());
+            // Header, tree prefix and room for a tag around the message.
+            let fits = len + 80 <= geo.board_slot as usize - 16;
+            let before = gs[0].engine().stats().board_now;
+            if fits {
+                // Written at once: the call returns with nobody else polled.
+                gs[0].send_flowctl(5, data).unwrap();
+                on_board += 1;
+            } else {
+                let h = gs[0].isend_flowctl(5, data).unwrap();
+                poll_until(&mut gs, t0, 30, "a long broadcast never finished", |gs| {
+                    gs[0].engine().send_status(h).unwrap() != SendStatus::Pending
+                });
+            }
+            let now = gs[0].engine().stats().board_now;
+            assert_eq!(now - before, fits as u64, "{len} bytes, big slots {big}");
+        }
+        poll_until_recorded(&mut gs, lens.len(), t0);
+        let want: Vec<(usize, u8)> = lens.iter().map(|&l| (l, 1)).collect();
+        for (i, g) in gs.iter().enumerate().skip(1) {
+            assert_eq!(g.state(), &want, "member {i}, big slots {big}");
+            assert_eq!(g.engine().stats().board_rx, on_board, "member {i}");
+        }
+        assert_eq!(on_board, if big { 6 } else { 2 });
     }
 }

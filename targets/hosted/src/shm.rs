@@ -411,7 +411,10 @@ impl ShmDevice {
                     boot.size
                 )));
             }
+            // Board slots for a 64 KiB frame: a broadcast up to that is written once
+            // and read by every member (pages are touched only where one is).
             let geo = Geometry::new(boot.size as u32, slots, slot_size)
+                .and_then(|g| g.with_board_slot(volley_myri::BOARD_SLOT_LIMIT))
                 .map_err(|e| HostError(e.to_string()))?;
             let len = geo
                 .region_len()
