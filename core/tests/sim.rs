@@ -1486,6 +1486,27 @@ fn broadcasts_from_every_root_arrive_once_and_in_order_under_loss() {
     }
 }
 
+/// Past 256 KiB a broadcast goes down the tree only where that spares the root two
+/// thirds of its copies (binomial: from 13 members), and only while every relay's
+/// ring holds it (256 eager buffers, as a hosted rank has: 1 MiB up to 16 members);
+/// otherwise straight from the root. Under loss every member gets it whole.
+#[test]
+fn a_long_broadcast_goes_down_the_tree_only_where_that_spares_the_root() {
+    let base = seed() ^ 0x10ad;
+    let sizes = [1usize << 20, 300_000, 8];
+    // Broadcasts that go down the tree: at 16 members all three; at 8 (the root
+    // would send 3 of 7 copies) and 4 (2 of 3) only the short one.
+    for (n, tree_msgs) in [(16u16, 3), (8, 1), (4, 1)] {
+        let seed = base ^ (n as u64) << 8;
+        let (forwarded, _) = crossing_broadcasts(seed, n, &|_| 256, &[0], &sizes, false);
+        assert_eq!(
+            forwarded as usize,
+            tree_msgs * binomial_inner(n as usize),
+            "seed {seed}: n={n}: every inner member forwards every tree broadcast once"
+        );
+    }
+}
+
 /// Broadcasts too long for the relays' rings go straight from the root, and so
 /// would reach a member before a shorter one sent earlier that relays pass on. The
 /// root holds each such one until every member has answered its fence (see the
@@ -1684,7 +1705,15 @@ fn crossing_broadcasts(
             None,
             0,
             GO_BACK,
-            Some(leak(vec![0; 256 * 1024])),
+            Some(leak(vec![
+                0;
+                sizes
+                    .iter()
+                    .copied()
+                    .max()
+                    .unwrap_or(0)
+                    .max(256 * 1024)
+            ])),
         )
         .unwrap();
     }

@@ -140,13 +140,18 @@ impl<'a> Engine<'a> {
         // A reliable broadcast in our group is numbered, so that members deliver a
         // root's broadcasts in order whichever way each came, and goes down the
         // tree when every level of relays can hold all of it in eager buffers (a
-        // long one passed on chunk by chunk, see `stream`).
+        // long one passed on chunk by chunk, see `stream`) and, past 256 KiB, when
+        // that spares the root enough copies (`stream::long_tree_pays`).
         let numbered = own && reliable && (me as usize) < self.bcast_seq.len();
-        let tree = self.cfg.bcast_tree.filter(|t| {
-            let levels = t.height(0, self.size as usize);
+        let tree = self.cfg.bcast_tree.filter(|&t| {
+            let size = self.size as usize;
+            let levels = t.height(0, size);
             let pool = self.bufs.eager.len();
             let chunks = (total as usize).div_ceil(stream::CHUNK);
-            numbered && levels <= pool && chunks <= stream::relay_unit(pool, levels)
+            numbered
+                && levels <= pool
+                && chunks <= stream::relay_unit(pool, levels)
+                && (chunks <= stream::TREE_ANY_CHUNKS || stream::long_tree_pays(t, size))
         });
         // The root's copy is held until every member has the message, like a
         // relay's at the top of the tree: it leaves a unit of buffers for each level

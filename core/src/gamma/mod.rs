@@ -295,14 +295,34 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         clock: C,
         state: S,
     ) -> Result<Self, Error> {
-        let cap = crate::engine::Capacity {
+        let cap = Self::capacity(fabric_nodes);
+        Self::init_alloc_with(cfg, groups, cap, dev, clock, state)
+    }
+
+    /// The tables [`Gamma::init_alloc`] allocates for `fabric_nodes` nodes: 32 eager
+    /// buffers (512 KiB), which a program may raise (hosted ranks take 256, so that
+    /// relays can pass a 1 MiB broadcast down the tree, see `engine::stream`).
+    pub fn capacity(fabric_nodes: usize) -> crate::engine::Capacity {
+        crate::engine::Capacity {
             ports: PORTS,
             channels: fabric_nodes,
             fabric_nodes,
             ops: (4 * fabric_nodes).clamp(64, 4096),
             assemblies: fabric_nodes.clamp(16, 1024),
             eager: 32,
-        };
+        }
+    }
+
+    /// [`Gamma::init_alloc`] with tables of the sizes `cap` gives.
+    #[cfg(feature = "alloc")]
+    pub fn init_alloc_with(
+        cfg: Config,
+        groups: &'a [Group<'a>],
+        cap: crate::engine::Capacity,
+        dev: D,
+        clock: C,
+        state: S,
+    ) -> Result<Self, Error> {
         let mut handlers = alloc::vec::Vec::with_capacity(PORTS);
         handlers.resize_with(PORTS, || PortHandlers::EMPTY);
         let storage = Storage::with_capacity(cap);

@@ -1,6 +1,6 @@
 //! A GAMMA process on a hosted fabric.
 
-use volley_core::engine::{Config, Group, Members, Tree};
+use volley_core::engine::{Capacity, Config, Group, Members, Tree};
 use volley_core::gamma::Gamma;
 
 use crate::clock::HostClock;
@@ -411,17 +411,19 @@ fn secret_for(boot: &Boot, fabric: Fabric) -> Result<crate::secret::Secret, Host
     })
 }
 
+/// Eager buffers of a hosted GAMMA rank (16 KiB each).
+pub const HOSTED_EAGER: usize = 256;
+
 /// `gamma_init` for this rank: bootstrap, fabric, groups.
 pub fn gamma<S>(boot: &Boot, fabric: Fabric, state: S) -> Result<HostGamma<S>, HostError> {
     let (groups, cfg, dev) = engine_setup(boot, fabric)?;
-    let mut g = Gamma::init_alloc(
-        cfg,
-        groups,
-        boot.size as usize,
-        dev,
-        HostClock::default(),
-        state,
-    )?;
+    // 256 eager buffers (4 MiB): relays hold a whole 1 MiB broadcast, which then
+    // goes down the tree up to 16 ranks instead of from the root to each member.
+    let cap = Capacity {
+        eager: HOSTED_EAGER,
+        ..Gamma::<HostDevice, HostClock, S>::capacity(boot.size as usize)
+    };
+    let mut g = Gamma::init_alloc_with(cfg, groups, cap, dev, HostClock::default(), state)?;
     // Ranks may outnumber cores: a rank with nothing to do lets another run.
     g.set_idle(Some(std::thread::yield_now));
     Ok(g)
