@@ -419,9 +419,13 @@ pub fn gamma<S>(boot: &Boot, fabric: Fabric, state: S) -> Result<HostGamma<S>, H
     let (groups, cfg, dev) = engine_setup(boot, fabric)?;
     // 256 eager buffers (4 MiB): relays hold a whole 1 MiB broadcast, which then
     // goes down the tree up to 16 ranks instead of from the root to each member.
+    // An operation per buffer on top: eager sends that wait on a slow or dead peer
+    // run out of buffers (and block) before they run out of operations (an error).
+    let base = Gamma::<HostDevice, HostClock, S>::capacity(boot.size as usize);
     let cap = Capacity {
         eager: HOSTED_EAGER,
-        ..Gamma::<HostDevice, HostClock, S>::capacity(boot.size as usize)
+        ops: base.ops + HOSTED_EAGER,
+        ..base
     };
     let mut g = Gamma::init_alloc_with(cfg, groups, cap, dev, HostClock::default(), state)?;
     // Ranks may outnumber cores: a rank with nothing to do lets another run.
