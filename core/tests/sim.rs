@@ -1424,11 +1424,12 @@ fn barrier_cost_grows_as_log_n_to_1024_nodes() {
             frames <= n as u64 * k as u64 * 2,
             "seed {seed}: {n} nodes sent {frames} frames: more than a token and an ack per round"
         );
-        // A token asks for no ack of its own: a barrier that ends within the ack
-        // delay (10 us here) takes one frame per member and round, where asking
-        // would take two.
+        // A token asks for no ack of its own, and its ack may wait for the token
+        // ack delay (100 us here: half the 200 us first timeout): a barrier that
+        // ends within it takes one frame per member and round, where asking would
+        // take two.
         assert!(
-            t >= 10.0 || frames == n as u64 * k as u64,
+            t >= 100.0 || frames == n as u64 * k as u64,
             "seed {seed}: {n} nodes sent {frames} frames, not one token per member and round"
         );
         times.push(t);
@@ -1442,6 +1443,38 @@ fn barrier_cost_grows_as_log_n_to_1024_nodes() {
             1u32 << (k + 1)
         );
     }
+}
+
+/// Back-to-back barriers on 16 nodes: the acks of their tokens wait for the token
+/// ack delay (100 us here), so one ack per member and sender covers the tokens of
+/// all ten barriers, instead of one ack for each token.
+#[test]
+fn barrier_token_acks_cover_several_barriers() {
+    let seed = seed();
+    let (n, k, barriers) = (16u16, 4u64, 10u64);
+    let g = groups(n);
+    let mut sim = Sim::new(n as usize, SimConfig::lan(seed), |i, dev, clock| {
+        gamma(g, cfg(1, i as u16), n as usize, n as usize, dev, clock, ())
+    });
+    for _ in 0..barriers {
+        for node in sim.nodes.iter_mut() {
+            node.sync_start().unwrap();
+        }
+        sim.run_until(Instant::from_millis(100), |nodes, _| {
+            nodes.iter().all(|x| x.engine().barrier_done() == Ok(true))
+        })
+        .unwrap_or_else(|e| panic!("seed {seed}: barrier stuck at {e:?}"));
+    }
+    let tokens = n as u64 * k * barriers;
+    // Let every delayed ack go.
+    let _ = sim.run_until(sim.now() + Duration::from_millis(5), |_, _| false);
+    let frames: u64 = sim.nodes.iter().map(|x| x.engine().stats().tx_frames).sum();
+    let timeouts: u64 = sim.nodes.iter().map(|x| x.engine().stats().timeouts).sum();
+    assert_eq!(timeouts, 0, "seed {seed}: no token is sent again");
+    assert!(
+        frames <= tokens + n as u64 * k,
+        "seed {seed}: {frames} frames for {tokens} tokens: more than an ack per member and sender"
+    );
 }
 
 // ------------------------------------------------------------ tree broadcast

@@ -130,6 +130,12 @@ pub struct Config {
     pub keepalive: Duration,
     /// Longest an ack may be held back hoping to ride on a data frame (lossy links).
     pub ack_delay: Duration,
+    /// The same for a dissemination barrier token (never above half of
+    /// `rto_initial`, the retransmission timer's floor): nobody waits for its ack,
+    /// and in a dissemination barrier no frame goes back to the token's sender, so
+    /// each ack is a frame of its own that a member sends while the next barrier
+    /// runs. Held longer, one ack covers the tokens of several barriers.
+    pub barrier_ack_delay: Duration,
     /// A best-effort message not completed within this time is reported lost.
     pub reassembly_timeout: Duration,
     /// A barrier waiting this long for a round's token probes the member it waits
@@ -174,6 +180,7 @@ impl Config {
             peer_timeout: Duration::from_secs(30),
             keepalive: Duration::from_millis(500),
             ack_delay: Duration::from_micros(20),
+            barrier_ack_delay: Duration::from_micros(200),
             reassembly_timeout: Duration::from_millis(100),
             barrier_probe: Duration::from_millis(50),
             unbound_grace: Duration::from_secs(10),

@@ -272,9 +272,21 @@ impl<'a> Engine<'a> {
             || ch.since_ack >= (self.cfg.window / 2).max(1)
         {
             ch.ack_now = true;
-        } else if ch.ack_at.is_none() {
-            // Credits come back within the delay even if nothing is sent meanwhile.
-            ch.ack_at = Some(now + self.cfg.ack_delay);
+        } else {
+            // Credits come back within the delay even if nothing is sent meanwhile;
+            // a token's ack may wait longer (see `Config::barrier_ack_delay`), a
+            // later frame's shortens that wait.
+            let delay = if repr.kind == Kind::Barrier {
+                let floor = Duration::from_nanos(self.cfg.rto_initial.total_nanos() / 2);
+                self.cfg
+                    .barrier_ack_delay
+                    .min(floor)
+                    .max(self.cfg.ack_delay)
+            } else {
+                self.cfg.ack_delay
+            };
+            let due = now + delay;
+            ch.ack_at = Some(ch.ack_at.map_or(due, |t| t.min(due)));
         }
         if matches!(
             repr.kind,

@@ -91,11 +91,14 @@ impl Stream {
 
 /// The eager buffers a relay may take for one broadcast in a tree of `levels`
 /// (the root's height) from a pool of `pool`: what leaves as many for every level
-/// of relays below it (see `reserve_tree`), at most [`RING_MAX`]. An eighth of the
-/// pool stays out of the relays' share, for the copies of the member's own short
-/// broadcasts, which sit above every level of relays (see `start`).
+/// of relays below it (see `reserve_tree`), at most a quarter of the pool (at
+/// least 16, at most [`RING_MAX`]: a small pool keeps its buffers for many short
+/// broadcasts, a hosted one of 256 rings 1 MiB). An eighth of the pool stays out
+/// of the relays' share, for the copies of the member's own short broadcasts,
+/// which sit above every level of relays (see `start`).
 pub(super) fn relay_unit(pool: usize, levels: usize) -> usize {
-    ((pool - pool / 8) / levels.saturating_sub(1).max(1)).clamp(1, RING_MAX)
+    let cap = (pool / 4).clamp(16, RING_MAX);
+    ((pool - pool / 8) / levels.saturating_sub(1).max(1)).clamp(1, cap)
 }
 
 /// Chunks (256 KiB) up to which a broadcast that the relays' rings hold goes down
