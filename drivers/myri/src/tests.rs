@@ -2135,7 +2135,8 @@ fn on_checked_bcast(up: &mut volley_core::gamma::Upcall<'_, 'static, Vec<(usize,
 /// With board slots for a 64 KiB frame (what hosted `shm` makes), a broadcast that
 /// one board frame holds is written once from the sending call and every member
 /// reads it off the board, whole and in the root's order; a longer one still goes
-/// the other ways. On the default slots (4 KiB) the same lengths take the tree.
+/// the other ways. On the default slots (the ring slot's 1 KiB here) all but the
+/// shortest take the tree.
 #[test]
 fn board_slots_carry_broadcasts_up_to_a_frame() {
     use volley_core::engine::SendStatus;

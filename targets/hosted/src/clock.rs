@@ -8,8 +8,8 @@
 //! power state (`constant_tsc` and `nonstop_tsc` in `/proc/cpuinfo`) and the kernel
 //! keeps it as its own clock source (it switches away from a counter it finds out of
 //! step between CPUs); its rate is measured once per process against `Instant` over
-//! 2 ms, each end read as a close pair. `VOLLEY_CLOCK=std` always uses `Instant`. Times are only ever compared within
-//! one process.
+//! 2 ms, each end read as a close pair. `VOLLEY_CLOCK=std` always uses `Instant`.
+//! Times are only ever compared within one process.
 
 use std::sync::OnceLock;
 
