@@ -412,7 +412,7 @@ impl ShmDevice {
                 )));
             }
             // Board slots for a 64 KiB frame: a broadcast up to that is written once
-            // and read by every member (pages are touched only where one is).
+            // and read by every member (16 slots: about 1 MiB more per rank).
             let geo = Geometry::new(boot.size as u32, slots, slot_size)
                 .and_then(|g| g.with_board_slot(volley_myri::BOARD_SLOT_LIMIT))
                 .map_err(|e| HostError(e.to_string()))?;
