@@ -13,103 +13,17 @@
 //! instruction count divided by `18 * ITERS` (9 rounds of `2 * ITERS` messages; of
 //! `9 * ITERS` barriers or polls) is the cost per message, both ends included.
 
-use std::alloc::{alloc_zeroed, Layout};
 use std::hint::black_box;
 use std::time::Instant as WallInstant;
 
-use volley_core::engine::{Config, Group, Members};
-use volley_core::gamma::{Gamma, GO_BACK};
 use volley_core::phy::{Device, RxToken, TxToken};
-use volley_core::time::{Instant, StdClock};
+use volley_core::time::Instant;
 use volley_core::NodeAddr;
-use volley_myri::{Geometry, MyriNic, NicConfig, Region};
+use volley_myri::MyriNic;
 
-type G = Gamma<'static, MyriNic, StdClock, u64>;
-type L = volley_core::lfc::Lfc<'static, MyriNic, StdClock, u64>;
-
-fn nics() -> (MyriNic, MyriNic) {
-    // The hosted `shm` fabric's geometry for a few ranks.
-    let geo = Geometry::new(2, 32, 64 * 1024).unwrap();
-    let len = geo.region_len().unwrap();
-    let layout = Layout::from_size_align(len, 4096).unwrap();
-    // SAFETY: non-zero size; the memory is leaked, so it outlives both NICs.
-    let ptr = unsafe { alloc_zeroed(layout) };
-    assert!(!ptr.is_null());
-    // SAFETY: a fresh allocation, never freed, touched only through these regions
-    // (two views of one region stand for two processes' mappings).
-    let r = |_| unsafe { Region::new(ptr, len) }.unwrap();
-    let a = MyriNic::create(r(0), geo, 0, 9, NicConfig::default()).unwrap();
-    let b = MyriNic::attach(r(1), 1, 9, NicConfig::default()).unwrap();
-    (a, b)
-}
-
-fn on_msg(u: &mut volley_core::gamma::Upcall<'_, '_, u64>) {
-    *u.state() += 1;
-}
-
-fn gammas() -> (G, G) {
-    static GROUPS: &[Group<'static>] = &[Group {
-        id: 1,
-        members: Members::Range { first: 0, count: 2 },
-    }];
-    let (a, b) = nics();
-    let mk = |nic, me: u16| -> G {
-        let mut g = Gamma::init_alloc(
-            Config::new(9, 1, me),
-            GROUPS,
-            2,
-            nic,
-            StdClock::default(),
-            0,
-        )
-        .unwrap();
-        let buf: &'static mut [u8] = Vec::leak(vec![0u8; 4096]);
-        g.set_active_port(1, 1 - me, 1, 1, Some(on_msg), None, 1, GO_BACK, Some(buf))
-            .unwrap();
-        g
-    };
-    (mk(a, 0), mk(b, 1))
-}
-
-fn on_packet(l: &mut L, _r: volley_core::lfc::Received) -> volley_core::lfc::Keep {
-    *l.state_mut() += 1;
-    volley_core::lfc::Keep::No
-}
-
-fn lfcs() -> (L, L) {
-    static GROUPS: &[Group<'static>] = &[Group {
-        id: 1,
-        members: Members::Range { first: 0, count: 2 },
-    }];
-    let (a, b) = nics();
-    let mk = |nic, me: u16| -> L {
-        let mut l = volley_core::lfc::Lfc::init_alloc(
-            Config::new(9, 1, me),
-            GROUPS,
-            2,
-            nic,
-            StdClock::default(),
-            volley_core::lfc::Options::default(),
-            on_packet,
-            0,
-        )
-        .unwrap();
-        l.set_idle(None);
-        l
-    };
-    let (mut a, mut b) = (mk(a, 0), mk(b, 1));
-    // Both start: the start-up barrier needs the two taking turns.
-    a.start_begin().unwrap();
-    b.start_begin().unwrap();
-    loop {
-        a.poll_network();
-        b.poll_network();
-        if a.start_test().unwrap() & b.start_test().unwrap() {
-            break;
-        }
-    }
-    (a, b)
-}
+#[path = "../tests/pair/mod.rs"]
+mod pair;
+use pair::{gammas, lfcs, nics, qnixes, G, L, Q};
 
 /// One LFC packet from `from` to `to`: allocated, filled, launched, then `to` polls
 /// until its upcall ran.
@@ -131,33 +45,6 @@ fn measured_lfc(a: &mut L, b: &mut L, iters: usize) {
         lfc_hop(a, b, 1, &data);
         lfc_hop(b, a, 0, &data);
     }
-}
-
-type Q =
-    volley_core::qnix::Qnix<'static, MyriNic, StdClock, volley_core::cheetah::Segments<'static>>;
-
-/// Two QNIX processes of application 1, registered, each with a 64 KiB pool.
-fn qnixes() -> (Q, Q) {
-    use volley_core::qnix::{Name, Qnix};
-    static GROUPS: &[Group<'static>] = &[Group {
-        id: 1,
-        members: Members::Range { first: 0, count: 2 },
-    }];
-    let (a, b) = nics();
-    let mk = |nic, me: u16| -> Q {
-        let mut mem = volley_core::cheetah::Segments::new();
-        let pool = mem.expose(Vec::leak(vec![0u8; 64 * 1024]));
-        // As on `shm`: barriers in NIC memory.
-        let mut cfg = Config::new(9, 1, me);
-        cfg.device_barrier = true;
-        let mut q = Qnix::new(cfg, GROUPS, 2, nic, StdClock::default(), mem).unwrap();
-        q.set_pool(pool, 64 * 1024).unwrap();
-        q.register(Name::new(1, me as i32), 1, 2).unwrap();
-        q
-    };
-    let (mut a, mut b) = (mk(a, 0), mk(b, 1));
-    while !(a.registered().unwrap() & b.registered().unwrap()) {}
-    (a, b)
 }
 
 /// One QNIX short message: `to` posts a receive, `from` sends 8 bytes with

@@ -3,16 +3,14 @@
 //! region exchange short messages under a counting allocator, and after a warm-up
 //! round (pools and spare buffers filled) a thousand more allocate nothing.
 
-use std::alloc::{alloc_zeroed, GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use volley_core::cheetah::{Cheetah, Segments};
-use volley_core::engine::{Config, Group, Members, NO_BELL};
-use volley_core::gamma::{Gamma, GO_BACK};
-use volley_core::lfc::{Keep, Lfc, Options, Received};
-use volley_core::qnix::{Name, Qnix, Region as QxRegion};
+use volley_core::engine::{Config, NO_BELL};
+use volley_core::qnix::Region as QxRegion;
 use volley_core::time::StdClock;
-use volley_myri::{Geometry, MyriNic, NicConfig, Region};
+use volley_myri::MyriNic;
 
 /// Counts this thread's allocations (the test harness runs tests on threads).
 struct Counting;
@@ -48,6 +46,9 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
+mod pair;
+use pair::{gammas, lfcs, nics, qnixes, G, GROUPS, L, Q};
+
 #[global_allocator]
 static COUNTING: Counting = Counting;
 
@@ -63,51 +64,9 @@ fn steady(mut round: impl FnMut()) -> u64 {
     allocs() - before
 }
 
-static GROUPS: &[Group<'static>] = &[Group {
-    id: 1,
-    members: Members::Range { first: 0, count: 2 },
-}];
-
-fn nics() -> (MyriNic, MyriNic) {
-    let geo = Geometry::new(2, 32, 64 * 1024).unwrap();
-    let len = geo.region_len().unwrap();
-    let layout = Layout::from_size_align(len, 4096).unwrap();
-    // SAFETY: non-zero size; leaked, so it outlives both NICs.
-    let ptr = unsafe { alloc_zeroed(layout) };
-    assert!(!ptr.is_null());
-    // SAFETY: a fresh allocation, never freed, touched only through these two
-    // views (standing for two processes' mappings).
-    let r = || unsafe { Region::new(ptr, len) }.unwrap();
-    let a = MyriNic::create(r(), geo, 0, 9, NicConfig::default()).unwrap();
-    let b = MyriNic::attach(r(), 1, 9, NicConfig::default()).unwrap();
-    (a, b)
-}
-
-type G = Gamma<'static, MyriNic, StdClock, u64>;
-
-fn on_msg(u: &mut volley_core::gamma::Upcall<'_, '_, u64>) {
-    *u.state() += 1;
-}
-
 #[test]
 fn gamma_sends_allocate_nothing_once_warm() {
-    let (a, b) = nics();
-    let mk = |nic, me: u16| -> G {
-        let mut g = Gamma::init_alloc(
-            Config::new(9, 1, me),
-            GROUPS,
-            2,
-            nic,
-            StdClock::default(),
-            0,
-        )
-        .unwrap();
-        let buf: &'static mut [u8] = Vec::leak(vec![0u8; 4096]);
-        g.set_active_port(1, 1 - me, 1, 1, Some(on_msg), None, 1, GO_BACK, Some(buf))
-            .unwrap();
-        g
-    };
-    let (mut a, mut b) = (mk(a, 0), mk(b, 1));
+    let (mut a, mut b) = gammas();
     fn hop(from: &mut G, to: &mut G, reliable: bool) {
         let data = [7u8; 8];
         if reliable {
@@ -132,38 +91,9 @@ fn gamma_sends_allocate_nothing_once_warm() {
     assert_eq!(*a.state() + *b.state(), 8000);
 }
 
-type L = Lfc<'static, MyriNic, StdClock, u64>;
-
-fn on_packet(l: &mut L, _r: Received) -> Keep {
-    *l.state_mut() += 1;
-    Keep::No
-}
-
 #[test]
 fn lfc_packets_allocate_nothing_once_warm() {
-    let (a, b) = nics();
-    let mk = |nic, me: u16| -> L {
-        let mut l = Lfc::init_alloc(
-            Config::new(9, 1, me),
-            GROUPS,
-            2,
-            nic,
-            StdClock::default(),
-            Options::default(),
-            on_packet,
-            0,
-        )
-        .unwrap();
-        l.set_idle(None);
-        l
-    };
-    let (mut a, mut b) = (mk(a, 0), mk(b, 1));
-    a.start_begin().unwrap();
-    b.start_begin().unwrap();
-    while !(a.start_test().unwrap() & b.start_test().unwrap()) {
-        a.poll_network();
-        b.poll_network();
-    }
+    let (mut a, mut b) = lfcs();
     fn hop(from: &mut L, to: &mut L, rank: u16) {
         let p = from.send_alloc(false).unwrap();
         from.packet_mut(p).unwrap()[..8].copy_from_slice(&[7; 8]);
@@ -182,29 +112,9 @@ fn lfc_packets_allocate_nothing_once_warm() {
     assert_eq!(n, 0, "LFC: allocations in 2000 packets");
 }
 
-type Q = Qnix<'static, MyriNic, StdClock, Segments<'static>>;
-
 #[test]
 fn qnix_short_sends_allocate_nothing_once_warm() {
-    let (a, b) = nics();
-    let mk = |nic, me: u16| -> Q {
-        let mut mem = Segments::new();
-        let pool = mem.expose(Vec::leak(vec![0u8; 64 * 1024]));
-        let mut q = Qnix::new(
-            Config::new(9, 1, me),
-            GROUPS,
-            2,
-            nic,
-            StdClock::default(),
-            mem,
-        )
-        .unwrap();
-        q.set_pool(pool, 64 * 1024).unwrap();
-        q.register(Name::new(1, me as i32), 1, 2).unwrap();
-        q
-    };
-    let (mut a, mut b) = (mk(a, 0), mk(b, 1));
-    while !(a.registered().unwrap() & b.registered().unwrap()) {}
+    let (mut a, mut b) = qnixes();
     /// Sent from page 1 of the pool, received into page 0; bytes received.
     fn hop(from: &mut Q, to: &mut Q) -> usize {
         let (me, peer) = (to.name(), from.name());

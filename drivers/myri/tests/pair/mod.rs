@@ -1,0 +1,121 @@
+//! Two endpoints of each personality on one Myrinet-like region, as two ranks of
+//! hosted `shm` would be: shared by the `engine_cost` bench (`#[path]`) and the
+//! `steady_state_allocs` test. Not a test target of its own (Cargo takes only
+//! `tests/*.rs`).
+
+use std::alloc::{alloc_zeroed, Layout};
+
+use volley_core::cheetah::Segments;
+use volley_core::engine::{Config, Group, Members};
+use volley_core::gamma::{Gamma, Upcall, GO_BACK};
+use volley_core::lfc::{Keep, Lfc, Options, Received};
+use volley_core::qnix::{Name, Qnix};
+use volley_core::time::StdClock;
+use volley_myri::{Geometry, MyriNic, NicConfig, Region};
+
+/// A GAMMA endpoint counting the messages its port 1 handler saw.
+pub type G = Gamma<'static, MyriNic, StdClock, u64>;
+/// An LFC endpoint counting its upcalls.
+pub type L = Lfc<'static, MyriNic, StdClock, u64>;
+/// A QNIX process with a 64 KiB pool.
+pub type Q = Qnix<'static, MyriNic, StdClock, Segments<'static>>;
+
+/// The group of both endpoints.
+pub static GROUPS: &[Group<'static>] = &[Group {
+    id: 1,
+    members: Members::Range { first: 0, count: 2 },
+}];
+
+/// Two NICs on a fresh region of the hosted `shm` fabric's geometry for a few ranks.
+pub fn nics() -> (MyriNic, MyriNic) {
+    let geo = Geometry::new(2, 32, 64 * 1024).unwrap();
+    let len = geo.region_len().unwrap();
+    let layout = Layout::from_size_align(len, 4096).unwrap();
+    // SAFETY: non-zero size; the memory is leaked, so it outlives both NICs.
+    let ptr = unsafe { alloc_zeroed(layout) };
+    assert!(!ptr.is_null());
+    // SAFETY: a fresh allocation, never freed, touched only through these two
+    // views (standing for two processes' mappings).
+    let r = || unsafe { Region::new(ptr, len) }.unwrap();
+    let a = MyriNic::create(r(), geo, 0, 9, NicConfig::default()).unwrap();
+    let b = MyriNic::attach(r(), 1, 9, NicConfig::default()).unwrap();
+    (a, b)
+}
+
+fn on_msg(u: &mut Upcall<'_, '_, u64>) {
+    *u.state() += 1;
+}
+
+/// Two GAMMA endpoints whose port 1 is bound to the other's, with a 4 KiB
+/// buffer and a handler that counts.
+pub fn gammas() -> (G, G) {
+    let (a, b) = nics();
+    let mk = |nic, me: u16| -> G {
+        let mut g = Gamma::init_alloc(
+            Config::new(9, 1, me),
+            GROUPS,
+            2,
+            nic,
+            StdClock::default(),
+            0,
+        )
+        .unwrap();
+        let buf: &'static mut [u8] = Vec::leak(vec![0u8; 4096]);
+        g.set_active_port(1, 1 - me, 1, 1, Some(on_msg), None, 1, GO_BACK, Some(buf))
+            .unwrap();
+        g
+    };
+    (mk(a, 0), mk(b, 1))
+}
+
+fn on_packet(l: &mut L, _r: Received) -> Keep {
+    *l.state_mut() += 1;
+    Keep::No
+}
+
+/// Two started LFC endpoints (the start-up barrier needs them taking turns).
+pub fn lfcs() -> (L, L) {
+    let (a, b) = nics();
+    let mk = |nic, me: u16| -> L {
+        let mut l = Lfc::init_alloc(
+            Config::new(9, 1, me),
+            GROUPS,
+            2,
+            nic,
+            StdClock::default(),
+            Options::default(),
+            on_packet,
+            0,
+        )
+        .unwrap();
+        l.set_idle(None);
+        l
+    };
+    let (mut a, mut b) = (mk(a, 0), mk(b, 1));
+    a.start_begin().unwrap();
+    b.start_begin().unwrap();
+    while !(a.start_test().unwrap() & b.start_test().unwrap()) {
+        a.poll_network();
+        b.poll_network();
+    }
+    (a, b)
+}
+
+/// Two QNIX processes of application 1, registered, each with a 64 KiB pool, and
+/// barriers in NIC memory as on `shm`.
+pub fn qnixes() -> (Q, Q) {
+    let (a, b) = nics();
+    let mk = |nic, me: u16| -> Q {
+        let mut mem = Segments::new();
+        let pool = mem.expose(Vec::leak(vec![0u8; 64 * 1024]));
+        let mut cfg = Config::new(9, 1, me);
+        cfg.device_barrier = true;
+        let mut q = Qnix::new(cfg, GROUPS, 2, nic, StdClock::default(), mem).unwrap();
+        q.set_pool(pool, 64 * 1024).unwrap();
+        q.register(Name::new(1, me as i32), 1, 2).unwrap();
+        q
+    };
+    let (mut a, mut b) = (mk(a, 0), mk(b, 1));
+    while !(a.registered().unwrap() & b.registered().unwrap()) {}
+    (a, b)
+}
