@@ -89,6 +89,13 @@ fn recv_done(q: &Node, ctx: usize) -> bool {
     q.recv_doorbell(ctx) != BUSY
 }
 
+/// Whether every receive `rc[m]` of processes 1 and up has landed and every
+/// send `sc` of process 0 has left.
+fn all_landed(nodes: &[Node], rc: &[Vec<usize>], sc: &[usize]) -> bool {
+    (1..rc.len()).all(|m| rc[m].iter().all(|&r| recv_done(&nodes[m], r)))
+        && sc.iter().all(|&c| nodes[0].send_doorbell(c) != BUSY)
+}
+
 #[test]
 fn tags_are_matched_across_four_processes_under_loss() {
     for seed in [0x9a1_u64, 0x51d] {
@@ -1022,10 +1029,7 @@ fn tree_broadcasts_in_order(seed: u64) {
                 sc.push(c);
             }
         }
-        until(&mut sim, seed, 60, |nodes, _| {
-            (1..N).all(|m| rc[m].iter().all(|&r| recv_done(&nodes[m], r)))
-                && sc.iter().all(|&c| nodes[0].send_doorbell(c) != BUSY)
-        });
+        until(&mut sim, seed, 60, |nodes, _| all_landed(nodes, &rc, &sc));
         for m in 1..N {
             for (k, &r) in rc[m].iter().enumerate() {
                 let q = &mut sim.nodes[m];
@@ -1168,10 +1172,7 @@ fn long_tree_broadcasts(seed: u64, faults: FaultConfig) {
             q.send_short(c).unwrap();
             sc.push(c);
         }
-        until(&mut sim, seed, 60, |nodes, _| {
-            (1..N).all(|m| rc[m].iter().all(|&r| recv_done(&nodes[m], r)))
-                && sc.iter().all(|&c| nodes[0].send_doorbell(c) != BUSY)
-        });
+        until(&mut sim, seed, 60, |nodes, _| all_landed(nodes, &rc, &sc));
         for m in 1..N {
             let q = &mut sim.nodes[m];
             for (k, &r) in rc[m].iter().enumerate() {
