@@ -266,6 +266,13 @@ impl Channel {
         true
     }
 
+    /// Whether one more frame would fill three quarters of the peer's window: the
+    /// sender then asks for an ack at once.
+    #[inline]
+    pub(crate) fn filling(&self) -> bool {
+        self.outstanding() + 1 >= (self.peer_window as u32 * 3 / 4).max(1)
+    }
+
     pub(crate) fn can_send_new(&self) -> bool {
         let limit = (self.peer_window as u32).min(MAX_WINDOW as u32);
         self.outstanding() < limit

@@ -1137,10 +1137,12 @@ impl<'a> Engine<'a> {
         self.sems.len()
     }
 
+    #[inline]
     fn group(&self, id: GroupId) -> Option<&Group<'a>> {
         self.groups.iter().find(|g| g.id == id)
     }
 
+    #[inline]
     fn addr_of(&self, group: GroupId, node: NodeId) -> Result<NodeAddr, Error> {
         let g = self.group(group).ok_or(Error::UnknownGroup)?;
         g.members.addr(node).ok_or(Error::UnknownNode)

@@ -392,20 +392,30 @@ impl<'a> Engine<'a> {
         Ok(st)
     }
 
+    #[inline]
     pub(super) fn channel_for(
         &mut self,
         addr: NodeAddr,
         group: GroupId,
         node: NodeId,
     ) -> Result<usize, Error> {
-        let slot = self
-            .peer_map
-            .get(addr.0 as usize)
-            .copied()
-            .ok_or(Error::NoResources)?;
-        if slot != NONE {
-            return Ok(slot as usize);
+        match self.peer_map.get(addr.0 as usize) {
+            Some(&slot) if slot != NONE => Ok(slot as usize),
+            Some(_) => self.open_channel_to(addr, group, node),
+            None => Err(Error::NoResources),
         }
+    }
+
+    /// [`Engine::channel_for`] of a peer without a channel yet: the first frame
+    /// either way opens one.
+    #[cold]
+    #[inline(never)]
+    fn open_channel_to(
+        &mut self,
+        addr: NodeAddr,
+        group: GroupId,
+        node: NodeId,
+    ) -> Result<usize, Error> {
         let ci = self
             .chans
             .iter()

@@ -250,10 +250,15 @@ impl<'a> Engine<'a> {
         op.next = NONE;
         op.msg_id = ch.next_msg;
         op.eager = eager as u16;
-        let seq = ch.snd_nxt;
-        let o = &ops[oi];
+        // An eager message's ack rides on the reply (see `data_flags`), unless the
+        // peer's window is filling.
+        let mut flags = Flags::RELIABLE | Flags::LAST;
+        if ch.filling() {
+            flags |= Flags::ACK_REQ;
+        }
+        let repr = single_repr(port, dest, flags, ch.snd_nxt, ch.next_msg, total);
         let mut tx = Tx::new(dev, now, caps, cfg, stats, bufs);
-        if !tx.data(ch, o, seq, 0, o.pieces(body, 0, total), true, false) {
+        if !tx.single(ch, repr, head, body) {
             ops[oi].state = OpState::Free;
             return false;
         }
@@ -313,17 +318,10 @@ impl<'a> Engine<'a> {
         if !fits || !ch.in_use || ch.failed || ch.q_head != NONE {
             return false;
         }
-        let mut op = Op::EMPTY;
-        op.state = OpState::Active;
-        op.head[..head.len()].copy_from_slice(head);
-        op.head_len = head.len() as u8;
-        op.body = body;
-        op.total = total as u32;
-        op.src_port = port;
-        op.dest = dest;
-        op.msg_id = ch.next_be_msg;
+        // One frame, no op: the header straight from what is known here.
+        let repr = single_repr(port, dest, Flags::LAST, 0, ch.next_be_msg, total);
         let mut tx = Tx::new(dev, now, caps, cfg, stats, bufs);
-        if !tx.data(ch, &op, 0, 0, op.pieces(body, 0, total), true, false) {
+        if !tx.single(ch, repr, head, body) {
             return false;
         }
         ch.next_be_msg = ch.next_be_msg.wrapping_add(1);
@@ -331,6 +329,9 @@ impl<'a> Engine<'a> {
         true
     }
 
+    /// Sends what channel `ci` has ready: resends, control frames, new data, a bare
+    /// ack. Out of line, so that a pass over idle channels stays a few loads each.
+    #[inline(never)]
     pub(super) fn transmit_chan<D: Device>(
         &mut self,
         now: Instant,
@@ -518,6 +519,35 @@ impl<'a> Engine<'a> {
     }
 }
 
+/// The header of a message of `total` bytes sent whole in one frame from `port` to
+/// `dest` (addresses and ack filled in at emission).
+#[inline]
+fn single_repr(
+    port: PortId,
+    dest: Dest,
+    flags: Flags,
+    seq: u32,
+    msg_id: u32,
+    total: usize,
+) -> Repr {
+    Repr {
+        kind: Kind::Data,
+        flags,
+        job_key: 0,
+        ends: Endpoints {
+            src_port: port,
+            dst_port: dest.port,
+            ..Endpoints::default()
+        },
+        seq,
+        ack: None,
+        msg_id,
+        offset: 0,
+        total_len: total as u32,
+        payload_len: total as u16,
+    }
+}
+
 /// The most payload one frame carries on this device (after header and tag).
 fn max_payload(cfg: &Config, caps: &Capabilities) -> usize {
     let tag = if cfg.auth_key.is_some() {
@@ -631,6 +661,20 @@ impl<'t, D: Device> Tx<'t, D> {
         }
         self.sent_frame(ch, &repr);
         true
+    }
+
+    /// A whole message in one frame, `head` then `body`: [`Tx::emit`] without the
+    /// pieces of an operation (the send-at-once paths).
+    #[inline]
+    fn single(&mut self, ch: &mut Channel, repr: Repr, head: &[u8], body: &[u8]) -> bool {
+        if head.is_empty() && body.len() >= self.dev.gather_from() {
+            return self.emit(ch, repr, [head, body]);
+        }
+        self.emit_with(ch, repr, |rest| {
+            let (a, b) = rest.split_at_mut(head.len());
+            a.copy_from_slice(head);
+            b.copy_from_slice(body);
+        })
     }
 
     /// Fills in what every frame on `ch` carries: addresses, job, ack, flags.
@@ -788,7 +832,7 @@ impl<'t, D: Device> Tx<'t, D> {
             flags |= Flags::RELIABLE;
             // Ask for an ack at message ends (so sends complete), on resends, and
             // before the window runs dry.
-            let filling = ch.outstanding() + 1 >= (ch.peer_window as u32 * 3 / 4).max(1);
+            let filling = ch.filling();
             // Nobody waits for an eager message's ack: let it ride on the reply.
             // A root's broadcast has no reply, and its copy is wanted for the next
             // one. A relay frees a chunk of its ring once every child has acked it.
@@ -821,8 +865,7 @@ impl<'t, D: Device> Tx<'t, D> {
         mem: &mut dyn Memory,
     ) -> bool {
         let mut flags = Flags::RELIABLE;
-        let filling = ch.outstanding() + 1 >= (ch.peer_window as u32 * 3 / 4).max(1);
-        if last || resend || filling {
+        if last || resend || ch.filling() {
             flags |= Flags::ACK_REQ;
         }
         if last {

@@ -591,32 +591,44 @@ impl Repr {
     /// The header bytes, checksum field zero.
     #[inline]
     fn header_bytes(&self, skip_crc: bool, auth: bool) -> [u8; HEADER_LEN] {
-        let mut flags = self.flags;
-        flags.set(Flags::HAS_ACK, self.ack.is_some());
-        flags.set(Flags::NO_CRC, skip_crc);
-        flags.set(Flags::AUTH, auth);
-        let a = self.ack.unwrap_or_default();
         let mut h = [0u8; HEADER_LEN];
-        let mut put = |r: core::ops::Range<usize>, v: &[u8]| h[r].copy_from_slice(v);
-        put(field::VERSION..field::VERSION + 1, &[VERSION]);
-        put(field::KIND..field::KIND + 1, &[self.kind as u8]);
-        put(field::FLAGS, &flags.bits().to_be_bytes());
-        put(field::JOB, &self.job_key.to_be_bytes());
-        put(field::SRC_GROUP, &self.ends.src_group.to_be_bytes());
-        put(field::SRC_NODE, &self.ends.src_node.to_be_bytes());
-        put(field::DST_GROUP, &self.ends.dst_group.to_be_bytes());
-        put(field::DST_NODE, &self.ends.dst_node.to_be_bytes());
-        put(field::SRC_PORT, &self.ends.src_port.to_be_bytes());
-        put(field::DST_PORT, &self.ends.dst_port.to_be_bytes());
-        put(field::SEQ, &self.seq.to_be_bytes());
-        put(field::ACK, &a.ack.to_be_bytes());
-        put(field::SACK, &a.sack.to_be_bytes());
-        put(field::WINDOW, &a.window.to_be_bytes());
-        put(field::PAYLOAD_LEN, &self.payload_len.to_be_bytes());
-        put(field::MSG_ID, &self.msg_id.to_be_bytes());
-        put(field::OFFSET, &self.offset.to_be_bytes());
-        put(field::TOTAL_LEN, &self.total_len.to_be_bytes());
+        self.write_header(&mut h, skip_crc, auth);
         h
+    }
+
+    /// Writes the header bytes into `h`, checksum field zero. Every field is stored
+    /// at its fixed place (no intermediate copy): this runs once per frame sent.
+    #[inline]
+    fn write_header(&self, h: &mut [u8; HEADER_LEN], skip_crc: bool, auth: bool) {
+        // The derived flags by bit, not by `Flags::set` (three branches per frame).
+        let derived = (Flags::HAS_ACK.bits() * self.ack.is_some() as u16)
+            | (Flags::NO_CRC.bits() * skip_crc as u16)
+            | (Flags::AUTH.bits() * auth as u16);
+        let clear = Flags::HAS_ACK | Flags::NO_CRC | Flags::AUTH;
+        let flags = (self.flags.bits() & !clear.bits()) | derived;
+        let a = self.ack.unwrap_or_default();
+        fn put<const N: usize>(h: &mut [u8; HEADER_LEN], at: usize, v: [u8; N]) {
+            h[at..at + N].copy_from_slice(&v);
+        }
+        h[field::VERSION] = VERSION;
+        h[field::KIND] = self.kind as u8;
+        put(h, field::FLAGS.start, flags.to_be_bytes());
+        put(h, field::JOB.start, self.job_key.to_be_bytes());
+        put(h, field::SRC_GROUP.start, self.ends.src_group.to_be_bytes());
+        put(h, field::SRC_NODE.start, self.ends.src_node.to_be_bytes());
+        put(h, field::DST_GROUP.start, self.ends.dst_group.to_be_bytes());
+        put(h, field::DST_NODE.start, self.ends.dst_node.to_be_bytes());
+        put(h, field::SRC_PORT.start, self.ends.src_port.to_be_bytes());
+        put(h, field::DST_PORT.start, self.ends.dst_port.to_be_bytes());
+        put(h, field::SEQ.start, self.seq.to_be_bytes());
+        put(h, field::ACK.start, a.ack.to_be_bytes());
+        put(h, field::SACK.start, a.sack.to_be_bytes());
+        put(h, field::WINDOW.start, a.window.to_be_bytes());
+        put(h, field::PAYLOAD_LEN.start, self.payload_len.to_be_bytes());
+        put(h, field::MSG_ID.start, self.msg_id.to_be_bytes());
+        put(h, field::OFFSET.start, self.offset.to_be_bytes());
+        put(h, field::TOTAL_LEN.start, self.total_len.to_be_bytes());
+        put(h, field::CRC.start, [0; 4]);
     }
 
     /// Writes the header into `p` (checksum zero), for a caller that fills the payload
@@ -709,19 +721,20 @@ impl Repr {
             return Err(WireError::Malformed);
         }
         let skip_crc = skip_crc || key.is_some();
-        let h = self.header_bytes(skip_crc, key.is_some());
         let (head, rest) = buf.split_at_mut(HEADER_LEN);
-        head.copy_from_slice(&h);
+        let Ok(head) = <&mut [u8; HEADER_LEN]>::try_from(head) else {
+            return Err(WireError::Malformed);
+        };
+        self.write_header(head, skip_crc, key.is_some());
         fill(&mut rest[..total]);
         if !skip_crc {
             let mut d = CRC32C.digest();
-            d.update(&h[..field::CRC.start]);
-            d.update(&[0; 4]);
+            d.update(&head[..]);
             d.update(&rest[..total]);
             head[field::CRC].copy_from_slice(&d.finalize().to_be_bytes());
         }
         if let Some(key) = key {
-            let t = tag(key, &h, &buf[HEADER_LEN..len]);
+            let t = tag(key, head, &rest[..total]);
             buf[len..full].copy_from_slice(&t);
         }
         Ok(full)
