@@ -85,7 +85,17 @@ impl<'a> Engine<'a> {
         ch.heard_at = now;
         ch.silent_since = None;
         if let Some(a) = repr.ack {
-            self.on_ack(now, ci, a, repr.flags);
+            // Most acks on a busy channel carry nothing new (every frame has one):
+            // only the credits change then.
+            let quiet = a.ack == ch.snd_una
+                && a.sack == 0
+                && !repr.flags.intersects(Flags::REFUSED | Flags::RETRY)
+                && self.bufs.queued_streams == 0;
+            if quiet {
+                ch.peer_window = a.window;
+            } else {
+                self.on_ack(now, ci, a, repr.flags);
+            }
         }
         match repr.kind {
             Kind::Ack => {}
@@ -154,7 +164,7 @@ impl<'a> Engine<'a> {
         Some(repr)
     }
 
-    #[inline]
+    #[inline(never)]
     pub(super) fn on_ack(&mut self, now: Instant, ci: usize, a: AckInfo, flags: Flags) {
         let refused = flags.contains(Flags::REFUSED);
         let ops = &mut self.ops;
