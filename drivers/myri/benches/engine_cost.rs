@@ -7,7 +7,8 @@
 //! `cargo bench -p volley-myri --bench engine_cost [-- ITERS]` prints the median of 9
 //! rounds, nanoseconds per one-way message (send + receive + handler), and of one
 //! empty poll. Under callgrind, with `ITERS ROW` as arguments, where `ROW` is
-//! `send`, `flowctl`, `lfc`, `qnix`, `qnix_barrier` or `idle` (that row alone), and
+//! `send`, `flowctl`, `keyed` (`flowctl` with frames tagged under a job key, as on
+//! `udp` and `eth`), `lfc`, `qnix`, `qnix_barrier` or `idle` (that row alone), and
 //! `--toggle-collect='*measured_gamma*'` (`measured_lfc`, `measured_qnix`,
 //! `measured_qnix_barrier`, `measured_idle`) with `--collect-atstart=no`, the
 //! instruction count divided by `18 * ITERS` (9 rounds of `2 * ITERS` messages; of
@@ -23,7 +24,7 @@ use volley_myri::MyriNic;
 
 #[path = "../tests/pair/mod.rs"]
 mod pair;
-use pair::{gammas, lfcs, nics, qnixes, G, L, Q};
+use pair::{gammas, gammas_with, lfcs, nics, qnixes, G, L, Q};
 
 /// One LFC packet from `from` to `to`: allocated, filled, launched, then `to` polls
 /// until its upcall ran.
@@ -151,7 +152,10 @@ fn main() {
     // flag is ignored.
     let only = args
         .iter()
-        .find(|a| ["send", "flowctl", "idle", "lfc", "qnix", "qnix_barrier"].contains(&a.as_str()));
+        .find(|a| {
+            let rows = ["send", "flowctl", "keyed", "idle", "lfc", "qnix", "qnix_barrier"];
+            rows.contains(&a.as_str())
+        });
     let rounds = 9;
     let per_msg = |t: WallInstant| t.elapsed().as_nanos() as f64 / (2 * iters) as f64;
 
@@ -169,16 +173,15 @@ fn main() {
         "{:<44} {:>9.1} ns  1.00x",
         "reference: raw ring, write + read, 8 B", raw
     );
-    for (reliable, name) in [
-        (false, "GAMMA send, 8 B"),
-        (true, "GAMMA send_flowctl, 8 B"),
+    for (reliable, key, row, name) in [
+        (false, None, "send", "GAMMA send, 8 B"),
+        (true, None, "flowctl", "GAMMA send_flowctl, 8 B"),
+        (true, Some(*b"job frame key 16"), "keyed", "GAMMA send_flowctl, 8 B, tagged"),
     ] {
-        if only.is_some_and(|o| {
-            !["send", "flowctl"].contains(&o.as_str()) || (o == "flowctl") != reliable
-        }) {
+        if only.is_some_and(|o| o != row) {
             continue;
         }
-        let (mut a, mut b) = gammas();
+        let (mut a, mut b) = gammas_with(key);
         let ns = median(
             (0..rounds)
                 .map(|_| {

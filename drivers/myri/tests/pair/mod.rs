@@ -49,10 +49,18 @@ fn on_msg(u: &mut Upcall<'_, '_, u64>) {
 /// Two GAMMA endpoints whose port 1 is bound to the other's, with a 4 KiB
 /// buffer and a handler that counts.
 pub fn gammas() -> (G, G) {
+    gammas_with(None)
+}
+
+/// [`gammas`] whose frames carry a tag under `key`, as on the fabrics that cross a
+/// network (`udp`, `eth`).
+pub fn gammas_with(key: Option<[u8; 16]>) -> (G, G) {
     let (a, b) = nics();
     let mk = |nic, me: u16| -> G {
+        let mut cfg = Config::new(9, 1, me);
+        cfg.auth_key = key;
         let mut g = Gamma::init_alloc(
-            Config::new(9, 1, me),
+            cfg,
             GROUPS,
             2,
             nic,
