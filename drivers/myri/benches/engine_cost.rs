@@ -150,12 +150,18 @@ fn main() {
     let iters: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(20_000);
     // `send` or `flowctl` measures only that row (for callgrind); cargo's `--bench`
     // flag is ignored.
-    let only = args
-        .iter()
-        .find(|a| {
-            let rows = ["send", "flowctl", "keyed", "idle", "lfc", "qnix", "qnix_barrier"];
-            rows.contains(&a.as_str())
-        });
+    let only = args.iter().find(|a| {
+        let rows = [
+            "send",
+            "flowctl",
+            "keyed",
+            "idle",
+            "lfc",
+            "qnix",
+            "qnix_barrier",
+        ];
+        rows.contains(&a.as_str())
+    });
     let rounds = 9;
     let per_msg = |t: WallInstant| t.elapsed().as_nanos() as f64 / (2 * iters) as f64;
 
@@ -176,7 +182,12 @@ fn main() {
     for (reliable, key, row, name) in [
         (false, None, "send", "GAMMA send, 8 B"),
         (true, None, "flowctl", "GAMMA send_flowctl, 8 B"),
-        (true, Some(*b"job frame key 16"), "keyed", "GAMMA send_flowctl, 8 B, tagged"),
+        (
+            true,
+            Some(*b"job frame key 16"),
+            "keyed",
+            "GAMMA send_flowctl, 8 B, tagged",
+        ),
     ] {
         if only.is_some_and(|o| o != row) {
             continue;

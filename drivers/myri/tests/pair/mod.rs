@@ -59,15 +59,7 @@ pub fn gammas_with(key: Option<[u8; 16]>) -> (G, G) {
     let mk = |nic, me: u16| -> G {
         let mut cfg = Config::new(9, 1, me);
         cfg.auth_key = key;
-        let mut g = Gamma::init_alloc(
-            cfg,
-            GROUPS,
-            2,
-            nic,
-            StdClock::default(),
-            0,
-        )
-        .unwrap();
+        let mut g = Gamma::init_alloc(cfg, GROUPS, 2, nic, StdClock::default(), 0).unwrap();
         let buf: &'static mut [u8] = Vec::leak(vec![0u8; 4096]);
         g.set_active_port(1, 1 - me, 1, 1, Some(on_msg), None, 1, GO_BACK, Some(buf))
             .unwrap();
