@@ -361,6 +361,7 @@ impl UdpDevice {
             any_source,
             life: Liveness {
                 ranks,
+                last: None,
                 opened: std::time::Instant::now(),
                 heard: vec![false; n],
                 strikes: vec![0; n],
@@ -433,6 +434,9 @@ const UNHEARD_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 struct Liveness {
     /// Source address -> rank, for the datagrams we accept.
     ranks: HashMap<SocketAddr, u16>,
+    /// The last source looked up and its rank: datagrams mostly come in runs from
+    /// one peer, and a comparison is cheaper than hashing the address.
+    last: Option<(SocketAddr, u16)>,
     /// When this rank's socket was bound.
     opened: std::time::Instant,
     /// Per rank: heard from at least once; "port unreachable" reports since we last
@@ -443,6 +447,19 @@ struct Liveness {
 }
 
 impl Liveness {
+    /// The rank at `from`, if it is one.
+    #[inline]
+    fn rank_of(&mut self, from: &SocketAddr) -> Option<u16> {
+        match self.last {
+            Some((a, r)) if a == *from => Some(r),
+            _ => {
+                let r = *self.ranks.get(from)?;
+                self.last = Some((*from, r));
+                Some(r)
+            }
+        }
+    }
+
     /// Reads the socket's error queue: a "port unreachable" for a peer we have heard
     /// from means its process is gone.
     fn read_errors(&mut self, sock: &UdpSocket, stats: &mut UdpStats) {
@@ -711,7 +728,7 @@ impl Device for UdpDevice {
             self.rx_at = 0;
             match recv_coalesced(&self.sock, &mut self.rx) {
                 Ok((n, from, seg)) => {
-                    let Some(&rank) = self.life.ranks.get(&from) else {
+                    let Some(rank) = self.life.rank_of(&from) else {
                         if self.any_source {
                             // Behind NAT: the engine authenticates it and names the rank.
                             self.stats.rx_unlisted += 1;
@@ -819,6 +836,7 @@ mod tests {
     fn liveness(opened: std::time::Instant) -> Liveness {
         Liveness {
             ranks: HashMap::new(),
+            last: None,
             opened,
             heard: vec![false; 2],
             strikes: vec![0; 2],
