@@ -1125,3 +1125,59 @@ fn a_multicast_packet_from_a_member_not_our_parent_is_dropped() {
     assert_eq!((d.src, d.multicast), (2, true));
     assert_eq!(&b.packet(d.packet).unwrap()[..4], b"real");
 }
+
+/// A message sent at once (`send_now`, `send_now_reliable`: no operation, or one
+/// set up in place) is the frame the general path (queue, transmit pass) sends for
+/// it, byte for byte, with and without a job key.
+#[test]
+fn a_message_sent_at_once_is_the_frame_the_queue_would_send() {
+    let frame_of = |reliable: bool, key: Option<wire::AuthKey>, at_once: bool| -> Vec<u8> {
+        let mut rings = rings();
+        let mut cfg = Config::new(0xAB, 7, 0);
+        cfg.auth_key = key;
+        let mut a = TE::new(Engine::new(cfg, G, Storage::with_capacity(cap())).unwrap());
+        a.bind_port(1, out(1, 2)).unwrap();
+        let now = Instant::ZERO;
+        // A first message opens the channel (and, reliable, stays unacked: the
+        // second one has sequence number 1 either way).
+        a.start_send(1, b"", Body::Borrowed(b"open"), reliable)
+            .unwrap();
+        a.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
+        rings[1] = Ring::new();
+        let dev = &mut Loopback::new(&mut rings, NodeAddr(0));
+        if at_once {
+            let sent = if reliable {
+                a.e.send_now_reliable(now, dev, 1, b"hd", b"payload")
+            } else {
+                a.e.send_now(now, dev, 1, b"hd", b"payload")
+            };
+            assert!(sent);
+        } else {
+            if reliable {
+                a.start_send_eager(1, b"hd", b"payload").unwrap();
+            } else {
+                a.start_send(1, b"hd", Body::Borrowed(b"payload"), false)
+                    .unwrap();
+            }
+            a.poll(now, dev, None);
+        }
+        let mut rx = Loopback::new(&mut rings, NodeAddr(1));
+        let f = rx.receive(now).map(|t| t.consume(|f| f.to_vec()));
+        assert!(rx.receive(now).is_none(), "one frame");
+        f.expect("a frame")
+    };
+    for key in [None, Some(*b"0123456789abcdef")] {
+        for reliable in [false, true] {
+            let general = frame_of(reliable, key, false);
+            assert_eq!(
+                frame_of(reliable, key, true),
+                general,
+                "reliable {reliable}, key {key:?}"
+            );
+            let (repr, payload) = Repr::parse_frame(&general, true, key.as_ref()).unwrap();
+            assert_eq!(payload, b"hdpayload");
+            assert_eq!(repr.flags.contains(Flags::RELIABLE), reliable);
+            assert_eq!(repr.seq, u32::from(reliable));
+        }
+    }
+}
