@@ -510,6 +510,64 @@ fn a_refused_sender_is_told_to_retry_when_the_port_frees() {
     );
 }
 
+/// A refusal and the RETRY that follows it count even on a frame whose ack says
+/// nothing new (a one-frame message refused while nothing else is in flight: the
+/// receiver's ack neither advances nor carries a selective bit): the sender waits
+/// for the RETRY instead of its timer and sends again at once.
+#[test]
+fn a_refusal_with_nothing_new_in_its_ack_still_holds_and_wakes_the_sender() {
+    let mut rings = rings();
+    let (mut a, mut b, mut c) = (engine(7, 0), engine(7, 1), engine(7, 2));
+    a.bind_port(1, out(1, 2)).unwrap();
+    c.bind_port(1, out(1, 2)).unwrap();
+    b.bind_port(2, input(leak(2000), BufferKind::GoBack, 0))
+        .unwrap();
+    let ma: &'static [u8] = Vec::leak(std::vec![0xA; 1500]);
+    let mc: &'static [u8] = Vec::leak(std::vec![0xC; 100]);
+    fn at(rings: &mut Rings, n: u16) -> Loopback<'_, 64, 512> {
+        Loopback::new(rings, NodeAddr(n))
+    }
+    b.poll(Instant::ZERO, &mut at(&mut rings, 1), None);
+    let ha = a.start_send(1, b"", Body::Borrowed(ma), true).unwrap();
+    let hc = c.start_send(1, b"", Body::Borrowed(mc), true).unwrap();
+    a.poll(Instant::ZERO, &mut at(&mut rings, 0), None);
+    c.poll(Instant::ZERO, &mut at(&mut rings, 2), None);
+    let mut frames = Vec::new();
+    while let Some(t) = at(&mut rings, 1).receive(Instant::ZERO) {
+        frames.push(t.consume(|f| f.to_vec()));
+    }
+    assert_eq!(frames.len(), 5);
+    // A0, then C's only frame (the port is busy with A's message: refused), then
+    // A1..A3.
+    b.handle_frame(Instant::ZERO, &frames[0]);
+    b.handle_frame(Instant::ZERO, &frames[4]);
+    assert_eq!(b.stats().rx_refused, 1);
+    b.poll(Instant::ZERO, &mut at(&mut rings, 1), None);
+    // C takes the refusal: its ack says nothing new.
+    c.poll(Instant::ZERO, &mut at(&mut rings, 2), None);
+    assert!(
+        c.chans[c.peer_map[1] as usize].refused,
+        "held by the refusal"
+    );
+    for f in &frames[1..4] {
+        b.handle_frame(Instant::ZERO, f);
+    }
+    let mut now = Instant::ZERO;
+    // Well within one retransmission timeout (50 us).
+    for _ in 0..20 {
+        for (e, addr) in [(&mut a, 0), (&mut b, 1), (&mut c, 2)] {
+            e.poll(now, &mut at(&mut rings, addr), None);
+        }
+        now += Duration::from_nanos(500);
+    }
+    assert_eq!(c.stats().timeouts, 0);
+    assert_eq!(c.stats().retransmits, 1, "sent again on the RETRY");
+    assert_eq!(a.send_status(ha), Ok(SendStatus::Done));
+    assert_eq!(c.send_status(hc), Ok(SendStatus::Done));
+    let got: Vec<(u8, usize)> = b.state().iter().map(|e| (e.1[0], e.1.len())).collect();
+    assert_eq!(got, [(0xA, 1500), (0xC, 100)]);
+}
+
 /// A loopback with what some devices add: a liveness word that says node 1 is gone
 /// (`dead_1`), frames of 100 payload bytes or more taken as parts
 /// ([`Device::transmit_parts`], joined here and counted in `gathered`; the most
