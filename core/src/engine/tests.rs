@@ -452,14 +452,21 @@ fn broadcast_and_barrier() {
     }
 }
 
-#[test]
-fn a_refused_sender_is_told_to_retry_when_the_port_frees() {
-    let mut rings = rings();
+/// A and C, each with port 1 bound to B's GO_BACK port 2 (2000 bytes): the
+/// senders and receiver of the refusal tests.
+fn refusal_trio() -> (TE, TE, TE) {
     let (mut a, mut b, mut c) = (engine(7, 0), engine(7, 1), engine(7, 2));
     a.bind_port(1, out(1, 2)).unwrap();
     c.bind_port(1, out(1, 2)).unwrap();
     b.bind_port(2, input(leak(2000), BufferKind::GoBack, 0))
         .unwrap();
+    (a, b, c)
+}
+
+#[test]
+fn a_refused_sender_is_told_to_retry_when_the_port_frees() {
+    let mut rings = rings();
+    let (mut a, mut b, mut c) = refusal_trio();
     let ma: &'static [u8] = Vec::leak(std::vec![0xA; 1500]);
     let mc: &'static [u8] = Vec::leak(std::vec![0xC; 1500]);
     // B learns its device's capabilities (no CRC on a loopback) on its first poll.
@@ -517,11 +524,7 @@ fn a_refused_sender_is_told_to_retry_when_the_port_frees() {
 #[test]
 fn a_refusal_with_nothing_new_in_its_ack_still_holds_and_wakes_the_sender() {
     let mut rings = rings();
-    let (mut a, mut b, mut c) = (engine(7, 0), engine(7, 1), engine(7, 2));
-    a.bind_port(1, out(1, 2)).unwrap();
-    c.bind_port(1, out(1, 2)).unwrap();
-    b.bind_port(2, input(leak(2000), BufferKind::GoBack, 0))
-        .unwrap();
+    let (mut a, mut b, mut c) = refusal_trio();
     let ma: &'static [u8] = Vec::leak(std::vec![0xA; 1500]);
     let mc: &'static [u8] = Vec::leak(std::vec![0xC; 100]);
     fn at(rings: &mut Rings, n: u16) -> Loopback<'_, 64, 512> {
