@@ -329,9 +329,6 @@ impl<'a> Engine<'a> {
         true
     }
 
-    /// Sends what channel `ci` has ready: resends, control frames, new data, a bare
-    /// ack. Out of line, so that a pass over idle channels stays a few loads each.
-    #[inline(never)]
     pub(super) fn transmit_chan<D: Device>(
         &mut self,
         now: Instant,
