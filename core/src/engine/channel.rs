@@ -146,6 +146,9 @@ pub struct Channel {
     pub(crate) held: bool,
     /// Some slot is marked `resend`.
     pub(crate) resend_any: bool,
+    /// An ack that came on a data frame, and when: taken at the start of the next
+    /// poll (see `Engine::defer_ack`), not between the frame and its handler.
+    pub(crate) ack_due: Option<(AckInfo, Instant)>,
 
     // Receiving side.
     pub(crate) rcv_nxt: u32,
@@ -206,6 +209,7 @@ impl Channel {
         refused: false,
         held: false,
         resend_any: false,
+        ack_due: None,
         rcv_nxt: 0,
         rcv_sack: 0,
         since_ack: 0,

@@ -966,6 +966,8 @@ pub struct Engine<'a> {
     timer_fired: bool,
     /// A message was handed to a port during the current poll.
     delivered: bool,
+    /// Channels holding an ack to take at the next poll (`Channel::ack_due`).
+    acks_due: u16,
     /// Sends handlers queued.
     outbox: Outbox,
     /// Counters served here and fetch-and-adds waiting for answers.
@@ -1095,6 +1097,7 @@ impl<'a> Engine<'a> {
             op_hint: 0,
             timer_fired: false,
             delivered: false,
+            acks_due: 0,
             outbox: Outbox::default(),
             atomics: atomic::Atomics::default(),
             rma: rma::Rma::default(),
@@ -1165,6 +1168,7 @@ impl<'a> Engine<'a> {
         mem: &mut dyn Memory,
     ) -> bool {
         self.caps = dev.capabilities();
+        self.take_due_acks(now);
         let mut busy = false;
         // A bounded batch keeps transmission (and acks) flowing under a receive flood;
         // once a message has been delivered the caller gets control back at once (it

@@ -87,14 +87,15 @@ impl<'a> Engine<'a> {
         if let Some(a) = repr.ack {
             // Most acks on a busy channel carry nothing new (every frame has one):
             // only the credits change then.
-            let quiet = a.ack == ch.snd_una
-                && a.sack == 0
-                && !repr.flags.intersects(Flags::REFUSED | Flags::RETRY)
+            let plain = !repr.flags.intersects(Flags::REFUSED | Flags::RETRY)
                 && self.bufs.queued_streams == 0;
-            if quiet {
+            if plain && a.ack == ch.snd_una && a.sack == 0 && ch.ack_due.is_none() {
                 ch.peer_window = a.window;
+            } else if plain && repr.kind == Kind::Data {
+                self.defer_ack(now, ci, a);
             } else {
-                self.on_ack(now, ci, a, repr.flags);
+                self.take_due_ack(now, ci);
+                self.on_ack(now, now, ci, a, repr.flags);
             }
         }
         match repr.kind {
@@ -164,8 +165,63 @@ impl<'a> Engine<'a> {
         Some(repr)
     }
 
+    /// Keeps ack `a`, which came at `now` on a data frame of channel `ci`, for the
+    /// start of the next poll. What it frees (the copies and operations of the
+    /// messages it acknowledges) is then freed while the program waits, instead of
+    /// between the frame's arrival and its handler: in a ping-pong each side's
+    /// reply carries the ack of what it answers, and its handler and the next send
+    /// run first. Credits count at once; a newer ack replaces a kept one, and an
+    /// older one (reordered on the way) is taken after it.
+    #[inline]
+    fn defer_ack(&mut self, now: Instant, ci: usize, a: AckInfo) {
+        let ch = &mut self.chans[ci];
+        match ch.ack_due {
+            Some((d, _)) if seq_lt(a.ack, d.ack) => {
+                self.take_due_ack(now, ci);
+                self.on_ack(now, now, ci, a, Flags::empty());
+            }
+            Some(_) => {
+                ch.ack_due = Some((a, now));
+                ch.peer_window = a.window;
+            }
+            None => {
+                ch.ack_due = Some((a, now));
+                ch.peer_window = a.window;
+                self.acks_due += 1;
+            }
+        }
+    }
+
+    /// Takes the ack channel `ci` keeps (see `defer_ack`), if any: the round trip
+    /// is measured to when it came, the timer restarts from `now`.
+    pub(super) fn take_due_ack(&mut self, now: Instant, ci: usize) {
+        if let Some((a, heard)) = self.chans[ci].ack_due.take() {
+            self.acks_due -= 1;
+            self.on_ack(now, heard, ci, a, Flags::empty());
+        }
+    }
+
+    /// Takes every kept ack (at the start of each poll).
+    #[inline]
+    pub(super) fn take_due_acks(&mut self, now: Instant) {
+        if self.acks_due == 0 {
+            return;
+        }
+        for ci in 0..self.chan_hwm {
+            self.take_due_ack(now, ci);
+        }
+    }
+
+    /// Ack `a` of channel `ci`, received at `heard`, taken at `now`.
     #[inline(never)]
-    pub(super) fn on_ack(&mut self, now: Instant, ci: usize, a: AckInfo, flags: Flags) {
+    pub(super) fn on_ack(
+        &mut self,
+        now: Instant,
+        heard: Instant,
+        ci: usize,
+        a: AckInfo,
+        flags: Flags,
+    ) {
         let refused = flags.contains(Flags::REFUSED);
         let ops = &mut self.ops;
         let bufs = &mut self.bufs;
@@ -198,7 +254,7 @@ impl<'a> Engine<'a> {
         }
         if progress {
             ch.held = false;
-            ch.measure(now, self.cfg.rto_initial, self.cfg.rto_max);
+            ch.measure(heard, self.cfg.rto_initial, self.cfg.rto_max);
             ch.rto = ch.rto_base;
             ch.rto_at = (ch.outstanding() > 0).then(|| now + ch.rto);
         }

@@ -139,6 +139,11 @@ fn rings() -> Rings {
     (0..4).map(|_| Ring::new()).collect()
 }
 
+/// Node `n`'s view of `rings`.
+fn view(rings: &mut Rings, n: u16) -> Loopback<'_, 64, 512> {
+    Loopback::new(rings, NodeAddr(n))
+}
+
 #[test]
 fn reliable_message_lands_in_buffer_and_runs_handler() {
     let mut rings = rings();
@@ -244,7 +249,7 @@ fn dead_peer_fails_send_and_runs_error_handler() {
     }
     assert_eq!(a.send_status(h), Ok(SendStatus::Failed));
     assert_eq!(a.state()[0].2, Some(Errno::SendFailure));
-    assert_eq!(a.stats().peers_failed, 1);
+    assert_eq!(a.stats().peers_failed, 1, "{:?}", a.stats());
     // Later sends to it fail at once.
     let h2 = a.start_send(1, b"y", Body::Borrowed(&[]), true).unwrap();
     assert_eq!(a.send_status(h2), Ok(SendStatus::Failed));
@@ -527,16 +532,13 @@ fn a_refusal_with_nothing_new_in_its_ack_still_holds_and_wakes_the_sender() {
     let (mut a, mut b, mut c) = refusal_trio();
     let ma: &'static [u8] = Vec::leak(std::vec![0xA; 1500]);
     let mc: &'static [u8] = Vec::leak(std::vec![0xC; 100]);
-    fn at(rings: &mut Rings, n: u16) -> Loopback<'_, 64, 512> {
-        Loopback::new(rings, NodeAddr(n))
-    }
-    b.poll(Instant::ZERO, &mut at(&mut rings, 1), None);
+    b.poll(Instant::ZERO, &mut view(&mut rings, 1), None);
     let ha = a.start_send(1, b"", Body::Borrowed(ma), true).unwrap();
     let hc = c.start_send(1, b"", Body::Borrowed(mc), true).unwrap();
-    a.poll(Instant::ZERO, &mut at(&mut rings, 0), None);
-    c.poll(Instant::ZERO, &mut at(&mut rings, 2), None);
+    a.poll(Instant::ZERO, &mut view(&mut rings, 0), None);
+    c.poll(Instant::ZERO, &mut view(&mut rings, 2), None);
     let mut frames = Vec::new();
-    while let Some(t) = at(&mut rings, 1).receive(Instant::ZERO) {
+    while let Some(t) = view(&mut rings, 1).receive(Instant::ZERO) {
         frames.push(t.consume(|f| f.to_vec()));
     }
     assert_eq!(frames.len(), 5);
@@ -545,9 +547,9 @@ fn a_refusal_with_nothing_new_in_its_ack_still_holds_and_wakes_the_sender() {
     b.handle_frame(Instant::ZERO, &frames[0]);
     b.handle_frame(Instant::ZERO, &frames[4]);
     assert_eq!(b.stats().rx_refused, 1);
-    b.poll(Instant::ZERO, &mut at(&mut rings, 1), None);
+    b.poll(Instant::ZERO, &mut view(&mut rings, 1), None);
     // C takes the refusal: its ack says nothing new.
-    c.poll(Instant::ZERO, &mut at(&mut rings, 2), None);
+    c.poll(Instant::ZERO, &mut view(&mut rings, 2), None);
     assert!(
         c.chans[c.peer_map[1] as usize].refused,
         "held by the refusal"
@@ -559,7 +561,7 @@ fn a_refusal_with_nothing_new_in_its_ack_still_holds_and_wakes_the_sender() {
     // Well within one retransmission timeout (50 us).
     for _ in 0..20 {
         for (e, addr) in [(&mut a, 0), (&mut b, 1), (&mut c, 2)] {
-            e.poll(now, &mut at(&mut rings, addr), None);
+            e.poll(now, &mut view(&mut rings, addr), None);
         }
         now += Duration::from_nanos(500);
     }
@@ -766,6 +768,13 @@ fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
     );
     assert_eq!(a.state()[0].1, b"pong");
     assert_eq!(b.stats().tx_acks, 0, "the ack rode on the pong");
+    // The pong's handler comes first; the ack it carries is taken at A's next poll.
+    assert_eq!(a.send_status(h), Ok(SendStatus::Pending));
+    a.poll(
+        Instant::from_micros(2),
+        &mut Loopback::new(&mut rings, NodeAddr(0)),
+        None,
+    );
     assert_eq!(
         a.send_status(h),
         Err(Error::InvalidHandle),
@@ -1241,4 +1250,106 @@ fn a_message_sent_at_once_is_the_frame_the_queue_would_send() {
             assert_eq!(repr.seq, u32::from(reliable));
         }
     }
+}
+
+/// An ack that comes on a data frame (a reply's) is kept for the next poll, so the
+/// reply's handler comes first: the round trip is still measured to when it came,
+/// and a retransmission timer due in the poll that keeps it does not fire.
+#[test]
+fn an_ack_on_a_reply_is_taken_at_the_next_poll_as_of_its_arrival() {
+    for late in [false, true] {
+        let mut rings = rings();
+        let (mut a, mut b) = (engine(7, 0), engine(7, 1));
+        a.bind_port(
+            1,
+            PortSetup {
+                input: true,
+                recv: true,
+                ..out(1, 2)
+            },
+        )
+        .unwrap();
+        a.post_recv(1, leak(16)).unwrap();
+        b.bind_port(2, input(leak(16), BufferKind::GoBack, 0))
+            .unwrap();
+        b.bind_port(3, out(0, 1)).unwrap();
+        let at = |us: u64| Instant::from_micros(us);
+        let ca = |a: &TE| a.peer_map[1] as usize;
+        a.poll(at(0), &mut Loopback::new(&mut rings, NodeAddr(0)), None);
+        let h = a.start_send_eager(1, b"", b"ping").unwrap();
+        a.poll(at(0), &mut Loopback::new(&mut rings, NodeAddr(0)), None);
+        a.detach(h).unwrap();
+        b.poll(at(1), &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+        let r = b.start_send_eager(3, b"", b"pong").unwrap();
+        b.poll(at(1), &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+        b.detach(r).unwrap();
+        // The pong lands 10 us after the ping left, or (late) long after the ping's
+        // retransmission timer: in the same poll, the kept ack ends that wait.
+        let heard = if late { 50_000 } else { 10 };
+        a.poll(at(heard), &mut Loopback::new(&mut rings, NodeAddr(0)), None);
+        assert_eq!(a.state()[0].1, b"pong");
+        assert_eq!(a.stats().timeouts, 0, "late {late}");
+        assert_eq!(a.stats().retransmits, 0);
+        if late {
+            // The timer's check took it at once.
+            assert_eq!(a.send_status(h), Err(Error::InvalidHandle));
+        } else {
+            assert_eq!(a.send_status(h), Ok(SendStatus::Pending), "kept");
+            assert!(a.chans[ca(&a)].ack_due.is_some());
+            assert_eq!(a.poll_at(at(heard)), Some(at(heard)), "a poll is due");
+        }
+        a.poll(
+            at(heard + 5_000),
+            &mut Loopback::new(&mut rings, NodeAddr(0)),
+            None,
+        );
+        assert_eq!(a.send_status(h), Err(Error::InvalidHandle), "taken: freed");
+        assert_eq!(a.acks_due, 0);
+        // Measured to the pong's arrival, not to the poll that took it.
+        assert_eq!(a.chans[ca(&a)].srtt, heard * 1000, "late {late}");
+        assert!(a.is_quiescent());
+    }
+}
+
+/// A peer that acknowledged a message on its reply and is then found dead (the
+/// device says so when another peer's timer fires, before the kept ack was taken):
+/// the acknowledged message counts as done, only what it had not acked fails.
+#[test]
+fn a_message_acked_on_a_reply_stays_done_when_its_peer_is_found_dead() {
+    let mut rings = rings();
+    let (mut a, mut b) = (engine(7, 0), engine(7, 1));
+    a.bind_port(
+        1,
+        PortSetup {
+            input: true,
+            recv: true,
+            ..out(1, 2)
+        },
+    )
+    .unwrap();
+    a.post_recv(1, leak(16)).unwrap();
+    // Node 2 never polls: a message to it waits for its timer (50 us).
+    a.bind_port(4, out(2, 2)).unwrap();
+    b.bind_port(2, input(leak(16), BufferKind::GoBack, 0))
+        .unwrap();
+    b.bind_port(3, out(0, 1)).unwrap();
+    let at = Instant::from_micros;
+    a.poll(at(0), &mut view(&mut rings, 0), None);
+    a.start_send_eager(4, b"", b"to c").unwrap();
+    a.poll(at(0), &mut view(&mut rings, 0), None);
+    let ping = a.start_send_eager(1, b"", b"ping").unwrap();
+    a.poll(at(40), &mut view(&mut rings, 0), None);
+    b.poll(at(45), &mut view(&mut rings, 1), None);
+    b.start_send_eager(3, b"", b"pong").unwrap();
+    b.poll(at(45), &mut view(&mut rings, 1), None);
+    // The pong (and its ack of the ping) lands in the poll where the timer to node
+    // 2 fires and the device reports node 1 dead.
+    let mut dev = Special {
+        dead_1: true,
+        ..Special::new(view(&mut rings, 0))
+    };
+    a.poll(at(50), &mut dev, None);
+    assert_eq!(a.state()[0].1, b"pong");
+    assert_eq!(a.stats().peers_failed, 1, "{:?}", a.stats());
+    assert_eq!(a.send_status(ping), Ok(SendStatus::Done));
 }

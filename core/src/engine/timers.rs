@@ -23,6 +23,14 @@ impl<'a> Engine<'a> {
             if t > now {
                 continue;
             }
+            if ch.ack_due.is_some() {
+                // The ack kept for this poll may end what the timer waits for.
+                self.take_due_ack(now, ci);
+                if self.chans[ci].rto_at.is_none_or(|t| t > now) {
+                    continue;
+                }
+            }
+            let ch = &mut self.chans[ci];
             if ch.outstanding() == 0 {
                 ch.rto_at = None;
                 continue;
@@ -86,6 +94,9 @@ impl<'a> Engine<'a> {
 
     /// Declares the peer of channel `ci` dead: every send to it fails.
     pub(super) fn fail_channel(&mut self, ci: usize) {
+        // What the peer acknowledged before it went has landed: not a failure.
+        let heard = self.chans[ci].heard_at;
+        self.take_due_ack(heard, ci);
         self.stats.peers_failed += 1;
         // Packets have no port to tell: the personality reports the peer, and its
         // packets in flight with it.
@@ -296,7 +307,8 @@ impl<'a> Engine<'a> {
         let mut min = |t: Instant| at = Some(at.map_or(t, |a| a.min(t)));
         // A cut forward waiting to end (see `orphan`) waits for acks or room in
         // a control queue, each of which comes with a poll.
-        if self.outbox.len > 0 {
+        // Kept acks are taken at the next poll.
+        if self.outbox.len > 0 || self.acks_due > 0 {
             min(now);
         }
         // Senders of unfinished messages and relays above owed fences are watched.
