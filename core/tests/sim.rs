@@ -570,6 +570,21 @@ fn groups_and_jobs_are_isolated() {
 
 // ------------------------------------------------------------------ scale
 
+/// Runs `count` barriers on every node, one after the other, each to completion
+/// before simulated time `limit`.
+fn run_barriers(sim: &mut Sim<SimGamma<'static, ()>>, count: usize, limit: Instant, seed: u64) {
+    let n = sim.nodes.len();
+    for _ in 0..count {
+        for node in sim.nodes.iter_mut() {
+            node.sync_start().unwrap();
+        }
+        sim.run_until(limit, |nodes, _| {
+            nodes.iter().all(|x| x.engine().barrier_done() == Ok(true))
+        })
+        .unwrap_or_else(|e| panic!("seed {seed}: barrier of {n} stuck: {e:?}"));
+    }
+}
+
 fn barrier_cost(n: u16, seed: u64, rounds: usize) -> Duration {
     let g = groups(n);
     let mut sc = SimConfig::lan(seed);
@@ -580,15 +595,7 @@ fn barrier_cost(n: u16, seed: u64, rounds: usize) -> Duration {
         SimGamma::init(cfg(1, i as u16), g, s, handlers(), dev, clock, ()).unwrap()
     });
     let start = sim.now();
-    for _ in 0..rounds {
-        for node in sim.nodes.iter_mut() {
-            node.sync_start().unwrap();
-        }
-        sim.run_until(Instant::from_millis(10_000), |nodes, _| {
-            nodes.iter().all(|x| x.engine().barrier_done() == Ok(true))
-        })
-        .unwrap_or_else(|e| panic!("seed {seed}: barrier of {n} stuck: {e:?}"));
-    }
+    run_barriers(&mut sim, rounds, Instant::from_millis(10_000), seed);
     Duration::from_nanos((sim.now() - start).total_nanos() / rounds as u64)
 }
 
@@ -1456,15 +1463,7 @@ fn barrier_token_acks_cover_several_barriers() {
     let mut sim = Sim::new(n as usize, SimConfig::lan(seed), |i, dev, clock| {
         gamma(g, cfg(1, i as u16), n as usize, n as usize, dev, clock, ())
     });
-    for _ in 0..barriers {
-        for node in sim.nodes.iter_mut() {
-            node.sync_start().unwrap();
-        }
-        sim.run_until(Instant::from_millis(100), |nodes, _| {
-            nodes.iter().all(|x| x.engine().barrier_done() == Ok(true))
-        })
-        .unwrap_or_else(|e| panic!("seed {seed}: barrier stuck at {e:?}"));
-    }
+    run_barriers(&mut sim, barriers as usize, Instant::from_millis(100), seed);
     let tokens = n as u64 * k * barriers;
     // Let every delayed ack go.
     let _ = sim.run_until(sim.now() + Duration::from_millis(5), |_, _| false);

@@ -715,9 +715,10 @@ fn a_device_that_knows_a_peer_died_fails_sends_at_the_first_timeout() {
     assert_eq!(a.stats().timeouts, 1);
 }
 
-#[test]
-fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
-    let mut rings = rings();
+/// A (node 0) and B (node 1) of group 7 for a ping-pong: A's port 1 sends to B's
+/// GO_BACK port 2 and takes replies into a posted 16-byte buffer; B's port 3 sends
+/// to A's port 1.
+fn ping_pong_pair() -> (TE, TE) {
     let (mut a, mut b) = (engine(7, 0), engine(7, 1));
     a.bind_port(
         1,
@@ -732,6 +733,13 @@ fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
     b.bind_port(2, input(leak(16), BufferKind::GoBack, 0))
         .unwrap();
     b.bind_port(3, out(0, 1)).unwrap();
+    (a, b)
+}
+
+#[test]
+fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
+    let mut rings = rings();
+    let (mut a, mut b) = ping_pong_pair();
     let mut payload = *b"ping";
     let h = a.start_send_eager(1, b"", &payload).unwrap();
     payload.copy_from_slice(b"XXXX"); // the caller's buffer is free at once
@@ -1259,34 +1267,21 @@ fn a_message_sent_at_once_is_the_frame_the_queue_would_send() {
 fn an_ack_on_a_reply_is_taken_at_the_next_poll_as_of_its_arrival() {
     for late in [false, true] {
         let mut rings = rings();
-        let (mut a, mut b) = (engine(7, 0), engine(7, 1));
-        a.bind_port(
-            1,
-            PortSetup {
-                input: true,
-                recv: true,
-                ..out(1, 2)
-            },
-        )
-        .unwrap();
-        a.post_recv(1, leak(16)).unwrap();
-        b.bind_port(2, input(leak(16), BufferKind::GoBack, 0))
-            .unwrap();
-        b.bind_port(3, out(0, 1)).unwrap();
-        let at = |us: u64| Instant::from_micros(us);
+        let (mut a, mut b) = ping_pong_pair();
+        let at = Instant::from_micros;
         let ca = |a: &TE| a.peer_map[1] as usize;
-        a.poll(at(0), &mut Loopback::new(&mut rings, NodeAddr(0)), None);
+        a.poll(at(0), &mut view(&mut rings, 0), None);
         let h = a.start_send_eager(1, b"", b"ping").unwrap();
-        a.poll(at(0), &mut Loopback::new(&mut rings, NodeAddr(0)), None);
+        a.poll(at(0), &mut view(&mut rings, 0), None);
         a.detach(h).unwrap();
-        b.poll(at(1), &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+        b.poll(at(1), &mut view(&mut rings, 1), None);
         let r = b.start_send_eager(3, b"", b"pong").unwrap();
-        b.poll(at(1), &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+        b.poll(at(1), &mut view(&mut rings, 1), None);
         b.detach(r).unwrap();
         // The pong lands 10 us after the ping left, or (late) long after the ping's
         // retransmission timer: in the same poll, the kept ack ends that wait.
         let heard = if late { 50_000 } else { 10 };
-        a.poll(at(heard), &mut Loopback::new(&mut rings, NodeAddr(0)), None);
+        a.poll(at(heard), &mut view(&mut rings, 0), None);
         assert_eq!(a.state()[0].1, b"pong");
         assert_eq!(a.stats().timeouts, 0, "late {late}");
         assert_eq!(a.stats().retransmits, 0);
@@ -1298,11 +1293,7 @@ fn an_ack_on_a_reply_is_taken_at_the_next_poll_as_of_its_arrival() {
             assert!(a.chans[ca(&a)].ack_due.is_some());
             assert_eq!(a.poll_at(at(heard)), Some(at(heard)), "a poll is due");
         }
-        a.poll(
-            at(heard + 5_000),
-            &mut Loopback::new(&mut rings, NodeAddr(0)),
-            None,
-        );
+        a.poll(at(heard + 5_000), &mut view(&mut rings, 0), None);
         assert_eq!(a.send_status(h), Err(Error::InvalidHandle), "taken: freed");
         assert_eq!(a.acks_due, 0);
         // Measured to the pong's arrival, not to the poll that took it.
@@ -1317,22 +1308,9 @@ fn an_ack_on_a_reply_is_taken_at_the_next_poll_as_of_its_arrival() {
 #[test]
 fn a_message_acked_on_a_reply_stays_done_when_its_peer_is_found_dead() {
     let mut rings = rings();
-    let (mut a, mut b) = (engine(7, 0), engine(7, 1));
-    a.bind_port(
-        1,
-        PortSetup {
-            input: true,
-            recv: true,
-            ..out(1, 2)
-        },
-    )
-    .unwrap();
-    a.post_recv(1, leak(16)).unwrap();
+    let (mut a, mut b) = ping_pong_pair();
     // Node 2 never polls: a message to it waits for its timer (50 us).
     a.bind_port(4, out(2, 2)).unwrap();
-    b.bind_port(2, input(leak(16), BufferKind::GoBack, 0))
-        .unwrap();
-    b.bind_port(3, out(0, 1)).unwrap();
     let at = Instant::from_micros;
     a.poll(at(0), &mut view(&mut rings, 0), None);
     a.start_send_eager(4, b"", b"to c").unwrap();
