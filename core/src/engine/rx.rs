@@ -175,21 +175,15 @@ impl<'a> Engine<'a> {
     #[inline]
     fn defer_ack(&mut self, now: Instant, ci: usize, a: AckInfo) {
         let ch = &mut self.chans[ci];
-        match ch.ack_due {
-            Some((d, _)) if seq_lt(a.ack, d.ack) => {
-                self.take_due_ack(now, ci);
-                self.on_ack(now, now, ci, a, Flags::empty());
-            }
-            Some(_) => {
-                ch.ack_due = Some((a, now));
-                ch.peer_window = a.window;
-            }
-            None => {
-                ch.ack_due = Some((a, now));
-                ch.peer_window = a.window;
-                self.acks_due += 1;
-            }
+        if ch.ack_due.is_some_and(|(d, _)| seq_lt(a.ack, d.ack)) {
+            self.take_due_ack(now, ci);
+            self.on_ack(now, now, ci, a, Flags::empty());
+            return;
         }
+        let fresh = ch.ack_due.is_none();
+        ch.ack_due = Some((a, now));
+        ch.peer_window = a.window;
+        self.acks_due += u16::from(fresh);
     }
 
     /// Takes the ack channel `ci` keeps (see `defer_ack`), if any: the round trip
