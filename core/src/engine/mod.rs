@@ -966,6 +966,11 @@ pub struct Engine<'a> {
     timer_fired: bool,
     /// A message was handed to a port during the current poll.
     delivered: bool,
+    /// A frame received in the current poll asked for an ack at once.
+    ack_soon: bool,
+    /// The last poll delivered a message and left timers and transmission to the
+    /// next one.
+    upkeep_due: bool,
     /// Channels holding an ack to take at the next poll (`Channel::ack_due`).
     acks_due: u16,
     /// Sends handlers queued.
@@ -1097,6 +1102,8 @@ impl<'a> Engine<'a> {
             op_hint: 0,
             timer_fired: false,
             delivered: false,
+            ack_soon: false,
+            upkeep_due: false,
             acks_due: 0,
             outbox: Outbox::default(),
             atomics: atomic::Atomics::default(),
@@ -1174,6 +1181,7 @@ impl<'a> Engine<'a> {
         // once a message has been delivered the caller gets control back at once (it
         // is probably waiting for it), without another look at the device.
         self.delivered = false;
+        self.ack_soon = false;
         for _ in 0..256 {
             let Some(tok) = dev.receive(now) else { break };
             let src = tok.source();
@@ -1189,9 +1197,19 @@ impl<'a> Engine<'a> {
                 break;
             }
         }
-        if !self.delivered {
+        if self.delivered {
+            if !self.ack_soon && !self.upkeep_due {
+                // Timers, acks that may wait and transmission come at the next
+                // poll, after this message's handler and the reply it probably
+                // sends, rather than before them. Never twice in a row, so a flood
+                // of messages does not hold them back.
+                self.upkeep_due = true;
+                return busy;
+            }
+        } else {
             busy |= dev.board_receive(now, &mut |from, f| self.rx_board(now, from, f));
         }
+        self.upkeep_due = false;
         self.handle_timeout(now);
         if core::mem::take(&mut self.timer_fired) {
             self.check_liveness(now, dev);

@@ -1262,7 +1262,9 @@ fn a_message_sent_at_once_is_the_frame_the_queue_would_send() {
 
 /// An ack that comes on a data frame (a reply's) is kept for the next poll, so the
 /// reply's handler comes first: the round trip is still measured to when it came,
-/// and a retransmission timer due in the poll that keeps it does not fire.
+/// and a retransmission timer due in the poll that keeps it does not fire. (That
+/// poll checks its timers because the one before it delivered too; see
+/// `a_delivering_poll_leaves_timers_to_the_next_unless_an_ack_is_asked_for`.)
 #[test]
 fn an_ack_on_a_reply_is_taken_at_the_next_poll_as_of_its_arrival() {
     for late in [false, true] {
@@ -1281,6 +1283,7 @@ fn an_ack_on_a_reply_is_taken_at_the_next_poll_as_of_its_arrival() {
         // The pong lands 10 us after the ping left, or (late) long after the ping's
         // retransmission timer: in the same poll, the kept ack ends that wait.
         let heard = if late { 50_000 } else { 10 };
+        a.upkeep_due = true;
         a.poll(at(heard), &mut view(&mut rings, 0), None);
         assert_eq!(a.state()[0].1, b"pong");
         assert_eq!(a.stats().timeouts, 0, "late {late}");
@@ -1299,6 +1302,76 @@ fn an_ack_on_a_reply_is_taken_at_the_next_poll_as_of_its_arrival() {
         // Measured to the pong's arrival, not to the poll that took it.
         assert_eq!(a.chans[ca(&a)].srtt, heard * 1000, "late {late}");
         assert!(a.is_quiescent());
+    }
+}
+
+/// A poll that hands a message over returns without checking timers or
+/// transmitting: they come at the next poll (which `poll_at` asks for), after the
+/// message's handler and the reply it sends. A frame that asks for an ack at once
+/// gets it in the same poll, and so do the timers; two delivering polls in a row
+/// never both leave them.
+#[test]
+fn a_delivering_poll_leaves_timers_to_the_next_unless_an_ack_is_asked_for() {
+    for ask in [false, true] {
+        let mut rings = rings();
+        let (mut a, mut b) = ping_pong_pair();
+        // Node 2 never polls: b's message to it waits for its timer (50 us).
+        b.bind_port(4, out(2, 2)).unwrap();
+        let at = Instant::from_micros;
+        b.start_send_eager(4, b"", b"to c").unwrap();
+        b.poll(at(0), &mut view(&mut rings, 1), None);
+        // A send the sender waits for asks for its ack at once; an eager one not.
+        let h = if ask {
+            a.start_send(1, b"", Body::Borrowed(b"ping"), true).unwrap()
+        } else {
+            a.start_send_eager(1, b"", b"ping").unwrap()
+        };
+        a.poll(at(0), &mut view(&mut rings, 0), None);
+        b.poll(at(60), &mut view(&mut rings, 1), None);
+        assert_eq!(b.state().len(), 1);
+        assert_eq!(b.stats().tx_acks, u64::from(ask), "ask {ask}");
+        assert_eq!(b.stats().timeouts, u64::from(ask), "ask {ask}");
+        assert_eq!(b.upkeep_due, !ask);
+        b.poll(at(60), &mut view(&mut rings, 1), None);
+        assert_eq!(b.stats().timeouts, 1, "ask {ask}");
+        assert!(!b.upkeep_due);
+        if ask {
+            a.poll(at(61), &mut view(&mut rings, 0), None);
+            assert_eq!(a.send_status(h), Ok(SendStatus::Done));
+        }
+    }
+    {
+        // With no timer running, `poll_at` asks for the poll that does the upkeep
+        // (rather than for the delayed ack's deadline).
+        let mut rings = rings();
+        let (mut a, mut b) = ping_pong_pair();
+        let at = Instant::from_micros;
+        a.start_send_eager(1, b"", b"ping").unwrap();
+        a.poll(at(0), &mut view(&mut rings, 0), None);
+        b.poll(at(1), &mut view(&mut rings, 1), None);
+        assert_eq!(b.state().len(), 1);
+        assert_eq!(b.poll_at(at(1)), Some(at(1)), "a poll is due");
+        b.poll(at(1), &mut view(&mut rings, 1), None);
+        assert!(
+            b.poll_at(at(1)).is_some_and(|t| t > at(1)),
+            "the ack's delay"
+        );
+    }
+    // Two messages delivered by two polls in a row: the second does the upkeep.
+    {
+        let mut rings = rings();
+        let (mut a, mut b) = ping_pong_pair();
+        b.bind_port(4, out(2, 2)).unwrap();
+        let at = Instant::from_micros;
+        b.start_send_eager(4, b"", b"to c").unwrap();
+        b.poll(at(0), &mut view(&mut rings, 1), None);
+        a.start_send_eager(1, b"", b"one").unwrap();
+        a.start_send_eager(1, b"", b"two").unwrap();
+        a.poll(at(0), &mut view(&mut rings, 0), None);
+        b.poll(at(60), &mut view(&mut rings, 1), None);
+        assert_eq!((b.state().len(), b.stats().timeouts), (1, 0));
+        b.poll(at(60), &mut view(&mut rings, 1), None);
+        assert_eq!((b.state().len(), b.stats().timeouts), (2, 1));
     }
 }
 
@@ -1321,11 +1394,12 @@ fn a_message_acked_on_a_reply_stays_done_when_its_peer_is_found_dead() {
     b.start_send_eager(3, b"", b"pong").unwrap();
     b.poll(at(45), &mut view(&mut rings, 1), None);
     // The pong (and its ack of the ping) lands in the poll where the timer to node
-    // 2 fires and the device reports node 1 dead.
+    // 2 fires and the device reports node 1 dead (a poll after a delivering one).
     let mut dev = Special {
         dead_1: true,
         ..Special::new(view(&mut rings, 0))
     };
+    a.upkeep_due = true;
     a.poll(at(50), &mut dev, None);
     assert_eq!(a.state()[0].1, b"pong");
     assert_eq!(a.stats().peers_failed, 1, "{:?}", a.stats());

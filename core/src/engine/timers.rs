@@ -308,7 +308,8 @@ impl<'a> Engine<'a> {
         // A cut forward waiting to end (see `orphan`) waits for acks or room in
         // a control queue, each of which comes with a poll.
         // Kept acks are taken at the next poll.
-        if self.outbox.len > 0 || self.acks_due > 0 {
+        // So is a delivering poll's upkeep.
+        if self.outbox.len > 0 || self.acks_due > 0 || self.upkeep_due {
             min(now);
         }
         // Senders of unfinished messages and relays above owed fences are watched.

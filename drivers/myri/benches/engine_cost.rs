@@ -5,14 +5,17 @@
 //! read, no engine).
 //!
 //! `cargo bench -p volley-myri --bench engine_cost [-- ITERS]` prints the median of 9
-//! rounds, nanoseconds per one-way message (send + receive + handler), and of one
-//! empty poll. Under callgrind, with `ITERS ROW` as arguments, where `ROW` is
+//! rounds, nanoseconds per one-way message (send + receive + handler, and for GAMMA
+//! one empty poll of the receiver before the message comes, as a waiting receiver
+//! makes), and of one empty poll. Under callgrind, with `ITERS ROW` as arguments, where `ROW` is
 //! `send`, `flowctl`, `keyed` (`flowctl` with frames tagged under a job key, as on
 //! `udp` and `eth`), `lfc`, `qnix`, `qnix_barrier` or `idle` (that row alone), and
 //! `--toggle-collect='*measured_gamma*'` (`measured_lfc`, `measured_qnix`,
 //! `measured_qnix_barrier`, `measured_idle`) with `--collect-atstart=no`, the
 //! instruction count divided by `18 * ITERS` (9 rounds of `2 * ITERS` messages; of
 //! `9 * ITERS` barriers or polls) is the cost per message, both ends included.
+//! `--toggle-collect='*engine_cost::hop*'` counts a GAMMA message's path alone:
+//! from the send to the end of its handler, without the receiver's poll before.
 
 use std::hint::black_box;
 use std::time::Instant as WallInstant;
@@ -94,7 +97,8 @@ fn measured_qnix_barrier(a: &mut Q, b: &mut Q, iters: usize) {
     }
 }
 
-/// One message from `from` to `to`: sent, then polled until its handler ran.
+/// One message from `from` to `to`: sent, then polled until its handler ran. What
+/// a waiting receiver's latency is made of (its empty polls before are not).
 #[inline(never)]
 fn hop(from: &mut G, to: &mut G, data: &[u8], reliable: bool) {
     if reliable {
@@ -109,7 +113,11 @@ fn hop(from: &mut G, to: &mut G, data: &[u8], reliable: bool) {
 fn measured_gamma(a: &mut G, b: &mut G, iters: usize, reliable: bool) {
     let data = [7u8; 8];
     for _ in 0..iters {
+        // The receiver polls once before the message comes, as one that waits for
+        // it does: what the previous poll left for later is done there.
+        black_box(b.test(1).unwrap());
         hop(a, b, &data, reliable);
+        black_box(a.test(1).unwrap());
         hop(b, a, &data, reliable);
     }
 }
