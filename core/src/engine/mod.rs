@@ -966,8 +966,11 @@ pub struct Engine<'a> {
     timer_fired: bool,
     /// A message was handed to a port during the current poll.
     delivered: bool,
-    /// A frame received in the current poll asked for an ack at once.
-    ack_soon: bool,
+    /// Something received in the current poll must go out at once: an ack a
+    /// frame asked for, a RETRY, a packet to forward down its tree.
+    urgent: bool,
+    /// A packet was stored for the program during the current poll (LFC's upcall).
+    stored: bool,
     /// The last poll delivered a message and left timers and transmission to the
     /// next one.
     upkeep_due: bool,
@@ -1102,7 +1105,8 @@ impl<'a> Engine<'a> {
             op_hint: 0,
             timer_fired: false,
             delivered: false,
-            ack_soon: false,
+            urgent: false,
+            stored: false,
             upkeep_due: false,
             acks_due: 0,
             outbox: Outbox::default(),
@@ -1181,7 +1185,8 @@ impl<'a> Engine<'a> {
         // once a message has been delivered the caller gets control back at once (it
         // is probably waiting for it), without another look at the device.
         self.delivered = false;
-        self.ack_soon = false;
+        self.urgent = false;
+        self.stored = false;
         for _ in 0..256 {
             let Some(tok) = dev.receive(now) else { break };
             let src = tok.source();
@@ -1197,17 +1202,16 @@ impl<'a> Engine<'a> {
                 break;
             }
         }
-        if self.delivered {
-            if !self.ack_soon && !self.upkeep_due {
-                // Timers, acks that may wait and transmission come at the next
-                // poll, after this message's handler and the reply it probably
-                // sends, rather than before them. Never twice in a row, so a flood
-                // of messages does not hold them back.
-                self.upkeep_due = true;
-                return busy;
-            }
-        } else {
+        if !self.delivered {
             busy |= dev.board_receive(now, &mut |from, f| self.rx_board(now, from, f));
+        }
+        if (self.delivered || self.stored) && !self.urgent && !self.upkeep_due {
+            // Timers, acks that may wait and transmission come at the next poll,
+            // after this message's handler (or the packet's upcall) and the reply
+            // it probably sends, rather than before them. Never twice in a row, so
+            // a flood of messages does not hold them back.
+            self.upkeep_due = true;
+            return busy;
         }
         self.upkeep_due = false;
         self.handle_timeout(now);

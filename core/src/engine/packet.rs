@@ -634,6 +634,7 @@ impl<'a> Engine<'a> {
     /// is one, and room in the delivery queue) and queues its delivery.
     fn store_packet(&mut self, payload: &[u8], root: NodeId, gid: u16) -> Option<PacketId> {
         let slot = self.bufs.pkts.rx.iter().position(PacketBuf::is_free)?;
+        self.stored = true;
         let n = payload.len().min(PACKET_MAX);
         self.bufs.pkts.rx_used += 1;
         let b = &mut self.bufs.pkts.rx[slot];
@@ -782,6 +783,9 @@ impl<'a> Engine<'a> {
             self.start_packet_send(id, child, gid, root, tree);
         }
         self.stats.forwarded += u64::from(kids > 0);
+        // The forwards leave in this poll; a packet for this node alone lets the
+        // poll's upkeep wait for the next (see `Engine::poll_mem`).
+        self.urgent |= kids > 0;
         self.consume_message(ci);
         // Not `self.delivered`: a poll goes on draining (LFC makes an upcall for
         // each packet that has arrived), bounded by its batch.

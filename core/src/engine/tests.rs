@@ -1375,6 +1375,50 @@ fn a_delivering_poll_leaves_timers_to_the_next_unless_an_ack_is_asked_for() {
     }
 }
 
+/// A packet stored for the program (LFC's upcall) lets its poll's upkeep wait for
+/// the next poll, as a delivered message does; a packet this node forwards down its
+/// tree leaves in the same poll, so the next member does not wait for the upcall.
+#[test]
+fn a_stored_packet_defers_the_upkeep_unless_it_is_forwarded() {
+    let mut rings = rings();
+    let with_packets = |node| {
+        let mut cfg = Config::new(0xAB, 7, node);
+        cfg.peer_timeout = Duration::from_millis(2);
+        let st = Storage::with_capacity(cap()).with_packets(4, 4, 1, 4);
+        TE::new(Engine::new(cfg, G, st).unwrap())
+    };
+    let mut es = [with_packets(0), with_packets(1), with_packets(2)];
+    let now = Instant::ZERO;
+    for (n, e) in es.iter_mut().enumerate() {
+        e.poll(now, &mut view(&mut rings, n as u16), None);
+    }
+    let [a, b, c] = &mut es;
+    let p = a.packet_alloc().unwrap();
+    a.packet_mut(p).unwrap()[..4].copy_from_slice(b"solo");
+    a.launch_unicast(p, 1, 4).unwrap();
+    a.poll(now, &mut view(&mut rings, 0), None);
+    b.poll(now, &mut view(&mut rings, 1), None);
+    assert_eq!(b.next_delivery().map(|d| d.src), Some(0));
+    assert!(
+        b.upkeep_due,
+        "stored for the program: upkeep at the next poll"
+    );
+    b.poll(now, &mut view(&mut rings, 1), None);
+    assert!(!b.upkeep_due);
+    // Down the chain 0 -> 1 -> 2: node 1 forwards in the poll that stores it.
+    let p = a.packet_alloc().unwrap();
+    a.packet_mut(p).unwrap()[..4].copy_from_slice(b"tree");
+    a.launch_multicast(p, MCAST_ALL, 4, Tree::Chain).unwrap();
+    a.poll(now, &mut view(&mut rings, 0), None);
+    b.poll(now, &mut view(&mut rings, 1), None);
+    assert!(!b.upkeep_due, "a forward goes at once");
+    assert_eq!(b.stats().forwarded, 1);
+    c.poll(now, &mut view(&mut rings, 2), None);
+    let d = c.next_delivery().expect("forwarded in node 1's poll");
+    assert_eq!((d.src, d.multicast), (0, true));
+    assert_eq!(&c.packet(d.packet).unwrap()[..4], b"tree");
+}
+
 /// A peer that acknowledged a message on its reply and is then found dead (the
 /// device says so when another peer's timer fires, before the kept ack was taken):
 /// the acknowledged message counts as done, only what it had not acked fails.

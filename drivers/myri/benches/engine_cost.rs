@@ -6,16 +6,17 @@
 //!
 //! `cargo bench -p volley-myri --bench engine_cost [-- ITERS]` prints the median of 9
 //! rounds, nanoseconds per one-way message (send + receive + handler, and for GAMMA
-//! one empty poll of the receiver before the message comes, as a waiting receiver
-//! makes), and of one empty poll. Under callgrind, with `ITERS ROW` as arguments, where `ROW` is
+//! and LFC one empty poll of the receiver before the message comes, as a waiting
+//! receiver makes), and of one empty poll. Under callgrind, with `ITERS ROW` as arguments, where `ROW` is
 //! `send`, `flowctl`, `keyed` (`flowctl` with frames tagged under a job key, as on
 //! `udp` and `eth`), `lfc`, `qnix`, `qnix_barrier` or `idle` (that row alone), and
 //! `--toggle-collect='*measured_gamma*'` (`measured_lfc`, `measured_qnix`,
 //! `measured_qnix_barrier`, `measured_idle`) with `--collect-atstart=no`, the
 //! instruction count divided by `18 * ITERS` (9 rounds of `2 * ITERS` messages; of
 //! `9 * ITERS` barriers or polls) is the cost per message, both ends included.
-//! `--toggle-collect='*engine_cost::hop*'` counts a GAMMA message's path alone:
-//! from the send to the end of its handler, without the receiver's poll before.
+//! `--toggle-collect='*engine_cost::hop*'` (`*lfc_hop*`) counts a GAMMA message's
+//! (an LFC packet's) path alone: from the send to the end of its handler (upcall),
+//! without the receiver's poll before.
 
 use std::hint::black_box;
 use std::time::Instant as WallInstant;
@@ -46,7 +47,10 @@ fn lfc_hop(from: &mut L, to: &mut L, to_rank: u16, data: &[u8]) {
 fn measured_lfc(a: &mut L, b: &mut L, iters: usize) {
     let data = [7u8; 8];
     for _ in 0..iters {
+        // As for GAMMA: the receiver's poll before the packet comes.
+        b.poll().unwrap();
         lfc_hop(a, b, 1, &data);
+        a.poll().unwrap();
         lfc_hop(b, a, 0, &data);
     }
 }
