@@ -481,8 +481,13 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             }
             p[head..head + n].copy_from_slice(&buf[off..off + n]);
             loop {
-                match self.engine.launch_unicast(id, context, head + n) {
-                    Ok(()) => break,
+                // Out at once where nothing waits before it on its channel.
+                let now = self.clock.now();
+                match self
+                    .engine
+                    .launch_unicast_on(now, &mut self.dev, id, context, head + n)
+                {
+                    Ok(_) => break,
                     Err(Error::NoResources) => {
                         let busy = self.progress()?;
                         self.idle_step(busy);
@@ -500,6 +505,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
         let now = self.clock.now();
         self.engine
             .poll_transmit_mem(now, &mut self.dev, None, &mut self.mem);
+        // Packets launched at once above leave together.
+        self.dev.flush(now);
         Ok(())
     }
 

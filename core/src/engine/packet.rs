@@ -65,6 +65,11 @@ pub struct PacketId(u16);
 const RX_BIT: u16 = 0x8000;
 
 impl PacketId {
+    /// The number an operation keeps (`Op::packet`).
+    pub(super) fn raw(self) -> u16 {
+        self.0
+    }
+
     fn tx(i: usize) -> Self {
         PacketId(i as u16)
     }
@@ -179,6 +184,21 @@ impl<'a> Packets<'a> {
             self.rx.get(id.index())
         } else {
             self.tx.get(id.index())
+        }
+    }
+
+    /// Send packet `id` carries its first `len` bytes (the frame is built from
+    /// them): the length it had before, to put back if the send does not happen.
+    pub(super) fn set_len(&mut self, id: PacketId, len: usize) -> Option<u16> {
+        let b = self.buf_mut(id)?;
+        Some(core::mem::replace(&mut b.len, len as u16))
+    }
+
+    /// Send packet `id` went to the network with one operation: the engine's now.
+    pub(super) fn launched(&mut self, id: PacketId) {
+        if let Some(b) = self.buf_mut(id) {
+            b.user = false;
+            b.net += 1;
         }
     }
 
@@ -374,7 +394,7 @@ impl<'a> Engine<'a> {
         (count(&p.tx), count(&p.rx))
     }
 
-    fn check_launch(&self, id: PacketId, len: usize) -> Result<(), Error> {
+    pub(super) fn check_launch(&self, id: PacketId, len: usize) -> Result<(), Error> {
         let b = self.bufs.pkts.buf(id).ok_or(Error::InvalidHandle)?;
         if id.is_rx() || !b.user || b.lent || b.net != 0 {
             return Err(Error::InvalidHandle);

@@ -1375,6 +1375,96 @@ fn a_delivering_poll_leaves_timers_to_the_next_unless_an_ack_is_asked_for() {
     }
 }
 
+/// A packet launched at once (`launch_unicast_now`) is the frame the queue and a
+/// transmit pass send for it, byte for byte, with and without a job key; where it
+/// does not apply (no channel open yet) nothing happens; and its ack completes it
+/// as any packet send's does.
+#[test]
+fn a_packet_launched_at_once_is_the_frame_the_queue_would_send() {
+    let with_packets = |node, key: Option<wire::AuthKey>| {
+        let mut cfg = Config::new(0xAB, 7, node);
+        cfg.auth_key = key;
+        cfg.peer_timeout = Duration::from_millis(2);
+        let st = Storage::with_capacity(cap()).with_packets(4, 4, 1, 4);
+        TE::new(Engine::new(cfg, G, st).unwrap())
+    };
+    let launch = |a: &mut TE, word: &[u8; 4]| {
+        let p = a.packet_alloc().unwrap();
+        a.packet_mut(p).unwrap()[..4].copy_from_slice(word);
+        p
+    };
+    let now = Instant::ZERO;
+    for key in [None, Some(*b"0123456789abcdef")] {
+        let mut frames = Vec::new();
+        for at_once in [false, true] {
+            let mut rings = rings();
+            let mut a = with_packets(0, key);
+            let p = launch(&mut a, b"open");
+            let dev = &mut view(&mut rings, 0);
+            assert_eq!(a.e.launch_unicast_now(now, dev, p, 1, 4), Ok(false));
+            assert!(a.ops.iter().all(|o| o.state == OpState::Free), "untouched");
+            // The first packet opens the channel and stays unacked.
+            a.launch_unicast(p, 1, 4).unwrap();
+            a.poll(now, dev, None);
+            rings[1] = Ring::new();
+            let p = launch(&mut a, b"next");
+            let dev = &mut view(&mut rings, 0);
+            if at_once {
+                assert_eq!(a.e.launch_unicast_now(now, dev, p, 1, 3), Ok(true));
+            } else {
+                a.launch_unicast(p, 1, 3).unwrap();
+                a.poll(now, dev, None);
+            }
+            let mut rx = view(&mut rings, 1);
+            frames.push(rx.receive(now).map(|t| t.consume(|f| f.to_vec())));
+            assert!(rx.receive(now).is_none(), "one frame");
+        }
+        assert!(frames[0].is_some());
+        assert_eq!(frames[0], frames[1], "key {key:?}");
+        let f = frames[0].as_deref().unwrap();
+        let (repr, payload) = Repr::parse_frame(f, true, key.as_ref()).unwrap();
+        assert_eq!(
+            (repr.kind, repr.seq, payload),
+            (Kind::Packet, 1, &b"nex"[..])
+        );
+    }
+    // Launched at once to a live peer: delivered, acked, the packet back to the engine.
+    let mut rings = rings();
+    let (mut a, mut b) = (with_packets(0, None), with_packets(1, None));
+    let p = launch(&mut a, b"open");
+    a.launch_unicast(p, 1, 4).unwrap();
+    let p = launch(&mut a, b"fast");
+    run(&mut [&mut a, &mut b], &mut rings, |es| es[0].is_quiescent());
+    let at = Instant::from_millis(1);
+    assert_eq!(
+        a.e.launch_unicast_now(at, &mut view(&mut rings, 0), p, 1, 4),
+        Ok(true)
+    );
+    assert_eq!(
+        a.packet_mut(p).map(|_| ()),
+        None,
+        "the engine's until acked"
+    );
+    // And one queued behind it: the two take successive message ids.
+    let p = launch(&mut a, b"last");
+    a.launch_unicast(p, 1, 4).unwrap();
+    let mut got = Vec::new();
+    let mut t = at;
+    while got.len() < 3 || !a.is_quiescent() {
+        a.poll(t, &mut view(&mut rings, 0), None);
+        b.poll(t, &mut view(&mut rings, 1), None);
+        while let Some(d) = b.next_delivery() {
+            got.push(b.packet(d.packet).unwrap()[..4].to_vec());
+            b.packet_free(d.packet).unwrap();
+        }
+        t += Duration::from_micros(10);
+        assert!(t < Instant::from_millis(50), "{got:?} {:?}", a.stats());
+    }
+    assert_eq!(got, [&b"open"[..], b"fast", b"last"]);
+    assert!(a.ops.iter().all(|o| o.state == OpState::Free));
+    assert_eq!(a.stats().retransmits, 0);
+}
+
 /// A packet stored for the program (LFC's upcall) lets its poll's upkeep wait for
 /// the next poll, as a delivered message does; a packet this node forwards down its
 /// tree leaves in the same poll, so the next member does not wait for the upcall.

@@ -286,6 +286,138 @@ impl<'a> Engine<'a> {
         true
     }
 
+    /// [`Engine::launch_unicast`] with the frame sent in this call, when nothing is
+    /// queued before it on its channel (the packet's counterpart of
+    /// [`Engine::send_now_reliable`]): its operation is set up in place, with no
+    /// queue and no transmit pass. `Ok(false)` when that does not apply (to itself,
+    /// no open channel, something ahead, no credit) or the device has no room:
+    /// nothing has happened then, and `launch_unicast` takes the packet. The
+    /// caller flushes the device ([`Device::flush`]) once it has launched what it
+    /// has, so that a run of packets leaves in one batch where the device batches.
+    pub fn launch_unicast_now<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        id: PacketId,
+        dest: NodeId,
+        len: usize,
+    ) -> Result<bool, Error> {
+        self.check_launch(id, len)?;
+        if dest >= self.size {
+            return Err(Error::UnknownNode);
+        }
+        let group = self.cfg.group;
+        if dest == self.cfg.node || !self.nothing_ahead() {
+            return Ok(false);
+        }
+        let ci = match self.addr_of(group, dest) {
+            Ok(a) => self.peer_map.get(a.0 as usize).map_or(NONE, |&c| c) as usize,
+            Err(_) => return Ok(false),
+        };
+        let Some(ch) = self.chans[..self.chan_hwm].get(ci) else {
+            return Ok(false);
+        };
+        let ready = ch.in_use
+            && !ch.failed
+            && ch.peer_group == group
+            && ch.peer_node == dest
+            && ch.q_head == NONE
+            && ch.ctrl_len == 0
+            && !ch.resend_any
+            && ch.can_send_new();
+        let max = max_payload(&self.cfg, &self.caps);
+        if !ready || max == 0 || len > max {
+            return Ok(false);
+        }
+        let Ok(oi) = self.alloc_op() else {
+            return Ok(false);
+        };
+        let Engine {
+            chans,
+            ops,
+            bufs,
+            cfg,
+            caps,
+            stats,
+            ..
+        } = self;
+        let ch = &mut chans[ci];
+        // The operation `launch_unicast` queues (`start_packet_send`, `enqueue`).
+        let gen = ops[oi].gen;
+        let op = &mut ops[oi];
+        *op = Op::EMPTY;
+        op.gen = gen;
+        op.state = OpState::Active;
+        op.reliable = true;
+        op.detached = true;
+        op.kind = Kind::Packet;
+        op.packet = id.raw();
+        op.aux = mcast::Tree::Binary as u8;
+        op.total = len as u32;
+        op.src_port = cfg.node;
+        op.dest = Dest {
+            group,
+            node: dest,
+            port: mcast::UNICAST,
+        };
+        op.chan = ci as u16;
+        op.next = NONE;
+        op.msg_id = ch.next_msg;
+        let Some(was) = bufs.pkts.set_len(id, len) else {
+            ops[oi].state = OpState::Free;
+            return Ok(false);
+        };
+        let o = &ops[oi];
+        let seq = ch.snd_nxt;
+        let mut tx = Tx::new(dev, now, caps, cfg, stats, bufs);
+        let sent = match bufs.pkts.pooled_slot(o.packet) {
+            Some(k) => tx.pooled(ch, o, seq, k, false),
+            None => frame_pieces(o, bufs, None, 0, len)
+                .is_some_and(|pieces| tx.data(ch, o, seq, 0, pieces, true, false)),
+        };
+        if !sent {
+            ops[oi].state = OpState::Free;
+            bufs.pkts.set_len(id, was as usize);
+            return Ok(false);
+        }
+        bufs.pkts.launched(id);
+        ch.next_msg = ch.next_msg.wrapping_add(1);
+        ch.push_timed(
+            Slot::Data {
+                op: oi as u16,
+                offset: 0,
+                len: len as u16,
+            },
+            now,
+        );
+        let op = &mut ops[oi];
+        op.framed = len as u32;
+        op.started = true;
+        op.unacked = 1;
+        if ch.rto_at.is_none() {
+            ch.rto_at = Some(now + ch.rto);
+        }
+        Ok(true)
+    }
+
+    /// [`Engine::launch_unicast`], with the frame sent in this call where
+    /// [`Engine::launch_unicast_now`] allows: `Ok(true)` if it left, `Ok(false)` if
+    /// it was queued for the next transmit pass (the caller flushes the device, as
+    /// there).
+    pub fn launch_unicast_on<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        id: PacketId,
+        dest: NodeId,
+        len: usize,
+    ) -> Result<bool, Error> {
+        if self.launch_unicast_now(now, dev, id, dest, len)? {
+            return Ok(true);
+        }
+        self.launch_unicast(id, dest, len).map(|()| false)
+    }
+
     /// Sends a best-effort message that fits one frame at once, when nothing is
     /// queued before it on its channel: no op, no queue, no pass over the channels.
     /// Most small sends take this path. `false` when it does not apply or the device

@@ -1598,7 +1598,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// was anything.
     fn send_out(&mut self, now: Option<Instant>) -> bool {
         let started = self.start_puts();
-        if !(self.transmit() || started) {
+        let mut now = now;
+        if !(self.transmit(&mut now) || started) {
             return false;
         }
         let now = now.unwrap_or_else(|| self.clock.now());
@@ -1609,6 +1610,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         };
         self.engine
             .poll_transmit_mem(now, &mut self.dev, None, &mut gate);
+        // Packets launched at once in `transmit` leave together.
+        self.dev.flush(now);
         true
     }
 
@@ -1695,7 +1698,9 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     }
 
     /// Packetises the transmit queue in order, while the engine has packets.
-    fn transmit(&mut self) -> bool {
+    /// Launches what the send jobs have ready; `now` is read from the clock when
+    /// first needed (a packet sent at once).
+    fn transmit(&mut self, now: &mut Option<Instant>) -> bool {
         let me = self.engine.config().node;
         let size = self.engine.packet_size();
         let mut busy = false;
@@ -1869,8 +1874,13 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             if !job.data.read_into(&mut self.mem, job.off, &mut p[h..h + n]) {
                 job.failed = Some(QxError::Fault);
             }
-            match self.engine.launch_unicast(id, dest, h + n) {
-                Ok(()) => {
+            let at = *now.get_or_insert_with(|| self.clock.now());
+            // Out at once where nothing waits before it on its channel.
+            match self
+                .engine
+                .launch_unicast_on(at, &mut self.dev, id, dest, h + n)
+            {
+                Ok(_) => {
                     let s = &mut self.sent_to[dest as usize];
                     *s = s.wrapping_add(1);
                 }
