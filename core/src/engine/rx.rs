@@ -91,7 +91,7 @@ impl<'a> Engine<'a> {
                 && self.bufs.queued_streams == 0;
             if plain && a.ack == ch.snd_una && a.sack == 0 && ch.ack_due.is_none() {
                 ch.peer_window = a.window;
-            } else if plain && repr.kind == Kind::Data {
+            } else if plain && matches!(repr.kind, Kind::Data | Kind::Packet) {
                 self.defer_ack(now, ci, a);
             } else {
                 self.take_due_ack(now, ci);
@@ -165,8 +165,8 @@ impl<'a> Engine<'a> {
         Some(repr)
     }
 
-    /// Keeps ack `a`, which came at `now` on a data frame of channel `ci`, for the
-    /// start of the next poll. What it frees (the copies and operations of the
+    /// Keeps ack `a`, which came at `now` on a data frame or a packet of channel
+    /// `ci`, for the start of the next poll. What it frees (the copies and operations of the
     /// messages it acknowledges) is then freed while the program waits, instead of
     /// between the frame's arrival and its handler: in a ping-pong each side's
     /// reply carries the ack of what it answers, and its handler and the next send

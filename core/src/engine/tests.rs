@@ -1465,6 +1465,43 @@ fn a_packet_launched_at_once_is_the_frame_the_queue_would_send() {
     assert_eq!(a.stats().retransmits, 0);
 }
 
+/// An ack that comes on a packet (LFC's reply) is kept for the next poll as one on
+/// a message is: the reply's upcall comes before freeing what it acknowledges.
+#[test]
+fn an_ack_on_a_reply_packet_is_taken_at_the_next_poll() {
+    let mut rings = rings();
+    let with_packets = |node| {
+        let mut cfg = Config::new(0xAB, 7, node);
+        cfg.peer_timeout = Duration::from_millis(2);
+        let st = Storage::with_capacity(cap()).with_packets(4, 4, 1, 4);
+        TE::new(Engine::new(cfg, G, st).unwrap())
+    };
+    let (mut a, mut b) = (with_packets(0), with_packets(1));
+    let at = Instant::from_micros;
+    let p = a.packet_alloc().unwrap();
+    a.launch_unicast(p, 1, 4).unwrap();
+    a.poll(at(0), &mut view(&mut rings, 0), None);
+    b.poll(at(1), &mut view(&mut rings, 1), None);
+    let d = b.next_delivery().unwrap();
+    b.packet_free(d.packet).unwrap();
+    let r = b.packet_alloc().unwrap();
+    b.launch_unicast(r, 0, 4).unwrap();
+    b.poll(at(1), &mut view(&mut rings, 1), None);
+    a.poll(at(10), &mut view(&mut rings, 0), None);
+    assert!(a.next_delivery().is_some(), "the reply");
+    let ca = a.peer_map[1] as usize;
+    assert!(a.chans[ca].ack_due.is_some(), "its ack kept");
+    assert_eq!(a.acks_due, 1);
+    assert!(a.ops.iter().any(|o| o.state == OpState::Active));
+    a.poll(at(12), &mut view(&mut rings, 0), None);
+    assert_eq!(a.acks_due, 0);
+    assert!(
+        a.ops.iter().all(|o| o.state == OpState::Free),
+        "taken: freed"
+    );
+    assert_eq!(a.chans[ca].srtt, 10_000, "measured to the reply's arrival");
+}
+
 /// A packet stored for the program (LFC's upcall) lets its poll's upkeep wait for
 /// the next poll, as a delivered message does; a packet this node forwards down its
 /// tree leaves in the same poll, so the next member does not wait for the upcall.
