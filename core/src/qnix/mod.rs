@@ -396,6 +396,14 @@ impl Spares {
     fn give_segs(&mut self, v: Vec<(u64, usize)>) {
         give_spare(&mut self.segs, v)
     }
+    /// A context region's buffer (a short send's copy, a page table) is kept.
+    fn give_region(&mut self, r: Region) {
+        match r {
+            Region::Data(v) => self.give_bytes(v),
+            Region::Segments(v) => self.give_segs(v),
+            Region::None | Region::Pool(_) => {}
+        }
+    }
     fn give_job(&mut self, job: TxJob) {
         give_spare(&mut self.nodes, job.dests);
         match job.data {
@@ -1233,8 +1241,25 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// short data when the command is posted).
     pub fn set_send_region(&mut self, ctx: usize, region: Region) -> Result<(), QxError> {
         self.idle(SEND, ctx)?;
-        self.ctxs[SEND][ctx].region = region;
+        let old = core::mem::replace(&mut self.ctxs[SEND][ctx].region, region);
+        self.spares.give_region(old);
         Ok(())
+    }
+
+    /// A [`Region::Data`] holding the `len` bytes at `addr` of this process's
+    /// memory (a short send's data, copied when its command is posted), in a buffer
+    /// kept from an earlier context: no allocation once warm.
+    pub fn data_region(&mut self, addr: u64, len: usize) -> Result<Region, QxError> {
+        if len > SHORT_MAX {
+            return Err(QxError::TooLong);
+        }
+        let mut d = self.spares.bytes();
+        d.resize(len, 0);
+        if self.mem.read(addr, &mut d).is_err() {
+            self.spares.give_bytes(d);
+            return Err(QxError::Fault);
+        }
+        Ok(Region::Data(d))
     }
 
     /// Replaces a receive context's region.
@@ -1542,6 +1567,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     fn free_ctx(&mut self, side: usize, ctx: usize) {
         let old = core::mem::take(&mut self.ctxs[side][ctx]);
         self.spares.give_segs(old.segs);
+        self.spares.give_region(old.region);
         self.bells[side][ctx] = FREE;
     }
 

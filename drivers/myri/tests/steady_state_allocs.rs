@@ -7,7 +7,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use volley_core::cheetah::{Cheetah, Segments};
-use volley_core::engine::{Config, NO_BELL};
+use volley_core::engine::{Config, Memory, NO_BELL};
 use volley_core::qnix::Region as QxRegion;
 use volley_core::time::StdClock;
 use volley_myri::MyriNic;
@@ -155,6 +155,35 @@ fn qnix_short_sends_allocate_nothing_once_warm() {
         }
     });
     assert_eq!(n, 0, "QNIX: allocations in 1000 broadcasts and replies");
+    // A short send's bytes copied when it is posted (`qx_send_short` in C): the
+    // copy's buffer comes back with the context.
+    fn copied(from: &mut Q, to: &mut Q, word: u8) -> u8 {
+        let (me, peer) = (to.name(), from.name());
+        let r = to
+            .recv_context(peer, 3, true, 0, 8, QxRegion::Pool(0))
+            .unwrap();
+        to.receive(r).unwrap();
+        let (base, _) = from.pool().unwrap();
+        let at = base + volley_core::qnix::PAGE as u64;
+        from.memory_mut().write(at, &[word; 8]).unwrap();
+        let data = from.data_region(at, 8).unwrap();
+        from.memory_mut().write(at, &[0; 8]).unwrap(); // copied: free again
+        let s = from.send_context(me, 3, false, 0, 8, data).unwrap();
+        from.send_short(s).unwrap();
+        assert_eq!(to.poll_for_receive(r).unwrap(), 8);
+        let (base, _) = to.pool().unwrap();
+        let mut got = [0u8; 8];
+        to.memory_mut().read(base, &mut got).unwrap();
+        got[0]
+    }
+    let n = steady(|| {
+        for i in 0..1000 {
+            let w = (i % 200) as u8 + 1;
+            assert_eq!(copied(&mut a, &mut b, w), w);
+            assert_eq!(copied(&mut b, &mut a, w), w);
+        }
+    });
+    assert_eq!(n, 0, "QNIX: allocations in 2000 copied short sends");
 }
 
 type C = Cheetah<'static, MyriNic, StdClock, Segments<'static>>;

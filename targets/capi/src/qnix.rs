@@ -33,8 +33,7 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
-use volley_core::engine::Memory;
-use volley_core::qnix::{Name, QxError, Region, CONTEXTS, PAGE, SHORT_MAX, TRANSLATE_MAX};
+use volley_core::qnix::{Name, QxError, Region, CONTEXTS, PAGE, TRANSLATE_MAX};
 use volley_hosted::qnix::{self as hosted, HostQnix};
 use volley_hosted::Fabric;
 
@@ -178,17 +177,7 @@ impl State {
         let region = match (reg, region) {
             (0, Region::None) if len == 0 => Region::Data(Vec::new()),
             (0, _) => return Ok(()),
-            (p, _) if short => {
-                if len > SHORT_MAX {
-                    return Err(QxError::TooLong);
-                }
-                let mut d = vec![0u8; len];
-                self.q
-                    .memory_mut()
-                    .read(p as u64, &mut d)
-                    .map_err(|_| QxError::Fault)?;
-                Region::Data(d)
-            }
+            (p, _) if short => self.q.data_region(p as u64, len)?,
             (p, _) => Region::Segments(page_table(p as *const c_ulong, len)?),
         };
         self.q.set_send_region(i, region)
