@@ -282,6 +282,19 @@ impl Channel {
         self.outstanding() < limit
     }
 
+    /// A new reliable frame may go out on this channel now, ahead of nothing: open,
+    /// alive, nothing queued, no control frame or resend waiting, a credit free (the
+    /// send-at-once paths).
+    #[inline]
+    pub(crate) fn free_to_send_now(&self) -> bool {
+        self.in_use
+            && !self.failed
+            && self.q_head == NONE
+            && self.ctrl_len == 0
+            && !self.resend_any
+            && self.can_send_new()
+    }
+
     /// Takes the next sequence number for `slot`.
     pub(crate) fn push(&mut self, slot: Slot) -> u32 {
         let seq = self.snd_nxt;

@@ -139,6 +139,15 @@ fn rings() -> Rings {
     (0..4).map(|_| Ring::new()).collect()
 }
 
+/// Node `node` of group 7 with packet pools (4 send, 4 receive), under `key`.
+fn packet_engine(node: NodeId, key: Option<wire::AuthKey>) -> TE {
+    let mut cfg = Config::new(0xAB, 7, node);
+    cfg.auth_key = key;
+    cfg.peer_timeout = Duration::from_millis(2);
+    let st = Storage::with_capacity(cap()).with_packets(4, 4, 1, 4);
+    TE::new(Engine::new(cfg, G, st).unwrap())
+}
+
 /// Node `n`'s view of `rings`.
 fn view(rings: &mut Rings, n: u16) -> Loopback<'_, 64, 512> {
     Loopback::new(rings, NodeAddr(n))
@@ -1163,12 +1172,7 @@ fn a_short_reliable_send_goes_at_once_from_a_copy_and_survives_loss() {
 #[test]
 fn a_multicast_packet_from_a_member_not_our_parent_is_dropped() {
     let mut rings = rings();
-    let with_packets = |node| {
-        let mut cfg = Config::new(0xAB, 7, node);
-        cfg.peer_timeout = Duration::from_millis(2);
-        let st = Storage::with_capacity(cap()).with_packets(4, 4, 1, 4);
-        TE::new(Engine::new(cfg, G, st).unwrap())
-    };
+    let with_packets = |node| packet_engine(node, None);
     let (mut b, mut c) = (with_packets(1), with_packets(2));
     let now = Instant::ZERO;
     b.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
@@ -1381,13 +1385,7 @@ fn a_delivering_poll_leaves_timers_to_the_next_unless_an_ack_is_asked_for() {
 /// as any packet send's does.
 #[test]
 fn a_packet_launched_at_once_is_the_frame_the_queue_would_send() {
-    let with_packets = |node, key: Option<wire::AuthKey>| {
-        let mut cfg = Config::new(0xAB, 7, node);
-        cfg.auth_key = key;
-        cfg.peer_timeout = Duration::from_millis(2);
-        let st = Storage::with_capacity(cap()).with_packets(4, 4, 1, 4);
-        TE::new(Engine::new(cfg, G, st).unwrap())
-    };
+    let with_packets = packet_engine;
     let launch = |a: &mut TE, word: &[u8; 4]| {
         let p = a.packet_alloc().unwrap();
         a.packet_mut(p).unwrap()[..4].copy_from_slice(word);
@@ -1470,12 +1468,7 @@ fn a_packet_launched_at_once_is_the_frame_the_queue_would_send() {
 #[test]
 fn an_ack_on_a_reply_packet_is_taken_at_the_next_poll() {
     let mut rings = rings();
-    let with_packets = |node| {
-        let mut cfg = Config::new(0xAB, 7, node);
-        cfg.peer_timeout = Duration::from_millis(2);
-        let st = Storage::with_capacity(cap()).with_packets(4, 4, 1, 4);
-        TE::new(Engine::new(cfg, G, st).unwrap())
-    };
+    let with_packets = |node| packet_engine(node, None);
     let (mut a, mut b) = (with_packets(0), with_packets(1));
     let at = Instant::from_micros;
     let p = a.packet_alloc().unwrap();
@@ -1508,12 +1501,7 @@ fn an_ack_on_a_reply_packet_is_taken_at_the_next_poll() {
 #[test]
 fn a_stored_packet_defers_the_upkeep_unless_it_is_forwarded() {
     let mut rings = rings();
-    let with_packets = |node| {
-        let mut cfg = Config::new(0xAB, 7, node);
-        cfg.peer_timeout = Duration::from_millis(2);
-        let st = Storage::with_capacity(cap()).with_packets(4, 4, 1, 4);
-        TE::new(Engine::new(cfg, G, st).unwrap())
-    };
+    let with_packets = |node| packet_engine(node, None);
     let mut es = [with_packets(0), with_packets(1), with_packets(2)];
     let now = Instant::ZERO;
     for (n, e) in es.iter_mut().enumerate() {

@@ -207,13 +207,7 @@ impl<'a> Engine<'a> {
         };
         let total = head.len() + body.len();
         let max = max_payload(&self.cfg, &self.caps);
-        let ch = &self.chans[ci];
-        let ready = ch.in_use
-            && !ch.failed
-            && ch.q_head == NONE
-            && ch.ctrl_len == 0
-            && !ch.resend_any
-            && ch.can_send_new();
+        let ready = self.chans[ci].free_to_send_now();
         if !ready || max == 0 || total > max || body.len() > EAGER_MAX {
             return false;
         }
@@ -235,12 +229,7 @@ impl<'a> Engine<'a> {
             ..
         } = self;
         let ch = &mut chans[ci];
-        let op = &mut ops[oi];
-        let gen = op.gen;
-        *op = Op::EMPTY;
-        op.gen = gen;
-        op.state = OpState::Active;
-        op.reliable = true;
+        let op = fresh_reliable_op(ops, oi);
         op.head[..head.len()].copy_from_slice(head);
         op.head_len = head.len() as u8;
         op.total = total as u32;
@@ -317,14 +306,7 @@ impl<'a> Engine<'a> {
         let Some(ch) = self.chans[..self.chan_hwm].get(ci) else {
             return Ok(false);
         };
-        let ready = ch.in_use
-            && !ch.failed
-            && ch.peer_group == group
-            && ch.peer_node == dest
-            && ch.q_head == NONE
-            && ch.ctrl_len == 0
-            && !ch.resend_any
-            && ch.can_send_new();
+        let ready = ch.peer_group == group && ch.peer_node == dest && ch.free_to_send_now();
         let max = max_payload(&self.cfg, &self.caps);
         if !ready || max == 0 || len > max {
             return Ok(false);
@@ -343,12 +325,7 @@ impl<'a> Engine<'a> {
         } = self;
         let ch = &mut chans[ci];
         // The operation `launch_unicast` queues (`start_packet_send`, `enqueue`).
-        let gen = ops[oi].gen;
-        let op = &mut ops[oi];
-        *op = Op::EMPTY;
-        op.gen = gen;
-        op.state = OpState::Active;
-        op.reliable = true;
+        let op = fresh_reliable_op(ops, oi);
         op.detached = true;
         op.kind = Kind::Packet;
         op.packet = id.raw();
@@ -646,6 +623,19 @@ impl<'a> Engine<'a> {
         }
         tx.sent
     }
+}
+
+/// Operation slot `oi`, just allocated, cleared for a reliable send (its
+/// generation kept, so handles to its past uses stay stale).
+fn fresh_reliable_op<'o, 'a>(ops: &'o mut [Op<'a>], oi: usize) -> &'o mut Op<'a> {
+    let op = &mut ops[oi];
+    *op = Op {
+        gen: op.gen,
+        state: OpState::Active,
+        reliable: true,
+        ..Op::EMPTY
+    };
+    op
 }
 
 /// The header of a message of `total` bytes sent whole in one frame from `port` to
