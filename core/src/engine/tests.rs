@@ -1309,6 +1309,16 @@ fn an_ack_on_a_reply_is_taken_at_the_next_poll_as_of_its_arrival() {
     }
 }
 
+/// [`ping_pong_pair`] where b has sent a message to node 2 at time 0: node 2
+/// never polls, so it waits for its retransmission timer (50 us).
+fn pair_with_a_timer_at_b(rings: &mut Rings) -> (TE, TE) {
+    let (a, mut b) = ping_pong_pair();
+    b.bind_port(4, out(2, 2)).unwrap();
+    b.start_send_eager(4, b"", b"to c").unwrap();
+    b.poll(Instant::ZERO, &mut view(rings, 1), None);
+    (a, b)
+}
+
 /// A poll that hands a message over returns without checking timers or
 /// transmitting: they come at the next poll (which `poll_at` asks for), after the
 /// message's handler and the reply it sends. A frame that asks for an ack at once
@@ -1318,12 +1328,8 @@ fn an_ack_on_a_reply_is_taken_at_the_next_poll_as_of_its_arrival() {
 fn a_delivering_poll_leaves_timers_to_the_next_unless_an_ack_is_asked_for() {
     for ask in [false, true] {
         let mut rings = rings();
-        let (mut a, mut b) = ping_pong_pair();
-        // Node 2 never polls: b's message to it waits for its timer (50 us).
-        b.bind_port(4, out(2, 2)).unwrap();
+        let (mut a, mut b) = pair_with_a_timer_at_b(&mut rings);
         let at = Instant::from_micros;
-        b.start_send_eager(4, b"", b"to c").unwrap();
-        b.poll(at(0), &mut view(&mut rings, 1), None);
         // A send the sender waits for asks for its ack at once; an eager one not.
         let h = if ask {
             a.start_send(1, b"", Body::Borrowed(b"ping"), true).unwrap()
@@ -1364,11 +1370,8 @@ fn a_delivering_poll_leaves_timers_to_the_next_unless_an_ack_is_asked_for() {
     // Two messages delivered by two polls in a row: the second does the upkeep.
     {
         let mut rings = rings();
-        let (mut a, mut b) = ping_pong_pair();
-        b.bind_port(4, out(2, 2)).unwrap();
+        let (mut a, mut b) = pair_with_a_timer_at_b(&mut rings);
         let at = Instant::from_micros;
-        b.start_send_eager(4, b"", b"to c").unwrap();
-        b.poll(at(0), &mut view(&mut rings, 1), None);
         a.start_send_eager(1, b"", b"one").unwrap();
         a.start_send_eager(1, b"", b"two").unwrap();
         a.poll(at(0), &mut view(&mut rings, 0), None);
