@@ -1205,7 +1205,8 @@ impl<'a> Engine<'a> {
         if !self.delivered {
             busy |= dev.board_receive(now, &mut |from, f| self.rx_board(now, from, f));
         }
-        if (self.delivered || self.stored) && !self.urgent && !self.upkeep_due {
+        // (`busy` first: an empty poll decides on one register.)
+        if busy && (self.delivered || self.stored) && !self.urgent && !self.upkeep_due {
             // Timers, acks that may wait and transmission come at the next poll,
             // after this message's handler (or the packet's upcall) and the reply
             // it probably sends, rather than before them. Never twice in a row, so
