@@ -966,9 +966,6 @@ pub struct Engine<'a> {
     timer_fired: bool,
     /// A message was handed to a port during the current poll.
     delivered: bool,
-    /// Something received in the current poll must go out at once: an ack a
-    /// frame asked for, a RETRY, a packet to forward down its tree.
-    urgent: bool,
     /// A packet was stored for the program during the current poll (LFC's upcall).
     stored: bool,
     /// The last poll delivered a message and left timers and transmission to the
@@ -1105,7 +1102,6 @@ impl<'a> Engine<'a> {
             op_hint: 0,
             timer_fired: false,
             delivered: false,
-            urgent: false,
             stored: false,
             upkeep_due: false,
             acks_due: 0,
@@ -1185,7 +1181,6 @@ impl<'a> Engine<'a> {
         // once a message has been delivered the caller gets control back at once (it
         // is probably waiting for it), without another look at the device.
         self.delivered = false;
-        self.urgent = false;
         self.stored = false;
         for _ in 0..256 {
             let Some(tok) = dev.receive(now) else { break };
@@ -1206,11 +1201,10 @@ impl<'a> Engine<'a> {
             busy |= dev.board_receive(now, &mut |from, f| self.rx_board(now, from, f));
         }
         // (`busy` first: an empty poll decides on one register.)
-        if busy && (self.delivered || self.stored) && !self.urgent && !self.upkeep_due {
+        if busy && (self.delivered || self.stored) && self.upkeep_can_wait() {
             // Timers, acks that may wait and transmission come at the next poll,
             // after this message's handler (or the packet's upcall) and the reply
-            // it probably sends, rather than before them. Never twice in a row, so
-            // a flood of messages does not hold them back.
+            // it probably sends, rather than before them.
             self.upkeep_due = true;
             return busy;
         }
@@ -1228,6 +1222,24 @@ impl<'a> Engine<'a> {
         }
         self.settle_rma(mem);
         busy
+    }
+
+    /// Whether a poll that delivered may leave its upkeep to the next poll:
+    /// nothing received in it is to go out at once (an ack asked for, a RETRY,
+    /// forwards down a tree, a fence's answer, a relayed stream's next frames, a
+    /// handler's send), no barrier runs, no one-sided operation has finished, and
+    /// the poll before did not leave its own. Timers and delayed acks can wait.
+    fn upkeep_can_wait(&self) -> bool {
+        !self.upkeep_due
+            && !self.bar.active
+            && self.bufs.rma_done == 0
+            && self.bufs.queued_streams == 0
+            && self.nothing_ahead()
+            && self.chans[..self.chan_hwm].iter().all(|c| {
+                !c.in_use
+                    || c.failed
+                    || (!c.ack_now && !c.resend_any && c.ctrl_len == 0 && c.q_head == NONE)
+            })
     }
 }
 

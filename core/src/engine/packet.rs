@@ -803,9 +803,6 @@ impl<'a> Engine<'a> {
             self.start_packet_send(id, child, gid, root, tree);
         }
         self.stats.forwarded += u64::from(kids > 0);
-        // The forwards leave in this poll; a packet for this node alone lets the
-        // poll's upkeep wait for the next (see `Engine::poll_mem`).
-        self.urgent |= kids > 0;
         self.consume_message(ci);
         // Not `self.delivered`: a poll goes on draining (LFC makes an upcall for
         // each packet that has arrived), bounded by its batch.

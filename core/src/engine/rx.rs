@@ -284,13 +284,11 @@ impl<'a> Engine<'a> {
             SeqCheck::Duplicate => {
                 self.stats.rx_duplicates += 1;
                 self.chans[ci].ack_now = true;
-                self.urgent = true;
                 return;
             }
             SeqCheck::OutOfWindow => {
                 self.stats.rx_out_of_window += 1;
                 self.chans[ci].ack_now = true;
-                self.urgent = true;
                 return;
             }
             SeqCheck::New => {}
@@ -323,7 +321,6 @@ impl<'a> Engine<'a> {
                 self.owed_retries += 1;
             }
             ch.ack_now = true;
-            self.urgent = true;
             return;
         }
         ch.mark_received(repr.seq);
@@ -335,7 +332,6 @@ impl<'a> Engine<'a> {
             || ch.since_ack >= (self.cfg.window / 2).max(1)
         {
             ch.ack_now = true;
-            self.urgent = true;
         } else {
             // Credits come back within the delay even if nothing is sent meanwhile;
             // a token's ack may wait longer (see `Config::barrier_ack_delay`), a
@@ -766,7 +762,6 @@ impl<'a> Engine<'a> {
     pub(super) fn wake_refused(&mut self) {
         if self.owed_retries > 0 {
             self.owed_retries = 0;
-            self.urgent = true;
             for ch in self.chans[..self.chan_hwm]
                 .iter_mut()
                 .filter(|c| c.owed_retry)

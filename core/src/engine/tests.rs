@@ -1498,6 +1498,38 @@ fn an_ack_on_a_reply_packet_is_taken_at_the_next_poll() {
     assert_eq!(a.chans[ca].srtt, 10_000, "measured to the reply's arrival");
 }
 
+/// A member that relays a broadcast down its tree (a chain 0 -> 1 -> 2) forwards
+/// it in the poll that delivers it: the member below does not wait for the
+/// relay's next poll (its handler, its program).
+#[test]
+fn a_relayed_broadcast_leaves_in_the_poll_that_delivers_it() {
+    let mut es: Vec<TE> = (0..3)
+        .map(|node| {
+            let mut cfg = Config::new(0xAB, 7, node);
+            cfg.bcast_tree = Some(Tree::Chain);
+            TE::new(Engine::new(cfg, G, Storage::with_capacity(cap())).unwrap())
+        })
+        .collect();
+    es[0].bind_port(1, out(BROADCAST, 2)).unwrap();
+    for e in es.iter_mut().skip(1) {
+        e.bind_port(2, input(leak(64), BufferKind::GoBack, 0))
+            .unwrap();
+    }
+    let mut rings = rings();
+    let now = Instant::ZERO;
+    es[0]
+        .start_send(1, b"all", Body::Borrowed(&[]), true)
+        .unwrap();
+    es[0].poll(now, &mut view(&mut rings, 0), None);
+    es[1].poll(now, &mut view(&mut rings, 1), None);
+    assert_eq!(es[1].state().len(), 1);
+    assert_eq!(es[1].stats().forwarded, 1);
+    assert!(!es[1].upkeep_due, "a forward to send");
+    es[2].poll(now, &mut view(&mut rings, 2), None);
+    assert_eq!(es[2].state().len(), 1, "forwarded in node 1's poll");
+    assert_eq!(es[2].state()[0].1, b"all");
+}
+
 /// A packet stored for the program (LFC's upcall) lets its poll's upkeep wait for
 /// the next poll, as a delivered message does; a packet this node forwards down its
 /// tree leaves in the same poll, so the next member does not wait for the upcall.

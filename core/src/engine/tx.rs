@@ -159,7 +159,7 @@ impl<'a> Engine<'a> {
 
     /// No handlers' sends, board broadcasts, gated broadcasts or cut streams wait:
     /// a send may go straight out on its own channel.
-    fn nothing_ahead(&self) -> bool {
+    pub(super) fn nothing_ahead(&self) -> bool {
         self.outbox.len == 0
             && self.board_head == NONE
             && self.gate.len == 0
