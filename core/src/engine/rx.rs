@@ -166,12 +166,13 @@ impl<'a> Engine<'a> {
     }
 
     /// Keeps ack `a`, which came at `now` on a data frame or a packet of channel
-    /// `ci`, for the start of the next poll. What it frees (the copies and operations of the
-    /// messages it acknowledges) is then freed while the program waits, instead of
-    /// between the frame's arrival and its handler: in a ping-pong each side's
-    /// reply carries the ack of what it answers, and its handler and the next send
-    /// run first. Credits count at once; a newer ack replaces a kept one, and an
-    /// older one (reordered on the way) is taken after it.
+    /// `ci`, for the start of the next poll. What it frees (the copies and
+    /// operations of the messages it acknowledges) is then freed while the program
+    /// waits, instead of between the frame's arrival and its handler: in a
+    /// ping-pong each side's reply carries the ack of what it answers, and its
+    /// handler and the next send run first. Credits count at once; a newer ack
+    /// replaces a kept one, and an older one (reordered on the way) is taken after
+    /// it.
     #[inline]
     fn defer_ack(&mut self, now: Instant, ci: usize, a: AckInfo) {
         let ch = &mut self.chans[ci];

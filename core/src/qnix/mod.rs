@@ -1723,9 +1723,9 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             .collect()
     }
 
-    /// Packetises the transmit queue in order, while the engine has packets.
-    /// Launches what the send jobs have ready; `now` is read from the clock when
-    /// first needed (a packet sent at once).
+    /// Packetises the transmit queue in order, while the engine has packets, and
+    /// launches each packet (at once where its channel allows; `now` is read from
+    /// the clock when first needed).
     fn transmit(&mut self, now: &mut Option<Instant>) -> bool {
         let me = self.engine.config().node;
         let size = self.engine.packet_size();
