@@ -7,7 +7,8 @@
 //! `cargo bench -p volley-myri --bench engine_cost [-- ITERS]` prints the median of 9
 //! rounds, nanoseconds per one-way message (send + receive + handler, and for GAMMA
 //! and LFC one empty poll of the receiver before the message comes, as a waiting
-//! receiver makes), and of one empty poll. Under callgrind, with `ITERS ROW` as arguments, where `ROW` is
+//! receiver makes), and of one empty poll. Under callgrind, with `ITERS ROW` as
+//! arguments, where `ROW` is
 //! `send`, `flowctl`, `keyed` (`flowctl` with frames tagged under a job key, as on
 //! `udp` and `eth`), `lfc`, `qnix`, `qnix_barrier` or `idle` (that row alone), and
 //! `--toggle-collect='*measured_gamma*'` (`measured_lfc`, `measured_qnix`,
