@@ -272,21 +272,23 @@ fn flag_pingpong(boot: &Boot, iters: usize) -> Result<Vec<f64>, HostError> {
     Ok(out)
 }
 
-/// The eth fabric's references through the same packet rings the fabric uses, with no
+/// The eth fabric's references through the same device the fabric uses, with no
 /// protocol on top: `len`-byte frames bounced between ranks 0 and 1 (one-way
 /// microseconds), then, when `rounds` > 0, MTU-sized frames streamed from rank 0 to
-/// rank 1 ([`eth_stream`]). Rank 0 returns the samples.
+/// rank 1 ([`eth_stream`]). Packet rings only, or `AF_XDP` as `xdp` says. Rank 0
+/// returns the samples; both say whether `AF_XDP` carried them.
 fn eth_reference(
     boot: &Boot,
     len: usize,
     iters: usize,
     rounds: usize,
-) -> Result<(Vec<f64>, Vec<f64>), HostError> {
+    xdp: crate::eth::XdpSetting,
+) -> Result<(Vec<f64>, Vec<f64>, bool), HostError> {
     use volley_core::phy::{Device, RxToken, TxToken};
     let s = boot
         .secret
         .ok_or_else(|| HostError("eth reference: no job secret".into()))?;
-    let mut dev = crate::eth::EthDevice::open(boot, &s)?;
+    let mut dev = crate::eth::EthDevice::open_with(boot, &s, xdp)?;
     let peer = volley_core::NodeAddr(1 - boot.rank);
     let epoch = StdInstant::now();
     let now = |e: StdInstant| volley_core::time::Instant::from_nanos(e.elapsed().as_nanos() as u64);
@@ -348,7 +350,7 @@ fn eth_reference(
     } else {
         Vec::new()
     };
-    Ok((out, bw))
+    Ok((out, bw, dev.xdp().is_some()))
 }
 
 /// The last ping of [`eth_reference`].
@@ -670,9 +672,20 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
             (udp_pingpong(boot, 8, sw.iters(20_000))?, Some(bw))
         }
         Fabric::Eth => {
-            let (lat, bw) = eth_reference(boot, 8, sw.iters(20_000), sw.rounds(20))?;
+            let off = crate::eth::XdpSetting::Off;
+            let (lat, bw, _) = eth_reference(boot, 8, sw.iters(20_000), sw.rounds(20), off)?;
             (lat, Some(bw))
         }
+    };
+    // With `VOLLEY_ETH_XDP`, the bare ping-pong through `AF_XDP` too: the limit of the
+    // path Volley's frames then take. Volley's ratios stay to the packet rings'.
+    let xdp_lat = match fabric {
+        Fabric::Eth if crate::eth::xdp_setting()? != crate::eth::XdpSetting::Off => {
+            let (lat, _, used) =
+                eth_reference(boot, 8, sw.iters(20_000), 0, crate::eth::xdp_setting()?)?;
+            used.then_some(lat)
+        }
+        _ => None,
     };
     let me0 = boot.rank == 0;
     let (lm, lp90, lp99) = stats(ref_lat);
@@ -710,6 +723,19 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
         });
         m
     });
+    if let Some(lat) = xdp_lat.filter(|_| me0) {
+        let (m, p90, p99) = stats(lat);
+        rows.push(Row {
+            fabric: name.into(),
+            test: "reference: bare AF_XDP ping-pong".into(),
+            bytes: 8,
+            unit: "us".into(),
+            median: m,
+            p90,
+            p99,
+            ratio: Some(m / lm),
+        });
+    }
 
     if fabric == Fabric::Udp {
         // What authenticating a frame costs (both ends do it once per frame), in the
@@ -1877,7 +1903,8 @@ pub fn collectives(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, H
                 size: 2,
                 ..boot.clone()
             };
-            stats(eth_reference(&pair, 8, 5_000, 0)?.0).0
+            let off = crate::eth::XdpSetting::Off;
+            stats(eth_reference(&pair, 8, 5_000, 0, off)?.0).0
         }
         _ => 1.0,
     };

@@ -19,6 +19,12 @@
 //!   `VOLLEY_STARTUP_TIMEOUT` (30 s) is an error that names it.
 //! - `VOLLEY_ETH_MTU`: frames smaller than the interface's MTU (a jumbo-frame LAN that
 //!   also holds e1000 unikernel nodes, whose frames stop at 1500 bytes).
+//! - `VOLLEY_ETH_XDP`: `off` (the default), `on` or `auto`: this job's frames through
+//!   an `AF_XDP` socket ([`crate::xdp`]) beside the packet rings, which still take
+//!   whatever the XDP program passes on. `on` fails with one line where the kernel,
+//!   the driver or the process's capabilities do not allow it; `auto` then uses the
+//!   packet rings alone. With it, frames are at most a UMEM chunk
+//!   ([`crate::xdp::MAX_FRAME`]), whatever the MTU.
 //!
 //! Opening a packet socket takes `CAP_NET_RAW`: without it, one line says how to grant it.
 
@@ -33,6 +39,7 @@ use volley_core::time::{Duration, Instant};
 use volley_core::NodeAddr;
 
 use crate::bootstrap::Boot;
+use crate::xdp::Xsk;
 use crate::HostError;
 
 /// Ethernet type of Volley frames (IEEE 802 "local experimental" 1), as the e1000
@@ -72,6 +79,32 @@ const TX_DATA: usize = 32;
 /// Offset of the `sockaddr_ll` in a receive slot, and of its `sll_pkttype`.
 const RX_LL: usize = 32;
 const LL_PKTTYPE: usize = 10;
+
+/// Whether to use `AF_XDP` (`VOLLEY_ETH_XDP`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XdpSetting {
+    /// Packet rings only.
+    Off,
+    /// `AF_XDP`, or an error.
+    On,
+    /// `AF_XDP` where it works, else packet rings only.
+    Auto,
+}
+
+/// Reads `VOLLEY_ETH_XDP`.
+pub fn xdp_setting() -> Result<XdpSetting, HostError> {
+    match std::env::var("VOLLEY_ETH_XDP") {
+        Err(_) => Ok(XdpSetting::Off),
+        Ok(v) => match v.trim() {
+            "off" | "0" | "" => Ok(XdpSetting::Off),
+            "on" | "1" => Ok(XdpSetting::On),
+            "auto" => Ok(XdpSetting::Auto),
+            _ => Err(HostError(format!(
+                "VOLLEY_ETH_XDP={v:?}: expected off, on or auto"
+            ))),
+        },
+    }
+}
 
 /// Counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -635,6 +668,11 @@ pub struct EthDevice {
     hellos: Option<Hellos>,
     hello_at: Instant,
     stats: EthStats,
+    /// The `AF_XDP` socket, when in use: it sends every frame and receives this job's
+    /// frames the XDP program hands it.
+    xsk: Option<Box<Xsk>>,
+    /// Why `VOLLEY_ETH_XDP=auto` went without it.
+    xdp_refused: Option<String>,
 }
 
 fn setup_ring(
@@ -676,6 +714,16 @@ impl EthDevice {
     /// Opens this rank's socket on `VOLLEY_ETH_IF` and learns the peers' MAC
     /// addresses (given, or by hellos under a key derived from the job secret).
     pub fn open(boot: &Boot, secret: &crate::secret::Secret) -> Result<EthDevice, HostError> {
+        EthDevice::open_with(boot, secret, xdp_setting()?)
+    }
+
+    /// As [`EthDevice::open`], with `AF_XDP` as `xdp` says whatever `VOLLEY_ETH_XDP`
+    /// says (the benchmark's references measure both paths).
+    pub fn open_with(
+        boot: &Boot,
+        secret: &crate::secret::Secret,
+        xdp: XdpSetting,
+    ) -> Result<EthDevice, HostError> {
         let job_key = secret.job_key(boot.job);
         let hello_key = volley_core::wire::derive_key(&secret.0, b"volley eth hello", boot.job);
         let name = interface_name(boot.rank)?;
@@ -776,6 +824,18 @@ impl EthDevice {
             .enumerate()
             .map(|(i, m)| (*m, i as u16))
             .collect();
+        // After discovery: the program takes this job's frames from the packet socket.
+        let (xsk, xdp_refused) = match xdp {
+            XdpSetting::Off => (None, None),
+            XdpSetting::On => (
+                Some(Box::new(Xsk::open(iface.index, job_key.to_be_bytes())?)),
+                None,
+            ),
+            XdpSetting::Auto => match Xsk::open(iface.index, job_key.to_be_bytes()) {
+                Ok(x) => (Some(Box::new(x)), None),
+                Err(e) => (None, Some(e.0)),
+            },
+        };
         Ok(EthDevice {
             rings,
             fd,
@@ -790,6 +850,8 @@ impl EthDevice {
             hellos,
             hello_at: Instant::from_nanos(0),
             stats: EthStats::default(),
+            xsk,
+            xdp_refused,
         })
     }
 
@@ -808,6 +870,33 @@ impl EthDevice {
         &self.macs
     }
 
+    /// How the `AF_XDP` socket runs and its counters, when there is one.
+    pub fn xdp(&self) -> Option<(crate::xdp::Mode, crate::xdp::XskStats)> {
+        self.xsk.as_ref().map(|x| (x.mode(), x.stats()))
+    }
+
+    /// Why `VOLLEY_ETH_XDP=auto` runs without `AF_XDP`, if it does.
+    pub fn xdp_refused(&self) -> Option<&str> {
+        self.xdp_refused.as_deref()
+    }
+
+    /// One line on the path frames take, for programs to print.
+    pub fn path(&self) -> String {
+        match (&self.xsk, &self.xdp_refused) {
+            (Some(x), _) => format!(
+                "{} on {} ({} frames in, {} out by AF_XDP; {} in, {} out by the packet ring)",
+                x.mode().text(),
+                self.iface.name,
+                x.stats().rx,
+                x.stats().tx,
+                self.stats.rx - x.stats().rx,
+                self.stats.tx - x.stats().tx
+            ),
+            (None, Some(why)) => format!("packet rings on {} (no AF_XDP: {why})", self.iface.name),
+            (None, None) => format!("packet rings on {}", self.iface.name),
+        }
+    }
+
     /// Slots in the receive ring.
     pub fn rx_frames(&self) -> usize {
         self.rings.rx_frames
@@ -818,8 +907,17 @@ impl EthDevice {
         (self.rings.rx_frames / 2).clamp(4, 64) as u16
     }
 
-    /// Hands the filled transmit slots to the kernel.
+    /// Hands the frames queued on either path to the kernel. At most one path has
+    /// frames queued (each consume kicks the other first), so their order holds.
     fn kick(&mut self) {
+        if let Some(x) = self.xsk.as_mut() {
+            x.kick();
+        }
+        self.kick_ring();
+    }
+
+    /// Hands the filled transmit slots of the packet ring to the kernel.
+    fn kick_ring(&mut self) {
         if self.tx_pending == 0 {
             return;
         }
@@ -866,6 +964,8 @@ pub struct EthRx<'a> {
     off: usize,
     len: usize,
     src: u16,
+    /// The UMEM chunk, for a frame from the `AF_XDP` socket (`slot` points into it).
+    chunk: Option<u64>,
 }
 
 /// A transmit slot for one frame to a peer.
@@ -875,17 +975,71 @@ pub struct EthTx<'a> {
     dst: [u8; 6],
 }
 
+/// Writes the Ethernet header (to `dst` from `src`) and the padding around a payload
+/// of `len` bytes in frame `b` (`ETH_HEADER + len` bytes at least).
+fn frame_around(b: &mut [u8], dst: &[u8; 6], src: &[u8; 6], len: usize) {
+    b[0..6].copy_from_slice(dst);
+    b[6..12].copy_from_slice(src);
+    b[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
+    b[ETH_HEADER + len..].fill(0);
+}
+
+impl EthDevice {
+    /// The next frame of a rank from the `AF_XDP` socket, if one waits: its chunk,
+    /// where it lies, its length and the rank.
+    fn next_xsk(&mut self) -> Option<(u64, *const u8, usize, u16)> {
+        loop {
+            let (chunk, frame, len) = self.xsk.as_mut()?.peek()?;
+            // SAFETY: `peek` lent `len` bytes at `frame` until the chunk is released.
+            let f = unsafe { std::slice::from_raw_parts(frame, len) };
+            // The program checked type and job key; the station is checked here, as on
+            // the packet ring (where the kernel filters by destination).
+            let rank = (len >= ETH_HEADER && f[0..6] == self.iface.mac)
+                .then(|| self.rank_of(&f[6..12]))
+                .flatten();
+            if let Some(rank) = rank {
+                return Some((chunk, frame, len, rank));
+            }
+            self.stats.rx_foreign += 1;
+            if let Some(x) = self.xsk.as_mut() {
+                x.release(chunk);
+            }
+        }
+    }
+
+    /// The rank at MAC address `src`.
+    fn rank_of(&self, src: &[u8]) -> Option<u16> {
+        // A few ranks: a scan of their addresses beats hashing one.
+        if self.macs.len() <= 16 {
+            self.macs
+                .iter()
+                .position(|m| m[..] == *src)
+                .map(|r| r as u16)
+        } else {
+            let mut m = [0u8; 6];
+            m.copy_from_slice(src);
+            self.ranks.get(&m).copied()
+        }
+    }
+}
+
 impl RxToken for EthRx<'_> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
         // SAFETY: the kernel handed this slot to us (TP_STATUS_USER, read with acquire
         // ordering) and will not touch it until its status is written back below;
         // `off + len` was checked to lie inside the slot.
+        // For a frame from the `AF_XDP` socket: `peek` lent these bytes until the chunk
+        // goes back below.
         let frame = unsafe { std::slice::from_raw_parts(self.slot.add(self.off), self.len) };
         let r = f(&frame[ETH_HEADER..]);
-        self.dev
-            .rings
-            .status(self.slot)
-            .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        match (self.chunk, self.dev.xsk.as_mut()) {
+            (Some(c), Some(x)) => x.release(c),
+            _ => self
+                .dev
+                .rings
+                .status(self.slot)
+                .store(libc::TP_STATUS_KERNEL, Ordering::Release),
+        }
         self.dev.stats.rx += 1;
         r
     }
@@ -899,17 +1053,38 @@ impl TxToken for EthTx<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
         let d = self.dev;
         let len = len.min(d.mtu);
-        let slot = d.rings.tx_slot(d.tx_next);
         let total = (ETH_HEADER + len).max(ETH_MIN);
+        let mac = d.iface.mac;
+        if d.xsk.is_some() && total <= crate::xdp::MAX_FRAME {
+            // Frames queued on the packet ring leave first.
+            d.kick_ring();
+            let Some(x) = d.xsk.as_mut() else {
+                unreachable!("checked above")
+            };
+            // `transmit` made sure of a chunk and a ring entry.
+            let r = x.send(total, |b| {
+                let r = f(&mut b[ETH_HEADER..ETH_HEADER + len]);
+                frame_around(b, &self.dst, &mac, len);
+                r
+            });
+            let queued = x.pending();
+            d.stats.tx += 1;
+            if queued as usize >= TX_BATCH {
+                d.kick();
+            }
+            return r;
+        }
+        // Longer frames go by the packet ring, after those queued on the socket.
+        if let Some(x) = d.xsk.as_mut() {
+            x.kick();
+        }
+        let slot = d.rings.tx_slot(d.tx_next);
         // SAFETY: the slot's status was TP_STATUS_AVAILABLE (checked in `transmit`), so
         // the kernel does not read it until the status written below; the frame fits
         // the slot (`frame` was sized for the MTU).
         let b = unsafe { std::slice::from_raw_parts_mut(slot.add(TX_DATA), total) };
         let r = f(&mut b[ETH_HEADER..ETH_HEADER + len]);
-        b[0..6].copy_from_slice(&self.dst);
-        b[6..12].copy_from_slice(&d.iface.mac);
-        b[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
-        b[ETH_HEADER + len..].fill(0);
+        frame_around(b, &self.dst, &mac, len);
         // SAFETY: `tp_len` is the second word of the slot's tpacket2_hdr.
         unsafe { (slot.add(4) as *mut u32).write_volatile(total as u32) };
         d.rings
@@ -933,6 +1108,16 @@ impl Device for EthDevice {
         if self.hellos.is_some() && now >= self.hello_at {
             self.hello_at = now + HELLO_CHECK;
             self.answer_hellos();
+        }
+        if let Some((chunk, frame, len, src)) = self.next_xsk() {
+            return Some(EthRx {
+                dev: self,
+                slot: frame as *mut u8,
+                off: 0,
+                len,
+                src,
+                chunk: Some(chunk),
+            });
         }
         loop {
             let slot = self.rings.rx_slot(self.rx_next);
@@ -962,21 +1147,14 @@ impl Device for EthDevice {
             if fits && snap == len && snap >= ETH_HEADER && pkttype != libc::PACKET_OTHERHOST {
                 // SAFETY: inside the slot (checked above).
                 let h = unsafe { std::slice::from_raw_parts(slot.add(mac_off), ETH_HEADER) };
-                let mut src = [0u8; 6];
-                src.copy_from_slice(&h[6..12]);
-                // A few ranks: a scan of their addresses beats hashing one.
-                let rank = if self.macs.len() <= 16 {
-                    self.macs.iter().position(|m| *m == src).map(|r| r as u16)
-                } else {
-                    self.ranks.get(&src).copied()
-                };
-                if let Some(rank) = rank {
+                if let Some(rank) = self.rank_of(&h[6..12]) {
                     return Some(EthRx {
                         dev: self,
                         slot,
                         off: mac_off,
                         len: snap,
                         src: rank,
+                        chunk: None,
                     });
                 }
             }
@@ -1004,6 +1182,12 @@ impl Device for EthDevice {
         } else if status != libc::TP_STATUS_AVAILABLE {
             return None;
         }
+        // Room on both paths: the frame's length, which picks one, comes later.
+        if let Some(x) = self.xsk.as_mut() {
+            if !x.can_send() {
+                return None;
+            }
+        }
         Some(EthTx { dev: self, dst: to })
     }
 
@@ -1019,9 +1203,9 @@ impl Device for EthDevice {
         let Some(&to) = self.macs.get(dst.0 as usize) else {
             return false;
         };
-        // Frames already in the ring go first.
+        // Frames already queued go first.
         self.kick();
-        if self.tx_pending > 0 {
+        if self.tx_pending > 0 || self.xsk.as_ref().is_some_and(|x| x.pending() > 0) {
             return false;
         }
         let mut head = [0u8; ETH_HEADER];

@@ -30,6 +30,7 @@ pub mod secret;
 pub mod settings;
 pub mod shm;
 pub mod udp;
+pub mod xdp;
 
 /// A hosted-side failure, as one line of text.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -310,6 +310,9 @@ pub fn suite(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
             fabric.name()
         );
     }
+    if let crate::HostDevice::Eth(d) = g.device() {
+        println!("rank {me} path: {}", d.path());
+    }
     g.exit();
     Ok(())
 }
