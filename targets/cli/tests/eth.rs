@@ -8,7 +8,7 @@ mod forge;
 use std::os::fd::AsRawFd;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -137,11 +137,13 @@ impl Lan {
         run_args: &[&str],
         env: &[(&str, &str)],
     ) -> (Output, Duration) {
-        run_job(&self.tag, first, n, job, program, run_args, env)
+        run_job(&self.tag, first, n, job, program, run_args, env, "")
     }
 }
 
-/// [`Lan::job`] on the LAN named `tag` (from another thread).
+/// [`Lan::job`] on the LAN named `tag` (from another thread); each rank's shell runs
+/// `prefix` first (with `VOLLEY_RANK` set).
+#[allow(clippy::too_many_arguments)]
 fn run_job(
     tag: &str,
     first: usize,
@@ -150,9 +152,10 @@ fn run_job(
     program: &[&str],
     run_args: &[&str],
     env: &[(&str, &str)],
+    prefix: &str,
 ) -> (Output, Duration) {
     let script =
-        format!("exec ip netns exec {tag}r$((VOLLEY_RANK + {first})) \"$0\" worker \"$@\"");
+        format!("{prefix}exec ip netns exec {tag}r$((VOLLEY_RANK + {first})) \"$0\" worker \"$@\"");
     let n = n.to_string();
     let job = format!("{job:#x}");
     let mut args = vec![
@@ -471,7 +474,7 @@ fn another_job_and_a_forger_on_the_bridge_are_ignored() {
     };
     let other = {
         let tag = lan.tag.clone();
-        thread::spawn(move || run_job(&tag, 2, 2, job_id(5), &["suite"], &[], &[]))
+        thread::spawn(move || run_job(&tag, 2, 2, job_id(5), &["suite"], &[], &[], ""))
     };
     let (out, took) = lan.job(
         0,
@@ -611,7 +614,7 @@ fn start_up_errors_are_one_line() {
         "VOLLEY_ETH_IF=eth0 is down",
     );
     type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str], &'a str);
-    let cases: [Case; 8] = [
+    let cases: [Case; 9] = [
         (
             &[],
             &["VOLLEY_ETH_IF"],
@@ -648,6 +651,11 @@ fn start_up_errors_are_one_line() {
             "VOLLEY_ETH_MTU=\"100\": expected an integer from 256 to 1500",
         ),
         (&[], &["VOLLEY_SECRET"], "the eth fabric needs a job secret"),
+        (
+            &[("VOLLEY_ETH_XDP", "fast")],
+            &[],
+            "VOLLEY_ETH_XDP=\"fast\": expected off, on or auto",
+        ),
     ];
     for (env, remove, want) in cases {
         let c = one_rank(&lan.ns(2), 2, 3, env, remove);
@@ -666,6 +674,146 @@ fn start_up_errors_are_one_line() {
         .output()
         .expect("setpriv (util-linux) runs");
     one_line_error(o, "needs CAP_NET_RAW to open a packet socket: run as root, or grant it once with `sudo setcap cap_net_raw+ep");
+    // AF_XDP asked for by a process that may open packet sockets but not load BPF
+    // programs (MAC addresses given, so no peer needs to be there).
+    let o = Command::new("ip")
+        .args(["netns", "exec", &lan.ns(2), "setpriv"])
+        .args(["--bounding-set=-sys_admin,-bpf,-net_admin,-perfmon", "--"])
+        .args([VOLLEY, "worker", "suite"])
+        .env("VOLLEY_RANK", "2")
+        .env("VOLLEY_SIZE", "3")
+        .env("VOLLEY_JOB", "1")
+        .env("VOLLEY_SECRET", SECRET)
+        .env("VOLLEY_FABRIC", "eth")
+        .env("VOLLEY_ETH_IF", "eth0")
+        .env("VOLLEY_ETH_MACS", lan.macs())
+        .env("VOLLEY_ETH_XDP", "on")
+        .output()
+        .expect("setpriv (util-linux) runs");
+    one_line_error(o, "eth: AF_XDP needs CAP_NET_ADMIN and CAP_BPF");
+}
+
+/// The numbers after "rank {r} path: " in `t`: frames in and out by AF_XDP, then by
+/// the packet ring; `None` where the rank ran without AF_XDP.
+fn xdp_counts(t: &str, r: usize) -> Option<[u64; 4]> {
+    let line = t
+        .lines()
+        .find(|l| l.contains(&format!("rank {r} path: ")))
+        .unwrap_or_else(|| panic!("no path line for rank {r}:\n{t}"));
+    if !line.contains("AF_XDP ") || line.contains("no AF_XDP") {
+        return None;
+    }
+    let n: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    // The interface's name carries a digit (eth0): the counts are the last four.
+    Some([
+        n[n.len() - 4],
+        n[n.len() - 3],
+        n[n.len() - 2],
+        n[n.len() - 1],
+    ])
+}
+
+/// Whether interface `eth0` in namespace `ns` has an XDP program attached.
+fn has_xdp(ns: &str) -> bool {
+    let o = Command::new("ip")
+        .args(["-n", ns, "link", "show", "eth0"])
+        .output()
+        .expect("ip runs");
+    String::from_utf8_lossy(&o.stdout).contains("prog/xdp")
+}
+
+/// `VOLLEY_ETH_XDP`: this job's frames through AF_XDP sockets, beside the packet
+/// rings. Both ranks on AF_XDP; one rank on each path in one job; a second job on the
+/// same interfaces, whose frames the first job's XDP program must pass on (and which
+/// falls back to the packet rings under `auto`); frames longer than a UMEM chunk on
+/// a 64 KiB MTU.
+#[test]
+fn af_xdp_carries_jobs_beside_the_packet_rings() {
+    if !root() {
+        return;
+    }
+    let _g = serial();
+    let lan = Lan::new(2, true);
+    let xdp = [("VOLLEY_ETH_XDP", "on")];
+    let (out, took) = lan.job(0, 2, job_id(9), &["suite"], &[], &xdp);
+    let t = text(&out);
+    assert!(out.status.success(), "after {took:?}:\n{t}");
+    assert!(t.contains("suite ok: 2 ranks on eth"), "{t}");
+    for r in 0..2 {
+        let [xin, xout, _, rout] = xdp_counts(&t, r).unwrap_or_else(|| panic!("rank {r}:\n{t}"));
+        // A few frames may reach the packet ring before the program is attached.
+        assert!(xin > 1000 && xout > 1000 && rout == 0, "rank {r}:\n{t}");
+    }
+    assert!(!has_xdp(&lan.ns(0)), "the program goes with the job");
+
+    // Rank 0 on AF_XDP, rank 1 on the packet rings: the same frames.
+    let tag = lan.tag.clone();
+    let prefix = "[ \"$VOLLEY_RANK\" = 0 ] && export VOLLEY_ETH_XDP=on; ";
+    let (out, took) = run_job(&tag, 0, 2, job_id(10), &["suite"], &[], &[], prefix);
+    let t = text(&out);
+    assert!(out.status.success(), "after {took:?}:\n{t}");
+    assert!(xdp_counts(&t, 0).is_some_and(|c| c[0] > 1000), "{t}");
+    assert!(xdp_counts(&t, 1).is_none(), "{t}");
+
+    // Another job's AF_XDP sockets and programs hold both interfaces (job key
+    // 01020304): this job's frames must pass them by to its packet rings, and `auto`
+    // finds the interfaces taken.
+    let (held, done) = (Arc::new(Barrier::new(3)), Arc::new(Barrier::new(3)));
+    let holders: Vec<_> = (0..2)
+        .map(|r| {
+            let (ns, held, done) = (lan.ns(r), held.clone(), done.clone());
+            thread::spawn(move || {
+                enter(&ns);
+                // SAFETY: a valid C string.
+                let index = unsafe { libc::if_nametoindex(c"eth0".as_ptr()) } as i32;
+                // Both barriers whatever happens, so that the test cannot hang on them.
+                let x = volley_hosted::xdp::Xsk::open(index, [1, 2, 3, 4]);
+                held.wait();
+                done.wait();
+                let mut x = x.expect("AF_XDP");
+                // Nothing of the job below came this way.
+                assert!(x.peek().is_none(), "a frame of another job was taken");
+                x.stats().rx
+            })
+        })
+        .collect();
+    held.wait();
+    let (out, took) = lan.job(
+        0,
+        2,
+        job_id(11),
+        &["suite"],
+        &[],
+        &[("VOLLEY_ETH_XDP", "auto")],
+    );
+    done.wait();
+    let t = text(&out);
+    assert!(out.status.success(), "after {took:?}:\n{t}");
+    assert!(t.contains("suite ok: 2 ranks on eth"), "{t}");
+    for h in holders {
+        assert_eq!(h.join().unwrap(), 0, "frames of another job taken");
+    }
+    for r in 0..2 {
+        assert!(
+            t.contains(&format!(
+                "rank {r} path: packet rings on eth0 (no AF_XDP: eth: AF_XDP: the interface already has an XDP program"
+            )),
+            "rank {r}:\n{t}"
+        );
+    }
+
+    // Frames longer than a chunk (64 KiB MTU) take the packet ring, both ways.
+    lan.set_mtu(65_535);
+    let (out, took) = lan.job(0, 2, job_id(13), &["suite"], &[], &xdp);
+    let t = text(&out);
+    assert!(out.status.success(), "after {took:?}:\n{t}");
+    for r in 0..2 {
+        let c = xdp_counts(&t, r).unwrap_or_else(|| panic!("rank {r}:\n{t}"));
+        assert!(c.iter().all(|&n| n > 10), "rank {r}: {c:?}\n{t}");
+    }
 }
 
 /// A layer-2 mixed cluster: ranks 0 and 2 are Linux processes on veth pairs, ranks 1

@@ -544,6 +544,9 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
             s.rx_duplicates, s.rx_bad_crc, s.rx_unauthenticated
         );
     }
+    if let crate::HostDevice::Eth(d) = g.device() {
+        println!("rank {me} path: {}", d.path());
+    }
     g.exit();
     Ok(())
 }

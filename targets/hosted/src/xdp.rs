@@ -659,8 +659,7 @@ fn attach(
             // The verifier's complaint is the line before its closing summary.
             let why = text
                 .lines()
-                .filter(|l| !l.trim().is_empty() && !l.starts_with("processed "))
-                .next_back()
+                .rfind(|l| !l.trim().is_empty() && !l.starts_with("processed "))
                 .unwrap_or("");
             return Err(HostError(format!(
                 "eth: AF_XDP: the kernel refused the XDP program: {e} ({why})"
