@@ -7,9 +7,15 @@ use std::process::Command;
 const VOLLEY: &str = env!("CARGO_BIN_EXE_volley");
 
 fn bench(args: &[&str]) -> String {
+    bench_with(args, &[])
+}
+
+/// [`bench`] with `env` added.
+fn bench_with(args: &[&str], env: &[(&str, &str)]) -> String {
     let out = Command::new(VOLLEY)
         .args(["bench", "--quick", "--iters", "40"])
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(
@@ -193,7 +199,9 @@ fn plotting_a_file_that_is_no_run_is_one_line() {
 
 /// `--fabric eth` as root makes a veth pair for the run, measures the bare
 /// AF_PACKET ping-pong and stream as its references and Volley's rows against them,
-/// and removes the pair afterwards.
+/// and removes the pair afterwards. With `VOLLEY_ETH_XDP=on` (as here), Volley's
+/// frames go by AF_XDP, and a bare AF_XDP ping-pong follows the references, with its
+/// ratio to the AF_PACKET one.
 #[test]
 fn eth_rows_start_with_the_bare_af_packet_reference() {
     // SAFETY: getuid has no preconditions.
@@ -202,7 +210,7 @@ fn eth_rows_start_with_the_bare_af_packet_reference() {
         return;
     }
     let before = std::fs::read_dir("/sys/class/net").unwrap().count();
-    let text = bench(&["--fabric", "eth", "--csv"]);
+    let text = bench_with(&["--fabric", "eth", "--csv"], &[("VOLLEY_ETH_XDP", "on")]);
     let mut r = csv::ReaderBuilder::new().from_reader(text.as_bytes());
     let rows: Vec<csv::StringRecord> = r.records().map(|x| x.unwrap()).collect();
     assert_eq!(&rows[0][0], "eth", "{text}");
@@ -217,6 +225,13 @@ fn eth_rows_start_with_the_bare_af_packet_reference() {
     assert_eq!(&rows[1][1], "reference: bare AF_PACKET stream", "{text}");
     let stream: f64 = rows[1][4].parse().unwrap();
     assert!(stream > 0.0, "{text}");
+    assert_eq!(&rows[2][1], "reference: bare AF_XDP ping-pong", "{text}");
+    let (xdp, xdp_ratio): (f64, f64) = (rows[2][4].parse().unwrap(), rows[2][7].parse().unwrap());
+    let af_packet: f64 = rows[0][4].parse().unwrap();
+    assert!(
+        (xdp / af_packet - xdp_ratio).abs() < 0.01 * xdp_ratio.max(0.1),
+        "{text}"
+    );
     // Bandwidth against the stream; the barrier against the collective run's own
     // bare ping-pong, which measures what row 0 does (within the noise).
     let ping: f64 = rows[0][4].parse().unwrap();

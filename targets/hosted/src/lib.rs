@@ -3,7 +3,8 @@
 //! - [`bootstrap`]: rank, size and job from our launcher, `mpiexec`, Open MPI, Slurm
 //!   or a hosts list;
 //! - fabrics, each a core device: [`shm::ShmDevice`] (the Myrinet-like NIC model on
-//!   `/dev/shm`) and [`udp::UdpDevice`], behind [`HostDevice`];
+//!   `/dev/shm`), [`udp::UdpDevice`] and [`eth::EthDevice`] (raw Ethernet, with
+//!   [`xdp`] for `AF_XDP`), behind [`HostDevice`];
 //! - [`node`]: a GAMMA process on them; [`lfc`]: an LFC process, its options and its
 //!   interrupts (a progress thread with the polling watchdog);
 //! - [`launcher`]: `volley run`;
