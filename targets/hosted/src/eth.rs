@@ -23,8 +23,8 @@
 //!   an `AF_XDP` socket ([`crate::xdp`]) beside the packet rings, which still take
 //!   whatever the XDP program passes on. `on` fails with one line where the kernel,
 //!   the driver or the process's capabilities do not allow it; `auto` then uses the
-//!   packet rings alone. With it, frames are at most a UMEM chunk
-//!   ([`crate::xdp::MAX_FRAME`]), whatever the MTU.
+//!   packet rings alone. Frames that fit a UMEM chunk ([`crate::xdp::MAX_FRAME`]) go
+//!   through the socket, longer ones through the packet ring.
 //!
 //! Opening a packet socket takes `CAP_NET_RAW`: without it, one line says how to grant it.
 
@@ -668,8 +668,8 @@ pub struct EthDevice {
     hellos: Option<Hellos>,
     hello_at: Instant,
     stats: EthStats,
-    /// The `AF_XDP` socket, when in use: it sends every frame and receives this job's
-    /// frames the XDP program hands it.
+    /// The `AF_XDP` socket, when in use: it sends the frames that fit a chunk and
+    /// receives this job's frames the XDP program hands it.
     xsk: Option<Box<Xsk>>,
     /// Why `VOLLEY_ETH_XDP=auto` went without it.
     xdp_refused: Option<String>,
@@ -875,11 +875,6 @@ impl EthDevice {
         self.xsk.as_ref().map(|x| (x.mode(), x.stats()))
     }
 
-    /// Why `VOLLEY_ETH_XDP=auto` runs without `AF_XDP`, if it does.
-    pub fn xdp_refused(&self) -> Option<&str> {
-        self.xdp_refused.as_deref()
-    }
-
     /// One line on the path frames take, for programs to print.
     pub fn path(&self) -> String {
         match (&self.xsk, &self.xdp_refused) {
@@ -1027,9 +1022,8 @@ impl RxToken for EthRx<'_> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
         // SAFETY: the kernel handed this slot to us (TP_STATUS_USER, read with acquire
         // ordering) and will not touch it until its status is written back below;
-        // `off + len` was checked to lie inside the slot.
-        // For a frame from the `AF_XDP` socket: `peek` lent these bytes until the chunk
-        // goes back below.
+        // `off + len` was checked to lie inside the slot. A frame from the `AF_XDP`
+        // socket: `peek` lent these bytes until the chunk goes back below.
         let frame = unsafe { std::slice::from_raw_parts(self.slot.add(self.off), self.len) };
         let r = f(&frame[ETH_HEADER..]);
         match (self.chunk, self.dev.xsk.as_mut()) {
@@ -1058,9 +1052,8 @@ impl TxToken for EthTx<'_> {
         if d.xsk.is_some() && total <= crate::xdp::MAX_FRAME {
             // Frames queued on the packet ring leave first.
             d.kick_ring();
-            let Some(x) = d.xsk.as_mut() else {
-                unreachable!("checked above")
-            };
+        }
+        if let Some(x) = d.xsk.as_mut().filter(|_| total <= crate::xdp::MAX_FRAME) {
             // `transmit` made sure of a chunk and a ring entry.
             let r = x.send(total, |b| {
                 let r = f(&mut b[ETH_HEADER..ETH_HEADER + len]);

@@ -89,8 +89,9 @@ pub struct XskStats {
 /// on the wire) and at most [`MAX_FRAME`] bytes go to the socket in `map` at the
 /// frame's receive queue (or on to the kernel when that queue has none), everything
 /// else straight on to the kernel.
-fn program(map_fd: i32, key: [u8; 4]) -> Vec<u64> {
-    // One instruction: opcode, destination and source registers, offset, immediate.
+fn program(map_fd: i32, key: [u8; 4]) -> [u64; 20] {
+    // One instruction: opcode, destination and source registers, offset, immediate, as
+    // a little-endian machine lays out `struct bpf_insn` (`open` refuses others).
     fn op(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
         code as u64
             | ((dst as u64 | (src as u64) << 4) << 8)
@@ -112,13 +113,14 @@ fn program(map_fd: i32, key: [u8; 4]) -> Vec<u64> {
     const EXIT: u8 = 0x95;
     const REDIRECT_MAP: i32 = 51; // bpf_redirect_map
     const XDP_PASS: i32 = 2;
-    // Offsets in the frame: Ethernet type, the Volley header's job key (WIRE.md).
+    // Offsets in the frame: Ethernet type, the Volley header's job key (WIRE.md), both
+    // as the program's loads read the wire's bytes.
     let ethertype = u16::from_le_bytes(crate::eth::ETHERTYPE.to_be_bytes()) as i32;
     let job = i32::from_le_bytes(key);
     // Jumps to the two instructions that pass the frame on, from instruction `at`.
     const PASS: i16 = 18;
     let to_pass = |at: i16| PASS - at - 1;
-    let insns = [
+    [
         op(LDXW, 2, 1, 0, 0),                         // 0: r2 = ctx->data
         op(LDXW, 3, 1, 4, 0),                         // 1: r3 = ctx->data_end
         op(MOV, 4, 2, 0, 0),                          // 2: r4 = data
@@ -139,8 +141,7 @@ fn program(map_fd: i32, key: [u8; 4]) -> Vec<u64> {
         op(EXIT, 0, 0, 0, 0),                         // 17
         op(MOVK, 0, 0, 0, XDP_PASS),                  // 18: pass
         op(EXIT, 0, 0, 0, 0),                         // 19
-    ];
-    insns.to_vec()
+    ]
 }
 
 /// `bpf(2)` with an attribute block of 16 words (zero where not set): its result.
@@ -214,6 +215,7 @@ impl Drop for Mapping {
     }
 }
 
+/// Two 32-bit fields of a `bpf_attr`, the first at the lower address, as one word.
 fn pair(lo: u32, hi: u32) -> u64 {
     lo as u64 | (hi as u64) << 32
 }
@@ -359,6 +361,11 @@ impl Xsk {
     /// Opens a socket on queue 0 of interface `ifindex`, loads and attaches the program
     /// for job key `key`.
     pub fn open(ifindex: i32, key: [u8; 4]) -> Result<Xsk, HostError> {
+        if cfg!(target_endian = "big") {
+            return Err(HostError(
+                "eth: AF_XDP: the XDP program is written for little-endian machines".into(),
+            ));
+        }
         // SAFETY: plain socket(2); the descriptor is owned below.
         let fd = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if fd < 0 {
