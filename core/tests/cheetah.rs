@@ -428,3 +428,53 @@ fn garbage_from_contexts_never_panics_a_target() {
     let got = sim.nodes[1].engine().stats().delivered;
     assert!(got >= sent, "{got} of {sent} garbage packets delivered");
 }
+
+/// A put ping-pong (each context puts back when its bell rings): a put whose
+/// initiator set no local bell is waited for by nobody, so its ack rides on the put
+/// that answers it instead of taking a frame of its own; with a local bell, the
+/// initiator waits on it, and the ack comes at once.
+#[test]
+fn a_put_nobody_waits_for_is_acked_by_the_answer() {
+    for (seed, local) in [(0x9e7_u64, false), (0x9e8, true)] {
+        let mut sim = make_sim(2, seed, FaultConfig::default());
+        let rounds = 200;
+        let lb = if local { bell(2) } else { 0 };
+        sim.nodes[0].put(1, DATA, DATA, 8, lb, bell(1)).unwrap();
+        let mut sent = [1, 0];
+        until(&mut sim, 10, |nodes, _| {
+            if bell_of(&mut nodes[1], 1) > sent[1] {
+                nodes[1].put(0, DATA, DATA, 8, lb, bell(1)).unwrap();
+                sent[1] += 1;
+            }
+            if bell_of(&mut nodes[0], 1) >= sent[0] && sent[0] < rounds {
+                nodes[0].put(1, DATA, DATA, 8, lb, bell(1)).unwrap();
+                sent[0] += 1;
+            }
+            bell_of(&mut nodes[0], 1) == rounds
+        });
+        let acks: u64 = sim.nodes.iter().map(|n| n.engine().stats().tx_acks).sum();
+        let frames: u64 = sim.nodes.iter().map(|n| n.engine().stats().tx_frames).sum();
+        let puts = 2 * rounds as u64;
+        if local {
+            assert!(
+                acks >= puts - 2,
+                "seed {seed:#x}: {acks} acks for {puts} puts"
+            );
+        } else {
+            assert!(
+                acks <= 2 && frames <= puts + 2,
+                "seed {seed:#x}: {acks} acks, {frames} frames for {puts} puts"
+            );
+        }
+        // The last put has no answer: its ack still comes, after the ack delay, and
+        // every local bell rings.
+        until(&mut sim, 1, |nodes, _| {
+            nodes.iter().all(|n| n.engine().rma_pending() == 0)
+        });
+        if local {
+            for n in sim.nodes.iter_mut() {
+                assert_eq!(bell_of(n, 2), rounds, "seed {seed:#x}");
+            }
+        }
+    }
+}

@@ -983,8 +983,12 @@ impl<'t, D: Device> Tx<'t, D> {
         resend: bool,
         mem: &mut dyn Memory,
     ) -> bool {
+        // The ack of the last frame rings the bell that says the source may be
+        // reused. With no bell nobody waits for it: it rides on the next frame back
+        // (the answer to a put ping-pong, the next get request) or goes after the
+        // receiver's ack delay.
         let mut flags = Flags::RELIABLE;
-        if last || resend || ch.filling() {
+        if (last && o.bell != rma::NO_BELL) || resend || ch.filling() {
             flags |= Flags::ACK_REQ;
         }
         if last {
