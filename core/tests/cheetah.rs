@@ -478,3 +478,40 @@ fn a_put_nobody_waits_for_is_acked_by_the_answer() {
         }
     }
 }
+
+/// A get with no bells takes two frames: the request, whose ack rides on the
+/// reply, and the reply, whose ack rides on the next request (the last one's after
+/// the ack delay).
+#[test]
+fn a_get_without_bells_is_two_frames() {
+    let seed = 0x6e2;
+    let mut sim = make_sim(2, seed, FaultConfig::default());
+    let rounds = 100;
+    let frames = |sim: &Sim<Node>| -> (u64, u64) {
+        let s = sim.nodes.iter().map(|n| n.engine().stats());
+        s.fold((0, 0), |(f, a), s| (f + s.tx_frames, a + s.tx_acks))
+    };
+    let (f0, a0) = frames(&sim);
+    let mut asked = 0;
+    until(&mut sim, 10, |nodes, _| {
+        let c = &mut nodes[0];
+        // The next get once the last one's reply has landed.
+        if c.engine().rma_pending() == 0 && asked < rounds {
+            c.get(1, DATA + 8 * asked, DATA, 8, 0, 0).unwrap();
+            asked += 1;
+        }
+        asked == rounds && c.engine().rma_pending() == 0
+    });
+    let (f1, a1) = frames(&sim);
+    let served = sim.nodes[1].engine().stats().rma_served;
+    assert_eq!(served, rounds, "seed {seed:#x}");
+    assert!(
+        f1 - f0 <= 2 * rounds + 1 && a1 - a0 <= 1,
+        "seed {seed:#x}: {} frames, {} acks for {rounds} gets",
+        f1 - f0,
+        a1 - a0
+    );
+    until(&mut sim, 1, |nodes, _| {
+        nodes.iter().all(|n| n.engine().is_quiescent())
+    });
+}
