@@ -803,6 +803,13 @@ fn af_xdp_carries_jobs_beside_the_packet_rings() {
             )),
             "rank {r}:\n{t}"
         );
+        // Said once on stderr, for programs that print no path.
+        assert!(
+            t.contains(&format!(
+                "[{r}] volley: VOLLEY_ETH_XDP=auto: packet rings only (eth: AF_XDP: the interface already has"
+            )),
+            "rank {r}:\n{t}"
+        );
     }
 
     // Frames longer than a chunk (64 KiB MTU) take the packet ring, both ways.

@@ -833,7 +833,10 @@ impl EthDevice {
             ),
             XdpSetting::Auto => match Xsk::open(iface.index, job_key.to_be_bytes()) {
                 Ok(x) => (Some(Box::new(x)), None),
-                Err(e) => (None, Some(e.0)),
+                Err(e) => {
+                    eprintln!("volley: VOLLEY_ETH_XDP=auto: packet rings only ({})", e.0);
+                    (None, Some(e.0))
+                }
             },
         };
         Ok(EthDevice {
