@@ -496,7 +496,7 @@ impl<'a> Engine<'a> {
                     | Slot::Deny { .. }
                     | Slot::Fence { .. }
                     | Slot::FenceOk { .. }
-                    | Slot::Abort { .. }) => tx.slot(ch, s, ctrl, gets, true),
+                    | Slot::Abort { .. }) => tx.slot(ch, s, ctrl, gets),
                     Slot::Free => true,
                 };
                 if !ok {
@@ -513,7 +513,7 @@ impl<'a> Engine<'a> {
         while ch.ctrl_len > 0 && ch.can_send_new() {
             let slot = ch.ctrl[0];
             let seq = ch.snd_nxt;
-            if !tx.slot(ch, seq, slot, gets, false) {
+            if !tx.slot(ch, seq, slot, gets) {
                 return tx.sent;
             }
             ch.push_timed(slot, now);
@@ -983,12 +983,8 @@ impl<'t, D: Device> Tx<'t, D> {
         resend: bool,
         mem: &mut dyn Memory,
     ) -> bool {
-        // The ack of the last frame rings the bell that says the source may be
-        // reused. With no bell nobody waits for it: it rides on the next frame back
-        // (the answer to a put ping-pong, the next get request) or goes after the
-        // receiver's ack delay.
         let mut flags = Flags::RELIABLE;
-        if (last && o.bell != rma::NO_BELL) || resend || ch.filling() {
+        if last || resend || ch.filling() {
             flags |= Flags::ACK_REQ;
         }
         if last {
@@ -1050,14 +1046,11 @@ impl<'t, D: Device> Tx<'t, D> {
     }
 
     fn reject(&mut self, ch: &mut Channel, seq: u32, msg: u32, port: PortId) -> bool {
-        self.control(ch, seq, Kind::Control, msg, CONTROL_REJECT, port, true)
+        self.control(ch, seq, Kind::Control, msg, CONTROL_REJECT, port)
     }
 
     /// A reliable control frame without payload: a REJECT, a fetch-and-add request
-    /// or its answer. `ask`: acked at once. A request's ack rides on its answer and
-    /// nobody waits for an answer's, so those two ask only when resent or when the
-    /// window fills.
-    #[allow(clippy::too_many_arguments)]
+    /// or its answer.
     fn control(
         &mut self,
         ch: &mut Channel,
@@ -1066,15 +1059,10 @@ impl<'t, D: Device> Tx<'t, D> {
         msg_id: u32,
         offset: u32,
         port: PortId,
-        ask: bool,
     ) -> bool {
-        let mut flags = Flags::RELIABLE;
-        if ask || ch.filling() {
-            flags |= Flags::ACK_REQ;
-        }
         let repr = Repr {
             kind,
-            flags,
+            flags: Flags::RELIABLE | Flags::ACK_REQ,
             job_key: 0,
             ends: Endpoints {
                 src_port: 0,
@@ -1091,44 +1079,28 @@ impl<'t, D: Device> Tx<'t, D> {
         self.emit(ch, repr, [&[], &[]])
     }
 
-    /// Sends control slot `slot` (anything but data) as frame `seq`; `resend`: again.
-    fn slot(
-        &mut self,
-        ch: &mut Channel,
-        seq: u32,
-        slot: Slot,
-        gets: &[rma::Get],
-        resend: bool,
-    ) -> bool {
+    /// Sends control slot `slot` (anything but data) as frame `seq`.
+    fn slot(&mut self, ch: &mut Channel, seq: u32, slot: Slot, gets: &[rma::Get]) -> bool {
         match slot {
             Slot::Barrier { epoch, round } => self.barrier(ch, seq, epoch, round),
             Slot::Reject { msg, port } => self.reject(ch, seq, msg, port),
             Slot::FetchAdd { req, var, delta } => {
-                self.control(ch, seq, Kind::FetchAdd, req, delta, var, resend)
+                self.control(ch, seq, Kind::FetchAdd, req, delta, var)
             }
             Slot::FetchAddReply { req, value } => {
-                self.control(ch, seq, Kind::FetchAddReply, req, value, 0, resend)
+                self.control(ch, seq, Kind::FetchAddReply, req, value, 0)
             }
-            Slot::Deny { msg, code } => self.control(ch, seq, Kind::Control, msg, code, 0, true),
-            Slot::Fence { bseq } => {
-                self.control(ch, seq, Kind::Control, bseq, CONTROL_FENCE, 0, true)
-            }
+            Slot::Deny { msg, code } => self.control(ch, seq, Kind::Control, msg, code, 0),
+            Slot::Fence { bseq } => self.control(ch, seq, Kind::Control, bseq, CONTROL_FENCE, 0),
             Slot::FenceOk { bseq } => {
-                self.control(ch, seq, Kind::Control, bseq, CONTROL_FENCE_OK, 0, true)
+                self.control(ch, seq, Kind::Control, bseq, CONTROL_FENCE_OK, 0)
             }
-            Slot::Abort { msg } => {
-                self.control(ch, seq, Kind::Control, msg, CONTROL_ABORT, 0, true)
-            }
+            Slot::Abort { msg } => self.control(ch, seq, Kind::Control, msg, CONTROL_ABORT, 0),
             Slot::GetRequest { get, req } => {
                 let payload = Engine::get_request_payload(gets, get, req);
-                // Its ack rides on the reply.
-                let mut flags = Flags::RELIABLE;
-                if resend || ch.filling() {
-                    flags |= Flags::ACK_REQ;
-                }
                 let repr = Repr {
                     kind: Kind::GetRequest,
-                    flags,
+                    flags: Flags::RELIABLE | Flags::ACK_REQ,
                     job_key: 0,
                     ends: Endpoints::default(),
                     seq,
