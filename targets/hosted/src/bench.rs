@@ -92,7 +92,7 @@ pub fn csv(rows: &[Row], header: bool) -> String {
     String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
 }
 
-/// Column names of [`csv`].
+/// Column names of [`csv()`].
 pub const CSV_FIELDS: [&str; 8] = [
     "fabric",
     "test",

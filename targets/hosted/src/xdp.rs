@@ -731,3 +731,125 @@ fn attach(
     bpf(BPF_MAP_UPDATE_ELEM, &mut a).map_err(|e| xdp_error("XSKMAP entry", e))?;
     Ok((link, prog, map, mode))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const XDP_REDIRECT: u64 = 4;
+    const PASS: u64 = 2;
+
+    /// Runs `program` on `frame` arriving on receive queue `queue`, as the kernel would
+    /// (the few instructions it uses), with a socket in the map at queue 0 only:
+    /// `XDP_REDIRECT` or `XDP_PASS`.
+    fn run(prog: &[u64], frame: &[u8], queue: u64) -> u64 {
+        const DATA: u64 = 0x1000;
+        let end = DATA + frame.len() as u64;
+        let mut r = [0u64; 11];
+        r[1] = 0xC7C7; // the context
+        let mut pc = 0usize;
+        let load = |addr: u64, n: usize| -> u64 {
+            let at = (addr - DATA) as usize;
+            assert!(
+                addr >= DATA && at + n <= frame.len(),
+                "load beyond the frame"
+            );
+            frame[at..at + n]
+                .iter()
+                .rev()
+                .fold(0, |v, &b| v << 8 | b as u64)
+        };
+        loop {
+            let i = prog[pc];
+            let (code, dst, src) = (i as u8, (i >> 8) as usize & 15, (i >> 12) as usize & 15);
+            let (off, imm) = ((i >> 16) as u16 as i16, (i >> 32) as u32 as i32);
+            let jump = |c: bool| if c { off as isize + 1 } else { 1 };
+            let step = match code {
+                0x61 | 0x69 if r[src] == 0xC7C7 => {
+                    r[dst] = match off {
+                        0 => DATA,
+                        4 => end,
+                        16 => queue,
+                        _ => panic!("context field {off}"),
+                    };
+                    1
+                }
+                0x61 => {
+                    r[dst] = load(r[src].wrapping_add(off as u64), 4);
+                    1
+                }
+                0x69 => {
+                    r[dst] = load(r[src].wrapping_add(off as u64), 2);
+                    1
+                }
+                0xbf => {
+                    r[dst] = r[src];
+                    1
+                }
+                0xb7 => {
+                    r[dst] = imm as i64 as u64;
+                    1
+                }
+                0x07 => {
+                    r[dst] = r[dst].wrapping_add(imm as i64 as u64);
+                    1
+                }
+                0x1f => {
+                    r[dst] = r[dst].wrapping_sub(r[src]);
+                    1
+                }
+                0x2d => jump(r[dst] > r[src]),
+                0x25 => jump(r[dst] > imm as i64 as u64),
+                0x55 => jump(r[dst] != imm as i64 as u64),
+                0x56 => jump(r[dst] as u32 != imm as u32),
+                0x18 => {
+                    assert_eq!(src, 1, "a map's descriptor");
+                    r[dst] = 0xAA;
+                    2
+                }
+                0x85 => {
+                    assert_eq!((imm, r[1]), (51, 0xAA), "bpf_redirect_map on the map");
+                    r[0] = if r[2] == 0 { XDP_REDIRECT } else { r[3] & 3 };
+                    1
+                }
+                0x95 => return r[0],
+                _ => panic!("opcode {code:#x}"),
+            };
+            pc = (pc as isize + step) as usize;
+        }
+    }
+
+    /// A frame of `len` bytes: Ethernet type `ty`, job key `key` in the Volley header.
+    fn frame(len: usize, ty: u16, key: [u8; 4]) -> Vec<u8> {
+        let mut f = vec![0u8; len];
+        f[12..14].copy_from_slice(&ty.to_be_bytes());
+        f[14] = 1;
+        f[18..22].copy_from_slice(&key);
+        f
+    }
+
+    #[test]
+    fn the_program_takes_this_jobs_frames_that_fit_a_chunk_and_passes_the_rest() {
+        // A key with its top bit set: compared as 32 bits, not sign-extended.
+        for key in [[0x12, 0x34, 0x56, 0x78], [0xF0, 0x0D, 0xBE, 0xEF]] {
+            let p = program(7, key);
+            let ours = crate::eth::ETHERTYPE;
+            assert_eq!(run(&p, &frame(60, ours, key), 0), XDP_REDIRECT);
+            assert_eq!(run(&p, &frame(MAX_FRAME, ours, key), 0), XDP_REDIRECT);
+            // No socket on queue 1: on to the kernel (and the packet ring).
+            assert_eq!(run(&p, &frame(60, ours, key), 1), PASS);
+            assert_eq!(run(&p, &frame(MAX_FRAME + 1, ours, key), 0), PASS);
+            let mut other = key;
+            other[3] ^= 1;
+            assert_eq!(run(&p, &frame(60, ours, other), 0), PASS);
+            assert_eq!(run(&p, &frame(60, 0x88B6, key), 0), PASS, "a hello");
+            assert_eq!(run(&p, &frame(60, 0x0800, key), 0), PASS, "IPv4");
+            // Too short to hold the key: never read beyond the end.
+            let whole = frame(22, ours, key);
+            for len in 0..22 {
+                assert_eq!(run(&p, &whole[..len], 0), PASS, "{len} bytes");
+            }
+            assert_eq!(run(&p, &frame(22, ours, key), 0), XDP_REDIRECT);
+        }
+    }
+}
