@@ -429,20 +429,6 @@ fn garbage_from_contexts_never_panics_a_target() {
     assert!(got >= sent, "{got} of {sent} garbage packets delivered");
 }
 
-/// Runs only node `who` for `secs` seconds of virtual time: the others compute and
-/// never call in.
-fn only(sim: &mut Sim<Node>, who: usize, secs: u64) {
-    use volley_core::sim::SimNode;
-    let end = sim.now() + Duration::from_secs(secs);
-    while sim.now() < end {
-        SimNode::poll(&mut sim.nodes[who]);
-        let next = sim.nodes[who].wake_at().unwrap_or(end);
-        let now = sim.now();
-        sim.clock
-            .set(next.min(end).max(now + Duration::from_nanos(1)));
-    }
-}
-
 /// A context that takes a put (no local bell there to wait on, the remote bell rung)
 /// or serves a get and then computes for longer than the peer timeout without
 /// calling in is not declared dead: the frames it took were acknowledged in the
@@ -454,7 +440,7 @@ fn a_target_that_computes_after_a_put_or_a_get_is_not_declared_dead() {
     sim.nodes[0].put(1, DATA, DATA, 8, 0, bell(1)).unwrap();
     until(&mut sim, 1, |nodes, _| bell_of(&mut nodes[1], 1) == 1);
     // Node 1 saw its bell and computes; node 0 goes on polling.
-    only(&mut sim, 0, 40);
+    common::only(&mut sim, 0, 40);
     let e = sim.nodes[0].engine();
     assert_eq!(
         e.stats().peers_failed,
@@ -465,7 +451,7 @@ fn a_target_that_computes_after_a_put_or_a_get_is_not_declared_dead() {
     // A get: node 0 has its data and computes; node 1, which served it, polls on.
     sim.nodes[0].get(1, DATA, DATA + 64, 8, bell(2), 0).unwrap();
     until(&mut sim, 1, |nodes, _| bell_of(&mut nodes[0], 2) == 1);
-    only(&mut sim, 1, 40);
+    common::only(&mut sim, 1, 40);
     let e = sim.nodes[1].engine();
     assert_eq!(
         e.stats().peers_failed,

@@ -463,7 +463,6 @@ fn internal_packets_do_not_wait_behind_the_programs() {
 /// the answer was acknowledged in the poll that took it.
 #[test]
 fn a_process_that_computes_after_a_fetch_and_add_is_not_declared_dead() {
-    use volley_core::sim::SimNode;
     let seed = 0xfa2;
     let mut sim = make_sim(2, seed, FaultConfig::default(), Options::default());
     start_all(&mut sim, seed);
@@ -475,14 +474,7 @@ fn a_process_that_computes_after_a_fetch_and_add_is_not_declared_dead() {
     })
     .unwrap_or_else(|e| panic!("seed {seed:#x}: {e:?}"));
     // Node 0 computes; node 1, the owner, goes on polling for 40 s.
-    let end = sim.now() + Duration::from_secs(40);
-    while sim.now() < end {
-        SimNode::poll(&mut sim.nodes[1]);
-        let next = sim.nodes[1].wake_at().unwrap_or(end);
-        let now = sim.now();
-        sim.clock
-            .set(next.min(end).max(now + Duration::from_nanos(1)));
-    }
+    common::only(&mut sim, 1, 40);
     let e = sim.nodes[1].engine();
     assert_eq!(
         e.stats().peers_failed,

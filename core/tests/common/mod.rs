@@ -73,3 +73,20 @@ pub fn launch_garbage(
     }
     Some(true)
 }
+
+/// Runs only node `who` of `sim` for `secs` seconds of virtual time: the others
+/// compute and never call in.
+pub fn only<N: volley_core::sim::SimNode>(
+    sim: &mut volley_core::sim::Sim<N>,
+    who: usize,
+    secs: u64,
+) {
+    let end = sim.now() + Duration::from_secs(secs);
+    while sim.now() < end {
+        sim.nodes[who].poll();
+        let next = sim.nodes[who].wake_at().unwrap_or(end);
+        let now = sim.now();
+        sim.clock
+            .set(next.min(end).max(now + Duration::from_nanos(1)));
+    }
+}
