@@ -3,7 +3,12 @@
 //! with `mpicc.mpich`); UCX runs `ucx_perftest` (`ucp_am_lat`, `tag_bw`) over
 //! `posix,self` (beside `shm`) and `tcp` (beside `udp`). A peer that is not installed
 //! is named, with its Debian package, and skipped.
+//!
+//! Each peer's processes are pinned as Volley's ranks are ([`crate::programs::pin`]):
+//! process *r* on core *r*, so that both sides cross the same pair of cores and a
+//! ratio does not hang on where the scheduler happened to put a peer.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -181,6 +186,7 @@ fn run_mpi(
     name: impl Fn(&str) -> Option<(String, &'static str)>,
 ) -> Result<Vec<Row>, String> {
     let child = Command::new(exec)
+        .args(["-bind-to", &hydra_binding(ranks, cpus())])
         .args(["-n", &ranks.to_string()])
         .arg(prog)
         .args(args)
@@ -220,6 +226,38 @@ fn run_mpi(
     Ok(rows)
 }
 
+/// The cores this process may count on, as [`crate::programs::pin`] counts them.
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Hydra's `-bind-to` value that puts rank *r* on core *r* (modulo `cpus`), where
+/// [`crate::programs::pin`] puts Volley's rank *r*.
+fn hydra_binding(ranks: u16, cpus: usize) -> String {
+    let cores: Vec<String> = (0..ranks as usize)
+        .map(|r| (r % cpus).to_string())
+        .collect();
+    format!("user:{}", cores.join(","))
+}
+
+/// `cmd`, to run pinned to core `rank` (modulo the cores there are), as
+/// [`crate::programs::pin`] pins rank `rank`.
+fn pinned(mut cmd: Command, rank: usize) -> Command {
+    let cpu = rank % cpus();
+    // SAFETY: runs in the child between fork and exec and calls only
+    // sched_setaffinity (async-signal-safe) on a set built on its own stack; a
+    // failure leaves the child unpinned, as `pin` does.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            Ok(())
+        });
+    }
+    cmd
+}
+
 /// One `ucx_perftest` test between a server and a client on loopback: the median
 /// latency (microseconds) of a latency test, the average bandwidth (MB/s, from
 /// UCX's MiB/s) of a bandwidth test.
@@ -231,7 +269,8 @@ fn ucx_perftest(exe: &Path, tls: &str, test: &str, bytes: usize, n: usize) -> Re
             .map_err(|e| e.to_string())?
             .port()
             .to_string();
-        let server = Command::new(exe)
+        // The server answers, as Volley's rank 1 does; the client measures (rank 0).
+        let server = pinned(Command::new(exe), 1)
             .args(["-p", &port])
             .env("UCX_TLS", tls)
             .stdin(Stdio::null())
@@ -240,7 +279,7 @@ fn ucx_perftest(exe: &Path, tls: &str, test: &str, bytes: usize, n: usize) -> Re
             .spawn()
             .map_err(|e| format!("{}: {e}", exe.display()))?;
         std::thread::sleep(Duration::from_millis(300));
-        let client = Command::new(exe)
+        let client = pinned(Command::new(exe), 0)
             .args(["127.0.0.1", "-p", &port, "-t", test])
             .args(["-s", &bytes.to_string(), "-n", &n.to_string()])
             .env("UCX_TLS", tls)
@@ -266,4 +305,26 @@ fn ucx_perftest(exe: &Path, tls: &str, test: &str, bytes: usize, n: usize) -> Re
         last = String::from_utf8_lossy(&out.stderr).trim().to_string();
     }
     Err(format!("no result: {last}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_run_on_the_cores_volleys_ranks_run_on() {
+        assert_eq!(hydra_binding(2, 16), "user:0,1");
+        assert_eq!(hydra_binding(4, 2), "user:0,1,0,1");
+        assert_eq!(hydra_binding(1, 1), "user:0");
+        // A child started through `pinned` may run on its one core alone.
+        for rank in [0, 1] {
+            let out = pinned(Command::new("sh"), rank)
+                .args(["-c", "grep Cpus_allowed_list /proc/self/status"])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            let list = text.split(':').nth(1).unwrap_or("").trim();
+            assert_eq!(list, (rank % cpus()).to_string(), "{text}");
+        }
+    }
 }
