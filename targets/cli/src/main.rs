@@ -425,7 +425,7 @@ fn bench_command(
         code = code.max(c);
         match format {
             Format::Table => {
-                println!("# peers, {} interleaved rounds: figures over the rounds' medians; vs ref = Volley's median / the peer's", sweep.rounds(5));
+                println!("# peers, {} interleaved rounds: figures over the rounds' medians; vs ref = Volley's median / the peer's (Volley's latency: median of the rounds' ratios to the bare path)", sweep.rounds(5));
                 rows.iter().for_each(|r| println!("{}", r.line()));
             }
             Format::Csv => print!("{}", bench::csv(&rows, false)),

@@ -646,6 +646,28 @@ fn memcpy_bw(len: usize, samples: usize) -> Vec<f64> {
         .collect()
 }
 
+/// The sweep's reference: the bare 8-byte ping-pong of `fabric`'s path (one-way
+/// microseconds at rank 0), the limit Volley's latency rows are measured against.
+fn bare_latency(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<f64>, HostError> {
+    match fabric {
+        Fabric::Shm => flag_pingpong(boot, sw.iters(200_000)),
+        Fabric::Udp => udp_pingpong(boot, 8, sw.iters(20_000)),
+        Fabric::Eth => {
+            let off = crate::eth::XdpSetting::Off;
+            Ok(eth_reference(boot, 8, sw.iters(20_000), 0, off)?.0)
+        }
+    }
+}
+
+/// The name of [`bare_latency`]'s row.
+fn bare_name(fabric: Fabric) -> &'static str {
+    match fabric {
+        Fabric::Shm => "reference: bare flag ping-pong",
+        Fabric::Udp => "reference: bare UDP ping-pong",
+        Fabric::Eth => "reference: bare AF_PACKET ping-pong",
+    }
+}
+
 fn on_count(u: &mut volley_core::gamma::Upcall<'_, '_, State>) {
     u.state().handled += 1;
 }
@@ -659,7 +681,7 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
     progress("reference");
     let (ref_lat, ref_bw) = match fabric {
         Fabric::Shm => {
-            let lat = flag_pingpong(boot, sw.iters(200_000))?;
+            let lat = bare_latency(boot, fabric, sw)?;
             let bw = if boot.rank == 0 {
                 memcpy_bw(1 << 20, 15)
             } else {
@@ -669,8 +691,9 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
         }
         Fabric::Udp => {
             let bw = tcp_stream(boot, 1 << 20, 32, sw.rounds(20))?;
-            (udp_pingpong(boot, 8, sw.iters(20_000))?, Some(bw))
+            (bare_latency(boot, fabric, sw)?, Some(bw))
         }
+        // Both on one opening of the device, as [`bare_latency`] measures the first.
         Fabric::Eth => {
             let off = crate::eth::XdpSetting::Off;
             let (lat, bw, _) = eth_reference(boot, 8, sw.iters(20_000), sw.rounds(20), off)?;
@@ -689,11 +712,7 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
     };
     let me0 = boot.rank == 0;
     let (lm, lp90, lp99) = stats(ref_lat);
-    let ref_name = match fabric {
-        Fabric::Shm => "reference: bare flag ping-pong",
-        Fabric::Udp => "reference: bare UDP ping-pong",
-        Fabric::Eth => "reference: bare AF_PACKET ping-pong",
-    };
+    let ref_name = bare_name(fabric);
     rows.push(Row {
         fabric: name.into(),
         test: ref_name.into(),
@@ -923,9 +942,13 @@ fn gamma_stream(
 pub const PEER_ROUNDS: &str = "Volley in peer rounds: ";
 
 /// `volley bench --peers`, Volley's part of one round: 8-byte one-way latency and
-/// 1 MiB streaming, the figures the peers' programs measure. Rank 0 returns the rows.
+/// 1 MiB streaming, the figures the peers' programs measure, after the bare
+/// ping-pong of the sweep's reference row: each round's latency row carries its
+/// ratio to the reference of the same round, so that drift of the machine between
+/// rounds shows as spread of the ratio rather than as bias. Rank 0 returns the rows.
 pub fn peer_round(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostError> {
     pin(boot.rank);
+    let bare = bare_latency(boot, fabric, sw)?;
     let mut g = gamma_pair(boot, fabric)?;
     let lat = gamma_latency(&mut g, 8, sw.iters(20_000), true)?;
     let bw = gamma_stream(&mut g, 1 << 20, sw.rounds(20))?;
@@ -935,17 +958,28 @@ pub fn peer_round(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, Ho
         return Ok(Vec::new());
     }
     let name = fabric.name();
+    let reference = latency_row(
+        name,
+        &format!("{PEER_ROUNDS}{}", bare_name(fabric)),
+        8,
+        bare,
+        1.0,
+    );
+    let reference = Row {
+        ratio: Some(1.0),
+        ..reference
+    };
+    let volley = latency_row(
+        name,
+        &format!("{PEER_ROUNDS}latency, one-way, send_flowctl"),
+        8,
+        lat,
+        reference.median,
+    );
+    // The bare path first, as it was measured.
     Ok(vec![
-        Row {
-            ratio: None,
-            ..latency_row(
-                name,
-                &format!("{PEER_ROUNDS}latency, one-way, send_flowctl"),
-                8,
-                lat,
-                1.0,
-            )
-        },
+        reference,
+        volley,
         bandwidth_row(
             name,
             &format!("{PEER_ROUNDS}bandwidth, streaming, isend_flowctl"),
@@ -957,26 +991,33 @@ pub fn peer_round(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, Ho
 }
 
 /// Rows measured in several rounds folded into one per (fabric, test, size): the
-/// median, 90th and 99th percentiles of the rounds' medians, in first-seen order.
+/// median, 90th and 99th percentiles of the rounds' medians, in first-seen order;
+/// the median of the rounds' ratios where every round has one.
 pub fn over_rounds(rows: &[Row]) -> Vec<Row> {
-    let mut out: Vec<(Row, Vec<f64>)> = Vec::new();
+    let mut out: Vec<(Row, Vec<f64>, Option<Vec<f64>>)> = Vec::new();
     for r in rows {
         match out
             .iter_mut()
-            .find(|(o, _)| o.fabric == r.fabric && o.test == r.test && o.bytes == r.bytes)
+            .find(|(o, ..)| o.fabric == r.fabric && o.test == r.test && o.bytes == r.bytes)
         {
-            Some((_, v)) => v.push(r.median),
-            None => out.push((r.clone(), vec![r.median])),
+            Some((_, v, q)) => {
+                v.push(r.median);
+                match (q.as_mut(), r.ratio) {
+                    (Some(q), Some(x)) => q.push(x),
+                    _ => *q = None,
+                }
+            }
+            None => out.push((r.clone(), vec![r.median], r.ratio.map(|x| vec![x]))),
         }
     }
     out.into_iter()
-        .map(|(r, v)| {
+        .map(|(r, v, q)| {
             let (median, p90, p99) = stats(v);
             Row {
                 median,
                 p90,
                 p99,
-                ratio: None,
+                ratio: q.map(|q| stats(q).0),
                 ..r
             }
         })
@@ -989,7 +1030,12 @@ pub fn over_rounds(rows: &[Row]) -> Vec<Row> {
 pub fn ratios_to_peers(rows: &mut [Row]) {
     // Per fabric, Volley's rows first.
     rows.sort_by_key(|r| (r.fabric.clone(), !is_volley(r)));
-    let ours: Vec<Row> = rows.iter().filter(|r| is_volley(r)).cloned().collect();
+    // Volley's own rows, not the bare references measured in the same rounds.
+    let ours: Vec<Row> = rows
+        .iter()
+        .filter(|r| is_volley(r) && !r.test.contains("reference: "))
+        .cloned()
+        .collect();
     for r in rows.iter_mut().filter(|r| !is_volley(r)) {
         r.ratio = ours
             .iter()
