@@ -274,22 +274,32 @@ fn peer_rounds_rows_are_named_apart_from_the_sweep() {
     keys.sort();
     keys.dedup();
     assert_eq!(keys.len(), n, "rows named alike:\n{text}");
-    let row = |test: &str| {
+    let row = |test: &str, bytes: &str| {
         rows.iter()
-            .find(|r| &r[1] == test)
-            .unwrap_or_else(|| panic!("no {test}:\n{text}"))
+            .find(|r| &r[1] == test && &r[2] == bytes)
+            .unwrap_or_else(|| panic!("no {test} of {bytes} B:\n{text}"))
     };
     let num = |r: &csv::StringRecord, i: usize| r[i].parse::<f64>().unwrap();
-    let lat = row("Volley in peer rounds: latency, one-way, send_flowctl");
-    row("Volley in peer rounds: bandwidth, streaming, isend_flowctl");
+    let mib = "1048576";
+    let lat = row("Volley in peer rounds: latency, one-way, send_flowctl", "8");
+    row(
+        "Volley in peer rounds: bandwidth, streaming, isend_flowctl",
+        mib,
+    );
     // The bare path, measured in the same rounds: Volley's latency carries the
     // median of the rounds' ratios to it.
-    let bare = row("Volley in peer rounds: reference: bare flag ping-pong");
+    let bare = row("Volley in peer rounds: reference: bare flag ping-pong", "8");
     assert_eq!(num(bare, 7), 1.0, "{text}");
     assert!(num(lat, 7) > 0.0, "{text}");
-    // Each peer's ratio is to Volley's latency in the rounds, not to the bare path
-    // measured beside it.
-    let mpich = row("MPICH MPI_Send/MPI_Recv ping-pong");
-    let want = num(lat, 4) / num(mpich, 4);
-    assert!((num(mpich, 7) - want).abs() <= want * 1e-3, "{text}");
+    // Each peer's ratio is to Volley's latency of the same size in the rounds, not
+    // to the bare path measured beside it: 8 B and 1 MiB ping-pongs.
+    for bytes in ["8", mib] {
+        let ours = row(
+            "Volley in peer rounds: latency, one-way, send_flowctl",
+            bytes,
+        );
+        let mpich = row("MPICH MPI_Send/MPI_Recv ping-pong", bytes);
+        let want = num(ours, 4) / num(mpich, 4);
+        assert!((num(mpich, 7) - want).abs() <= want * 1e-3, "{text}");
+    }
 }

@@ -941,8 +941,8 @@ fn gamma_stream(
 /// of the same tests, and a reader of the CSV or JSON must tell them apart.
 pub const PEER_ROUNDS: &str = "Volley in peer rounds: ";
 
-/// `volley bench --peers`, Volley's part of one round: 8-byte one-way latency and
-/// 1 MiB streaming, the figures the peers' programs measure, after the bare
+/// `volley bench --peers`, Volley's part of one round: 8-byte and 1 MiB one-way
+/// latency and 1 MiB streaming, the figures the peers' programs measure, after the bare
 /// ping-pong of the sweep's reference row: each round's latency row carries its
 /// ratio to the reference of the same round, so that drift of the machine between
 /// rounds shows as spread of the ratio rather than as bias. Rank 0 returns the rows.
@@ -951,6 +951,7 @@ pub fn peer_round(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, Ho
     let bare = bare_latency(boot, fabric, sw)?;
     let mut g = gamma_pair(boot, fabric)?;
     let lat = gamma_latency(&mut g, 8, sw.iters(20_000), true)?;
+    let lat_mib = gamma_latency(&mut g, 1 << 20, sw.iters(200), true)?;
     let bw = gamma_stream(&mut g, 1 << 20, sw.rounds(20))?;
     g.sync()?;
     g.exit();
@@ -977,9 +978,21 @@ pub fn peer_round(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, Ho
         reference.median,
     );
     // The bare path first, as it was measured.
+    // No bare path of that size is measured: no ratio.
+    let volley_mib = Row {
+        ratio: None,
+        ..latency_row(
+            name,
+            &format!("{PEER_ROUNDS}latency, one-way, send_flowctl"),
+            1 << 20,
+            lat_mib,
+            1.0,
+        )
+    };
     Ok(vec![
         reference,
         volley,
+        volley_mib,
         bandwidth_row(
             name,
             &format!("{PEER_ROUNDS}bandwidth, streaming, isend_flowctl"),

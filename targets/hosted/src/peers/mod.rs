@@ -1,6 +1,7 @@
 //! `volley bench --peers`: MPICH and UCX measured on this machine beside Volley, in
 //! interleaved rounds. MPICH runs a bundled MPI ping-pong ([`MPI_PINGPONG`], built
-//! with `mpicc.mpich`); UCX runs `ucx_perftest` (`ucp_am_lat`, `tag_bw`) over
+//! with `mpicc.mpich`); UCX runs `ucx_perftest` (`ucp_am_lat` at 8 B and 1 MiB,
+//! `tag_bw`) over
 //! `posix,self` (beside `shm`) and `tcp` (beside `udp`). A peer that is not installed
 //! is named, with its Debian package, and skipped.
 //!
@@ -15,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use crate::bench::Row;
 
-/// The MPI side: 8-byte one-way latency and 1 MiB streaming, as Volley's rows.
+/// The MPI side: 8-byte and 1 MiB one-way latency and 1 MiB streaming, as Volley's
+/// rows.
 pub const MPI_PINGPONG: &str = include_str!("mpi_pingpong.c");
 /// The MPI side of the collective rows: `MPI_Barrier`, `MPI_Bcast`.
 pub const MPI_COLL: &str = include_str!("mpi_coll.c");
@@ -82,13 +84,18 @@ impl Peers {
         }
         if let Some(ucx) = &self.ucx {
             let tls = if fabric == "shm" { "posix,self" } else { "tcp" };
-            for (test, bytes, n) in [("ucp_am_lat", 8, iters), ("tag_bw", 1 << 20, rounds * 32)] {
+            let tests = [
+                ("ucp_am_lat", 8, iters),
+                ("ucp_am_lat", 1 << 20, (iters / 100).max(1)),
+                ("tag_bw", 1 << 20, rounds * 32),
+            ];
+            for (test, bytes, n) in tests {
                 match ucx_perftest(ucx, tls, test, bytes, n) {
                     Ok(v) => rows.push(Row {
                         fabric: fabric.into(),
                         test: format!("UCX {test}, UCX_TLS={tls}"),
                         bytes,
-                        unit: if bytes == 8 { "us" } else { "MB/s" }.into(),
+                        unit: if test.ends_with("lat") { "us" } else { "MB/s" }.into(),
                         median: v,
                         p90: v,
                         p99: v,
@@ -167,7 +174,7 @@ fn wait_bounded(mut child: Child, limit: Duration) -> Result<Output, String> {
 /// The MPI program under `mpiexec.mpich -n 2`: rows for latency and bandwidth.
 fn mpich(prog: &Path, exec: &Path, iters: usize, rounds: usize) -> Result<Vec<Row>, String> {
     let args = [iters.to_string(), rounds.to_string()];
-    run_mpi(exec, prog, 2, &args, 2, |what| match what {
+    run_mpi(exec, prog, 2, &args, 3, |what| match what {
         "lat" => Some(("MPICH MPI_Send/MPI_Recv ping-pong".into(), "us")),
         "bw" => Some(("MPICH MPI_Isend window of 32".into(), "MB/s")),
         _ => None,
@@ -299,7 +306,11 @@ fn ucx_perftest(exe: &Path, tls: &str, test: &str, bytes: usize, n: usize) -> Re
                 .filter_map(|x| x.parse().ok())
                 .collect();
             if v.len() >= 6 {
-                return Ok(if bytes == 8 { v[1] } else { v[4] * 1.048_576 });
+                return Ok(if test.ends_with("lat") {
+                    v[1]
+                } else {
+                    v[4] * 1.048_576
+                });
             }
         }
         last = String::from_utf8_lossy(&out.stderr).trim().to_string();

@@ -1,8 +1,9 @@
-/* The MPI side of `volley bench --peers`: 8-byte one-way latency (half a blocking
- * ping-pong, per iteration) and 1 MiB streaming bandwidth (a window of 32
- * non-blocking sends, then a 4-byte ack, per round), as the OSU benchmarks measure
- * them. Rank 0 prints "lat <bytes> <median> <p90> <p99>" in microseconds and
- * "bw <bytes> <median> <p90> <p99>" in MB/s. Usage: mpi_pingpong ITERS ROUNDS */
+/* The MPI side of `volley bench --peers`: 8-byte and 1 MiB one-way latency (half a
+ * blocking ping-pong, per iteration; 1 MiB takes ITERS / 100 iterations, the OSU
+ * proportion) and 1 MiB streaming bandwidth (a window of 32 non-blocking sends, then
+ * a 4-byte ack, per round), as the OSU benchmarks measure them. Rank 0 prints
+ * "lat <bytes> <median> <p90> <p99>" in microseconds and "bw <bytes> <median> <p90>
+ * <p99>" in MB/s. Usage: mpi_pingpong ITERS ROUNDS */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,25 +30,30 @@ int main(int argc, char **argv) {
         if (rank == 0) fprintf(stderr, "mpi_pingpong: 2 ranks, ITERS >= 1, ROUNDS >= 1\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    int peer = 1 - rank, warm = iters / 10 + 1;
+    int peer = 1 - rank;
     char small[8] = {0};
-    double *lat = malloc(sizeof(double) * iters);
-    for (int i = 0; i < warm + iters; i++) {
-        double t0 = MPI_Wtime();
-        if (rank == 0) {
-            MPI_Send(small, 8, MPI_CHAR, peer, 1, MPI_COMM_WORLD);
-            MPI_Recv(small, 8, MPI_CHAR, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            if (i >= warm) lat[i - warm] = (MPI_Wtime() - t0) * 1e6 / 2;
-        } else {
-            MPI_Recv(small, 8, MPI_CHAR, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            MPI_Send(small, 8, MPI_CHAR, peer, 1, MPI_COMM_WORLD);
-        }
-    }
-    if (rank == 0) report("lat", 8, lat, iters);
-
     enum { WINDOW = 32, LEN = 1 << 20 };
     char *big = malloc((size_t)LEN * WINDOW);
     memset(big, rank + 1, (size_t)LEN * WINDOW);
+    double *lat = malloc(sizeof(double) * iters);
+    for (int big_msg = 0; big_msg < 2; big_msg++) {
+        int len = big_msg ? LEN : 8, n = big_msg ? (iters / 100 > 0 ? iters / 100 : 1) : iters;
+        char *buf = big_msg ? big : small;
+        int warm = n / 10 + 1;
+        for (int i = 0; i < warm + n; i++) {
+            double t0 = MPI_Wtime();
+            if (rank == 0) {
+                MPI_Send(buf, len, MPI_CHAR, peer, 1, MPI_COMM_WORLD);
+                MPI_Recv(buf, len, MPI_CHAR, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                if (i >= warm) lat[i - warm] = (MPI_Wtime() - t0) * 1e6 / 2;
+            } else {
+                MPI_Recv(buf, len, MPI_CHAR, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Send(buf, len, MPI_CHAR, peer, 1, MPI_COMM_WORLD);
+            }
+        }
+        if (rank == 0) report("lat", len, lat, n);
+    }
+
     MPI_Request req[WINDOW];
     MPI_Status st[WINDOW];
     double *bw = malloc(sizeof(double) * rounds);
