@@ -14,7 +14,9 @@ use bitflags::bitflags;
 use crc::{Crc, CRC_32_ISCSI};
 
 mod tag;
-pub use tag::{tag, tag_parts, LONG_TAG_FROM, TAG_LEN};
+#[cfg(feature = "std")]
+pub use tag::use_polyval;
+pub use tag::{tag, tag_parts, PolyvalFn, LONG_TAG_FROM, TAG_LEN};
 
 /// The wire version this build speaks.
 pub const VERSION: u8 = 1;

@@ -196,6 +196,8 @@ fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
 /// Time to compute the authentication tag of one frame carrying `len` bytes, in
 /// batches of frames (microseconds per frame).
 fn tag_cost(len: usize, batches: usize) -> Vec<f64> {
+    // As the engines tag (see `node`).
+    crate::clmul::install();
     let key = [7u8; 16];
     let mut h = [0u8; volley_core::wire::HEADER_LEN];
     let payload = pattern(0, 0, len);

@@ -7,6 +7,7 @@
 //!   [`xdp`] for `AF_XDP`), behind [`HostDevice`];
 //! - [`node`]: a GAMMA process on them; [`lfc`]: an LFC process, its options and its
 //!   interrupts (a progress thread with the polling watchdog);
+//! - [`clmul`]: POLYVAL with 256-bit carry-less multiplication for long frame tags;
 //! - [`launcher`]: `volley run`;
 //! - [`programs`]: the demo, the benchmark and the test programs the `volley` command runs.
 
@@ -15,6 +16,7 @@ use std::fmt;
 pub mod bench;
 pub mod bootstrap;
 pub mod cheetah;
+pub mod clmul;
 pub mod clock;
 pub mod direct;
 pub mod eth;
