@@ -75,7 +75,7 @@ mod x86 {
         _mm_set_epi64x(0xc200_0000_0000_0000_u64 as i64, 1)
     }
 
-    /// (hi, lo) = hi * x^128 + lo, times x^-128, modulo the field polynomial.
+    /// `hi` * x^128 + `lo`, times x^-128, modulo the field polynomial.
     #[inline]
     #[target_feature(enable = "pclmulqdq")]
     fn reduce(lo: __m128i, hi: __m128i) -> __m128i {
@@ -159,6 +159,7 @@ mod x86 {
             }
             let mut strides = p.chunks_exact(16 * STRIDE);
             for c in &mut strides {
+                // (`chunks_exact`: always a whole stride.)
                 let c: &[u8; 16 * STRIDE] = c.try_into().unwrap_or(&[0; 16 * STRIDE]);
                 let mut lo = _mm256_setzero_si256();
                 let mut hi = _mm256_setzero_si256();
