@@ -790,6 +790,9 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
     if let (HostDevice::Udp(d), true) = (g.device(), me0) {
         progress(&d.shape().describe());
     }
+    if fabric != Fabric::Shm && me0 {
+        progress(crate::clmul::describe());
+    }
     let me = g.my_node();
     let sizes = [0usize, 8, 64, 512, 4096, 32_768, 262_144, 1 << 20];
     for (reliable, label) in [(true, "send_flowctl"), (false, "send")] {

@@ -30,6 +30,15 @@ pub fn install() {
     }
 }
 
+/// Which code hashes long tags on this CPU, in words (the benchmark prints it).
+pub fn describe() -> &'static str {
+    if available() {
+        "long frame tags: POLYVAL two blocks per VPCLMULQDQ"
+    } else {
+        "long frame tags: aws-lc's AES-GCM-SIV (no VPCLMULQDQ on this CPU)"
+    }
+}
+
 /// Whether this CPU runs [`polyval`] with `VPCLMULQDQ`.
 pub fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
