@@ -695,7 +695,7 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
             let bw = tcp_stream(boot, 1 << 20, 32, sw.rounds(20))?;
             (bare_latency(boot, fabric, sw)?, Some(bw))
         }
-        // Both on one opening of the device, as [`bare_latency`] measures the first.
+        // Both on one opening of the device (the ping-pong as `bare_latency` runs it).
         Fabric::Eth => {
             let off = crate::eth::XdpSetting::Off;
             let (lat, bw, _) = eth_reference(boot, 8, sw.iters(20_000), sw.rounds(20), off)?;
@@ -982,7 +982,6 @@ pub fn peer_round(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, Ho
         lat,
         reference.median,
     );
-    // The bare path first, as it was measured.
     // No bare path of that size is measured: no ratio.
     let volley_mib = Row {
         ratio: None,
@@ -994,6 +993,7 @@ pub fn peer_round(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, Ho
             1.0,
         )
     };
+    // The bare path first, as it was measured.
     Ok(vec![
         reference,
         volley,

@@ -1,9 +1,8 @@
 //! `volley bench --peers`: MPICH and UCX measured on this machine beside Volley, in
 //! interleaved rounds. MPICH runs a bundled MPI ping-pong ([`MPI_PINGPONG`], built
 //! with `mpicc.mpich`); UCX runs `ucx_perftest` (`ucp_am_lat` at 8 B and 1 MiB,
-//! `tag_bw`) over
-//! `posix,self` (beside `shm`) and `tcp` (beside `udp`). A peer that is not installed
-//! is named, with its Debian package, and skipped.
+//! `tag_bw`) over `posix,self` (beside `shm`) and `tcp` (beside `udp`). A peer that is
+//! not installed is named, with its Debian package, and skipped.
 //!
 //! Each peer's processes are pinned as Volley's ranks are ([`crate::programs::pin`]):
 //! process *r* on core *r*, so that both sides cross the same pair of cores and a
