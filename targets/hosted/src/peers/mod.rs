@@ -326,8 +326,21 @@ mod tests {
         assert_eq!(hydra_binding(2, 16), "user:0,1");
         assert_eq!(hydra_binding(4, 2), "user:0,1,0,1");
         assert_eq!(hydra_binding(1, 1), "user:0");
-        // A child started through `pinned` may run on its one core alone.
+        // A child started through `pinned` may run on its one core alone (where this
+        // process may use that core: under a narrower CPU set, as `pin`, it is not
+        // pinned).
+        // SAFETY: a zeroed cpu_set_t is a valid empty set that sched_getaffinity fills.
+        let allowed = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+            set
+        };
         for rank in [0, 1] {
+            // SAFETY: reads a bit of a valid set.
+            if !unsafe { libc::CPU_ISSET(rank % cpus(), &allowed) } {
+                eprintln!("core {} is outside this process's CPU set", rank % cpus());
+                continue;
+            }
             let out = pinned(Command::new("sh"), rank)
                 .args(["-c", "grep Cpus_allowed_list /proc/self/status"])
                 .output()
