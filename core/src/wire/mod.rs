@@ -16,7 +16,7 @@ use crc::{Crc, CRC_32_ISCSI};
 mod tag;
 #[cfg(feature = "std")]
 pub use tag::use_polyval;
-pub use tag::{tag, tag_parts, PolyvalFn, LONG_TAG_FROM, TAG_LEN};
+pub use tag::{block_runs, tag, tag_parts, PolyvalFn, LONG_TAG_FROM, TAG_LEN};
 
 /// The wire version this build speaks.
 pub const VERSION: u8 = 1;

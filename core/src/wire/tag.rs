@@ -303,10 +303,19 @@ fn siv_tag(mut s: [u8; 16], nonce: &[u8; 12], enc: &[u8; 16]) -> [u8; TAG_LEN] {
 /// POLYVAL as [`PolyvalFn`] says, with the `polyval` crate.
 fn portable_polyval(auth: &[u8; 16], aad: &[&[u8]], lens: &[u8; 16]) -> [u8; 16] {
     let mut pv = Polyval::new(auth.into());
-    // The pieces as one stream of 16-byte blocks, the last one zero-padded.
+    block_runs(aad, |run| pv.update_padded(run));
+    pv.update(&[(*lens).into()]);
+    pv.finalize().into()
+}
+
+/// `pieces` laid end to end as one stream of 16-byte blocks, the last one
+/// zero-padded, handed to `f` in order as runs of whole blocks: each piece's own
+/// blocks in one run, and a block that straddles pieces (or the padded last one) as
+/// a run of its own. What a POLYVAL of pieces needs ([`PolyvalFn`]).
+pub fn block_runs(pieces: &[&[u8]], mut f: impl FnMut(&[u8])) {
     let mut carry = [0u8; 16];
     let mut held = 0;
-    for piece in aad {
+    for piece in pieces {
         let mut p = *piece;
         if held > 0 {
             let take = p.len().min(16 - held);
@@ -316,19 +325,19 @@ fn portable_polyval(auth: &[u8; 16], aad: &[&[u8]], lens: &[u8; 16]) -> [u8; 16]
             if held < 16 {
                 continue;
             }
-            pv.update(&[carry.into()]);
+            f(&carry);
         }
         let whole = p.len() / 16 * 16;
-        pv.update_padded(&p[..whole]);
+        if whole > 0 {
+            f(&p[..whole]);
+        }
         carry[..p.len() - whole].copy_from_slice(&p[whole..]);
         held = p.len() - whole;
     }
     if held > 0 {
         carry[held..].fill(0);
-        pv.update(&[carry.into()]);
+        f(&carry);
     }
-    pv.update(&[(*lens).into()]);
-    pv.finalize().into()
 }
 
 /// The hosted long tag through aws-lc (contiguous payloads), with the derived keys
@@ -550,6 +559,27 @@ mod tests {
             );
             if len != DECLINED {
                 assert!(CALLS.load(Ordering::SeqCst) >= before + 2, "{len} bytes");
+            }
+        }
+    }
+
+    /// [`block_runs`] hands out exactly the pieces' bytes, zero-padded to whole
+    /// blocks, in runs of whole blocks, wherever the pieces are cut.
+    #[test]
+    fn block_runs_are_the_padded_stream_in_whole_blocks() {
+        let data: Vec<u8> = (0..100u8).map(|i| i.wrapping_mul(37) | 1).collect();
+        for len in 0..data.len() {
+            for a in 0..=len.min(40) {
+                let b = (a + 17).min(len);
+                let pieces = [&data[..a], &[][..], &data[a..b], &data[b..len]];
+                let mut got = Vec::new();
+                block_runs(&pieces, |r| {
+                    assert!(!r.is_empty() && r.len() % 16 == 0, "run of {}", r.len());
+                    got.extend_from_slice(r);
+                });
+                let mut want = data[..len].to_vec();
+                want.resize(len.div_ceil(16) * 16, 0);
+                assert_eq!(got, want, "len {len}, cuts {a} {b}");
             }
         }
     }

@@ -138,6 +138,53 @@ mod x86 {
         unsafe { _mm_loadu_si128(x.as_ptr() as *const __m128i) }
     }
 
+    /// The running sum `s` after the whole blocks of `data` (a multiple of 16 bytes):
+    /// strides of [`STRIDE`] blocks against the powers (`pairs`, and for Karatsuba
+    /// `kpairs`), then block by block.
+    #[target_feature(enable = "avx2,pclmulqdq,vpclmulqdq")]
+    fn run(
+        mut s: __m128i,
+        data: &[u8],
+        h1: __m128i,
+        pairs: &[__m256i; STRIDE / 2],
+        kpairs: &[__m256i; STRIDE / 2],
+    ) -> __m128i {
+        let mut strides = data.chunks_exact(16 * STRIDE);
+        for c in &mut strides {
+            // (`chunks_exact`: always a whole stride.)
+            let c: &[u8; 16 * STRIDE] = c.try_into().unwrap_or(&[0; 16 * STRIDE]);
+            let mut lo = _mm256_setzero_si256();
+            let mut hi = _mm256_setzero_si256();
+            let mut mid = _mm256_setzero_si256();
+            for (i, (pair, kp)) in pairs.iter().zip(kpairs).enumerate() {
+                // SAFETY: bytes 32i..32i+32 of the 256-byte stride; unaligned.
+                let mut d = unsafe { _mm256_loadu_si256(c.as_ptr().add(32 * i) as *const __m256i) };
+                if i == 0 {
+                    // The sum so far joins the stride's first block.
+                    d = _mm256_xor_si256(d, _mm256_zextsi128_si256(s));
+                }
+                lo = _mm256_xor_si256(lo, _mm256_clmulepi64_epi128(d, *pair, 0x00));
+                hi = _mm256_xor_si256(hi, _mm256_clmulepi64_epi128(d, *pair, 0x11));
+                let dk = _mm256_xor_si256(d, _mm256_shuffle_epi32(d, 0x4e));
+                mid = _mm256_xor_si256(mid, _mm256_clmulepi64_epi128(dk, *kp, 0x00));
+            }
+            // (a0 + a1)(b0 + b1) - a0 b0 - a1 b1: the cross terms.
+            let mid = _mm256_xor_si256(mid, _mm256_xor_si256(lo, hi));
+            // The two lanes' sums, then the middle terms into both halves.
+            let fold = |v: __m256i| {
+                _mm_xor_si128(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1))
+            };
+            let (lo, hi, mid) = (fold(lo), fold(hi), fold(mid));
+            let lo = _mm_xor_si128(lo, _mm_slli_si128(mid, 8));
+            let hi = _mm_xor_si128(hi, _mm_srli_si128(mid, 8));
+            s = reduce(lo, hi);
+        }
+        for b in strides.remainder().chunks_exact(16) {
+            s = one(s, b.try_into().unwrap_or(&[0; 16]), h1);
+        }
+        s
+    }
+
     /// [`super::polyval`] on a CPU with AVX2, PCLMULQDQ and VPCLMULQDQ.
     #[target_feature(enable = "avx2,pclmulqdq,vpclmulqdq")]
     pub(super) fn polyval(h: &[u8; 16], pieces: &[&[u8]], last: &[u8; 16]) -> [u8; 16] {
@@ -157,64 +204,7 @@ mod x86 {
         });
 
         let mut s = _mm_setzero_si128();
-        let mut carry = [0u8; 16];
-        let mut held = 0usize;
-        for piece in pieces {
-            let mut p: &[u8] = piece;
-            if held > 0 {
-                let take = p.len().min(16 - held);
-                carry[held..held + take].copy_from_slice(&p[..take]);
-                held += take;
-                p = &p[take..];
-                if held < 16 {
-                    continue;
-                }
-                s = one(s, &carry, h1);
-            }
-            let mut strides = p.chunks_exact(16 * STRIDE);
-            for c in &mut strides {
-                // (`chunks_exact`: always a whole stride.)
-                let c: &[u8; 16 * STRIDE] = c.try_into().unwrap_or(&[0; 16 * STRIDE]);
-                let mut lo = _mm256_setzero_si256();
-                let mut hi = _mm256_setzero_si256();
-                let mut mid = _mm256_setzero_si256();
-                for (i, (pair, kp)) in pairs.iter().zip(&kpairs).enumerate() {
-                    // SAFETY: bytes 32i..32i+32 of the 256-byte stride; unaligned.
-                    let mut d =
-                        unsafe { _mm256_loadu_si256(c.as_ptr().add(32 * i) as *const __m256i) };
-                    if i == 0 {
-                        // The sum so far joins the stride's first block.
-                        d = _mm256_xor_si256(d, _mm256_zextsi128_si256(s));
-                    }
-                    lo = _mm256_xor_si256(lo, _mm256_clmulepi64_epi128(d, *pair, 0x00));
-                    hi = _mm256_xor_si256(hi, _mm256_clmulepi64_epi128(d, *pair, 0x11));
-                    let dk = _mm256_xor_si256(d, _mm256_shuffle_epi32(d, 0x4e));
-                    mid = _mm256_xor_si256(mid, _mm256_clmulepi64_epi128(dk, *kp, 0x00));
-                }
-                // (a0 + a1)(b0 + b1) - a0 b0 - a1 b1: the cross terms.
-                let mid = _mm256_xor_si256(mid, _mm256_xor_si256(lo, hi));
-                // The two lanes' sums, then the middle terms into both halves.
-                let fold = |v: __m256i| {
-                    _mm_xor_si128(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1))
-                };
-                let (lo, hi, mid) = (fold(lo), fold(hi), fold(mid));
-                let lo = _mm_xor_si128(lo, _mm_slli_si128(mid, 8));
-                let hi = _mm_xor_si128(hi, _mm_srli_si128(mid, 8));
-                s = reduce(lo, hi);
-            }
-            let rest = strides.remainder();
-            let mut blocks = rest.chunks_exact(16);
-            for b in &mut blocks {
-                s = one(s, b.try_into().unwrap_or(&[0; 16]), h1);
-            }
-            let tail = blocks.remainder();
-            carry[..tail.len()].copy_from_slice(tail);
-            held = tail.len();
-        }
-        if held > 0 {
-            carry[held..].fill(0);
-            s = one(s, &carry, h1);
-        }
+        volley_core::wire::block_runs(pieces, |r| s = run(s, r, h1, &pairs, &kpairs));
         s = one(s, last, h1);
         let mut out = [0u8; 16];
         // SAFETY: 16 writable bytes; the store may be unaligned.
