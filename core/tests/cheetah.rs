@@ -442,21 +442,13 @@ fn a_target_that_computes_after_a_put_or_a_get_is_not_declared_dead() {
     // Node 1 saw its bell and computes; node 0 goes on polling.
     common::only(&mut sim, 0, 40);
     let e = sim.nodes[0].engine();
-    assert_eq!(
-        e.stats().peers_failed,
-        0,
-        "seed {seed:#x}: node 1 taken for dead"
-    );
+    common::none_taken_for_dead(e, seed, 1);
     assert_eq!(e.rma_pending(), 0, "seed {seed:#x}");
     // A get: node 0 has its data and computes; node 1, which served it, polls on.
     sim.nodes[0].get(1, DATA, DATA + 64, 8, bell(2), 0).unwrap();
     until(&mut sim, 1, |nodes, _| bell_of(&mut nodes[0], 2) == 1);
     common::only(&mut sim, 1, 40);
     let e = sim.nodes[1].engine();
-    assert_eq!(
-        e.stats().peers_failed,
-        0,
-        "seed {seed:#x}: node 0 taken for dead"
-    );
+    common::none_taken_for_dead(e, seed, 0);
     assert!(e.is_quiescent(), "seed {seed:#x}");
 }

@@ -476,10 +476,6 @@ fn a_process_that_computes_after_a_fetch_and_add_is_not_declared_dead() {
     // Node 0 computes; node 1, the owner, goes on polling for 40 s.
     common::only(&mut sim, 1, 40);
     let e = sim.nodes[1].engine();
-    assert_eq!(
-        e.stats().peers_failed,
-        0,
-        "seed {seed:#x}: node 0 taken for dead"
-    );
+    common::none_taken_for_dead(e, seed, 0);
     assert!(e.is_quiescent(), "seed {seed:#x}");
 }

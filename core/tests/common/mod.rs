@@ -74,6 +74,15 @@ pub fn launch_garbage(
     Some(true)
 }
 
+/// Asserts that engine `e` took no peer for dead while node `peer` computed.
+pub fn none_taken_for_dead(e: &Engine<'_>, seed: u64, peer: usize) {
+    assert_eq!(
+        e.stats().peers_failed,
+        0,
+        "seed {seed:#x}: node {peer} taken for dead"
+    );
+}
+
 /// Runs only node `who` of `sim` for `secs` seconds of virtual time: the others
 /// compute and never call in.
 pub fn only<N: volley_core::sim::SimNode>(
