@@ -463,8 +463,11 @@ impl Device for Doorbells {
     fn board_receive(
         &mut self,
         now: Instant,
-        take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
+        take: &mut dyn FnMut(NodeAddr, &[u8]) -> volley_core::phy::BoardTake,
     ) -> bool {
         self.nic.board_receive(now, take)
+    }
+    fn board_unread(&mut self) -> bool {
+        self.nic.board_unread()
     }
 }

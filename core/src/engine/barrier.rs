@@ -156,7 +156,8 @@ impl<'a> Engine<'a> {
         if self.cfg.device_barrier && !self.bar.no_device && self.bar.round == 0 && !self.bar.sent {
             // No token travels behind our earlier frames: arrive once they landed.
             if !self.bar.drained {
-                if !self.sends_landed() {
+                // Our board's frames, too, unless a reader holds them back.
+                if !self.sends_landed() || dev.board_unread() {
                     return;
                 }
                 self.bar.drained = true;

@@ -511,7 +511,7 @@ impl<'a> Engine<'a> {
         if anyone && self.board_head == NONE && self.packet_board_fits(len) {
             self.bufs.pkts.tx[id.index()].len = len as u16;
             let op = self.board_packet_op(id, gid, len);
-            if self.write_board(now, dev, &op, None).is_some() {
+            if self.write_board(now, dev, &op, None, None).is_some() {
                 // No reader left: the packet is free again.
                 self.bufs.pkts.tx[id.index()].user = false;
                 self.stats.board_now += 1;

@@ -429,9 +429,15 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// The assembly of message `msg_id` on channel `ci` (a board broadcast's, by
+    /// the root's broadcast number instead, is not one: see `rx_board_next`).
     pub(super) fn find_asm(&self, ci: usize, msg_id: u32, reliable: bool) -> Option<usize> {
         self.asms[..self.asm_hwm].iter().position(|a| {
-            a.used && a.chan == ci as u16 && a.msg_id == msg_id && a.reliable == reliable
+            a.used
+                && a.chan == ci as u16
+                && a.msg_id == msg_id
+                && a.reliable == reliable
+                && !(a.tree && a.shape == mcast::BOARD)
         })
     }
 

@@ -158,14 +158,19 @@ impl<'a> Engine<'a> {
         // of relays below it (see `reserve_tree`), so that broadcasts from every
         // root at once cannot take the buffers their relays need.
         let keep = if tree.is_some() { self.bcast_keep } else { 0 };
-        if let Some(b) = bcast_copy.filter(|_| numbered && self.board_fits(&g, total)) {
-            // Written once where every member reads it (see `board`), after our
-            // broadcasts waiting in the gate (see `fence`).
+        // Written once where every member reads it (see `board`), after our
+        // broadcasts waiting in the gate (see `fence`): a short copy in one frame,
+        // or the caller's bytes in as many frames as they take.
+        let copy_fits = bcast_copy.is_some() && self.board_fits(&g, total);
+        let board = numbered && (copy_fits || (bcast_copy.is_none() && self.board_takes(&g)));
+        if board {
             let held = self.must_hold(false);
             if held && !self.gate_room() {
                 return Err(Error::NoResources);
             }
-            op.eager = self.bufs.eager_copy(b, keep).ok_or(Error::NoResources)?;
+            if let Some(b) = bcast_copy {
+                op.eager = self.bufs.eager_copy(b, keep).ok_or(Error::NoResources)?;
+            }
             let Ok(pi) = self.alloc_op() else {
                 self.bufs.give_eager(op.eager);
                 return Err(Error::NoResources);

@@ -59,7 +59,7 @@ impl<'a> Engine<'a> {
             || self.cuts
             || self.board_head != NONE
         {
-            sent += self.transmit_queued(now, dev);
+            sent += self.transmit_queued(now, dev, ext);
         }
         let n = self.chan_hwm;
         if n == 0 {
@@ -89,7 +89,12 @@ impl<'a> Engine<'a> {
     /// What waits outside the channels: handlers' sends, gated broadcasts, fences
     /// to answer, cut streams, board broadcasts. Returns frames sent.
     #[inline(never)]
-    fn transmit_queued<D: Device>(&mut self, now: Instant, dev: &mut D) -> usize {
+    fn transmit_queued<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        ext: Option<&[u8]>,
+    ) -> usize {
         if self.outbox.len > 0 {
             self.start_queued();
         }
@@ -103,7 +108,7 @@ impl<'a> Engine<'a> {
             self.end_cuts();
         }
         if self.board_head != NONE {
-            return self.transmit_board(now, dev);
+            return self.transmit_board(now, dev, ext);
         }
         0
     }
@@ -708,7 +713,11 @@ fn frame_pieces<'b>(
 
 /// The payload of an operation: borrowed, in an eager buffer, or the `ext` of `poll`
 /// (`None` if that is missing or of the wrong length).
-fn op_body<'b>(o: &'b Op<'_>, bufs: &'b Bufs<'_>, ext: Option<&'b [u8]>) -> Option<&'b [u8]> {
+pub(super) fn op_body<'b>(
+    o: &'b Op<'_>,
+    bufs: &'b Bufs<'_>,
+    ext: Option<&'b [u8]>,
+) -> Option<&'b [u8]> {
     let len = (o.total as usize).saturating_sub(o.head_len as usize);
     if o.packet != NONE {
         return bufs.pkts.payload(o.packet).filter(|b| b.len() == len);

@@ -259,9 +259,13 @@ impl<D: Device, const BUF: usize> Device for FaultInjector<D, BUF> {
     fn board_receive(
         &mut self,
         now: Instant,
-        take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
+        take: &mut dyn FnMut(NodeAddr, &[u8]) -> super::BoardTake,
     ) -> bool {
         self.inner.board_receive(now, take)
+    }
+
+    fn board_unread(&mut self) -> bool {
+        self.inner.board_unread()
     }
 }
 

@@ -231,16 +231,34 @@ pub trait Device {
         false
     }
     /// Offers every other node's oldest unread board frame to `take`, with the
-    /// node's fabric address. A frame it takes (`true`) is consumed and the node's
-    /// next one offered; one it refuses stays, and holds back that node's later
-    /// frames until a later call. Returns whether any frame was taken.
+    /// node's fabric address. A frame it takes ([`BoardTake::Taken`]) is consumed
+    /// and the node's next one offered; one it refuses stays, and holds back that
+    /// node's later frames until a later call. Returns whether any frame was taken.
     fn board_receive(
         &mut self,
         _now: Instant,
-        _take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
+        _take: &mut dyn FnMut(NodeAddr, &[u8]) -> BoardTake,
     ) -> bool {
         false
     }
+    /// Whether a frame this node wrote into its board is still unread by a reader
+    /// that has not said it holds it back ([`BoardTake::Held`]): the NIC barrier
+    /// waits for the rest, as for acks of frames on the rings.
+    fn board_unread(&mut self) -> bool {
+        false
+    }
+}
+
+/// What a reader did with a board frame offered by [`Device::board_receive`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BoardTake {
+    /// Consumed: the next one may come.
+    Taken,
+    /// Refused for a moment (the engine is busy with another message).
+    Later,
+    /// Refused until the program acts (its port is not bound yet): its writer
+    /// need not wait for it before a barrier.
+    Held,
 }
 
 impl<D: Device> Device for &mut D {
@@ -290,9 +308,12 @@ impl<D: Device> Device for &mut D {
     fn board_receive(
         &mut self,
         now: Instant,
-        take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
+        take: &mut dyn FnMut(NodeAddr, &[u8]) -> BoardTake,
     ) -> bool {
         (**self).board_receive(now, take)
+    }
+    fn board_unread(&mut self) -> bool {
+        (**self).board_unread()
     }
     fn pool_slot(&self, i: usize) -> Option<&[u8]> {
         (**self).pool_slot(i)

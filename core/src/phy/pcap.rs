@@ -150,9 +150,13 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
     fn board_receive(
         &mut self,
         now: Instant,
-        take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
+        take: &mut dyn FnMut(NodeAddr, &[u8]) -> super::BoardTake,
     ) -> bool {
         self.inner.board_receive(now, take)
+    }
+
+    fn board_unread(&mut self) -> bool {
+        self.inner.board_unread()
     }
 
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {

@@ -26,7 +26,7 @@
 //! |-------:|-----:|------|
 //! | 0 | 64 | 8 fetch-and-add counters, u64 each, start at 0 |
 //! | 64 + s * ring_size | ring_size | the ring from node *s* to node *d* |
-//! | `B` = 64 + nodes * ring_size | `heads` = align64(8 nodes) | u64 *r*: frames of node *r*'s board that *d* has read |
+//! | `B` = 64 + nodes * ring_size | `heads` = align64(8 nodes) | u64 *r*: frames of node *r*'s board that *d* has read; bit 63 ([`HELD`]): *d* holds the next one back for its program |
 //! | `B + heads` | `BOARD_SLOTS * board_slot` | *d*'s broadcast board (`board_slot`: by default `min(slot_size, 4224)`, a 4 KiB broadcast with its headers; hosted `shm` takes 65664, a frame of 64 KiB) |
 //! | `P` = `B + heads + BOARD_SLOTS * board_slot` | `POOL_SLOTS * POOL_SLOT` | *d*'s send slots ([`POOL_SLOTS`] of [`POOL_SLOT`] bytes) |
 //!
@@ -126,7 +126,9 @@
 use core::fmt;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use volley_core::phy::{BarrierMembers, BarrierPoll, Capabilities, Device, RxToken, TxToken};
+use volley_core::phy::{
+    BarrierMembers, BarrierPoll, BoardTake, Capabilities, Device, RxToken, TxToken,
+};
 use volley_core::time::{Duration, Instant};
 use volley_core::NodeAddr;
 
@@ -145,6 +147,11 @@ pub const COUNTERS: usize = 8;
 pub const BARRIER_FANIN: u16 = 4;
 /// Slots in each node's broadcast board.
 pub const BOARD_SLOTS: u64 = 16;
+
+/// Bit of a reader's `heads` word: it holds the next frame of that board back
+/// until its program acts ([`BoardTake::Held`]); the writer's barrier need not wait
+/// for it. The count is in the other bits.
+pub const HELD: u64 = 1 << 63;
 /// Send slots in each node's NIC memory.
 pub const POOL_SLOTS: usize = 64;
 /// Bytes per send slot.
@@ -1021,7 +1028,7 @@ impl MyriNic {
                 let head = self
                     .region
                     .u64_at(self.boards.head(d, self.me))
-                    .map_or(0, |w| w.load(Ordering::Acquire));
+                    .map_or(0, |w| w.load(Ordering::Acquire) & !HELD);
                 // A head ahead of the tail is garbage: count the board as full.
                 let l = tail.wrapping_sub(head);
                 lag = lag.max(if l > BOARD_SLOTS { BOARD_SLOTS } else { l });
@@ -1042,7 +1049,22 @@ impl MyriNic {
             .find(|&d| {
                 self.region
                     .u64_at(self.boards.head(d, self.me))
-                    .is_ok_and(|w| w.load(Ordering::Acquire) == self.board_low)
+                    .is_ok_and(|w| w.load(Ordering::Acquire) & !HELD == self.board_low)
+            })
+    }
+
+    /// [`Device::board_unread`]: a reader still in the job that has neither read
+    /// every frame of our board nor said it holds the next one back.
+    fn board_waits_for_readers(&self) -> bool {
+        let tail = self.board_tail;
+        (0..self.geo.nodes)
+            .filter(|&d| d != self.me && self.state(d) == NodeState::Alive)
+            .any(|d| {
+                let w = self
+                    .region
+                    .u64_at(self.boards.head(d, self.me))
+                    .map_or(tail, |w| w.load(Ordering::Acquire));
+                w & HELD == 0 && w != tail
             })
     }
 
@@ -1067,7 +1089,11 @@ impl MyriNic {
     /// Hands `take` the frames on `root`'s board, in order, until it refuses one
     /// (left for the next call) or none is new: at most one pass over the board.
     #[inline(never)]
-    fn board_take(&mut self, root: u32, take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool) -> bool {
+    fn board_take(
+        &mut self,
+        root: u32,
+        take: &mut dyn FnMut(NodeAddr, &[u8]) -> BoardTake,
+    ) -> bool {
         let MyriNic {
             region,
             geo,
@@ -1099,13 +1125,20 @@ impl MyriNic {
                 .filter(|&l| l <= mtu)
                 .and_then(|l| region.bytes(slot + SLOT_HEADER, l).ok())
             {
-                Some(frame) => {
-                    if !take(NodeAddr(root as u16), frame) {
+                Some(frame) => match take(NodeAddr(root as u16), frame) {
+                    BoardTake::Taken => {
+                        stats.board_rx += 1;
+                        any = true;
+                    }
+                    refused => {
+                        // Said once per change: the writer's barrier reads it.
+                        let held = if refused == BoardTake::Held { HELD } else { 0 };
+                        if head.load(Ordering::Relaxed) != *next | held {
+                            head.store(*next | held, Ordering::Release);
+                        }
                         break;
                     }
-                    stats.board_rx += 1;
-                    any = true;
-                }
+                },
                 // An impossible length: skipped, like a ring's.
                 None => stats.corrupt += 1,
             }
@@ -1569,10 +1602,14 @@ impl Device for MyriNic {
         self.board_write(now, len, &mut |buf, _| fill(buf))
     }
 
+    fn board_unread(&mut self) -> bool {
+        self.board_waits_for_readers()
+    }
+
     fn board_receive(
         &mut self,
         _now: Instant,
-        take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
+        take: &mut dyn FnMut(NodeAddr, &[u8]) -> BoardTake,
     ) -> bool {
         // One load per board when nothing is new; the reading is out of line.
         let mut any = false;

@@ -844,7 +844,7 @@ fn bad_settings_are_one_line_naming_the_setting() {
         ),
         (
             &["worker", "attach"],
-            &[("VOLLEY_BCAST", "chain")],
+            &[("VOLLEY_BCAST", "star")],
             "VOLLEY_BCAST",
         ),
     ];

@@ -146,10 +146,17 @@ impl Device for HostDevice {
     fn board_receive(
         &mut self,
         now: Instant,
-        take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
+        take: &mut dyn FnMut(NodeAddr, &[u8]) -> volley_core::phy::BoardTake,
     ) -> bool {
         match self {
             HostDevice::Shm(d) => d.board_receive(now, take),
+            HostDevice::Udp(_) | HostDevice::Eth(_) => false,
+        }
+    }
+
+    fn board_unread(&mut self) -> bool {
+        match self {
+            HostDevice::Shm(d) => d.board_unread(),
             HostDevice::Udp(_) | HostDevice::Eth(_) => false,
         }
     }
@@ -262,15 +269,16 @@ pub fn device_barrier() -> Result<bool, HostError> {
 }
 
 /// `VOLLEY_BCAST`: the tree a reliable broadcast of up to 16 KiB travels down,
-/// `binomial` (the default), `binary` or `flat` (the root sends every copy). Every
-/// rank must agree.
+/// `binomial` (the default), `binary`, `chain` (each member passes it to the next)
+/// or `flat` (the root sends every copy). Every rank must agree.
 pub fn bcast_tree() -> Result<Option<Tree>, HostError> {
     match std::env::var("VOLLEY_BCAST").as_deref() {
         Err(_) | Ok("binomial") => Ok(Some(Tree::Binomial)),
         Ok("binary") => Ok(Some(Tree::Binary)),
+        Ok("chain") => Ok(Some(Tree::Chain)),
         Ok("flat") => Ok(None),
         Ok(v) => Err(HostError(format!(
-            "VOLLEY_BCAST={v}: expected binomial, binary or flat"
+            "VOLLEY_BCAST={v}: expected binomial, binary, chain or flat"
         ))),
     }
 }

@@ -590,9 +590,13 @@ impl Device for ShmDevice {
     fn board_receive(
         &mut self,
         now: Instant,
-        take: &mut dyn FnMut(NodeAddr, &[u8]) -> bool,
+        take: &mut dyn FnMut(NodeAddr, &[u8]) -> volley_core::phy::BoardTake,
     ) -> bool {
         self.nic.board_receive(now, take)
+    }
+
+    fn board_unread(&mut self) -> bool {
+        self.nic.board_unread()
     }
 
     fn pool_slot(&self, i: usize) -> Option<&[u8]> {
