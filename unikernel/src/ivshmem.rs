@@ -467,7 +467,7 @@ impl Device for Doorbells {
     ) -> bool {
         self.nic.board_receive(now, take)
     }
-    fn board_unread(&mut self) -> bool {
-        self.nic.board_unread()
+    fn board_unread(&mut self, now: Instant) -> bool {
+        self.nic.board_unread(now)
     }
 }

@@ -157,7 +157,7 @@ impl<'a> Engine<'a> {
             // No token travels behind our earlier frames: arrive once they landed.
             if !self.bar.drained {
                 // Our board's frames, too, unless a reader holds them back.
-                if !self.sends_landed() || dev.board_unread() {
+                if !self.sends_landed() || dev.board_unread(now) {
                     return;
                 }
                 self.bar.drained = true;

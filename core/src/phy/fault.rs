@@ -264,8 +264,8 @@ impl<D: Device, const BUF: usize> Device for FaultInjector<D, BUF> {
         self.inner.board_receive(now, take)
     }
 
-    fn board_unread(&mut self) -> bool {
-        self.inner.board_unread()
+    fn board_unread(&mut self, now: Instant) -> bool {
+        self.inner.board_unread(now)
     }
 }
 

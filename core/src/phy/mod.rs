@@ -241,10 +241,11 @@ pub trait Device {
     ) -> bool {
         false
     }
-    /// Whether a frame this node wrote into its board is still unread by a reader
-    /// that has not said it holds it back ([`BoardTake::Held`]): the NIC barrier
-    /// waits for the rest, as for acks of frames on the rings.
-    fn board_unread(&mut self) -> bool {
+    /// Whether a frame this node wrote into its board is still unread by a live
+    /// reader (see [`Device::peer_alive`]) that has not said it holds it back
+    /// ([`BoardTake::Held`]): the NIC barrier waits for the rest, as for acks of
+    /// frames on the rings.
+    fn board_unread(&mut self, _now: Instant) -> bool {
         false
     }
 }
@@ -312,8 +313,8 @@ impl<D: Device> Device for &mut D {
     ) -> bool {
         (**self).board_receive(now, take)
     }
-    fn board_unread(&mut self) -> bool {
-        (**self).board_unread()
+    fn board_unread(&mut self, now: Instant) -> bool {
+        (**self).board_unread(now)
     }
     fn pool_slot(&self, i: usize) -> Option<&[u8]> {
         (**self).pool_slot(i)

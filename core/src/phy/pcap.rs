@@ -155,8 +155,8 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
         self.inner.board_receive(now, take)
     }
 
-    fn board_unread(&mut self) -> bool {
-        self.inner.board_unread()
+    fn board_unread(&mut self, now: Instant) -> bool {
+        self.inner.board_unread(now)
     }
 
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {

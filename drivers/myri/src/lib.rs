@@ -1053,19 +1053,24 @@ impl MyriNic {
             })
     }
 
-    /// [`Device::board_unread`]: a reader still in the job that has neither read
-    /// every frame of our board nor said it holds the next one back.
-    fn board_waits_for_readers(&self) -> bool {
+    /// [`Device::board_unread`]: a live reader that has neither read every frame
+    /// of our board nor said it holds the next one back. One whose heartbeat has
+    /// stopped is not waited for (the barrier then finds it dead).
+    fn board_waits_for_readers(&mut self, now: Instant) -> bool {
         let tail = self.board_tail;
-        (0..self.geo.nodes)
-            .filter(|&d| d != self.me && self.state(d) == NodeState::Alive)
-            .any(|d| {
-                let w = self
-                    .region
-                    .u64_at(self.boards.head(d, self.me))
-                    .map_or(tail, |w| w.load(Ordering::Acquire));
-                w & HELD == 0 && w != tail
-            })
+        for d in 0..self.geo.nodes {
+            if d == self.me {
+                continue;
+            }
+            let w = self
+                .region
+                .u64_at(self.boards.head(d, self.me))
+                .map_or(tail, |w| w.load(Ordering::Acquire));
+            if w & HELD == 0 && w != tail && self.peer_alive(now, NodeAddr(d as u16)) {
+                return true;
+            }
+        }
+        false
     }
 
     fn heartbeat(&mut self) {
@@ -1602,8 +1607,8 @@ impl Device for MyriNic {
         self.board_write(now, len, &mut |buf, _| fill(buf))
     }
 
-    fn board_unread(&mut self) -> bool {
-        self.board_waits_for_readers()
+    fn board_unread(&mut self, now: Instant) -> bool {
+        self.board_waits_for_readers(now)
     }
 
     fn board_receive(

@@ -2398,3 +2398,35 @@ fn a_long_board_broadcast_whose_root_dies_midway_ends_as_lost() {
         "nobody polled the dead root"
     );
 }
+
+/// A reader that stops for good (it never polls again, and never leaves) holds the
+/// root's NIC barrier only until its heartbeat has stood still for `dead_after`:
+/// then the root stops waiting for it to read the board and arrives, and the
+/// barrier fails with SENDFAILURE at every live member instead of hanging.
+#[test]
+fn a_stopped_reader_holds_the_barrier_only_until_it_is_found_dead() {
+    use volley_core::engine::Error;
+    let (_mem, mut gs) = bcast_group(3);
+    for g in gs.iter_mut() {
+        g.engine_mut().set_device_barrier(true).unwrap();
+    }
+    gs[0].send_flowctl(5, &[4; 8]).unwrap();
+    let t0 = std::time::Instant::now();
+    let mut ended: [Option<Result<bool, Error>>; 2] = [None, None];
+    for g in gs.iter_mut().take(2) {
+        g.sync_start().unwrap();
+    }
+    while ended.iter().any(|e| e.is_none()) {
+        assert!(t0.elapsed().as_secs() < 30, "the barrier hung: {ended:?}");
+        for (i, e) in ended.iter_mut().enumerate() {
+            if e.is_none() {
+                match gs[i].sync_test() {
+                    Ok(false) => {}
+                    r => *e = Some(r),
+                }
+            }
+        }
+    }
+    assert_eq!(ended, [Some(Err(Error::SendFailure)); 2]);
+    assert_eq!(gs[1].state(), &vec![(8, 4)], "the live member has it");
+}

@@ -154,9 +154,9 @@ impl Device for HostDevice {
         }
     }
 
-    fn board_unread(&mut self) -> bool {
+    fn board_unread(&mut self, now: Instant) -> bool {
         match self {
-            HostDevice::Shm(d) => d.board_unread(),
+            HostDevice::Shm(d) => d.board_unread(now),
             HostDevice::Udp(_) | HostDevice::Eth(_) => false,
         }
     }

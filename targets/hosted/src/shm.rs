@@ -595,8 +595,18 @@ impl Device for ShmDevice {
         self.nic.board_receive(now, take)
     }
 
-    fn board_unread(&mut self) -> bool {
-        self.nic.board_unread()
+    fn board_unread(&mut self, now: Instant) -> bool {
+        if !self.nic.board_unread(now) {
+            return false;
+        }
+        // A reader whose process is gone is dead at once, as in `peer_alive`.
+        for d in (0..self.nic.geometry().nodes).filter(|&d| d != self.nic.node()) {
+            let pid = self.nic.pid(d);
+            if pid != 0 && process_gone(pid) {
+                self.nic.mark_dead(d);
+            }
+        }
+        self.nic.board_unread(now)
     }
 
     fn pool_slot(&self, i: usize) -> Option<&[u8]> {
