@@ -268,7 +268,8 @@ pub fn device_barrier() -> Result<bool, HostError> {
     }
 }
 
-/// `VOLLEY_BCAST`: the tree a reliable broadcast of up to 16 KiB travels down,
+/// `VOLLEY_BCAST`: the tree a reliable broadcast travels down where no board
+/// reaches the whole group (`udp`, `eth`; on `shm` a group smaller than the job),
 /// `binomial` (the default), `binary`, `chain` (each member passes it to the next)
 /// or `flat` (the root sends every copy). Every rank must agree.
 pub fn bcast_tree() -> Result<Option<Tree>, HostError> {
