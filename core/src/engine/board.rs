@@ -368,6 +368,12 @@ impl<'a> Engine<'a> {
         if repr.offset > 0 {
             return self.rx_board_next(ci, &repr, tag.bseq, &payload[wire::TREE_PREFIX..]);
         }
+        // A root's frames of one message follow each other: one begun before this
+        // one will never have the rest.
+        if let Some(ai) = self.board_asm(ci, None) {
+            self.stats.rx_malformed += 1;
+            self.deliver(ai, Some(Errno::FrameLost));
+        }
         let Some(&want) = self.bcast_seq.get(tag.root as usize) else {
             self.stats.rx_malformed += 1;
             return BoardTake::Taken;
@@ -425,15 +431,24 @@ impl<'a> Engine<'a> {
         BoardTake::Taken
     }
 
+    /// The board message from channel `ci`'s peer being assembled (number `bseq`,
+    /// or any).
+    fn board_asm(&self, ci: usize, bseq: Option<u32>) -> Option<usize> {
+        self.asms[..self.asm_hwm].iter().position(|a| {
+            a.used
+                && a.chan == ci as u16
+                && a.tree
+                && a.shape == BOARD
+                && bseq.is_none_or(|b| a.bseq == b)
+        })
+    }
+
     /// A later frame of board broadcast `bseq` from channel `ci`'s peer, `data`
     /// at `repr.offset`: placed into the message its first frame began; the last
     /// one delivers it. A frame out of order ends the message as lost (a root
     /// writes them in order), one of no message here (refused or lost) is dropped.
     fn rx_board_next(&mut self, ci: usize, repr: &Repr, bseq: u32, data: &[u8]) -> BoardTake {
-        let found = self.asms[..self.asm_hwm].iter().position(|a| {
-            a.used && a.chan == ci as u16 && a.tree && a.shape == BOARD && a.bseq == bseq
-        });
-        let Some(ai) = found else {
+        let Some(ai) = self.board_asm(ci, Some(bseq)) else {
             self.stats.rx_dropped += 1;
             return BoardTake::Taken;
         };

@@ -2290,9 +2290,9 @@ fn board_piece_frame(bseq: u32, offset: u32, total: u32, data: &[u8], last: bool
 }
 
 /// The frames of a board broadcast that takes several are untrusted too: a later
-/// frame of a message never begun is dropped, a gap or a change of length ends
-/// the message begun as lost (its port free again, no hang), and the root's real
-/// broadcasts around them arrive whole.
+/// frame of a message never begun is dropped; a gap, a change of length or the
+/// start of another message ends the message begun as lost (its port free again,
+/// no hang); the root's real broadcasts around them arrive whole.
 #[test]
 fn forged_pieces_of_a_long_board_broadcast_end_it_as_lost() {
     let (_mem, mut gs) = bcast_group(2);
@@ -2306,6 +2306,10 @@ fn forged_pieces_of_a_long_board_broadcast_end_it_as_lost() {
         // Message 2 begins, then its length changes: lost.
         board_piece_frame(2, 0, 300, &[9; 100], false),
         board_piece_frame(2, 100, 400, &[9; 100], false),
+        // Message 3 begins, then message 4 does: 3 is lost (its rest can never
+        // come), and so is 4 when the root's real next one begins.
+        board_piece_frame(3, 0, 300, &[9; 100], false),
+        board_piece_frame(4, 0, 300, &[9; 100], false),
     ];
     for f in &forged {
         assert!(board_send(gs[0].device_mut(), f));
@@ -2315,8 +2319,8 @@ fn forged_pieces_of_a_long_board_broadcast_end_it_as_lost() {
     poll_until_recorded(&mut gs, 2, t0);
     let st = gs[1].engine().stats();
     assert_eq!(st.rx_dropped, 1, "the piece of nothing");
-    assert_eq!(st.rx_malformed, 2, "the gap and the new length");
-    assert_eq!(st.lost, 2);
+    assert_eq!(st.rx_malformed, 4, "the gap, the new length, two cut short");
+    assert_eq!(st.lost, 4);
     assert_eq!(gs[1].state(), &vec![(8, 1), (8, 2)]);
 }
 
