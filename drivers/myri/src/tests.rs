@@ -2434,3 +2434,88 @@ fn a_stopped_reader_holds_the_barrier_only_until_it_is_found_dead() {
     assert_eq!(ended, [Some(Err(Error::SendFailure)); 2]);
     assert_eq!(gs[1].state(), &vec![(8, 4)], "the live member has it");
 }
+
+/// Random pieces of board broadcasts (mostly in order, now and then at another
+/// offset, of another total, cut short or with the wrong last flag; numbered as
+/// the root's next one) before each of a root's real broadcasts, some
+/// of which take several frames: no panic, no member's port left taken, and every
+/// real broadcast reaches every member whole and in order. A piece that happens to
+/// be a whole message is delivered like one (its bytes are 0xEE). Seeded
+/// (`VOLLEY_SEED`); the seed is in every failure.
+#[test]
+fn random_board_pieces_never_wedge_a_member() {
+    use volley_core::engine::SendStatus;
+    use volley_core::rng::Rng;
+    let seed = std::env::var("VOLLEY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0xB0A2_D001u64);
+    let mut rng = Rng::new(seed);
+    let (_mem, mut gs) = bcast_group(3);
+    let t0 = std::time::Instant::now();
+    let mut want = Vec::new();
+    for k in 1..=40u8 {
+        // The root's next broadcast number: the real one below takes it too.
+        let bseq = u32::from(k) - 1;
+        // Mostly a message's pieces in order, now and then one out of place,
+        // of another length, or cut short.
+        let total = 1 + rng.below(3000) as u32;
+        let mut at = 0u32;
+        for _ in 0..rng.below(6) {
+            let off = if rng.below(4) == 0 {
+                rng.below(u64::from(total) + 1) as u32
+            } else {
+                at
+            };
+            let room = u64::from(total.saturating_sub(off)).min(900);
+            let len = match rng.below(4) {
+                0 => rng.below(900),
+                1 => room,
+                _ => rng.below(room + 1),
+            } as usize;
+            let end = off + len as u32;
+            let last = if rng.below(4) == 0 {
+                rng.below(2) == 0
+            } else {
+                end >= total
+            };
+            let t = if rng.below(8) == 0 { total + 1 } else { total };
+            at = end;
+            let f = board_piece_frame(bseq, off, t, &vec![0xEE; len], last);
+            while !board_send(gs[0].device_mut(), &f) {
+                assert!(
+                    t0.elapsed().as_secs() < 30,
+                    "seed {seed}: the board stays full"
+                );
+                for g in gs.iter_mut().skip(1) {
+                    g.poll();
+                }
+            }
+        }
+        let len = 1 + rng.below(5000) as usize;
+        let data: &'static [u8] = Vec::leak(vec![k; len]);
+        let h = gs[0].isend_flowctl(5, data).unwrap();
+        want.push((len, k));
+        poll_until(
+            &mut gs,
+            t0,
+            30,
+            &std::format!("seed {seed}: broadcast {k} stuck"),
+            |gs| {
+                gs[0].engine().send_status(h).unwrap() != SendStatus::Pending
+                    && gs[1..]
+                        .iter()
+                        .all(|g| g.state().iter().filter(|r| r.1 != 0xEE).count() >= k as usize)
+            },
+        );
+        assert_eq!(
+            gs[0].engine().send_status(h),
+            Ok(SendStatus::Done),
+            "seed {seed}"
+        );
+    }
+    for (i, g) in gs.iter().enumerate().skip(1) {
+        let real: Vec<(usize, u8)> = g.state().iter().copied().filter(|r| r.1 != 0xEE).collect();
+        assert_eq!(real, want, "seed {seed}: member {i}");
+    }
+}
