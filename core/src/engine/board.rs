@@ -168,8 +168,9 @@ impl<'a> Engine<'a> {
     /// packet, eager copy, `ext` (external) or borrowed bytes. `None`: the board is
     /// full, or an external body is not in this pass; nothing written.
     /// `Some((false, _))`: the frame could not be made (a packet slot the device no
-    /// longer has: nothing written; a body that does not fit: a slot its readers
-    /// drop); the broadcast is over all the same, failed. `Some((true, end))`: the
+    /// longer has: nothing written; a body shorter than the message: a last frame
+    /// that its readers take as the message lost); the broadcast is over all the
+    /// same, failed. `Some((true, end))`: the
     /// frame holds the message up to `end`.
     pub(super) fn write_board<D: Device>(
         &mut self,
