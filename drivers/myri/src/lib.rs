@@ -1066,7 +1066,11 @@ impl MyriNic {
                 .region
                 .u64_at(self.boards.head(d, self.me))
                 .map_or(tail, |w| w.load(Ordering::Acquire));
-            if w & HELD == 0 && w != tail && self.peer_alive(now, NodeAddr(d as u16)) {
+            // A head ahead of the tail, or further behind than the board holds, is
+            // garbage: not waited for.
+            let lag = tail.wrapping_sub(w);
+            let unread = w & HELD == 0 && lag > 0 && lag <= BOARD_SLOTS;
+            if unread && self.peer_alive(now, NodeAddr(d as u16)) {
                 return true;
             }
         }

@@ -2519,3 +2519,37 @@ fn random_board_pieces_never_wedge_a_member() {
         assert_eq!(real, want, "seed {seed}: member {i}");
     }
 }
+
+/// `board_unread`: a writer waits for a live reader that has not read its board,
+/// not for one that holds the next frame back for its program, nor for a node not
+/// in the job, nor for a `heads` word that cannot be true.
+#[test]
+fn board_unread_waits_only_for_live_readers_behind() {
+    let mem = Mem::new(geo().region_len().unwrap());
+    let (mut a, mut b) = pair(&mem);
+    let now = Instant::ZERO;
+    assert!(!a.board_unread(now), "nothing written");
+    assert!(board_send(&mut a, b"one"));
+    assert!(board_send(&mut a, b"two"));
+    assert!(
+        a.board_unread(now),
+        "b has read nothing (node 2 never joined)"
+    );
+    b.board_receive(now, &mut |_, _| BoardTake::Held);
+    assert!(!a.board_unread(now), "b holds the first back");
+    b.board_receive(now, &mut |_, _| BoardTake::Later);
+    assert!(
+        a.board_unread(now),
+        "refused for a moment: waited for again"
+    );
+    assert_eq!(board_take(&mut b).len(), 2);
+    assert!(!a.board_unread(now), "all read");
+    assert!(board_send(&mut a, b"three"));
+    assert!(a.board_unread(now));
+    let heads = a.geometry().boards().head(1, 0);
+    mem.region()
+        .u64_at(heads)
+        .unwrap()
+        .store(99, Ordering::Release);
+    assert!(!a.board_unread(now), "a head ahead of the tail is garbage");
+}
