@@ -382,9 +382,7 @@ impl<'a> Engine<'a> {
         if root_dead && !last {
             // The rest of it may never come, and the port would stay taken.
             self.stats.rx_dropped += 1;
-            if !seq_lt(tag.bseq, want) {
-                self.bcast_seq[tag.root as usize] = tag.bseq.wrapping_add(1);
-            }
+            self.bcast_passed(tag.root, tag.bseq);
             return BoardTake::Taken;
         }
         // In the root's order: an earlier broadcast of its that went another way
@@ -398,9 +396,7 @@ impl<'a> Engine<'a> {
                 // Nobody to tell (no channel carried it): counted, and the root's
                 // later broadcasts may come.
                 self.stats.rx_rejected += 1;
-                if !seq_lt(tag.bseq, want) {
-                    self.bcast_seq[tag.root as usize] = tag.bseq.wrapping_add(1);
-                }
+                self.bcast_passed(tag.root, tag.bseq);
                 self.wake_refused();
                 return BoardTake::Taken;
             }

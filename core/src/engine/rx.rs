@@ -689,6 +689,18 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Root `root`'s broadcast `bseq` is behind us (delivered, dropped or refused
+    /// for good): its next may come. Counts up to one past the newest seen: a
+    /// member below a relay that died answers fences without what the relay lost
+    /// (see `orphan`).
+    pub(super) fn bcast_passed(&mut self, root: NodeId, bseq: u32) {
+        if let Some(s) = self.bcast_seq.get_mut(root as usize) {
+            if !seq_lt(bseq, *s) {
+                *s = bseq.wrapping_add(1);
+            }
+        }
+    }
+
     /// Hands a finished (or abandoned, with `lost`) message to its port.
     #[inline]
     pub(super) fn deliver(&mut self, ai: usize, lost: Option<Errno>) {
@@ -701,13 +713,7 @@ impl<'a> Engine<'a> {
         if a.tree {
             // The root's next broadcast may come now; our children get this one
             // before our own program does.
-            // Counts up to one past the newest seen: a member below a relay that
-            // died answers fences without what the relay lost (see `orphan`).
-            if let Some(s) = self.bcast_seq.get_mut(a.src.src_node as usize) {
-                if !seq_lt(a.bseq, *s) {
-                    *s = a.bseq.wrapping_add(1);
-                }
-            }
+            self.bcast_passed(a.src.src_node, a.bseq);
             if a.relay != NONE {
                 self.forward_tree(a.relay, a.relay_gen);
             }
