@@ -363,8 +363,9 @@ pub struct ShmDevice {
     // Declared before the mapping: dropped (and marked exited) while it is still mapped.
     nic: MyriNic,
     _map: MmapMut,
-    /// When a full board last had its slowest reader's process looked up.
-    laggard_checked: Option<Instant>,
+    /// When the processes of our board's readers were last looked up in /proc
+    /// (for a full board, or a barrier waiting for them to read it).
+    readers_checked: Option<Instant>,
 }
 
 fn map(file: &File) -> std::io::Result<MmapMut> {
@@ -440,7 +441,7 @@ impl ShmDevice {
                 ShmDevice {
                     nic,
                     _map: m,
-                    laggard_checked: None,
+                    readers_checked: None,
                 },
                 Some(dir),
             )
@@ -482,7 +483,7 @@ impl ShmDevice {
                         break ShmDevice {
                             nic,
                             _map: m,
-                            laggard_checked: None,
+                            readers_checked: None,
                         }
                     }
                     Err(e @ MyriError::NotReady { .. }) => retry(&mut last, e.to_string()),
@@ -535,6 +536,30 @@ fn process_gone(pid: u32) -> bool {
     }
 }
 
+impl ShmDevice {
+    /// Marks node `d` dead if its process is gone; whether it was.
+    fn reap(&mut self, d: u32) -> bool {
+        let pid = self.nic.pid(d);
+        let gone = pid != 0 && process_gone(pid);
+        if gone {
+            self.nic.mark_dead(d);
+        }
+        gone
+    }
+
+    /// Whether our board's readers may be looked up in /proc now: once per
+    /// millisecond at most, as a full board or a waiting barrier asks each poll.
+    fn readers_due(&mut self, now: Instant) -> bool {
+        let due = self
+            .readers_checked
+            .is_none_or(|t| now.saturating_since(t) >= Duration::from_millis(1));
+        if due {
+            self.readers_checked = Some(now);
+        }
+        due
+    }
+}
+
 impl Device for ShmDevice {
     type RxToken<'a> = MyriRx<'a>;
     type TxToken<'a> = MyriTx<'a>;
@@ -569,19 +594,10 @@ impl Device for ShmDevice {
             return true;
         }
         // Full: a reader whose process is gone would hold it so until its heartbeat
-        // times out. One look in /proc per millisecond at most.
-        let due = self
-            .laggard_checked
-            .is_none_or(|t| now.saturating_since(t) >= Duration::from_millis(1));
+        // times out.
         match self.nic.board_laggard() {
-            Some(d) if due => {
-                self.laggard_checked = Some(now);
-                let pid = self.nic.pid(d);
-                if pid != 0 && process_gone(pid) {
-                    self.nic.mark_dead(d);
-                    return self.nic.board_transmit(now, len, fill);
-                }
-                false
+            Some(d) if self.readers_due(now) && self.reap(d) => {
+                self.nic.board_transmit(now, len, fill)
             }
             _ => false,
         }
@@ -600,10 +616,10 @@ impl Device for ShmDevice {
             return false;
         }
         // A reader whose process is gone is dead at once, as in `peer_alive`.
-        for d in (0..self.nic.geometry().nodes).filter(|&d| d != self.nic.node()) {
-            let pid = self.nic.pid(d);
-            if pid != 0 && process_gone(pid) {
-                self.nic.mark_dead(d);
+        if self.readers_due(now) {
+            let me = self.nic.node();
+            for d in (0..self.nic.geometry().nodes).filter(|&d| d != me) {
+                self.reap(d);
             }
         }
         self.nic.board_unread(now)
@@ -641,10 +657,7 @@ impl Device for ShmDevice {
     }
 
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
-        let pid = self.nic.pid(peer.0 as u32);
-        if pid != 0 && process_gone(pid) {
-            self.nic.mark_dead(peer.0 as u32);
-        }
+        self.reap(peer.0 as u32);
         self.nic.peer_alive(now, peer)
     }
 }
