@@ -41,6 +41,14 @@ impl Drop for Mem {
     }
 }
 
+/// `VOLLEY_SEED` if set (to rerun a failure), else `default`.
+fn seed_or(default: u64) -> u64 {
+    std::env::var("VOLLEY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 fn geo() -> Geometry {
     Geometry::new(3, 4, 256).unwrap()
 }
@@ -587,10 +595,7 @@ fn a_concurrent_writer_never_panics_the_receiver() {
     use std::sync::Arc;
     use volley_core::rng::Rng;
 
-    let seed = std::env::var("VOLLEY_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0xC0C0_0001u64);
+    let seed = seed_or(0xC0C0_0001);
     let g = Geometry::new(2, 4, 1024).unwrap();
     let mem = Mem::new(g.region_len().unwrap());
     let mut a = MyriNic::create(mem.region(), g, 0, 7, NicConfig::default()).unwrap();
@@ -2446,10 +2451,7 @@ fn a_stopped_reader_holds_the_barrier_only_until_it_is_found_dead() {
 fn random_board_pieces_never_wedge_a_member() {
     use volley_core::engine::SendStatus;
     use volley_core::rng::Rng;
-    let seed = std::env::var("VOLLEY_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0xB0A2_D001u64);
+    let seed = seed_or(0xB0A2_D001);
     let mut rng = Rng::new(seed);
     let (_mem, mut gs) = bcast_group(3);
     let t0 = std::time::Instant::now();
