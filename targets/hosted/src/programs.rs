@@ -134,14 +134,25 @@ pub fn percentiles(v: &mut [f64]) -> (f64, f64, f64) {
     (at(0.5), at(0.9), at(0.99))
 }
 
+/// The cores this process may count on, which [`pin`] spreads ranks over.
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Pins the calling process to one core, so ranks do not share one.
 pub fn pin(rank: u16) {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    pin_to(rank as usize % cpus());
+}
+
+/// Pins the calling process to core `cpu`. Only a set on the stack and
+/// `sched_setaffinity` (async-signal-safe): a child may call it between fork and
+/// exec.
+pub fn pin_to(cpu: usize) {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it and
     // sched_setaffinity reads it; failure only leaves the process unpinned.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(rank as usize % cpus, &mut set);
+        libc::CPU_SET(cpu, &mut set);
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }

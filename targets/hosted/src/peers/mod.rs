@@ -14,6 +14,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::bench::Row;
+use crate::programs::{cpus, pin_to};
 
 /// The MPI side: 8-byte and 1 MiB one-way latency and 1 MiB streaming, as Volley's
 /// rows.
@@ -232,11 +233,6 @@ fn run_mpi(
     Ok(rows)
 }
 
-/// The cores this process may count on, as [`crate::programs::pin`] counts them.
-fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
 /// Hydra's `-bind-to` value that puts rank *r* on core *r* (modulo `cpus`), where
 /// [`crate::programs::pin`] puts Volley's rank *r*.
 fn hydra_binding(ranks: u16, cpus: usize) -> String {
@@ -250,14 +246,11 @@ fn hydra_binding(ranks: u16, cpus: usize) -> String {
 /// [`crate::programs::pin`] pins rank `rank`.
 fn pinned(mut cmd: Command, rank: usize) -> Command {
     let cpu = rank % cpus();
-    // SAFETY: runs in the child between fork and exec and calls only
-    // sched_setaffinity (async-signal-safe) on a set built on its own stack; a
-    // failure leaves the child unpinned, as `pin` does.
+    // SAFETY: runs in the child between fork and exec and calls only `pin_to`,
+    // which is async-signal-safe; a failure leaves the child unpinned.
     unsafe {
         cmd.pre_exec(move || {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            pin_to(cpu);
             Ok(())
         });
     }
