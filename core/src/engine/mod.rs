@@ -945,6 +945,9 @@ pub struct Engine<'a> {
     orphan_check_at: Instant,
     /// A forward cut short may be ready to end (see `orphan`).
     cuts: bool,
+    /// The time of the last poll: what a send that leaves at once gives a device
+    /// that does not read it ([`Device::transmit_reads_time`]).
+    polled_at: Instant,
     stats: Stats,
     caps: Capabilities,
     bar: BarrierState,
@@ -1090,6 +1093,7 @@ impl<'a> Engine<'a> {
             gate: fence::Gate::default(),
             orphan_check_at: Instant::ZERO,
             cuts: false,
+            polled_at: Instant::ZERO,
             stats: Stats::default(),
             caps: Capabilities::new(1500, false, false),
             bar: BarrierState::default(),
@@ -1175,6 +1179,7 @@ impl<'a> Engine<'a> {
         mem: &mut dyn Memory,
     ) -> bool {
         self.caps = dev.capabilities();
+        self.polled_at = now;
         self.take_due_acks(now);
         let mut busy = false;
         // A bounded batch keeps transmission (and acks) flowing under a receive flood;

@@ -203,12 +203,27 @@ impl<'a> Engine<'a> {
         head: &[u8],
         body: &[u8],
     ) -> bool {
+        self.send_now_reliable_timed(dev, port, head, body, || now)
+    }
+
+    /// [`Engine::send_now_reliable`] that reads the time through `now` (at most
+    /// once) only where it is needed: before the frame if the device's transmit
+    /// reads it ([`Device::transmit_reads_time`]), else once the frame has left (its
+    /// retransmission timer starts then), so that no clock read delays the frame.
+    pub fn send_now_reliable_timed<D: Device>(
+        &mut self,
+        dev: &mut D,
+        port: PortId,
+        head: &[u8],
+        body: &[u8],
+        mut now: impl FnMut() -> Instant,
+    ) -> bool {
         // Handlers' sends and board broadcasts go first (as in `transmit_only`).
         if !self.nothing_ahead() {
             return false;
         }
         let Some((dest, ci)) = self.open_channel(port, head) else {
-            return self.send_now_board(now, dev, port, head, body);
+            return self.send_now_board(now(), dev, port, head, body);
         };
         let total = head.len() + body.len();
         let max = max_payload(&self.cfg, &self.caps);
@@ -251,12 +266,15 @@ impl<'a> Engine<'a> {
             flags |= Flags::ACK_REQ;
         }
         let repr = single_repr(port, dest, flags, ch.snd_nxt, ch.next_msg, total);
-        let mut tx = Tx::new(dev, now, caps, cfg, stats, bufs);
+        let early = dev.transmit_reads_time().then(&mut now);
+        let at = early.unwrap_or(self.polled_at);
+        let mut tx = Tx::new(dev, at, caps, cfg, stats, bufs);
         if !tx.single(ch, repr, head, body) {
             ops[oi].state = OpState::Free;
             return false;
         }
-        dev.flush(now);
+        dev.flush(at);
+        let now = early.unwrap_or_else(now);
         let b = &mut bufs.eager[eager];
         b.data[..body.len()].copy_from_slice(body);
         bufs.take_eager(eager as u16);
@@ -295,6 +313,19 @@ impl<'a> Engine<'a> {
         id: PacketId,
         dest: NodeId,
         len: usize,
+    ) -> Result<bool, Error> {
+        self.launch_unicast_now_timed(dev, id, dest, len, || now)
+    }
+
+    /// [`Engine::launch_unicast_now`] that reads the time through `now` only where
+    /// it is needed, as [`Engine::send_now_reliable_timed`] does.
+    pub fn launch_unicast_now_timed<D: Device>(
+        &mut self,
+        dev: &mut D,
+        id: PacketId,
+        dest: NodeId,
+        len: usize,
+        mut now: impl FnMut() -> Instant,
     ) -> Result<bool, Error> {
         self.check_launch(id, len)?;
         if dest >= self.size {
@@ -351,7 +382,8 @@ impl<'a> Engine<'a> {
         };
         let o = &ops[oi];
         let seq = ch.snd_nxt;
-        let mut tx = Tx::new(dev, now, caps, cfg, stats, bufs);
+        let early = dev.transmit_reads_time().then(&mut now);
+        let mut tx = Tx::new(dev, early.unwrap_or(self.polled_at), caps, cfg, stats, bufs);
         let sent = match bufs.pkts.pooled_slot(o.packet) {
             Some(k) => tx.pooled(ch, o, seq, k, false),
             None => frame_pieces(o, bufs, None, 0, len)
@@ -364,6 +396,7 @@ impl<'a> Engine<'a> {
         }
         bufs.pkts.launched(id);
         ch.next_msg = ch.next_msg.wrapping_add(1);
+        let now = early.unwrap_or_else(now);
         ch.push_timed(
             Slot::Data {
                 op: oi as u16,
@@ -413,8 +446,27 @@ impl<'a> Engine<'a> {
         head: &[u8],
         body: &[u8],
     ) -> bool {
+        self.send_now_timed(dev, port, head, body, || now)
+    }
+
+    /// [`Engine::send_now`] that reads the time through `now` only if the device's
+    /// transmit reads it ([`Device::transmit_reads_time`]): a best-effort frame
+    /// needs no time of its own.
+    pub fn send_now_timed<D: Device>(
+        &mut self,
+        dev: &mut D,
+        port: PortId,
+        head: &[u8],
+        body: &[u8],
+        now: impl FnOnce() -> Instant,
+    ) -> bool {
         let Some((dest, ci)) = self.open_channel(port, head) else {
             return false;
+        };
+        let at = if dev.transmit_reads_time() {
+            now()
+        } else {
+            self.polled_at
         };
         let Engine {
             chans,
@@ -434,12 +486,12 @@ impl<'a> Engine<'a> {
         }
         // One frame, no op: the header straight from what is known here.
         let repr = single_repr(port, dest, Flags::LAST, 0, ch.next_be_msg, total);
-        let mut tx = Tx::new(dev, now, caps, cfg, stats, bufs);
+        let mut tx = Tx::new(dev, at, caps, cfg, stats, bufs);
         if !tx.single(ch, repr, head, body) {
             return false;
         }
         ch.next_be_msg = ch.next_be_msg.wrapping_add(1);
-        dev.flush(now);
+        dev.flush(at);
         true
     }
 

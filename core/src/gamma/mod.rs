@@ -456,12 +456,14 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         reliable: bool,
     ) -> Result<usize, Error> {
         user_port(port)?;
-        let now = self.clock.now();
+        // The clock is read after the frame has left where the device allows.
+        let clock = &self.clock;
         let sent = if reliable {
             self.engine
-                .send_now_reliable(now, &mut self.dev, port, head, body)
+                .send_now_reliable_timed(&mut self.dev, port, head, body, || clock.now())
         } else {
-            self.engine.send_now(now, &mut self.dev, port, head, body)
+            self.engine
+                .send_now_timed(&mut self.dev, port, head, body, || clock.now())
         };
         if sent {
             return Ok(head.len() + body.len());

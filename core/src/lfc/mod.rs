@@ -421,12 +421,17 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         size: usize,
         upcalls_allowed: bool,
     ) -> Result<(), Error> {
-        // Out in this call where nothing waits before it on its channel.
-        let now = self.clock.now();
-        if self
-            .engine
-            .launch_unicast_now(now, &mut self.dev, packet, dest, size)?
-        {
+        // Out in this call where nothing waits before it on its channel, with the
+        // clock read after the frame where the device allows.
+        let clock = &self.clock;
+        let mut read = None;
+        let out =
+            self.engine
+                .launch_unicast_now_timed(&mut self.dev, packet, dest, size, || {
+                    *read.get_or_insert_with(|| clock.now())
+                })?;
+        if out {
+            let now = read.unwrap_or_else(|| clock.now());
             self.dev.flush(now);
             self.stats.launched += 1;
             return Ok(());

@@ -248,6 +248,13 @@ pub trait Device {
     fn board_unread(&mut self, _now: Instant) -> bool {
         false
     }
+    /// Whether [`Device::transmit`], [`Device::transmit_parts`] and
+    /// [`Device::flush`] read the `now` they are given. Where they do not, a send
+    /// that leaves at once reads the clock only after its frame has left (the
+    /// engine's `send_now_timed`), so the read does not delay the frame.
+    fn transmit_reads_time(&self) -> bool {
+        true
+    }
 }
 
 /// What a reader did with a board frame offered by [`Device::board_receive`].
@@ -315,6 +322,9 @@ impl<D: Device> Device for &mut D {
     }
     fn board_unread(&mut self, now: Instant) -> bool {
         (**self).board_unread(now)
+    }
+    fn transmit_reads_time(&self) -> bool {
+        (**self).transmit_reads_time()
     }
     fn pool_slot(&self, i: usize) -> Option<&[u8]> {
         (**self).pool_slot(i)

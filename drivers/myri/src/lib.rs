@@ -1615,6 +1615,10 @@ impl Device for MyriNic {
         self.board_waits_for_readers(now)
     }
 
+    fn transmit_reads_time(&self) -> bool {
+        false
+    }
+
     fn board_receive(
         &mut self,
         _now: Instant,

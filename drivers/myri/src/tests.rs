@@ -2555,3 +2555,170 @@ fn board_unread_waits_only_for_live_readers_behind() {
         .store(99, Ordering::Release);
     assert!(!a.board_unread(now), "a head ahead of the tail is garbage");
 }
+
+/// What [`Spy`] and [`Ticks`] saw, in order: `frame` for a frame handed to the
+/// NIC, `clock` for a clock read.
+type Log = std::rc::Rc<std::cell::RefCell<Vec<&'static str>>>;
+
+/// A clock that logs its reads.
+struct Ticks(Log);
+
+impl volley_core::time::Clock for Ticks {
+    fn now(&self) -> Instant {
+        let mut l = self.0.borrow_mut();
+        l.push("clock");
+        Instant::from_nanos(1000 * l.len() as u64)
+    }
+}
+
+/// A NIC that logs each frame handed to it; `timed`: its transmit says it reads
+/// the time.
+struct Spy {
+    nic: MyriNic,
+    log: Log,
+    timed: bool,
+}
+
+impl Device for Spy {
+    type RxToken<'a> = MyriRx<'a>;
+    type TxToken<'a> = MyriTx<'a>;
+    fn receive(&mut self, now: Instant) -> Option<MyriRx<'_>> {
+        self.nic.receive(now)
+    }
+    fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<MyriTx<'_>> {
+        self.log.borrow_mut().push("frame");
+        self.nic.transmit(now, dst)
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.nic.capabilities()
+    }
+    fn transmit_reads_time(&self) -> bool {
+        self.timed || self.nic.transmit_reads_time()
+    }
+}
+
+/// Two nodes' [`Spy`] NICs on one region, logging to one [`Log`].
+fn spies(mem: &Mem) -> (Spy, Spy, Log) {
+    let (a, b) = pair(mem);
+    let log = Log::default();
+    let spy = |nic| Spy {
+        nic,
+        log: log.clone(),
+        timed: false,
+    };
+    (spy(a), spy(b), log)
+}
+
+static SPY_GROUPS: &[volley_core::engine::Group<'static>] = &[volley_core::engine::Group {
+    id: 1,
+    members: volley_core::engine::Members::Range { first: 0, count: 2 },
+}];
+
+/// A send that leaves at once reads the clock only after its frame is in the ring
+/// on this NIC, whose transmit reads no time: a best-effort send reads none, a
+/// reliable one reads it once, after (its retransmission timer starts then). A
+/// device whose transmit reads the time still gets it first.
+#[test]
+fn sends_that_leave_at_once_read_the_clock_after_the_frame() {
+    use volley_core::engine::Config;
+    use volley_core::gamma::{Gamma, GO_BACK};
+
+    let mem = Mem::new(geo().region_len().unwrap());
+    let (a, b, log) = spies(&mem);
+    let mk = |dev, me: u16| {
+        let clock = Ticks(log.clone());
+        let mut g =
+            Gamma::init_alloc(Config::new(7, 1, me), SPY_GROUPS, 3, dev, clock, ()).unwrap();
+        let buf: &'static mut [u8] = Vec::leak(vec![0u8; 64]);
+        g.set_active_port(1, 1 - me, 1, 1, None, None, 1, GO_BACK, Some(buf))
+            .unwrap();
+        g
+    };
+    let (mut ga, mut gb) = (mk(a, 0), mk(b, 1));
+    // The first messages open the channel and tell the engine the MTU.
+    ga.send_flowctl(1, b"warm").unwrap();
+    gb.wait(1, 1).unwrap();
+    ga.poll();
+    let mut sent = |ga: &mut Gamma<'static, Spy, Ticks, ()>, reliable: bool, data: &[u8]| {
+        log.borrow_mut().clear();
+        if reliable {
+            ga.send_flowctl(1, data).unwrap();
+        } else {
+            ga.send(1, data).unwrap();
+        }
+        let seen = log.borrow().clone();
+        gb.wait(1, 1).unwrap();
+        assert_eq!(&gb.buffer(1).unwrap()[..data.len()], data);
+        seen
+    };
+    assert_eq!(sent(&mut ga, false, b"best effort"), ["frame"]);
+    assert_eq!(sent(&mut ga, true, b"reliable"), ["frame", "clock"]);
+    ga.device_mut().timed = true;
+    assert_eq!(sent(&mut ga, false, b"timed"), ["clock", "frame"]);
+    assert_eq!(sent(&mut ga, true, b"timed, reliable"), ["clock", "frame"]);
+}
+
+/// LFC's `ucast_launch` likewise: the clock is read once, after the frame, on this
+/// NIC; before it where the transmit reads the time.
+#[test]
+fn a_packet_launched_at_once_reads_the_clock_after_the_frame() {
+    use volley_core::engine::Config;
+    use volley_core::lfc::{Keep, Lfc, Options, Received};
+
+    fn count(l: &mut Lfc<'static, Spy, Ticks, u32>, _r: Received) -> Keep {
+        *l.state_mut() += 1;
+        Keep::No
+    }
+    let mem = Mem::new(geo().region_len().unwrap());
+    let (a, b, log) = spies(&mem);
+    let mk = |dev, me: u16| {
+        let clock = Ticks(log.clone());
+        let opts = Options::default();
+        let mut l = Lfc::init_alloc(
+            Config::new(7, 1, me),
+            SPY_GROUPS,
+            3,
+            dev,
+            clock,
+            opts,
+            count,
+            0,
+        )
+        .unwrap();
+        l.set_idle(None);
+        l
+    };
+    let (mut la, mut lb) = (mk(a, 0), mk(b, 1));
+    la.start_begin().unwrap();
+    lb.start_begin().unwrap();
+    let mut turns = 0;
+    while !(la.start_test().unwrap() & lb.start_test().unwrap()) {
+        la.poll_network();
+        lb.poll_network();
+        turns += 1;
+        assert!(turns < 100_000, "the start-up barrier ends");
+    }
+    for timed in [false, true] {
+        la.device_mut().timed = timed;
+        let p = la.send_alloc(false).unwrap();
+        la.packet_mut(p).unwrap()[..4].copy_from_slice(b"pkt!");
+        let before = *lb.state();
+        log.borrow_mut().clear();
+        la.ucast_launch(1, p, 4, false).unwrap();
+        let seen = log.borrow().clone();
+        let want: &[&str] = if timed {
+            &["clock", "frame"]
+        } else {
+            &["frame", "clock"]
+        };
+        assert_eq!(seen, want, "timed {timed}");
+        for _ in 0..100_000 {
+            if *lb.state() > before {
+                break;
+            }
+            lb.poll().unwrap();
+            la.poll().unwrap();
+        }
+        assert_eq!(*lb.state(), before + 1, "timed {timed}: the packet came");
+    }
+}

@@ -2,7 +2,9 @@
 //! else `std::time::Instant`.
 //!
 //! Every engine poll reads the clock once (timers, liveness), so its cost is paid on
-//! every message: a `clock_gettime` through the vDSO costs about 30 ns on the machines
+//! every message (a send that leaves at once reads it only after its frame: the
+//! hosted devices' transmit reads no time, see `Device::transmit_reads_time`):
+//! a `clock_gettime` through the vDSO costs about 30 ns on the machines
 //! measured here, `rdtsc` and a multiply about 12 (UCX reads the counter too). The
 //! counter is used only where the CPU says it ticks at a constant rate in every
 //! power state (`constant_tsc` and `nonstop_tsc` in `/proc/cpuinfo`) and the kernel

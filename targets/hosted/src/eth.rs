@@ -1261,6 +1261,10 @@ impl Device for EthDevice {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(self.mtu, false, false)
     }
+
+    fn transmit_reads_time(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

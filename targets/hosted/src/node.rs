@@ -109,6 +109,14 @@ impl Device for HostDevice {
         }
     }
 
+    fn transmit_reads_time(&self) -> bool {
+        match self {
+            HostDevice::Shm(d) => d.transmit_reads_time(),
+            HostDevice::Udp(d) => d.transmit_reads_time(),
+            HostDevice::Eth(d) => d.transmit_reads_time(),
+        }
+    }
+
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
         match self {
             HostDevice::Shm(d) => d.peer_alive(now, peer),

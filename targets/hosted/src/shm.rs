@@ -576,6 +576,10 @@ impl Device for ShmDevice {
         self.nic.capabilities()
     }
 
+    fn transmit_reads_time(&self) -> bool {
+        self.nic.transmit_reads_time()
+    }
+
     fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
         self.nic.fetch_add(peer, var, delta)
     }

@@ -790,6 +790,10 @@ impl Device for UdpDevice {
         Capabilities::new(self.shape.mtu, false, false)
     }
 
+    fn transmit_reads_time(&self) -> bool {
+        false
+    }
+
     fn gather_from(&self) -> usize {
         GATHER_FROM
     }
