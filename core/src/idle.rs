@@ -11,6 +11,12 @@ pub const IDLE_SPINS: u32 = 64;
 /// `sched_yield`) lands in the middle of the wait for a reply microseconds away.
 pub const IDLE_TIME: Duration = Duration::from_micros(4);
 
+/// Empty polls in a row after which a waiting call no longer looks at the device
+/// between its polls (`Gamma::await_frame`): the looks speed up noticing a reply
+/// that comes soon, and stop before the hook is due, which then runs as early as
+/// without them.
+pub const LOOKING_POLLS: u32 = 16;
+
 /// The idle policy of one process: its hook and the run of empty polls so far.
 #[derive(Debug, Clone, Copy)]
 pub struct Idle {
@@ -54,6 +60,13 @@ impl Idle {
         self.after = polls.max(1);
         self.time = Duration::ZERO;
         self.polls = 0;
+    }
+
+    /// Whether the run of empty polls is short enough for looks at the device
+    /// between them (see [`LOOKING_POLLS`]).
+    #[inline]
+    pub fn looking(&self) -> bool {
+        self.polls < LOOKING_POLLS
     }
 
     /// Called after each poll of a waiting call: `busy` if it did anything.
@@ -134,5 +147,24 @@ mod tests {
             idle.step(i == 3, &clock);
         }
         assert_eq!(runs(), 6);
+    }
+
+    #[test]
+    fn looks_between_polls_stop_after_a_short_run_of_empty_polls() {
+        fn noop() {}
+        let clock = Fake(Cell::new(0));
+        let mut idle = Idle::new();
+        for _ in 0..100 {
+            idle.step(false, &clock);
+        }
+        assert!(idle.looking(), "no hook: nothing to run early for");
+        idle.set_hook(Some(noop));
+        for i in 0..LOOKING_POLLS {
+            assert!(idle.looking(), "poll {i}");
+            idle.step(false, &clock);
+        }
+        assert!(!idle.looking());
+        idle.step(true, &clock);
+        assert!(idle.looking(), "a busy poll starts the run again");
     }
 }

@@ -57,6 +57,9 @@ pub use crate::engine::{BufferKind, Errno, RecvBuf, BROADCAST};
 
 /// Ports per process, numbered `0..=1024`.
 pub const PORTS: usize = 1025;
+/// Looks at the device a waiting call takes between two polls that find nothing
+/// (see `Gamma::await_frame`).
+pub const LOOKS: u32 = 32;
 /// Semaphores per process, numbered `0..=1024`.
 pub const SEMAPHORES: usize = 1025;
 /// Port and semaphore reserved for broadcast.
@@ -664,6 +667,24 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             // One clock read per turn serves the deadline and the poll.
             let busy = self.engine_poll(now, None);
             self.idle_step(busy);
+            if !busy && self.idle.looking() {
+                self.await_frame();
+            }
+        }
+    }
+
+    /// After a poll that found nothing: up to [`LOOKS`] looks at the device
+    /// ([`Device::rx_pending`], a few loads on shared memory) before the next
+    /// poll, which then comes as soon as a frame is there. Timers and retries wait
+    /// at most those looks (well under a microsecond). Only in the first
+    /// [`crate::idle::LOOKING_POLLS`] empty polls of a run, so that the idle hook
+    /// (a `sched_yield`) runs when it did without them.
+    #[inline]
+    fn await_frame(&self) {
+        for _ in 0..LOOKS {
+            if self.dev.rx_pending() {
+                return;
+            }
         }
     }
 

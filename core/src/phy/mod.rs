@@ -255,6 +255,14 @@ pub trait Device {
     fn transmit_reads_time(&self) -> bool {
         true
     }
+    /// Whether a frame may be waiting for [`Device::receive`] or
+    /// [`Device::board_receive`]: `false` only where a look at memory (no system
+    /// call, no side effect) finds none. A waiting call that found nothing looks
+    /// here between its polls, so it notices a frame within a few loads instead of
+    /// a whole poll. The default: maybe (a call just polls).
+    fn rx_pending(&self) -> bool {
+        true
+    }
 }
 
 /// What a reader did with a board frame offered by [`Device::board_receive`].
@@ -325,6 +333,9 @@ impl<D: Device> Device for &mut D {
     }
     fn transmit_reads_time(&self) -> bool {
         (**self).transmit_reads_time()
+    }
+    fn rx_pending(&self) -> bool {
+        (**self).rx_pending()
     }
     fn pool_slot(&self, i: usize) -> Option<&[u8]> {
         (**self).pool_slot(i)

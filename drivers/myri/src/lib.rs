@@ -1619,6 +1619,11 @@ impl Device for MyriNic {
         false
     }
 
+    /// A load of each peer's next ring slot and board slot.
+    fn rx_pending(&self) -> bool {
+        (0..self.geo.nodes).any(|p| p != self.me && (self.rx_ready(p) || self.board_fresh(p)))
+    }
+
     fn board_receive(
         &mut self,
         _now: Instant,

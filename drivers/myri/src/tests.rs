@@ -2722,3 +2722,81 @@ fn a_packet_launched_at_once_reads_the_clock_after_the_frame() {
         assert_eq!(*lb.state(), before + 1, "timed {timed}: the packet came");
     }
 }
+
+/// A waiting call that found nothing looks at the device between polls
+/// (`rx_pending`, a few loads) and polls as soon as a frame is there: here the NIC
+/// shows its frame only from the 1000th look on, and the wait ends at the first
+/// poll after it, having polled about once per `LOOKS` looks.
+#[test]
+fn a_waiting_call_looks_at_the_nic_between_polls() {
+    use std::cell::Cell;
+    use volley_core::engine::Config;
+    use volley_core::gamma::{Gamma, GO_BACK, LOOKS};
+
+    /// The NIC, its frames hidden from receive until `from` looks.
+    struct Hider {
+        nic: MyriNic,
+        looks: Cell<u32>,
+        polls: u32,
+        from: u32,
+    }
+    impl Device for Hider {
+        type RxToken<'a> = MyriRx<'a>;
+        type TxToken<'a> = MyriTx<'a>;
+        fn receive(&mut self, now: Instant) -> Option<MyriRx<'_>> {
+            self.polls += 1;
+            if self.looks.get() < self.from {
+                return None;
+            }
+            self.nic.receive(now)
+        }
+        fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<MyriTx<'_>> {
+            self.nic.transmit(now, dst)
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.nic.capabilities()
+        }
+        fn rx_pending(&self) -> bool {
+            self.looks.set(self.looks.get() + 1);
+            self.looks.get() >= self.from && self.nic.rx_pending()
+        }
+    }
+    let mem = Mem::new(geo().region_len().unwrap());
+    let (a, b) = pair(&mem);
+    let mk = |nic, me: u16| {
+        let dev = Hider {
+            nic,
+            looks: Cell::new(0),
+            polls: 0,
+            from: 0,
+        };
+        let clock = volley_core::time::StdClock::default();
+        let mut g =
+            Gamma::init_alloc(Config::new(7, 1, me), SPY_GROUPS, 3, dev, clock, ()).unwrap();
+        let buf: &'static mut [u8] = Vec::leak(vec![0u8; 64]);
+        g.set_active_port(1, 1 - me, 1, 1, None, None, 1, GO_BACK, Some(buf))
+            .unwrap();
+        g
+    };
+    let (mut ga, mut gb) = (mk(a, 0), mk(b, 1));
+    ga.send_flowctl(1, b"warm").unwrap();
+    gb.wait(1, 1).unwrap();
+    ga.poll();
+    ga.send(1, b"hidden").unwrap();
+    let d = gb.device_mut();
+    d.from = 1000;
+    d.looks.set(0);
+    d.polls = 0;
+    let deadline = gb.time() + volley_core::time::Duration::from_secs(10);
+    assert_eq!(gb.wait_deadline(1, 1, deadline), Ok(0));
+    assert_eq!(gb.buffer(1).unwrap()[..6], *b"hidden");
+    let d = gb.device();
+    // The look that found the frame ended the looking: a poll took it at once.
+    assert_eq!(d.looks.get(), 1000, "looks");
+    let polls = 1000 / LOOKS + 1;
+    assert!(
+        (polls..=polls + 2).contains(&d.polls),
+        "{} polls for 1000 looks",
+        d.polls
+    );
+}

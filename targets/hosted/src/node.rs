@@ -117,6 +117,14 @@ impl Device for HostDevice {
         }
     }
 
+    fn rx_pending(&self) -> bool {
+        match self {
+            HostDevice::Shm(d) => d.rx_pending(),
+            HostDevice::Udp(d) => d.rx_pending(),
+            HostDevice::Eth(d) => d.rx_pending(),
+        }
+    }
+
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
         match self {
             HostDevice::Shm(d) => d.peer_alive(now, peer),

@@ -580,6 +580,10 @@ impl Device for ShmDevice {
         self.nic.transmit_reads_time()
     }
 
+    fn rx_pending(&self) -> bool {
+        self.nic.rx_pending()
+    }
+
     fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
         self.nic.fetch_add(peer, var, delta)
     }
