@@ -57,8 +57,9 @@ pub use crate::engine::{BufferKind, Errno, RecvBuf, BROADCAST};
 
 /// Ports per process, numbered `0..=1024`.
 pub const PORTS: usize = 1025;
-/// Looks at the device a waiting call takes between two polls that find nothing
-/// (see `Gamma::await_frame`).
+/// Looks at the device a waiting call takes between two polls that find nothing,
+/// with one peer; with `n` peers `LOOKS / n` (each look loads a slot per peer).
+/// See `Gamma::await_frame`.
 pub const LOOKS: u32 = 32;
 /// Semaphores per process, numbered `0..=1024`.
 pub const SEMAPHORES: usize = 1025;
@@ -674,14 +675,16 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     }
 
     /// After a poll that found nothing: up to [`LOOKS`] looks at the device
-    /// ([`Device::rx_pending`], a few loads on shared memory) before the next
-    /// poll, which then comes as soon as a frame is there. Timers and retries wait
-    /// at most those looks (well under a microsecond). Only in the first
+    /// ([`Device::rx_pending`], a few loads on shared memory; fewer with more
+    /// peers, as each look loads more) before the next poll, which then comes as
+    /// soon as a frame is there. Timers and retries wait at most those looks (well
+    /// under a microsecond). Only in the first
     /// [`crate::idle::LOOKING_POLLS`] empty polls of a run, so that the idle hook
     /// (a `sched_yield`) runs when it did without them.
     #[inline]
     fn await_frame(&self) {
-        for _ in 0..LOOKS {
+        let peers = u32::from(self.engine.size()).saturating_sub(1).max(1);
+        for _ in 0..(LOOKS / peers).max(1) {
             if self.dev.rx_pending() {
                 return;
             }

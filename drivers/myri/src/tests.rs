@@ -2726,12 +2726,22 @@ fn a_packet_launched_at_once_reads_the_clock_after_the_frame() {
 /// A waiting call that found nothing looks at the device between polls
 /// (`rx_pending`, a few loads) and polls as soon as a frame is there: here the NIC
 /// shows its frame only from the 1000th look on, and the wait ends at the first
-/// poll after it, having polled about once per `LOOKS` looks.
+/// poll after it, having polled about once per `LOOKS` looks with one peer, once
+/// per `LOOKS / 2` with two (each look loads twice as much).
 #[test]
 fn a_waiting_call_looks_at_the_nic_between_polls() {
+    static THREE: &[volley_core::engine::Group<'static>] = &[volley_core::engine::Group {
+        id: 1,
+        members: volley_core::engine::Members::Range { first: 0, count: 3 },
+    }];
+    waits_looking(SPY_GROUPS, volley_core::gamma::LOOKS);
+    waits_looking(THREE, volley_core::gamma::LOOKS / 2);
+}
+
+fn waits_looking(groups: &'static [volley_core::engine::Group<'static>], per_poll: u32) {
     use std::cell::Cell;
     use volley_core::engine::Config;
-    use volley_core::gamma::{Gamma, GO_BACK, LOOKS};
+    use volley_core::gamma::{Gamma, GO_BACK};
 
     /// The NIC, its frames hidden from receive until `from` looks.
     struct Hider {
@@ -2771,8 +2781,7 @@ fn a_waiting_call_looks_at_the_nic_between_polls() {
             from: 0,
         };
         let clock = volley_core::time::StdClock::default();
-        let mut g =
-            Gamma::init_alloc(Config::new(7, 1, me), SPY_GROUPS, 3, dev, clock, ()).unwrap();
+        let mut g = Gamma::init_alloc(Config::new(7, 1, me), groups, 3, dev, clock, ()).unwrap();
         let buf: &'static mut [u8] = Vec::leak(vec![0u8; 64]);
         g.set_active_port(1, 1 - me, 1, 1, None, None, 1, GO_BACK, Some(buf))
             .unwrap();
@@ -2793,7 +2802,7 @@ fn a_waiting_call_looks_at_the_nic_between_polls() {
     let d = gb.device();
     // The look that found the frame ended the looking: a poll took it at once.
     assert_eq!(d.looks.get(), 1000, "looks");
-    let polls = 1000 / LOOKS + 1;
+    let polls = 1000 / per_poll + 1;
     assert!(
         (polls..=polls + 2).contains(&d.polls),
         "{} polls for 1000 looks",
