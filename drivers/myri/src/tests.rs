@@ -2614,31 +2614,41 @@ static SPY_GROUPS: &[volley_core::engine::Group<'static>] = &[volley_core::engin
     members: volley_core::engine::Members::Range { first: 0, count: 2 },
 }];
 
-/// A send that leaves at once reads the clock only after its frame is in the ring
-/// on this NIC, whose transmit reads no time: a best-effort send reads none, a
-/// reliable one reads it once, after (its retransmission timer starts then). A
-/// device whose transmit reads the time still gets it first.
-#[test]
-fn sends_that_leave_at_once_read_the_clock_after_the_frame() {
+/// GAMMA on `a` (node 0) and `b` (node 1) of `groups`, port 1 of each bound to
+/// the other's with a 64-byte buffer, after one message from `a` to `b` (it opens
+/// the channel and tells the engines the MTU).
+fn warm_gammas<D: Device, C: volley_core::time::Clock>(
+    groups: &'static [volley_core::engine::Group<'static>],
+    (a, b): (D, D),
+    clock: impl Fn() -> C,
+) -> [volley_core::gamma::Gamma<'static, D, C, ()>; 2] {
     use volley_core::engine::Config;
     use volley_core::gamma::{Gamma, GO_BACK};
-
-    let mem = Mem::new(geo().region_len().unwrap());
-    let (a, b, log) = spies(&mem);
     let mk = |dev, me: u16| {
-        let clock = Ticks(log.clone());
-        let mut g =
-            Gamma::init_alloc(Config::new(7, 1, me), SPY_GROUPS, 3, dev, clock, ()).unwrap();
+        let mut g = Gamma::init_alloc(Config::new(7, 1, me), groups, 3, dev, clock(), ()).unwrap();
         let buf: &'static mut [u8] = Vec::leak(vec![0u8; 64]);
         g.set_active_port(1, 1 - me, 1, 1, None, None, 1, GO_BACK, Some(buf))
             .unwrap();
         g
     };
     let (mut ga, mut gb) = (mk(a, 0), mk(b, 1));
-    // The first messages open the channel and tell the engine the MTU.
     ga.send_flowctl(1, b"warm").unwrap();
     gb.wait(1, 1).unwrap();
     ga.poll();
+    [ga, gb]
+}
+
+/// A send that leaves at once reads the clock only after its frame is in the ring
+/// on this NIC, whose transmit reads no time: a best-effort send reads none, a
+/// reliable one reads it once, after (its retransmission timer starts then). A
+/// device whose transmit reads the time still gets it first.
+#[test]
+fn sends_that_leave_at_once_read_the_clock_after_the_frame() {
+    use volley_core::gamma::Gamma;
+
+    let mem = Mem::new(geo().region_len().unwrap());
+    let (a, b, log) = spies(&mem);
+    let [mut ga, mut gb] = warm_gammas(SPY_GROUPS, (a, b), || Ticks(log.clone()));
     let mut sent = |ga: &mut Gamma<'static, Spy, Ticks, ()>, reliable: bool, data: &[u8]| {
         log.borrow_mut().clear();
         if reliable {
@@ -2740,8 +2750,6 @@ fn a_waiting_call_looks_at_the_nic_between_polls() {
 
 fn waits_looking(groups: &'static [volley_core::engine::Group<'static>], per_poll: u32) {
     use std::cell::Cell;
-    use volley_core::engine::Config;
-    use volley_core::gamma::{Gamma, GO_BACK};
 
     /// The NIC, its frames hidden from receive until `from` looks.
     struct Hider {
@@ -2773,24 +2781,14 @@ fn waits_looking(groups: &'static [volley_core::engine::Group<'static>], per_pol
     }
     let mem = Mem::new(geo().region_len().unwrap());
     let (a, b) = pair(&mem);
-    let mk = |nic, me: u16| {
-        let dev = Hider {
-            nic,
-            looks: Cell::new(0),
-            polls: 0,
-            from: 0,
-        };
-        let clock = volley_core::time::StdClock::default();
-        let mut g = Gamma::init_alloc(Config::new(7, 1, me), groups, 3, dev, clock, ()).unwrap();
-        let buf: &'static mut [u8] = Vec::leak(vec![0u8; 64]);
-        g.set_active_port(1, 1 - me, 1, 1, None, None, 1, GO_BACK, Some(buf))
-            .unwrap();
-        g
+    let hide = |nic| Hider {
+        nic,
+        looks: Cell::new(0),
+        polls: 0,
+        from: 0,
     };
-    let (mut ga, mut gb) = (mk(a, 0), mk(b, 1));
-    ga.send_flowctl(1, b"warm").unwrap();
-    gb.wait(1, 1).unwrap();
-    ga.poll();
+    let clock = volley_core::time::StdClock::default;
+    let [mut ga, mut gb] = warm_gammas(groups, (hide(a), hide(b)), clock);
     ga.send(1, b"hidden").unwrap();
     let d = gb.device_mut();
     d.from = 1000;
