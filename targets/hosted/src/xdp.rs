@@ -458,6 +458,12 @@ impl Xsk {
     /// The next received frame (Ethernet header first), if one is waiting: its chunk
     /// address, where it lies and its length. The bytes are the caller's until it gives
     /// the chunk back with [`Xsk::release`].
+    /// Whether the receive ring holds a frame not yet taken: one load of the
+    /// kernel's producer index, no wake-up (`peek` asks a sleeping driver).
+    pub fn rx_waiting(&self) -> bool {
+        self.rx.ready() > 0
+    }
+
     pub fn peek(&mut self) -> Option<(u64, *const u8, usize)> {
         loop {
             if self.rx.ready() == 0 {
