@@ -13,9 +13,9 @@ pub const IDLE_TIME: Duration = Duration::from_micros(4);
 
 /// Empty polls in a row after which a waiting call no longer looks at the device
 /// between its polls (`Gamma::await_frame`): the looks speed up noticing a reply
-/// that comes soon, and stop before the hook is due, which then runs as early as
-/// without them.
-pub const LOOKING_POLLS: u32 = 16;
+/// that comes soon, and stop before the hook is due (two runs of looks, about a
+/// microsecond), which then runs about as early as without them.
+pub const LOOKING_POLLS: u32 = 2;
 
 /// The idle policy of one process: its hook and the run of empty polls so far.
 #[derive(Debug, Clone, Copy)]

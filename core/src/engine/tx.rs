@@ -172,6 +172,22 @@ impl<'a> Engine<'a> {
             && !self.cuts
     }
 
+    /// Whether anything waits to be transmitted: a queued or refused send, a
+    /// control frame, an ack owed now, a resend, a relayed stream, a barrier, or
+    /// what `nothing_ahead` names. A waiting call then polls often (see
+    /// `Gamma::await_frame`): credits coming back show only to a poll. Scans the
+    /// channels in use.
+    pub fn sends_waiting(&self) -> bool {
+        !self.nothing_ahead()
+            || self.bar.active
+            || self.bufs.queued_streams > 0
+            || self.chans[..self.chan_hwm].iter().any(|c| {
+                c.in_use
+                    && !c.failed
+                    && (c.q_head != NONE || c.ctrl_len != 0 || c.ack_now || c.resend_any)
+            })
+    }
+
     /// The destination of `port` (one node) and the channel already open to it, for
     /// a send of first piece `head` that may skip the queue.
     fn open_channel(&self, port: PortId, head: &[u8]) -> Option<(Dest, usize)> {

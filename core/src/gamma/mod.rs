@@ -58,9 +58,15 @@ pub use crate::engine::{BufferKind, Errno, RecvBuf, BROADCAST};
 /// Ports per process, numbered `0..=1024`.
 pub const PORTS: usize = 1025;
 /// Looks at the device a waiting call takes between two polls that find nothing,
-/// with one peer; with `n` peers `LOOKS / n` (each look loads a slot per peer).
-/// See `Gamma::await_frame`.
-pub const LOOKS: u32 = 32;
+/// with one peer and nothing waiting to be sent; with `n` peers `LOOKS / n` (each
+/// look loads a slot per peer). A frame that comes during the looks is noticed at
+/// the next look, one that comes during a poll at the next poll: the longer the
+/// looks against a poll, the sooner a reply is noticed on average. 256 loads are
+/// under a microsecond, which timers and retries can wait. See `Gamma::await_frame`.
+pub const LOOKS: u32 = 256;
+/// [`LOOKS`] while something waits to be sent: the credits it waits for show only
+/// to a poll.
+pub const LOOKS_SENDING: u32 = 32;
 /// Semaphores per process, numbered `0..=1024`.
 pub const SEMAPHORES: usize = 1025;
 /// Port and semaphore reserved for broadcast.
@@ -676,15 +682,19 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
 
     /// After a poll that found nothing: up to [`LOOKS`] looks at the device
     /// ([`Device::rx_pending`], a few loads on shared memory; fewer with more
-    /// peers, as each look loads more) before the next poll, which then comes as
-    /// soon as a frame is there. Timers and retries wait at most those looks (well
-    /// under a microsecond). Only in the first
-    /// [`crate::idle::LOOKING_POLLS`] empty polls of a run, so that the idle hook
-    /// (a `sched_yield`) runs when it did without them.
+    /// peers, as each look loads more; [`LOOKS_SENDING`] while something waits to
+    /// be sent) before the next poll, which then comes as soon as a frame is
+    /// there. Timers and retries wait at most those looks (under a microsecond).
+    /// Only in the first [`crate::idle::LOOKING_POLLS`] empty polls of a run, so
+    /// that the idle hook (a `sched_yield`) runs about when it did without them.
     #[inline]
     fn await_frame(&self) {
         let peers = u32::from(self.engine.size()).saturating_sub(1).max(1);
-        for _ in 0..(LOOKS / peers).max(1) {
+        let mut looks = LOOKS / peers;
+        if looks > LOOKS_SENDING && self.engine.sends_waiting() {
+            looks = LOOKS_SENDING / peers;
+        }
+        for _ in 0..looks.max(1) {
             if self.dev.rx_pending() {
                 return;
             }

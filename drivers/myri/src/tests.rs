@@ -2737,18 +2737,28 @@ fn a_packet_launched_at_once_reads_the_clock_after_the_frame() {
 /// (`rx_pending`, a few loads) and polls as soon as a frame is there: here the NIC
 /// shows its frame only from the 1000th look on, and the wait ends at the first
 /// poll after it, having polled about once per `LOOKS` looks with one peer, once
-/// per `LOOKS / 2` with two (each look loads twice as much).
+/// per `LOOKS / 2` with two (each look loads twice as much), and once per
+/// `LOOKS_SENDING` (`/ 2`) while a send of its own waits for the NIC.
 #[test]
 fn a_waiting_call_looks_at_the_nic_between_polls() {
     static THREE: &[volley_core::engine::Group<'static>] = &[volley_core::engine::Group {
         id: 1,
         members: volley_core::engine::Members::Range { first: 0, count: 3 },
     }];
-    waits_looking(SPY_GROUPS, volley_core::gamma::LOOKS);
-    waits_looking(THREE, volley_core::gamma::LOOKS / 2);
+    use volley_core::gamma::{LOOKS, LOOKS_SENDING};
+    waits_looking(SPY_GROUPS, LOOKS, false);
+    waits_looking(THREE, LOOKS / 2, false);
+    // With a send of its own queued (the NIC takes none until the frame shows),
+    // fewer looks per poll: the credits it waits for show only to a poll.
+    waits_looking(SPY_GROUPS, LOOKS_SENDING, true);
+    waits_looking(THREE, LOOKS_SENDING / 2, true);
 }
 
-fn waits_looking(groups: &'static [volley_core::engine::Group<'static>], per_poll: u32) {
+fn waits_looking(
+    groups: &'static [volley_core::engine::Group<'static>],
+    per_poll: u32,
+    sending: bool,
+) {
     use std::cell::Cell;
 
     /// The NIC, its frames hidden from receive until `from` looks.
@@ -2757,6 +2767,8 @@ fn waits_looking(groups: &'static [volley_core::engine::Group<'static>], per_pol
         looks: Cell<u32>,
         polls: u32,
         from: u32,
+        /// Nothing sent either until then.
+        hold_tx: bool,
     }
     impl Device for Hider {
         type RxToken<'a> = MyriRx<'a>;
@@ -2769,6 +2781,9 @@ fn waits_looking(groups: &'static [volley_core::engine::Group<'static>], per_pol
             self.nic.receive(now)
         }
         fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<MyriTx<'_>> {
+            if self.hold_tx && self.looks.get() < self.from {
+                return None;
+            }
             self.nic.transmit(now, dst)
         }
         fn capabilities(&self) -> Capabilities {
@@ -2786,6 +2801,7 @@ fn waits_looking(groups: &'static [volley_core::engine::Group<'static>], per_pol
         looks: Cell::new(0),
         polls: 0,
         from: 0,
+        hold_tx: false,
     };
     let clock = volley_core::time::StdClock::default;
     let [mut ga, mut gb] = warm_gammas(groups, (hide(a), hide(b)), clock);
@@ -2794,6 +2810,11 @@ fn waits_looking(groups: &'static [volley_core::engine::Group<'static>], per_pol
     d.from = 1000;
     d.looks.set(0);
     d.polls = 0;
+    d.hold_tx = sending;
+    if sending {
+        gb.isend(1, b"queued").unwrap();
+        assert!(gb.engine().sends_waiting());
+    }
     let deadline = gb.time() + volley_core::time::Duration::from_secs(10);
     assert_eq!(gb.wait_deadline(1, 1, deadline), Ok(0));
     assert_eq!(gb.buffer(1).unwrap()[..6], *b"hidden");
@@ -2806,4 +2827,10 @@ fn waits_looking(groups: &'static [volley_core::engine::Group<'static>], per_pol
         "{} polls for 1000 looks",
         d.polls
     );
+    if sending {
+        // Out at the next poll, now that the NIC takes it.
+        assert_eq!(ga.wait(1, 1), Ok(0));
+        assert_eq!(ga.buffer(1).unwrap()[..6], *b"queued");
+        assert!(!gb.engine().sends_waiting());
+    }
 }
