@@ -689,12 +689,17 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// that the idle hook (a `sched_yield`) runs about when it did without them.
     #[inline]
     fn await_frame(&self) {
+        // The first look before the budget: a device that cannot look says "maybe"
+        // at once, and the channels are not scanned for it.
+        if self.dev.rx_pending() {
+            return;
+        }
         let peers = u32::from(self.engine.size()).saturating_sub(1).max(1);
         let mut looks = LOOKS / peers;
         if looks > LOOKS_SENDING && self.engine.sends_waiting() {
             looks = LOOKS_SENDING / peers;
         }
-        for _ in 0..looks.max(1) {
+        for _ in 1..looks.max(1) {
             if self.dev.rx_pending() {
                 return;
             }
