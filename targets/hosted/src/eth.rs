@@ -40,7 +40,7 @@ use volley_core::NodeAddr;
 
 use crate::bootstrap::Boot;
 use crate::xdp::Xsk;
-use crate::HostError;
+use crate::{set_int, HostError};
 
 /// Ethernet type of Volley frames (IEEE 802 "local experimental" 1), as the e1000
 /// driver's.
@@ -218,19 +218,6 @@ fn bind(fd: &OwnedFd, iface: &Interface, proto: u16) -> Result<(), HostError> {
         )));
     }
     Ok(())
-}
-
-fn set_int(fd: &OwnedFd, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> bool {
-    // SAFETY: a valid socket and an int option of the right size.
-    unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            opt,
-            &v as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        ) == 0
-    }
 }
 
 /// Asks the kernel about interface `name` through socket `fd`: `request` fills `req`.

@@ -100,6 +100,26 @@ pub use node::{HostDevice, HostGamma};
 /// `fn on_message(up: &mut Upcall<MyState>)`.
 pub type Upcall<'u, S> = volley_core::gamma::Upcall<'u, 'static, S>;
 
+/// Sets an int socket option; `false` if the kernel refuses it.
+pub(crate) fn set_int(
+    fd: &impl std::os::fd::AsRawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    v: libc::c_int,
+) -> bool {
+    // SAFETY: a valid socket (`fd` owns or borrows it) and an int option of the
+    // right size.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            &v as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
 /// Boots this rank from the environment and returns its GAMMA instance: the one call
 /// an embedding program makes (`gamma_init`).
 ///

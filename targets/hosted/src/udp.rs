@@ -341,17 +341,7 @@ impl UdpDevice {
         let sock: UdpSocket = s.into();
         // ICMP errors (a peer's port closed: the process died) reach us in the
         // socket's error queue.
-        let one: libc::c_int = 1;
-        // SAFETY: a valid socket and an int option of the right size.
-        unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::IPPROTO_IP,
-                libc::IP_RECVERR,
-                &one as *const libc::c_int as *const libc::c_void,
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
+        crate::set_int(&sock, libc::IPPROTO_IP, libc::IP_RECVERR, 1);
         // Consecutive datagrams from one peer come up in one read where the kernel
         // can coalesce them (`receive` takes them apart), while a bulk transfer
         // comes in: see `GRO_AFTER`.
@@ -601,18 +591,7 @@ fn send_segmented(
 
 /// Turns `UDP_GRO` on or off; `false` if the kernel refuses.
 fn set_gro(sock: &UdpSocket, on: bool) -> bool {
-    let v = libc::c_int::from(on);
-    // SAFETY: a valid socket and an int option of the right size.
-    let r = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_UDP,
-            UDP_GRO,
-            &v as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    r == 0
+    crate::set_int(sock, libc::SOL_UDP, UDP_GRO, on.into())
 }
 
 /// One `recvmsg` on `sock` into `buf` with `flags` and room `control` for control
@@ -664,9 +643,7 @@ fn recv_msg(
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    let ip = std::net::Ipv4Addr::from(u32::from_be(from.sin_addr.s_addr));
-    let addr = SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(from.sin_port)));
-    Ok((r as usize, addr, msg.msg_flags))
+    Ok((r as usize, v4(&from), msg.msg_flags))
 }
 
 /// One read into `buf`: bytes read, sender, and the size of the datagrams they are
@@ -692,6 +669,12 @@ fn recv_coalesced(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, S
         ));
     }
     Ok((n, from, if seg == 0 { n } else { seg }))
+}
+
+/// The address the kernel wrote into `from`.
+fn v4(from: &libc::sockaddr_in) -> SocketAddr {
+    let ip = std::net::Ipv4Addr::from(u32::from_be(from.sin_addr.s_addr));
+    SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(from.sin_port)))
 }
 
 /// One `recvfrom` into `buf` (no control message: `UDP_GRO` is off): bytes read,
@@ -725,9 +708,7 @@ fn recv_plain(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, Socke
             "datagram truncated",
         ));
     }
-    let ip = std::net::Ipv4Addr::from(u32::from_be(from.sin_addr.s_addr));
-    let addr = SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(from.sin_port)));
-    Ok((n, addr, first_frame_len(&buf[..n])))
+    Ok((n, v4(&from), first_frame_len(&buf[..n])))
 }
 
 /// The length of the frame `d` starts with, by its header (payload length, and the
