@@ -1235,16 +1235,7 @@ impl<'a> Engine<'a> {
     /// handler's send), no barrier runs, no one-sided operation has finished, and
     /// the poll before did not leave its own. Timers and delayed acks can wait.
     fn upkeep_can_wait(&self) -> bool {
-        !self.upkeep_due
-            && !self.bar.active
-            && self.bufs.rma_done == 0
-            && self.bufs.queued_streams == 0
-            && self.nothing_ahead()
-            && self.chans[..self.chan_hwm].iter().all(|c| {
-                !c.in_use
-                    || c.failed
-                    || (!c.ack_now && !c.resend_any && c.ctrl_len == 0 && c.q_head == NONE)
-            })
+        !self.upkeep_due && self.bufs.rma_done == 0 && !self.sends_waiting()
     }
 }
 

@@ -177,6 +177,7 @@ impl<'a> Engine<'a> {
     /// what `nothing_ahead` names. A waiting call then polls often (see
     /// `Gamma::await_frame`): credits coming back show only to a poll. Scans the
     /// channels in use.
+    #[inline]
     pub fn sends_waiting(&self) -> bool {
         !self.nothing_ahead()
             || self.bar.active
