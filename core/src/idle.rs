@@ -70,13 +70,14 @@ impl Idle {
     }
 
     /// Called after each poll of a waiting call: `busy` if it did anything.
+    /// `true` if the hook ran (the time read before it may be long past).
     #[inline]
-    pub fn step<C: Clock>(&mut self, busy: bool, clock: &C) {
+    pub fn step<C: Clock>(&mut self, busy: bool, clock: &C) -> bool {
         if busy {
             self.polls = 0;
-            return;
+            return false;
         }
-        let Some(hook) = self.hook else { return };
+        let Some(hook) = self.hook else { return false };
         self.polls += 1;
         let timed = self.time > Duration::ZERO;
         if timed && self.polls == 1 {
@@ -86,11 +87,13 @@ impl Idle {
             if timed && clock.now().saturating_since(self.since) < self.time {
                 // Not idle for long enough yet: count another run from here.
                 self.polls = 1;
-                return;
+                return false;
             }
             self.polls = 0;
             hook();
+            return true;
         }
+        false
     }
 }
 

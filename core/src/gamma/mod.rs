@@ -652,6 +652,8 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         user_sem(sem)?;
         // Probing scans the port table: only a wait that has lasted a while does it.
         let mut probe_at: Option<Instant> = None;
+        // The time of the poll before, when a look has just seen a frame come.
+        let mut seen: Option<Instant> = None;
         loop {
             if let Some(errors) = self.engine.try_take(sem, n)? {
                 return Ok(-(errors.min(i32::MAX as u32) as i32));
@@ -659,7 +661,13 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             if self.engine.semaphore(sem)?.peer_dead {
                 return Err(Error::SendFailure);
             }
-            let now = self.clock.now();
+            // A frame seen by a look is polled with the time of the poll before (at
+            // most one look budget old, under a microsecond): no clock read delays
+            // it. Any other turn reads the clock.
+            let now = match seen.take() {
+                Some(t) => t,
+                None => self.clock.now(),
+            };
             if now >= deadline {
                 return Err(Error::Timeout);
             }
@@ -672,10 +680,13 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
                 Some(_) => {}
             }
             // One clock read per turn serves the deadline and the poll.
-            let busy = self.engine_poll(now, None);
-            self.idle_step(busy);
-            if !busy && self.idle.looking() {
-                self.await_frame();
+            let busy = self.engine.poll(now, &mut self.dev, None);
+            // A handler (of a failure, say) may run for long: `now` is then old.
+            let handled = self.engine.notices_pending() != 0;
+            self.run_handlers(now, None);
+            let slept = self.idle_step(busy);
+            if !busy && self.idle.looking() && self.await_frame() && !slept && !handled {
+                seen = Some(now);
             }
         }
     }
@@ -687,12 +698,15 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// there. Timers and retries wait at most those looks (under a microsecond).
     /// Only in the first [`crate::idle::LOOKING_POLLS`] empty polls of a run, so
     /// that the idle hook (a `sched_yield`) runs about when it did without them.
+    ///
+    /// `true` when a look saw a frame come after one had found none: the device
+    /// can look, and the next poll will find the frame.
     #[inline]
-    fn await_frame(&self) {
+    fn await_frame(&self) -> bool {
         // The first look before the budget: a device that cannot look says "maybe"
         // at once, and the channels are not scanned for it.
         if self.dev.rx_pending() {
-            return;
+            return false;
         }
         let peers = u32::from(self.engine.size()).saturating_sub(1).max(1);
         let mut looks = LOOKS / peers;
@@ -701,9 +715,10 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         }
         for _ in 1..looks.max(1) {
             if self.dev.rx_pending() {
-                return;
+                return true;
             }
         }
+        false
     }
 
     /// `gamma_test`: the semaphore's value, unchanged.
@@ -760,8 +775,9 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         self.idle.set_after(polls);
     }
 
-    fn idle_step(&mut self, busy: bool) {
-        self.idle.step(busy, &self.clock);
+    /// `true` if the idle hook ran.
+    fn idle_step(&mut self, busy: bool) -> bool {
+        self.idle.step(busy, &self.clock)
     }
 
     /// Adds `delta` to counter `var` (`0..COUNTERS`, starting at 0) of instance `node` of

@@ -2746,18 +2746,22 @@ fn a_waiting_call_looks_at_the_nic_between_polls() {
         members: volley_core::engine::Members::Range { first: 0, count: 3 },
     }];
     use volley_core::gamma::{LOOKS, LOOKS_SENDING};
-    waits_looking(SPY_GROUPS, LOOKS, false);
-    waits_looking(THREE, LOOKS / 2, false);
+    waits_looking(SPY_GROUPS, LOOKS, false, false);
+    waits_looking(THREE, LOOKS / 2, false, false);
     // With a send of its own queued (the NIC takes none until the frame shows),
     // fewer looks per poll: the credits it waits for show only to a poll.
-    waits_looking(SPY_GROUPS, LOOKS_SENDING, true);
-    waits_looking(THREE, LOOKS_SENDING / 2, true);
+    waits_looking(SPY_GROUPS, LOOKS_SENDING, true, false);
+    waits_looking(THREE, LOOKS_SENDING / 2, true, false);
+    // An idle hook after every empty poll (a `hlt`): the time read before it may be
+    // long past, so the poll after the look reads the clock again.
+    waits_looking(SPY_GROUPS, LOOKS, false, true);
 }
 
 fn waits_looking(
     groups: &'static [volley_core::engine::Group<'static>],
     per_poll: u32,
     sending: bool,
+    hook: bool,
 ) {
     use std::cell::Cell;
 
@@ -2769,6 +2773,8 @@ fn waits_looking(
         from: u32,
         /// Nothing sent either until then.
         hold_tx: bool,
+        /// The clock's reads, the look that saw the frame, and the frame taken.
+        log: Log,
     }
     impl Device for Hider {
         type RxToken<'a> = MyriRx<'a>;
@@ -2778,7 +2784,11 @@ fn waits_looking(
             if self.looks.get() < self.from {
                 return None;
             }
-            self.nic.receive(now)
+            let f = self.nic.receive(now);
+            if f.is_some() {
+                self.log.borrow_mut().push("frame");
+            }
+            f
         }
         fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<MyriTx<'_>> {
             if self.hold_tx && self.looks.get() < self.from {
@@ -2791,21 +2801,30 @@ fn waits_looking(
         }
         fn rx_pending(&self) -> bool {
             self.looks.set(self.looks.get() + 1);
-            self.looks.get() >= self.from && self.nic.rx_pending()
+            let seen = self.looks.get() >= self.from && self.nic.rx_pending();
+            if seen && self.from > 0 {
+                self.log.borrow_mut().push("seen");
+            }
+            seen
         }
     }
     let mem = Mem::new(geo().region_len().unwrap());
     let (a, b) = pair(&mem);
+    let log = Log::default();
     let hide = |nic| Hider {
         nic,
         looks: Cell::new(0),
         polls: 0,
         from: 0,
         hold_tx: false,
+        log: log.clone(),
     };
-    let clock = volley_core::time::StdClock::default;
-    let [mut ga, mut gb] = warm_gammas(groups, (hide(a), hide(b)), clock);
+    let [mut ga, mut gb] = warm_gammas(groups, (hide(a), hide(b)), || Ticks(log.clone()));
     ga.send(1, b"hidden").unwrap();
+    if hook {
+        gb.set_idle(Some(|| {}));
+        gb.set_idle_after(1);
+    }
     let d = gb.device_mut();
     d.from = 1000;
     d.looks.set(0);
@@ -2816,8 +2835,26 @@ fn waits_looking(
         assert!(gb.engine().sends_waiting());
     }
     let deadline = gb.time() + volley_core::time::Duration::from_secs(10);
+    log.borrow_mut().clear();
     assert_eq!(gb.wait_deadline(1, 1, deadline), Ok(0));
     assert_eq!(gb.buffer(1).unwrap()[..6], *b"hidden");
+    // The poll after the look that saw the frame reads no clock before taking it,
+    // unless the hook ran since the last read.
+    let seen = log.borrow().clone();
+    let at = seen
+        .iter()
+        .position(|&e| e == "seen")
+        .expect("a look saw the frame");
+    let want: &[&str] = if hook {
+        &["seen", "clock", "frame"]
+    } else {
+        &["seen", "frame"]
+    };
+    assert_eq!(&seen[at..], want, "after the look");
+    assert!(
+        seen[..at].contains(&"clock"),
+        "the empty polls read the clock"
+    );
     let d = gb.device();
     // The look that found the frame ended the looking: a poll took it at once.
     assert_eq!(d.looks.get(), 1000, "looks");
