@@ -827,6 +827,26 @@ mod tests {
         assert_eq!(&buf[56..60], b"abcd");
         let p = Packet::new_checked(&buf[..n]).unwrap();
         assert_eq!(Repr::parse(&p, false).unwrap(), sample());
+        // Both halves of the wide field, and no zero byte hiding a misplaced one.
+        let mut r = sample();
+        r.ack = Some(AckInfo {
+            ack: 0x1122_3344,
+            sack: 0x0102_0304_0506_0708,
+            window: 0xA1A2,
+        });
+        r.ends.src_port = 0xB1B2;
+        r.seq = 0xC1C2_C3C4;
+        r.emit_with_payload(&mut buf, &[b"ab", b"cd"], true)
+            .unwrap();
+        assert_eq!(
+            &buf[16..40],
+            &[
+                0xB1, 0xB2, 0x04, 0x00, 0xC1, 0xC2, 0xC3, 0xC4, // ports, seq
+                0x11, 0x22, 0x33, 0x44, 1, 2, 3, 4, // ack, sack
+                5, 6, 7, 8, 0xA1, 0xA2, 0, 4, // sack, window, payload len
+            ]
+        );
+        assert_eq!(&buf[52..56], &[0; 4], "no checksum");
     }
 
     #[test]
