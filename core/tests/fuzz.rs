@@ -172,6 +172,121 @@ proptest! {
     }
 }
 
+prop_compose! {
+    /// Frames from a device that guarantees integrity (`NO_CRC`), mostly in the
+    /// shape header prediction takes (a whole message in one data frame, with an
+    /// ack), with some of its fields off.
+    fn mostly_single()(
+        data in prop::bool::weighted(0.8),
+        reliable in any::<bool>(),
+        extra in prop_oneof![4 => Just(0u16), 1 => any::<u16>()],
+        src_node in 0u16..4,
+        dst_node in prop_oneof![8 => Just(1u16), 1 => any::<u16>()],
+        job in prop_oneof![8 => Just(77u32), 1 => any::<u32>()],
+        dst_port in 0u16..4,
+        seq in 0u32..12,
+        ack in proptest::option::weighted(0.9, (0u32..12, prop_oneof![Just(0u64), any::<u64>()], any::<u16>())),
+        msg_id in 0u32..12,
+        whole in prop::bool::weighted(0.8),
+        offset in 0u32..100,
+        total in 0u32..200,
+        payload in proptest::collection::vec(any::<u8>(), 0..80),
+    ) -> Vec<u8> {
+        let flags = (if reliable { Flags::RELIABLE } else { Flags::empty() })
+            | Flags::LAST
+            | Flags::from_bits_truncate(extra);
+        let repr = Repr {
+            kind: if data { Kind::Data } else { Kind::Multicast },
+            flags: flags - Flags::HAS_ACK - Flags::NO_CRC - Flags::AUTH,
+            job_key: job,
+            ends: Endpoints { src_group: 3, src_node, src_port: 0, dst_group: 3, dst_node, dst_port },
+            seq,
+            ack: ack.map(|(ack, sack, window)| AckInfo { ack, sack, window }),
+            msg_id,
+            offset: if whole { 0 } else { offset },
+            total_len: if whole { payload.len() as u32 } else { total },
+            payload_len: payload.len() as u16,
+        };
+        let mut buf = vec![0u8; repr.buffer_len()];
+        repr.emit_with_payload(&mut buf, &[&payload], true).unwrap();
+        buf
+    }
+}
+
+/// What an engine's notices say: port, data, error.
+fn notices(e: &mut Engine<'static>) -> Vec<(u16, Vec<u8>, Option<volley_core::engine::Errno>)> {
+    let mut v = Vec::new();
+    while let Some((n, view)) = e.next_notice() {
+        v.push((n.port, view.data(&n).to_vec(), n.errno));
+    }
+    v
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, .. ProptestConfig::default() })]
+
+    /// Header prediction's parse reads a frame as the general parse does, or
+    /// leaves it to it.
+    #[test]
+    fn the_predicted_parse_agrees_with_the_general_one(frame in mostly_single(), flip in proptest::option::of((0usize..56, any::<u8>()))) {
+        let mut f = frame;
+        if let Some((at, x)) = flip {
+            f[at] ^= x;
+        }
+        if let Some((r, p)) = Repr::parse_single_data(&f) {
+            let (g, q) = Repr::parse_frame(&f, true, None).unwrap();
+            prop_assert_eq!(r, g);
+            prop_assert_eq!(p, q);
+        }
+    }
+
+    /// The same frames given to one engine through its device (where header
+    /// prediction takes what it can) and to another through `handle_frame` (the
+    /// general path alone) raise the same notices.
+    #[test]
+    fn predicted_frames_are_delivered_as_the_general_path_delivers_them(frames in proptest::collection::vec(mostly_single(), 1..40)) {
+        let (mut x, mut y) = (target(), target());
+        let mut rings: Vec<Ring<128, 512>> = (0..4).map(|_| Ring::new()).collect();
+        let mut now = Instant::ZERO;
+        let (mut seen_x, mut seen_y) = (Vec::new(), Vec::new());
+        // A first poll tells both the device's capabilities (integrity).
+        x.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+        y.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+        for f in &frames {
+            x.handle_frame(now, f);
+            let from = f[11] as usize % 4;
+            {
+                use volley_core::phy::{Device, TxToken};
+                let mut d = Loopback::new(&mut rings, NodeAddr(from as u16));
+                if let Some(t) = d.transmit(now, NodeAddr(1)) {
+                    t.consume(f.len(), |b| b.copy_from_slice(f));
+                }
+            }
+            y.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+            seen_x.extend(notices(&mut x));
+            seen_y.extend(notices(&mut y));
+            for _ in 0..2 {
+                x.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+                y.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+                seen_x.extend(notices(&mut x));
+                seen_y.extend(notices(&mut y));
+            }
+            for r in rings.iter_mut() {
+                *r = Ring::new();
+            }
+            now += Duration::from_micros(3);
+        }
+        x.handle_timeout(now + Duration::from_secs(1));
+        y.handle_timeout(now + Duration::from_secs(1));
+        seen_x.extend(notices(&mut x));
+        seen_y.extend(notices(&mut y));
+        prop_assert_eq!(seen_x, seen_y);
+        prop_assert_eq!(x.stats().delivered, y.stats().delivered);
+        prop_assert_eq!(x.stats().rx_frames, y.stats().rx_frames);
+        prop_assert_eq!(x.stats().rx_predicted, 0);
+    }
+}
+
 /// Memory of 4 KiB at 0x1000 that records the ranges the engine checked and fails
 /// the test if it ever writes outside them.
 #[derive(Default)]

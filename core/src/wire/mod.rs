@@ -458,6 +458,61 @@ impl Repr {
         Ok((repr, payload))
     }
 
+    /// [`Repr::parse_frame`] of the commonest frame, or `None` for any other: a
+    /// whole message in one `Data` frame (offset 0, total length its payload's)
+    /// from a device that guarantees integrity (`NO_CRC` set), with an ack, no tag,
+    /// and no flag but `RELIABLE` and `ACK_REQ` beyond `LAST`, `HAS_ACK` and
+    /// `NO_CRC`. It reads only the fields such a frame needs (a receiver's header
+    /// prediction); a `None` frame goes through `parse_frame`, which says why it
+    /// is refused, if it is.
+    #[inline]
+    pub fn parse_single_data(frame: &[u8]) -> Option<(Repr, &[u8])> {
+        let mut h = [0u8; HEADER_LEN];
+        h.copy_from_slice(frame.get(..HEADER_LEN)?);
+        let b16 = |r: core::ops::Range<usize>| u16::from_be_bytes([h[r.start], h[r.start + 1]]);
+        let b32 = |r: core::ops::Range<usize>| {
+            u32::from_be_bytes([h[r.start], h[r.start + 1], h[r.start + 2], h[r.start + 3]])
+        };
+        let flags = b16(field::FLAGS);
+        let must = (Flags::LAST | Flags::HAS_ACK | Flags::NO_CRC).bits();
+        let may = (Flags::RELIABLE | Flags::ACK_REQ).bits();
+        let payload_len = b16(field::PAYLOAD_LEN);
+        if h[field::VERSION] != VERSION
+            || h[field::KIND] != Kind::Data as u8
+            || flags & !may != must
+            || b32(field::OFFSET) != 0
+            || b32(field::TOTAL_LEN) != payload_len as u32
+        {
+            return None;
+        }
+        let payload = frame.get(HEADER_LEN..HEADER_LEN + payload_len as usize)?;
+        let repr = Repr {
+            kind: Kind::Data,
+            flags: Flags::from_bits_truncate(flags) - Flags::HAS_ACK - Flags::NO_CRC,
+            job_key: b32(field::JOB),
+            ends: Endpoints {
+                src_group: b16(field::SRC_GROUP),
+                src_node: b16(field::SRC_NODE),
+                src_port: b16(field::SRC_PORT),
+                dst_group: b16(field::DST_GROUP),
+                dst_node: b16(field::DST_NODE),
+                dst_port: b16(field::DST_PORT),
+            },
+            seq: b32(field::SEQ),
+            ack: Some(AckInfo {
+                ack: b32(field::ACK),
+                sack: (b32(field::SACK.start..field::SACK.start + 4) as u64) << 32
+                    | b32(field::SACK.start + 4..field::SACK.end) as u64,
+                window: b16(field::WINDOW),
+            }),
+            msg_id: b32(field::MSG_ID),
+            offset: 0,
+            total_len: payload_len as u32,
+            payload_len,
+        };
+        Some((repr, payload))
+    }
+
     /// [`Repr::parse_frame`] of a frame received in two parts
     /// ([`crate::phy::RxToken::consume_parts`]): `head` holds the header and, with a
     /// key, the tag, and nothing else; `payload` is the whole payload.
