@@ -25,7 +25,13 @@ fn drain(e: &mut Engine<'static>) -> u64 {
 }
 
 fn target() -> Engine<'static> {
+    target_keyed(None)
+}
+
+/// [`target`] with frames tagged under `key`.
+fn target_keyed(key: Option<volley_core::wire::AuthKey>) -> Engine<'static> {
     let mut cfg = Config::new(77, 3, 1);
+    cfg.auth_key = key;
     cfg.reassembly_timeout = Duration::from_micros(50);
     let cap = Capacity {
         ports: 8,
@@ -228,24 +234,52 @@ proptest! {
     /// Header prediction's parse reads a frame as the general parse does, or
     /// leaves it to it.
     #[test]
-    fn the_predicted_parse_agrees_with_the_general_one(frame in mostly_single(), flip in proptest::option::of((0usize..56, any::<u8>()))) {
+    fn the_predicted_parse_agrees_with_the_general_one(frame in mostly_single(), flip in proptest::option::of((0usize..56, any::<u8>())), keyed in any::<bool>()) {
+        let key = *b"job frame key 16";
         let mut f = frame;
+        let p = Packet::new_checked(&f[..]).unwrap();
+        if let (true, Ok(r)) = (keyed, Repr::parse(&p, true)) {
+            // The same frame tagged under the key.
+            let mut t = vec![0u8; r.buffer_len() + volley_core::wire::TAG_LEN];
+            r.emit_frame(&mut t, &[p.payload()], true, Some(&key)).unwrap();
+            f = t;
+        }
         if let Some((at, x)) = flip {
             f[at] ^= x;
         }
-        if let Some((r, p)) = Repr::parse_single_data(&f) {
-            let (g, q) = Repr::parse_frame(&f, true, None).unwrap();
+        let k = keyed.then_some(&key);
+        if let Some((r, p, ())) = Repr::parse_single_data(&f, k, |_, _| Some(())) {
+            let (g, q) = Repr::parse_frame(&f, !keyed, k).unwrap();
             prop_assert_eq!(r, g);
             prop_assert_eq!(p, q);
         }
+        // What the receiver would not take is not tagged by the prediction.
+        prop_assert!(Repr::parse_single_data(&f, k, |_, _| None::<()>).is_none());
     }
 
     /// The same frames given to one engine through its device (where header
     /// prediction takes what it can) and to another through `handle_frame` (the
     /// general path alone) raise the same notices.
     #[test]
-    fn predicted_frames_are_delivered_as_the_general_path_delivers_them(frames in proptest::collection::vec(mostly_single(), 1..40)) {
-        let (mut x, mut y) = (target(), target());
+    fn predicted_frames_are_delivered_as_the_general_path_delivers_them(frames in proptest::collection::vec(mostly_single(), 1..40), keyed in any::<bool>()) {
+        let key = keyed.then_some(*b"job frame key 16");
+        let (mut x, mut y) = (target_keyed(key), target_keyed(key));
+        // With a key, each frame tagged under it (one that does not parse stays
+        // untagged, refused by both).
+        let frames: Vec<Vec<u8>> = frames
+            .into_iter()
+            .map(|f| {
+                let p = Packet::new_checked(&f[..]).unwrap();
+                match (key, Repr::parse(&p, true)) {
+                    (Some(k), Ok(r)) => {
+                        let mut t = vec![0u8; r.buffer_len() + volley_core::wire::TAG_LEN];
+                        r.emit_frame(&mut t, &[p.payload()], true, Some(&k)).unwrap();
+                        t
+                    }
+                    _ => f,
+                }
+            })
+            .collect();
         let mut rings: Vec<Ring<128, 512>> = (0..4).map(|_| Ring::new()).collect();
         let mut now = Instant::ZERO;
         let (mut seen_x, mut seen_y) = (Vec::new(), Vec::new());

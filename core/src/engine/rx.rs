@@ -36,7 +36,7 @@ impl<'a> Engine<'a> {
 
     /// Header prediction (after TCP's fast path): the commonest frame, a whole
     /// message in one data frame that is the next on its channel and fits its
-    /// port, from a device that guarantees integrity and with no job key, is
+    /// port, tagged under the job key or from a device that guarantees integrity, is
     /// delivered here with what `handle_parsed` and `rx_reliable` would do for it,
     /// without their dispatch or the search for a message waiting behind it (a
     /// channel with none received out of order has none). `false`, with nothing
@@ -48,49 +48,19 @@ impl<'a> Engine<'a> {
         frame: &[u8],
         source: Option<NodeAddr>,
     ) -> bool {
-        if !self.caps.integrity || self.cfg.auth_key.is_some() || self.bufs.queued_streams != 0 {
+        // Without a key, only from a device that guarantees integrity (no CRC
+        // is checked here); with one, the tag is.
+        let key = self.cfg.auth_key.as_ref();
+        if (key.is_none() && !self.caps.integrity) || self.bufs.queued_streams != 0 {
             return false;
         }
-        let Some((repr, payload)) = Repr::parse_single_data(frame) else {
+        let taken = Repr::parse_single_data(frame, key, |repr, payload| {
+            self.predicts(repr, payload.len(), source)
+        });
+        let Some((repr, payload, (ci, reliable))) = taken else {
             return false;
         };
-        let e = &repr.ends;
-        if repr.job_key != self.cfg.job_key
-            || e.dst_group != self.cfg.group
-            || e.dst_node != self.cfg.node
-        {
-            return false;
-        }
-        // Where the device does not tell the sender, the header's name for it.
-        let addr = match source {
-            Some(a) => a,
-            None => match self.addr_of(e.src_group, e.src_node) {
-                Ok(a) => a,
-                Err(_) => return false,
-            },
-        };
-        let ci = match self.peer_map.get(addr.0 as usize) {
-            Some(&c) if c != NONE => c as usize,
-            _ => return false,
-        };
-        let ch = &self.chans[ci];
-        // The channel's own name for its peer (groups are fixed: the header then
-        // names the device's sender), then the next message in order.
-        let reliable = repr.flags.contains(Flags::RELIABLE);
-        let next = if reliable {
-            repr.seq == ch.rcv_nxt
-                && ch.rcv_sack == 0
-                && repr.msg_id == ch.next_reserve
-                && ch.next_deliver == ch.next_reserve
-        } else {
-            ch.be_asm == NONE && repr.msg_id == ch.be_expect
-        };
-        if !next
-            || ch.failed
-            || ch.peer_group != e.src_group
-            || ch.peer_node != e.src_node
-            || !self.rx_single_frame(ci, &repr, payload, reliable)
-        {
+        if !self.deliver_single(ci, &repr, payload, reliable) {
             return false;
         }
         // Delivered. Then what `handle_parsed` does for any frame of the channel
@@ -112,6 +82,47 @@ impl<'a> Engine<'a> {
             self.took_reliable(now, ci, &repr);
         }
         true
+    }
+
+    /// Whether header prediction takes `repr` (`n` bytes of payload), changing
+    /// nothing: of this job and for us, from the peer a channel is open to under
+    /// the same name (groups are fixed: the header then names the device's
+    /// sender, where it tells one), the next message of its service in order,
+    /// fitting its port. Its channel and service.
+    #[inline]
+    fn predicts(&self, repr: &Repr, n: usize, source: Option<NodeAddr>) -> Option<(usize, bool)> {
+        let e = &repr.ends;
+        if repr.job_key != self.cfg.job_key
+            || e.dst_group != self.cfg.group
+            || e.dst_node != self.cfg.node
+        {
+            return None;
+        }
+        // Where the device does not tell the sender, the header's name for it.
+        let addr = match source {
+            Some(a) => a,
+            None => self.addr_of(e.src_group, e.src_node).ok()?,
+        };
+        let ci = *self.peer_map.get(addr.0 as usize)?;
+        if ci == NONE {
+            return None;
+        }
+        let ch = self.chans.get(ci as usize)?;
+        let reliable = repr.flags.contains(Flags::RELIABLE);
+        let next = if reliable {
+            repr.seq == ch.rcv_nxt
+                && ch.rcv_sack == 0
+                && repr.msg_id == ch.next_reserve
+                && ch.next_deliver == ch.next_reserve
+        } else {
+            ch.be_asm == NONE && repr.msg_id == ch.be_expect
+        };
+        let ok = next
+            && !ch.failed
+            && ch.peer_group == e.src_group
+            && ch.peer_node == e.src_node
+            && self.single_fits(repr, n);
+        ok.then_some((ci as usize, reliable))
     }
 
     /// [`Engine::handle_frame_mem`] of a frame received in two parts: the header (and
@@ -952,6 +963,18 @@ impl<'a> Engine<'a> {
 }
 
 impl Engine<'_> {
+    /// Whether [`Engine::rx_single_frame`] takes `repr` with `n` bytes of payload:
+    /// a whole message in one data frame, for an idle GO_BACK port that holds it.
+    #[inline]
+    fn single_fits(&self, repr: &Repr, n: usize) -> bool {
+        if repr.kind != Kind::Data || repr.offset != 0 || n as u32 != repr.total_len {
+            return false;
+        }
+        self.ports
+            .get(repr.ends.dst_port as usize)
+            .is_some_and(|p| p.input && !p.busy && p.kind == BufferKind::GoBack && p.room(0) >= n)
+    }
+
     /// The short active message's path: a message that is one whole frame, the
     /// channel's next of its service (best-effort, or reliable with every earlier
     /// one delivered), going to an idle GO_BACK port that holds it, is copied
@@ -959,16 +982,16 @@ impl Engine<'_> {
     /// `reserve`, `place` and `deliver` would do for it, less their bookkeeping).
     /// `false`, with nothing changed, for anything else.
     fn rx_single_frame(&mut self, ci: usize, repr: &Repr, payload: &[u8], reliable: bool) -> bool {
+        self.single_fits(repr, payload.len()) && self.deliver_single(ci, repr, payload, reliable)
+    }
+
+    /// [`Engine::rx_single_frame`] of a frame that [`Engine::single_fits`].
+    #[inline]
+    fn deliver_single(&mut self, ci: usize, repr: &Repr, payload: &[u8], reliable: bool) -> bool {
         let n = payload.len();
-        if repr.kind != Kind::Data || repr.offset != 0 || n as u32 != repr.total_len {
-            return false;
-        }
         let Some(p) = self.ports.get_mut(repr.ends.dst_port as usize) else {
             return false;
         };
-        if !p.input || p.busy || p.kind != BufferKind::GoBack || p.room(0) < n {
-            return false;
-        }
         let Some(dst) = p.buf.as_deref_mut().and_then(|b| b.get_mut(..n)) else {
             return false;
         };

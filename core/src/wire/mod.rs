@@ -460,13 +460,19 @@ impl Repr {
 
     /// [`Repr::parse_frame`] of the commonest frame, or `None` for any other: a
     /// whole message in one `Data` frame (offset 0, total length its payload's)
-    /// from a device that guarantees integrity (`NO_CRC` set), with an ack, no tag,
-    /// and no flag but `RELIABLE` and `ACK_REQ` beyond `LAST`, `HAS_ACK` and
-    /// `NO_CRC`. It reads only the fields such a frame needs (a receiver's header
-    /// prediction); a `None` frame goes through `parse_frame`, which says why it
-    /// is refused, if it is.
+    /// with an ack and no flag but `RELIABLE` and `ACK_REQ` beyond `LAST`,
+    /// `HAS_ACK` and `NO_CRC` (and `AUTH` with a key). It reads only the fields
+    /// such a frame needs (a receiver's header prediction); `take` says, changing
+    /// nothing, whether the receiver would take it (and what with), and only then
+    /// is the tag checked, so that a frame left to `parse_frame` is tagged once.
+    /// Without a key, the caller's device must guarantee integrity. A `None`
+    /// frame goes through `parse_frame`, which says why it is refused, if it is.
     #[inline]
-    pub fn parse_single_data(frame: &[u8]) -> Option<(Repr, &[u8])> {
+    pub fn parse_single_data<'f, T>(
+        frame: &'f [u8],
+        key: Option<&AuthKey>,
+        take: impl FnOnce(&Repr, &[u8]) -> Option<T>,
+    ) -> Option<(Repr, &'f [u8], T)> {
         let mut h = [0u8; HEADER_LEN];
         h.copy_from_slice(frame.get(..HEADER_LEN)?);
         let b16 = |r: core::ops::Range<usize>| u16::from_be_bytes([h[r.start], h[r.start + 1]]);
@@ -474,7 +480,12 @@ impl Repr {
             u32::from_be_bytes([h[r.start], h[r.start + 1], h[r.start + 2], h[r.start + 3]])
         };
         let flags = b16(field::FLAGS);
-        let must = (Flags::LAST | Flags::HAS_ACK | Flags::NO_CRC).bits();
+        let auth = if key.is_some() {
+            Flags::AUTH
+        } else {
+            Flags::empty()
+        };
+        let must = (Flags::LAST | Flags::HAS_ACK | Flags::NO_CRC | auth).bits();
         let may = (Flags::RELIABLE | Flags::ACK_REQ).bits();
         let payload_len = b16(field::PAYLOAD_LEN);
         if h[field::VERSION] != VERSION
@@ -485,10 +496,11 @@ impl Repr {
         {
             return None;
         }
-        let payload = frame.get(HEADER_LEN..HEADER_LEN + payload_len as usize)?;
+        let end = HEADER_LEN + payload_len as usize;
+        let payload = frame.get(HEADER_LEN..end)?;
         let repr = Repr {
             kind: Kind::Data,
-            flags: Flags::from_bits_truncate(flags) - Flags::HAS_ACK - Flags::NO_CRC,
+            flags: Flags::from_bits_truncate(flags) - Flags::HAS_ACK - Flags::NO_CRC - Flags::AUTH,
             job_key: b32(field::JOB),
             ends: Endpoints {
                 src_group: b16(field::SRC_GROUP),
@@ -510,7 +522,14 @@ impl Repr {
             total_len: payload_len as u32,
             payload_len,
         };
-        Some((repr, payload))
+        let t = take(&repr, payload)?;
+        if let Some(key) = key {
+            let got = frame.get(end..end + TAG_LEN)?;
+            if !same(got, &tag(key, &h, payload)) {
+                return None;
+            }
+        }
+        Some((repr, payload, t))
     }
 
     /// [`Repr::parse_frame`] of a frame received in two parts
