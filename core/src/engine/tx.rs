@@ -266,16 +266,6 @@ impl<'a> Engine<'a> {
             ..
         } = self;
         let ch = &mut chans[ci];
-        let op = fresh_reliable_op(ops, oi);
-        op.head[..head.len()].copy_from_slice(head);
-        op.head_len = head.len() as u8;
-        op.total = total as u32;
-        op.src_port = port;
-        op.dest = dest;
-        op.chan = ci as u16;
-        op.next = NONE;
-        op.msg_id = ch.next_msg;
-        op.eager = eager as u16;
         // An eager message's ack rides on the reply (see `data_flags`), unless the
         // peer's window is filling.
         let mut flags = Flags::RELIABLE | Flags::LAST;
@@ -291,6 +281,18 @@ impl<'a> Engine<'a> {
             return false;
         }
         dev.flush(at);
+        // The operation (taken above, so that the frame could not go without one)
+        // is filled in once the frame is out: the receiver does not wait for it.
+        let op = fresh_reliable_op(ops, oi);
+        op.head[..head.len()].copy_from_slice(head);
+        op.head_len = head.len() as u8;
+        op.total = total as u32;
+        op.src_port = port;
+        op.dest = dest;
+        op.chan = ci as u16;
+        op.next = NONE;
+        op.msg_id = ch.next_msg;
+        op.eager = eager as u16;
         let now = early.unwrap_or_else(now);
         let b = &mut bufs.eager[eager];
         b.data[..body.len()].copy_from_slice(body);
