@@ -473,6 +473,10 @@ impl Repr {
         key: Option<&AuthKey>,
         take: impl FnOnce(&Repr, &[u8]) -> Option<T>,
     ) -> Option<(Repr, &'f [u8], T)> {
+        // Any other kind turned away before the copy (the copy is checked again).
+        if frame.get(field::KIND) != Some(&(Kind::Data as u8)) {
+            return None;
+        }
         let mut h = [0u8; HEADER_LEN];
         h.copy_from_slice(frame.get(..HEADER_LEN)?);
         let b16 = |r: core::ops::Range<usize>| u16::from_be_bytes([h[r.start], h[r.start + 1]]);
