@@ -179,6 +179,45 @@ bitflags! {
     }
 }
 
+/// Big-endian fields of a header copy, for the parsers.
+#[derive(Clone, Copy)]
+struct Head<'h>(&'h [u8; HEADER_LEN]);
+
+impl Head<'_> {
+    #[inline]
+    fn b16(self, r: core::ops::Range<usize>) -> u16 {
+        u16::from_be_bytes([self.0[r.start], self.0[r.start + 1]])
+    }
+
+    #[inline]
+    fn b32(self, r: core::ops::Range<usize>) -> u32 {
+        let h = self.0;
+        u32::from_be_bytes([h[r.start], h[r.start + 1], h[r.start + 2], h[r.start + 3]])
+    }
+
+    #[inline]
+    fn ends(self) -> Endpoints {
+        Endpoints {
+            src_group: self.b16(field::SRC_GROUP),
+            src_node: self.b16(field::SRC_NODE),
+            src_port: self.b16(field::SRC_PORT),
+            dst_group: self.b16(field::DST_GROUP),
+            dst_node: self.b16(field::DST_NODE),
+            dst_port: self.b16(field::DST_PORT),
+        }
+    }
+
+    #[inline]
+    fn ack(self) -> AckInfo {
+        AckInfo {
+            ack: self.b32(field::ACK),
+            sack: (self.b32(field::SACK.start..field::SACK.start + 4) as u64) << 32
+                | self.b32(field::SACK.start + 4..field::SACK.end) as u64,
+            window: self.b16(field::WINDOW),
+        }
+    }
+}
+
 /// A read/write view over the bytes of one frame.
 #[derive(Debug, Clone)]
 pub struct Packet<T: AsRef<[u8]>> {
@@ -479,11 +518,8 @@ impl Repr {
         }
         let mut h = [0u8; HEADER_LEN];
         h.copy_from_slice(frame.get(..HEADER_LEN)?);
-        let b16 = |r: core::ops::Range<usize>| u16::from_be_bytes([h[r.start], h[r.start + 1]]);
-        let b32 = |r: core::ops::Range<usize>| {
-            u32::from_be_bytes([h[r.start], h[r.start + 1], h[r.start + 2], h[r.start + 3]])
-        };
-        let flags = b16(field::FLAGS);
+        let f = Head(&h);
+        let flags = f.b16(field::FLAGS);
         let auth = if key.is_some() {
             Flags::AUTH
         } else {
@@ -491,12 +527,12 @@ impl Repr {
         };
         let must = (Flags::LAST | Flags::HAS_ACK | Flags::NO_CRC | auth).bits();
         let may = (Flags::RELIABLE | Flags::ACK_REQ).bits();
-        let payload_len = b16(field::PAYLOAD_LEN);
+        let payload_len = f.b16(field::PAYLOAD_LEN);
         if h[field::VERSION] != VERSION
             || h[field::KIND] != Kind::Data as u8
             || flags & !may != must
-            || b32(field::OFFSET) != 0
-            || b32(field::TOTAL_LEN) != payload_len as u32
+            || f.b32(field::OFFSET) != 0
+            || f.b32(field::TOTAL_LEN) != payload_len as u32
         {
             return None;
         }
@@ -505,23 +541,11 @@ impl Repr {
         let repr = Repr {
             kind: Kind::Data,
             flags: Flags::from_bits_truncate(flags) - Flags::HAS_ACK - Flags::NO_CRC - Flags::AUTH,
-            job_key: b32(field::JOB),
-            ends: Endpoints {
-                src_group: b16(field::SRC_GROUP),
-                src_node: b16(field::SRC_NODE),
-                src_port: b16(field::SRC_PORT),
-                dst_group: b16(field::DST_GROUP),
-                dst_node: b16(field::DST_NODE),
-                dst_port: b16(field::DST_PORT),
-            },
-            seq: b32(field::SEQ),
-            ack: Some(AckInfo {
-                ack: b32(field::ACK),
-                sack: (b32(field::SACK.start..field::SACK.start + 4) as u64) << 32
-                    | b32(field::SACK.start + 4..field::SACK.end) as u64,
-                window: b16(field::WINDOW),
-            }),
-            msg_id: b32(field::MSG_ID),
+            job_key: f.b32(field::JOB),
+            ends: f.ends(),
+            seq: f.b32(field::SEQ),
+            ack: Some(f.ack()),
+            msg_id: f.b32(field::MSG_ID),
             offset: 0,
             total_len: payload_len as u32,
             payload_len,
@@ -589,24 +613,21 @@ impl Repr {
         payload: &[u8],
         trust_integrity: bool,
     ) -> Result<Repr, WireError> {
-        let b16 = |r: core::ops::Range<usize>| u16::from_be_bytes([h[r.start], h[r.start + 1]]);
-        let b32 = |r: core::ops::Range<usize>| {
-            u32::from_be_bytes([h[r.start], h[r.start + 1], h[r.start + 2], h[r.start + 3]])
-        };
+        let f = Head(h);
         if h[field::VERSION] != VERSION {
             return Err(WireError::BadVersion);
         }
-        let flags = Flags::from_bits_truncate(b16(field::FLAGS));
+        let flags = Flags::from_bits_truncate(f.b16(field::FLAGS));
         let skip_crc = trust_integrity && flags.contains(Flags::NO_CRC);
-        if !skip_crc && b32(field::CRC) != checksum(h, payload) {
+        if !skip_crc && f.b32(field::CRC) != checksum(h, payload) {
             return Err(WireError::BadChecksum);
         }
         let kind = Kind::from_u8(h[field::KIND]).ok_or(WireError::UnknownKind)?;
-        let payload_len = b16(field::PAYLOAD_LEN);
+        let payload_len = f.b16(field::PAYLOAD_LEN);
         let (msg_id, offset, total_len) = (
-            b32(field::MSG_ID),
-            b32(field::OFFSET),
-            b32(field::TOTAL_LEN),
+            f.b32(field::MSG_ID),
+            f.b32(field::OFFSET),
+            f.b32(field::TOTAL_LEN),
         );
         // A tree frame's prefix is not part of its message.
         let data_len = if kind == Kind::Multicast && flags.contains(Flags::TREE) {
@@ -636,25 +657,13 @@ impl Repr {
         if kind == Kind::Ack && payload_len != 0 {
             return Err(WireError::Malformed);
         }
-        let ack = flags.contains(Flags::HAS_ACK).then(|| AckInfo {
-            ack: b32(field::ACK),
-            sack: (b32(field::SACK.start..field::SACK.start + 4) as u64) << 32
-                | b32(field::SACK.start + 4..field::SACK.end) as u64,
-            window: b16(field::WINDOW),
-        });
+        let ack = flags.contains(Flags::HAS_ACK).then(|| f.ack());
         Ok(Repr {
             kind,
             flags: flags - Flags::HAS_ACK - Flags::NO_CRC - Flags::AUTH,
-            job_key: b32(field::JOB),
-            ends: Endpoints {
-                src_group: b16(field::SRC_GROUP),
-                src_node: b16(field::SRC_NODE),
-                src_port: b16(field::SRC_PORT),
-                dst_group: b16(field::DST_GROUP),
-                dst_node: b16(field::DST_NODE),
-                dst_port: b16(field::DST_PORT),
-            },
-            seq: b32(field::SEQ),
+            job_key: f.b32(field::JOB),
+            ends: f.ends(),
+            seq: f.b32(field::SEQ),
             ack,
             msg_id,
             offset,
