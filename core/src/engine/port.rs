@@ -111,6 +111,9 @@ impl From<alloc::vec::Vec<u8>> for RecvBuf<'_> {
 /// notices.
 pub struct Port<'a> {
     pub(super) dest: Option<Dest>,
+    /// The fabric address of a one-node `dest` (groups are fixed: found once, at
+    /// binding, instead of at every send).
+    pub(super) dest_addr: Option<NodeAddr>,
     pub(super) input: bool,
     pub(super) recv: bool,
     pub(super) err: bool,
@@ -141,6 +144,7 @@ impl<'a> Port<'a> {
     /// An unbound port.
     pub const EMPTY: Port<'a> = Port {
         dest: None,
+        dest_addr: None,
         input: false,
         recv: false,
         err: false,
@@ -584,11 +588,16 @@ impl<'a> Engine<'a> {
                 return Err(Error::InvalidPort);
             }
         }
+        let dest_addr = setup
+            .dest
+            .filter(|d| d.node != BROADCAST)
+            .and_then(|d| self.addr_of(d.group, d.node).ok());
         let p = port_mut(&mut self.ports, port)?;
         if p.busy {
             return Err(Error::PortBusy);
         }
         p.dest = setup.dest;
+        p.dest_addr = dest_addr;
         p.input = setup.input;
         p.recv = setup.recv;
         p.err = setup.err;

@@ -1696,3 +1696,34 @@ fn header_prediction_takes_only_the_next_message_in_the_common_shape() {
     assert_eq!(b.state().last().unwrap().1, b"four");
     assert_eq!(b.stats().lost + b.stats().rx_dropped, 0);
 }
+
+/// A send at once goes where its port is bound now: the address found at binding
+/// follows a new binding.
+#[test]
+fn a_send_at_once_follows_its_ports_binding() {
+    let mut rings = rings();
+    let (mut a, mut b, mut c) = (engine(7, 0), engine(7, 1), engine(7, 2));
+    for e in [&mut b, &mut c] {
+        e.bind_port(2, input(leak(16), BufferKind::GoBack, 0))
+            .unwrap();
+    }
+    let now = Instant::ZERO;
+    for (to, m) in [(1, &b"to b"[..]), (2, b"to c"), (1, b"b again")] {
+        a.bind_port(1, out(to, 2)).unwrap();
+        // The first message to each opens its channel (the general path).
+        let h = a.start_send(1, m, Body::Borrowed(&[]), true).unwrap();
+        run(&mut [&mut a, &mut b, &mut c], &mut rings, |es| {
+            es[0].send_status(h) == Ok(SendStatus::Done)
+        });
+        a.release(h).unwrap();
+        let at_once =
+            a.e.send_now_reliable(now, &mut Loopback::new(&mut rings, NodeAddr(0)), 1, m, b"!");
+        assert!(at_once, "sent at once to node {to}");
+        run(&mut [&mut a, &mut b, &mut c], &mut rings, |es| {
+            es[0].is_quiescent()
+        });
+    }
+    let got = |e: &TE| e.state().iter().map(|n| n.1.clone()).collect::<Vec<_>>();
+    assert_eq!(got(&b), [&b"to b"[..], b"to b!", b"b again", b"b again!"]);
+    assert_eq!(got(&c), [&b"to c"[..], b"to c!"]);
+}

@@ -192,11 +192,12 @@ impl<'a> Engine<'a> {
     /// The destination of `port` (one node) and the channel already open to it, for
     /// a send of first piece `head` that may skip the queue.
     fn open_channel(&self, port: PortId, head: &[u8]) -> Option<(Dest, usize)> {
-        let dest = self.ports.get(port as usize).and_then(|p| p.dest)?;
-        if dest.node == BROADCAST || head.len() > HEAD_MAX {
+        let p = self.ports.get(port as usize)?;
+        // No address for a broadcast.
+        let (dest, addr) = (p.dest?, p.dest_addr?);
+        if head.len() > HEAD_MAX {
             return None;
         }
-        let addr = self.addr_of(dest.group, dest.node).ok()?;
         match self.peer_map.get(addr.0 as usize) {
             Some(&ci) if ci != NONE => Some((dest, ci as usize)),
             _ => None,
