@@ -655,31 +655,34 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         // The time of the poll before, when a look has just seen a frame come.
         let mut seen: Option<Instant> = None;
         loop {
-            if let Some(errors) = self.engine.try_take(sem, n)? {
-                return Ok(-(errors.min(i32::MAX as u32) as i32));
-            }
-            if self.engine.semaphore(sem)?.peer_dead {
-                return Err(Error::SendFailure);
-            }
-            // A frame seen by a look is polled with the time of the poll before (at
-            // most one look budget old, under a microsecond): no clock read delays
-            // it. Any other turn reads the clock.
+            // A frame seen by a look goes straight to a poll, with the time of the
+            // poll before (at most one look budget old, under a microsecond): no
+            // clock read and no check delays it. The checks come after that poll.
             let now = match seen.take() {
                 Some(t) => t,
-                None => self.clock.now(),
-            };
-            if now >= deadline {
-                return Err(Error::Timeout);
-            }
-            match probe_at {
-                None => probe_at = Some(now + self.engine.config().keepalive),
-                Some(t) if now >= t => {
-                    self.engine.keepalive(now, sem);
-                    probe_at = Some(now + self.engine.config().keepalive);
+                None => {
+                    if let Some(errors) = self.engine.try_take(sem, n)? {
+                        return Ok(-(errors.min(i32::MAX as u32) as i32));
+                    }
+                    if self.engine.semaphore(sem)?.peer_dead {
+                        return Err(Error::SendFailure);
+                    }
+                    // One clock read per turn serves the deadline and the poll.
+                    let now = self.clock.now();
+                    if now >= deadline {
+                        return Err(Error::Timeout);
+                    }
+                    match probe_at {
+                        None => probe_at = Some(now + self.engine.config().keepalive),
+                        Some(t) if now >= t => {
+                            self.engine.keepalive(now, sem);
+                            probe_at = Some(now + self.engine.config().keepalive);
+                        }
+                        Some(_) => {}
+                    }
+                    now
                 }
-                Some(_) => {}
-            }
-            // One clock read per turn serves the deadline and the poll.
+            };
             let busy = self.engine.poll(now, &mut self.dev, None);
             // A handler (of a failure, say) may run for long: `now` is then old.
             let handled = self.engine.notices_pending() != 0;
