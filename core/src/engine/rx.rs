@@ -72,11 +72,7 @@ impl<'a> Engine<'a> {
         ch.heard_at = now;
         ch.silent_since = None;
         if let Some(a) = repr.ack {
-            if a.ack == ch.snd_una && a.sack == 0 && ch.ack_due.is_none() {
-                ch.peer_window = a.window;
-            } else {
-                self.defer_ack(now, ci, a);
-            }
+            self.plain_ack(now, ci, a, true);
         }
         if reliable {
             self.took_reliable(now, ci, &repr);
@@ -176,15 +172,10 @@ impl<'a> Engine<'a> {
         ch.heard_at = now;
         ch.silent_since = None;
         if let Some(a) = repr.ack {
-            // Most acks on a busy channel carry nothing new (every frame has one):
-            // only the credits change then.
             let plain = !repr.flags.intersects(Flags::REFUSED | Flags::RETRY)
                 && self.bufs.queued_streams == 0;
-            if plain && a.ack == ch.snd_una && a.sack == 0 && ch.ack_due.is_none() {
-                ch.peer_window = a.window;
-            } else if plain && matches!(repr.kind, Kind::Data | Kind::Packet) {
-                self.defer_ack(now, ci, a);
-            } else {
+            let data = matches!(repr.kind, Kind::Data | Kind::Packet);
+            if !(plain && self.plain_ack(now, ci, a, data)) {
                 self.take_due_ack(now, ci);
                 self.on_ack(now, now, ci, a, repr.flags);
             }
@@ -276,6 +267,24 @@ impl<'a> Engine<'a> {
         ch.ack_due = Some((a, now));
         ch.peer_window = a.window;
         self.acks_due += u16::from(fresh);
+    }
+
+    /// Ack `a` of channel `ci` on a frame without `REFUSED` or `RETRY`, with no
+    /// stream queued. Most acks on a busy channel carry nothing new (every frame
+    /// has one): only the credits change then. A new one on a data frame or a
+    /// packet (`data`) is kept for the next poll (`defer_ack`). `false` for a new
+    /// one on any other frame: the caller takes it at once.
+    #[inline]
+    fn plain_ack(&mut self, now: Instant, ci: usize, a: AckInfo, data: bool) -> bool {
+        let ch = &mut self.chans[ci];
+        if a.ack == ch.snd_una && a.sack == 0 && ch.ack_due.is_none() {
+            ch.peer_window = a.window;
+        } else if data {
+            self.defer_ack(now, ci, a);
+        } else {
+            return false;
+        }
+        true
     }
 
     /// Takes the ack channel `ci` keeps (see `defer_ack`), if any: the round trip
