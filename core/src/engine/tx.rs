@@ -250,10 +250,10 @@ impl<'a> Engine<'a> {
             return false;
         }
         // The copy is taken once the frame is out (it is needed only to send again):
-        // the receiver does not wait for it.
-        let Some(eager) = self.bufs.free_eager() else {
+        // the receiver does not wait for it. A buffer is sure to be free then.
+        if self.bufs.eager_free == 0 {
             return false;
-        };
+        }
         let Ok(oi) = self.alloc_op() else {
             return false;
         };
@@ -282,8 +282,34 @@ impl<'a> Engine<'a> {
             return false;
         }
         dev.flush(at);
-        // The operation (taken above, so that the frame could not go without one)
-        // is filled in once the frame is out: the receiver does not wait for it.
+        let now = move || early.unwrap_or_else(now);
+        self.sent_eager_single(now, ci, oi, dest, port, head, body);
+        true
+    }
+
+    /// What [`Engine::send_now_reliable_timed`] does once its frame is out: the
+    /// operation (taken before, so that the frame could not go without one) filled
+    /// in, the copy for sending again, the frame's place in the channel and its
+    /// timer. Nothing here delays the frame or its receiver; kept out of line so
+    /// that the cost before the frame leaves can be measured apart (`engine_cost`).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn sent_eager_single(
+        &mut self,
+        now: impl FnOnce() -> Instant,
+        ci: usize,
+        oi: usize,
+        dest: Dest,
+        port: PortId,
+        head: &[u8],
+        body: &[u8],
+    ) {
+        let now = now();
+        let total = head.len() + body.len();
+        let Engine {
+            chans, ops, bufs, ..
+        } = self;
+        let ch = &mut chans[ci];
         let op = fresh_reliable_op(ops, oi);
         op.head[..head.len()].copy_from_slice(head);
         op.head_len = head.len() as u8;
@@ -293,11 +319,13 @@ impl<'a> Engine<'a> {
         op.chan = ci as u16;
         op.next = NONE;
         op.msg_id = ch.next_msg;
-        op.eager = eager as u16;
-        let now = early.unwrap_or_else(now);
-        let b = &mut bufs.eager[eager];
-        b.data[..body.len()].copy_from_slice(body);
-        bufs.take_eager(eager as u16);
+        // `eager_free` said one is free, and nothing took it since.
+        if let Some(eager) = bufs.free_eager() {
+            op.eager = eager as u16;
+            let b = &mut bufs.eager[eager];
+            b.data[..body.len()].copy_from_slice(body);
+            bufs.take_eager(eager as u16);
+        }
         ch.next_msg = ch.next_msg.wrapping_add(1);
         ch.push_timed(
             Slot::Data {
@@ -315,7 +343,6 @@ impl<'a> Engine<'a> {
         if ch.rto_at.is_none() {
             ch.rto_at = Some(now + ch.rto);
         }
-        true
     }
 
     /// [`Engine::launch_unicast`] with the frame sent in this call, when nothing is
