@@ -32,9 +32,10 @@ enum Cmd {
         #[arg(short = 'n', long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
         ranks: u16,
         /// Fabric: shm (Myrinet-like NIC model on /dev/shm), udp (loopback sockets) or
-        /// eth (raw Ethernet: VOLLEY_ETH_IF names each rank's interface).
-        #[arg(long, value_enum, default_value_t = FabricArg::Shm)]
-        fabric: FabricArg,
+        /// eth (raw Ethernet: VOLLEY_ETH_IF names each rank's interface). Default:
+        /// VOLLEY_FABRIC, else shm.
+        #[arg(long, value_enum)]
+        fabric: Option<FabricArg>,
     },
     /// Starts N ranks of PROGRAM on this machine, with VOLLEY_RANK, VOLLEY_SIZE,
     /// VOLLEY_JOB and VOLLEY_FABRIC set; forwards their output with a [rank] prefix;
@@ -43,8 +44,8 @@ enum Cmd {
         /// Number of ranks (1 to 65535).
         #[arg(short = 'n', long, value_parser = clap::value_parser!(u16).range(1..))]
         ranks: u16,
-        /// Fabric the ranks should use (sets VOLLEY_FABRIC): shm by default, udp with
-        /// --unikernel.
+        /// Fabric the ranks should use (sets VOLLEY_FABRIC). Default: VOLLEY_FABRIC,
+        /// else shm (udp with --unikernel).
         #[arg(long, value_enum)]
         fabric: Option<FabricArg>,
         /// The last K ranks are unikernel nodes (one QEMU each, the image built if
@@ -585,13 +586,32 @@ fn peer_rounds(
     (rows, found.missing.clone(), code)
 }
 
+/// The fabric `--fabric` names, else the one `VOLLEY_FABRIC` names, else
+/// `default`; a `VOLLEY_FABRIC` that names none is one line on stderr and exit
+/// code 2 (as clap's own errors).
+fn chosen_fabric(arg: Option<FabricArg>, default: Fabric) -> Result<Fabric, i32> {
+    if let Some(f) = arg {
+        return Ok(f.into());
+    }
+    if std::env::var_os("VOLLEY_FABRIC").is_none() {
+        return Ok(default);
+    }
+    Fabric::from_env().map_err(|e| {
+        eprintln!("volley: {e}");
+        2
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let code = match cli.command.unwrap_or(Cmd::Demo {
         ranks: 4,
-        fabric: FabricArg::Shm,
+        fabric: None,
     }) {
-        Cmd::Demo { ranks, fabric } => launch(ranks, fabric.into(), &["worker", "demo"], true),
+        Cmd::Demo { ranks, fabric } => match chosen_fabric(fabric, Fabric::Shm) {
+            Ok(f) => launch(ranks, f, &["worker", "demo"], true),
+            Err(code) => code,
+        },
         Cmd::Run {
             ranks,
             fabric,
@@ -603,35 +623,40 @@ fn main() -> ExitCode {
             job,
             peer_timeout,
             command,
-        } => launcher::run(&RunOptions {
-            ranks,
-            fabric: fabric
-                .unwrap_or(if unikernel > 0 {
-                    FabricArg::Udp
-                } else {
-                    FabricArg::Shm
-                })
-                .into(),
-            timeout,
-            grace,
-            job,
-            command,
-            env: peer_timeout
-                .map(|d| {
-                    (
-                        "VOLLEY_PEER_TIMEOUT".to_owned(),
-                        d.as_secs_f64().to_string(),
-                    )
-                })
-                .into_iter()
-                .collect(),
-            rank0_only: false,
-            unikernel: (unikernel > 0).then(|| UnikernelRanks {
-                count: unikernel,
-                app: unikernel_app,
-                nic: unikernel_nic.name().into(),
-            }),
-        }),
+        } => {
+            let default = if unikernel > 0 {
+                Fabric::Udp
+            } else {
+                Fabric::Shm
+            };
+            let fabric = match chosen_fabric(fabric, default) {
+                Ok(f) => f,
+                Err(code) => return ExitCode::from(code as u8),
+            };
+            launcher::run(&RunOptions {
+                ranks,
+                fabric,
+                timeout,
+                grace,
+                job,
+                command,
+                env: peer_timeout
+                    .map(|d| {
+                        (
+                            "VOLLEY_PEER_TIMEOUT".to_owned(),
+                            d.as_secs_f64().to_string(),
+                        )
+                    })
+                    .into_iter()
+                    .collect(),
+                rank0_only: false,
+                unikernel: (unikernel > 0).then(|| UnikernelRanks {
+                    count: unikernel,
+                    app: unikernel_app,
+                    nic: unikernel_nic.name().into(),
+                }),
+            })
+        }
         Cmd::Bench {
             fabric,
             csv,

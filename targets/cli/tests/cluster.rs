@@ -847,6 +847,13 @@ fn bad_settings_are_one_line_naming_the_setting() {
             &[("VOLLEY_BCAST", "star")],
             "VOLLEY_BCAST",
         ),
+        // The launcher and the main job read the fabric's setting too.
+        (&[], &[("VOLLEY_FABRIC", "carrier-pigeon")], "VOLLEY_FABRIC"),
+        (
+            &["run", "-n", "1", "--", "true"],
+            &[("VOLLEY_FABRIC", "tcp")],
+            "VOLLEY_FABRIC",
+        ),
     ];
     for (args, env, want) in cases {
         let out = Command::new(VOLLEY)
@@ -867,6 +874,38 @@ fn bad_settings_are_one_line_naming_the_setting() {
             .collect();
         assert_eq!(lines.len(), 1, "{args:?} {env:?}: one line:\n{t}");
     }
+}
+
+/// `volley run` without `--fabric` starts its ranks on the fabric
+/// `VOLLEY_FABRIC` names (as README says), and `--fabric` wins over it.
+#[test]
+fn the_launcher_takes_the_fabric_from_volley_fabric_unless_told() {
+    let fabric_of_ranks = |args: &[&str], env: Option<&str>| {
+        let mut c = Command::new(VOLLEY);
+        c.arg("run").args(["-n", "2"]).args(args);
+        c.args(["--", "sh", "-c", "echo fabric=$VOLLEY_FABRIC"]);
+        c.env_remove("VOLLEY_FABRIC");
+        if let Some(f) = env {
+            c.env("VOLLEY_FABRIC", f);
+        }
+        let out = c.output().unwrap();
+        let t = text(&out);
+        assert!(out.status.success(), "{args:?} {env:?}:\n{t}");
+        let mut seen: Vec<&str> = t
+            .lines()
+            .filter_map(|l| l.split("fabric=").nth(1))
+            .collect();
+        seen.dedup();
+        assert_eq!(
+            seen.len(),
+            1,
+            "{args:?} {env:?}: one fabric for all ranks:\n{t}"
+        );
+        seen[0].to_owned()
+    };
+    assert_eq!(fabric_of_ranks(&[], None), "shm");
+    assert_eq!(fabric_of_ranks(&[], Some("udp")), "udp");
+    assert_eq!(fabric_of_ranks(&["--fabric", "shm"], Some("udp")), "shm");
 }
 
 /// Sends `payload` as a UDP datagram that claims to come from `src` (root only: a

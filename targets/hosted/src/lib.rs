@@ -87,7 +87,10 @@ impl Fabric {
     /// From `VOLLEY_FABRIC`, defaulting to `shm`.
     pub fn from_env() -> Result<Fabric, HostError> {
         match std::env::var("VOLLEY_FABRIC") {
-            Err(_) => Ok(Fabric::Shm),
+            Err(std::env::VarError::NotPresent) => Ok(Fabric::Shm),
+            Err(std::env::VarError::NotUnicode(v)) => Err(HostError(format!(
+                "VOLLEY_FABRIC={v:?}: expected shm, udp or eth"
+            ))),
             Ok(v) => Fabric::parse(&v)
                 .ok_or_else(|| HostError(format!("VOLLEY_FABRIC={v:?}: expected shm, udp or eth"))),
         }
