@@ -191,30 +191,50 @@ fn on_error(up: &mut Up<'_>) {
     run_handler(up, true)
 }
 
-/// A buffer the C program hands over (`None` for NULL or length 0).
+/// Whether a C pointer and length can name memory at all: not NULL with bytes to
+/// give, not past what an object may span (`isize::MAX`), not wrapping around the
+/// address space. What `slice::from_raw_parts` needs and a caller can get wrong.
+fn plausible(p: *const c_void, len: usize) -> bool {
+    len == 0
+        || (!p.is_null() && len <= isize::MAX as usize && (p as usize).checked_add(len).is_some())
+}
+
+/// A buffer the C program hands over: `Ok(None)` for none (NULL or length 0: a
+/// port without a buffer takes only empty messages, as GAMMA's), an error for a
+/// length no memory has.
 ///
 /// # Safety
 /// `p` must point to `len` writable bytes that stay valid, and are touched by the
 /// program only as GAMMA allows, for as long as the port may store into them.
-unsafe fn buffer(p: *mut c_void, len: usize) -> Option<&'static mut [u8]> {
+unsafe fn buffer(p: *mut c_void, len: usize) -> Result<Option<&'static mut [u8]>, c_int> {
     if p.is_null() || len == 0 {
-        return None;
+        return Ok(None);
+    }
+    if !plausible(p, len) {
+        return Err(E_USAGE);
     }
     // SAFETY: the caller's contract above (GAMMA's: a destination buffer is valid
-    // memory the program set aside for the port).
-    Some(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) })
+    // memory the program set aside for the port); `plausible` checked what can be.
+    Ok(Some(unsafe {
+        std::slice::from_raw_parts_mut(p as *mut u8, len)
+    }))
 }
 
-/// Bytes to send (empty for NULL or length 0).
+/// Bytes to send (empty for length 0); `None` for NULL with a length, or a length
+/// no memory has: a usage error, never an empty message in its place.
 ///
 /// # Safety
 /// `p` must point to `len` readable bytes that stay valid for `'a`.
-unsafe fn data<'a>(p: *const c_void, len: c_ulong) -> &'a [u8] {
-    if p.is_null() || len == 0 {
-        return &[];
+unsafe fn data<'a>(p: *const c_void, len: c_ulong) -> Option<&'a [u8]> {
+    let len = usize::try_from(len).ok()?;
+    if len == 0 {
+        return Some(&[]);
     }
-    // SAFETY: the caller's contract above.
-    unsafe { std::slice::from_raw_parts(p as *const u8, len as usize) }
+    if !plausible(p, len) {
+        return None;
+    }
+    // SAFETY: the caller's contract above; `plausible` checked what can be.
+    Some(unsafe { std::slice::from_raw_parts(p as *const u8, len) })
 }
 
 fn user_port(port: u16) -> Result<(), Error> {
@@ -531,7 +551,10 @@ pub unsafe extern "C" fn gamma_set_active_port(
 ) -> c_int {
     guard("gamma_set_active_port", E_USAGE, || {
         // SAFETY: the caller's contract.
-        let buf = unsafe { buffer(destination_buffer, buffer_len as usize) };
+        let buf = match unsafe { buffer(destination_buffer, buffer_len as usize) } {
+            Ok(b) => b,
+            Err(rc) => return rc,
+        };
         set_port(
             port as u16,
             wide_node(dest_node),
@@ -564,7 +587,10 @@ pub unsafe extern "C" fn gamma_set_passive_port(
 ) -> c_int {
     guard("gamma_set_passive_port", E_USAGE, || {
         // SAFETY: the caller's contract.
-        let buf = unsafe { buffer(destination_buffer, buffer_len as usize) };
+        let buf = match unsafe { buffer(destination_buffer, buffer_len as usize) } {
+            Ok(b) => b,
+            Err(rc) => return rc,
+        };
         set_port(
             port as u16,
             wide_node(dest_node),
@@ -598,7 +624,10 @@ pub unsafe extern "C" fn volley_libgamma_set_active_port(
 ) -> c_int {
     guard("gamma_set_active_port", E_USAGE, || {
         // SAFETY: the caller's contract.
-        let buf = unsafe { buffer(destination_buffer, buffer_len as usize) };
+        let buf = match unsafe { buffer(destination_buffer, buffer_len as usize) } {
+            Ok(b) => b,
+            Err(rc) => return rc,
+        };
         set_port(
             port,
             dest_node,
@@ -631,7 +660,10 @@ pub unsafe extern "C" fn volley_libgamma_set_passive_port(
 ) -> c_int {
     guard("gamma_set_passive_port", E_USAGE, || {
         // SAFETY: the caller's contract.
-        let buf = unsafe { buffer(destination_buffer, buffer_len as usize) };
+        let buf = match unsafe { buffer(destination_buffer, buffer_len as usize) } {
+            Ok(b) => b,
+            Err(rc) => return rc,
+        };
         set_port(
             port,
             dest_node,
@@ -654,7 +686,7 @@ fn rebind(port: u16, p: *mut c_void, len: Option<usize>) -> c_int {
     let post = |up_len: usize| {
         // SAFETY: the C caller hands the buffer over as GAMMA requires (valid for
         // `len` bytes until the port is given another one).
-        unsafe { buffer(p, len.unwrap_or(up_len)) }
+        unsafe { buffer(p, len.unwrap_or(up_len)) }.ok().flatten()
     };
     let r = with_upcall(|up| {
         let l = up.state().buf_len[port as usize];
@@ -821,7 +853,9 @@ macro_rules! send_fns {
         pub unsafe extern "C" fn $name(output_port: c_uchar, data: *mut c_void, len: c_ulong) -> c_int {
             guard(stringify!($name), E_USAGE, || {
                 // SAFETY: the caller's contract.
-                let body = unsafe { data_static(data, len) };
+                let Some(body) = (unsafe { data_static(data, len) }) else {
+                    return E_USAGE;
+                };
                 send(output_port as u16, &[], body, $reliable, $how)
             })
         }
@@ -835,7 +869,9 @@ macro_rules! send_fns {
         pub unsafe extern "C" fn $wide(output_port: c_ushort, data: *mut c_void, len: c_ulong) -> c_int {
             guard(stringify!($name), E_USAGE, || {
                 // SAFETY: the caller's contract.
-                let body = unsafe { data_static(data, len) };
+                let Some(body) = (unsafe { data_static(data, len) }) else {
+                    return E_USAGE;
+                };
                 send(output_port, &[], body, $reliable, $how)
             })
         }
@@ -859,7 +895,11 @@ macro_rules! send_2p_fns {
         ) -> c_int {
             guard(stringify!($name), E_USAGE, || {
                 // SAFETY: the caller's contract.
-                let (head, body) = unsafe { (data(data1, len1), data_static(data2, len2)) };
+                let (Some(head), Some(body)) =
+                    (unsafe { (data(data1, len1), data_static(data2, len2)) })
+                else {
+                    return E_USAGE;
+                };
                 send(output_port as u16, head, body, $reliable, $how)
             })
         }
@@ -879,7 +919,11 @@ macro_rules! send_2p_fns {
         ) -> c_int {
             guard(stringify!($name), E_USAGE, || {
                 // SAFETY: the caller's contract.
-                let (head, body) = unsafe { (data(data1, len1), data_static(data2, len2)) };
+                let (Some(head), Some(body)) =
+                    (unsafe { (data(data1, len1), data_static(data2, len2)) })
+                else {
+                    return E_USAGE;
+                };
                 send(output_port, head, body, $reliable, $how)
             })
         }
@@ -888,7 +932,7 @@ macro_rules! send_2p_fns {
 
 /// # Safety
 /// As [`data`], valid for as long as the engine may read it (see the send calls).
-unsafe fn data_static(p: *const c_void, len: c_ulong) -> &'static [u8] {
+unsafe fn data_static(p: *const c_void, len: c_ulong) -> Option<&'static [u8]> {
     // SAFETY: the caller's contract.
     unsafe { data(p, len) }
 }

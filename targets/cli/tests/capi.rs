@@ -175,6 +175,24 @@ fn c_killed_rank_is_sendfailure_in_the_return_value_and_the_error_handler() {
     }
 }
 
+/// Misuse of the GAMMA API returns an error and changes nothing (`misuse.c`
+/// checks each call: before `gamma_init` and after `gamma_exit`, NULL data with a
+/// length, lengths no memory has, unknown ports, instances, programs, buffer kinds
+/// and handles, waiting inside a handler); the job then still carries a message
+/// each way.
+#[test]
+fn c_misuse_is_an_error_and_the_job_goes_on() {
+    let prog = program("misuse");
+    let _g = serial();
+    for fabric in ["shm", "udp"] {
+        let o = launch("2", fabric, &prog, &[]);
+        let t = text(&o);
+        assert!(o.status.success(), "{fabric}:\n{t}");
+        assert_eq!(t.matches("misuse ok").count(), 2, "{fabric}:\n{t}");
+        assert!(!t.contains("panicked"), "{fabric}:\n{t}");
+    }
+}
+
 #[test]
 fn c_gammanp_starts_the_job_itself() {
     let prog = program("pingpong");
