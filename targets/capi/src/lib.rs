@@ -895,9 +895,8 @@ macro_rules! send_2p_fns {
         ) -> c_int {
             guard(stringify!($name), E_USAGE, || {
                 // SAFETY: the caller's contract.
-                let (Some(head), Some(body)) =
-                    (unsafe { (data(data1, len1), data_static(data2, len2)) })
-                else {
+                let pieces = unsafe { (data(data1, len1), data_static(data2, len2)) };
+                let (Some(head), Some(body)) = pieces else {
                     return E_USAGE;
                 };
                 send(output_port as u16, head, body, $reliable, $how)
@@ -919,9 +918,8 @@ macro_rules! send_2p_fns {
         ) -> c_int {
             guard(stringify!($name), E_USAGE, || {
                 // SAFETY: the caller's contract.
-                let (Some(head), Some(body)) =
-                    (unsafe { (data(data1, len1), data_static(data2, len2)) })
-                else {
+                let pieces = unsafe { (data(data1, len1), data_static(data2, len2)) };
+                let (Some(head), Some(body)) = pieces else {
                     return E_USAGE;
                 };
                 send(output_port, head, body, $reliable, $how)
