@@ -1,6 +1,8 @@
 /* Context 0 puts (or gets) where context 1 never let it: into a range context 1
  * did not expose ("hidden"), into its code ("text"), or where nothing is mapped
- * ("unmapped"). Context 0 must die with one line; context 1 must be unharmed. */
+ * ("unmapped"). Context 0 must die with one line; context 1 must be unharmed.
+ * "nullinvoke": context 0 invokes a handler with a NULL buffer of 8 bytes, which
+ * must be one line too, never an empty invocation. */
 #define _XOPEN_SOURCE 500
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +30,12 @@ int main(int argc, char **argv)
     int bell = 0;
     cheetah_core_setup(&argc, &argv);
     mode = argc > 2 ? argv[2] : "hidden";
+    if (strcmp(mode, "nullinvoke") == 0) {
+        if (cheetah_core_mycontext() == 0)
+            cheetah_core_ainvoke(1, 1, NULL, 8, NULL);
+        printf("context %d: null invocation passed\n", cheetah_core_mycontext());
+        return 0;
+    }
     cheetah_core_register(1, on_addr);
     if (cheetah_core_mycontext() == 1) {
         char *a[3];

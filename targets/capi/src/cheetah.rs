@@ -266,8 +266,10 @@ pub unsafe extern "C" fn cheetah_core_ainvoke(
                 format!("{len} bytes: an invocation carries at most {AINVOKE_MAX}"),
             );
         }
-        let data = if len == 0 || buffer.is_null() {
+        let data = if len == 0 {
             &[][..]
+        } else if buffer.is_null() {
+            fatal(CALL, format!("a NULL buffer of {len} bytes"));
         } else {
             // SAFETY: the caller's contract.
             unsafe { std::slice::from_raw_parts(buffer as *const u8, len) }

@@ -639,6 +639,23 @@ fn cheetah_falls_back_to_the_fabric_in_one_line_where_copies_are_not_permitted()
     assert!(!t.contains("panicked"), "{t}");
 }
 
+/// An active message invoked with a NULL buffer and a length stops the caller with
+/// one line naming the call; it is never sent as an empty invocation.
+#[test]
+fn cheetah_a_null_invocation_buffer_with_a_length_is_one_line() {
+    let prog = program("cheetah_hostile");
+    let _g = serial();
+    let o = launch("2", "shm", &prog, &["put", "nullinvoke"]);
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(
+        t.contains("[0] volley: cheetah_core_ainvoke: a NULL buffer of 8 bytes"),
+        "{t}"
+    );
+    assert!(!t.contains("[0] context 0: null invocation passed"), "{t}");
+    assert!(!t.contains("panicked"), "{t}");
+}
+
 #[test]
 fn cheetah_hostile_addresses_are_refused_and_the_target_unharmed() {
     let prog = program("cheetah_hostile");
