@@ -277,6 +277,35 @@ impl<'a> Engine<'a> {
         Ok(SendHandle::new(pi, self.ops[pi].gen))
     }
 
+    /// [`Engine::alloc_op`] that first tries the hint alone: where
+    /// [`Engine::hint_free_op`] ran since, no search.
+    #[inline]
+    pub(super) fn alloc_op_hinted(&mut self) -> Result<usize, Error> {
+        let h = self.op_hint;
+        match self.ops.get_mut(h) {
+            Some(o) if o.state == OpState::Free => {
+                o.gen = o.gen.wrapping_add(1);
+                o.state = OpState::Active;
+                Ok(h)
+            }
+            _ => self.alloc_op(),
+        }
+    }
+
+    /// Points the hint at a free slot, if there is one (taking nothing): done where
+    /// time does not count, so that the next [`Engine::alloc_op_hinted`] is a
+    /// single look.
+    pub(super) fn hint_free_op(&mut self) {
+        let n = self.ops.len();
+        let h = self.op_hint.min(n);
+        if let Some(i) = (h..n)
+            .chain(0..h)
+            .find(|&i| self.ops[i].state == OpState::Free)
+        {
+            self.op_hint = i;
+        }
+    }
+
     pub(super) fn alloc_op(&mut self) -> Result<usize, Error> {
         // Start the search where the last one ended: freed slots are usually near it.
         let n = self.ops.len();

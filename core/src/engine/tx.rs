@@ -254,7 +254,7 @@ impl<'a> Engine<'a> {
         if self.bufs.eager_free == 0 {
             return false;
         }
-        let Ok(oi) = self.alloc_op() else {
+        let Ok(oi) = self.alloc_op_hinted() else {
             return false;
         };
         let Engine {
@@ -343,6 +343,8 @@ impl<'a> Engine<'a> {
         if ch.rto_at.is_none() {
             ch.rto_at = Some(now + ch.rto);
         }
+        // The next send's slot, looked for now rather than before its frame.
+        self.hint_free_op();
     }
 
     /// [`Engine::launch_unicast`] with the frame sent in this call, when nothing is
