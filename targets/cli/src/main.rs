@@ -629,10 +629,18 @@ fn main() -> ExitCode {
             } else {
                 Fabric::Shm
             };
+            let from_env = fabric.is_none() && std::env::var_os("VOLLEY_FABRIC").is_some();
             let fabric = match chosen_fabric(fabric, default) {
                 Ok(f) => f,
                 Err(code) => return ExitCode::from(code as u8),
             };
+            if unikernel > 0 && fabric != Fabric::Udp && from_env {
+                eprintln!(
+                    "volley run: --unikernel needs the udp fabric, and VOLLEY_FABRIC says {} (unset it or give --fabric udp)",
+                    fabric.name()
+                );
+                return ExitCode::from(2);
+            }
             launcher::run(&RunOptions {
                 ranks,
                 fabric,

@@ -854,6 +854,11 @@ fn bad_settings_are_one_line_naming_the_setting() {
             &[("VOLLEY_FABRIC", "tcp")],
             "VOLLEY_FABRIC",
         ),
+        (
+            &["run", "-n", "2", "--unikernel", "1", "--", "true"],
+            &[("VOLLEY_FABRIC", "shm")],
+            "VOLLEY_FABRIC says shm",
+        ),
     ];
     for (args, env, want) in cases {
         let out = Command::new(VOLLEY)
