@@ -296,24 +296,24 @@ impl<'a> Engine<'a> {
     /// time does not count, so that the next [`Engine::alloc_op_hinted`] is a
     /// single look.
     pub(super) fn hint_free_op(&mut self) {
-        let n = self.ops.len();
-        let h = self.op_hint.min(n);
-        if let Some(i) = (h..n)
-            .chain(0..h)
-            .find(|&i| self.ops[i].state == OpState::Free)
-        {
+        if let Some(i) = self.free_op() {
             self.op_hint = i;
         }
     }
 
-    pub(super) fn alloc_op(&mut self) -> Result<usize, Error> {
-        // Start the search where the last one ended: freed slots are usually near it.
+    /// A free operation slot, searched from the hint on: freed slots are usually
+    /// near where the last search ended.
+    #[inline]
+    fn free_op(&self) -> Option<usize> {
         let n = self.ops.len();
         let h = self.op_hint.min(n);
-        let i = (h..n)
+        (h..n)
             .chain(0..h)
             .find(|&i| self.ops[i].state == OpState::Free)
-            .ok_or(Error::NoResources)?;
+    }
+
+    pub(super) fn alloc_op(&mut self) -> Result<usize, Error> {
+        let i = self.free_op().ok_or(Error::NoResources)?;
         self.op_hint = i;
         // Bump the generation so stale handles to this slot are recognised.
         let gen = self.ops[i].gen.wrapping_add(1);
