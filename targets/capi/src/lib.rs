@@ -482,7 +482,9 @@ fn kind_of(k: c_uchar) -> Option<BufferKind> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn set_port(
+/// # Safety
+/// As [`buffer`] for `buf` and `len`.
+unsafe fn set_port(
     port: u16,
     dest_node: u16,
     dest_par_pid: u16,
@@ -491,8 +493,14 @@ fn set_port(
     err: Option<CHandler>,
     sem: u16,
     kind: c_uchar,
-    buf: Option<&'static mut [u8]>,
+    buf: *mut c_void,
+    len: c_ulong,
 ) -> c_int {
+    // SAFETY: the caller's contract.
+    let buf = match unsafe { buffer(buf, len as usize) } {
+        Ok(b) => b,
+        Err(rc) => return rc,
+    };
     if !CURRENT.get().is_null() {
         return code(Error::InHandler);
     }
@@ -551,21 +559,20 @@ pub unsafe extern "C" fn gamma_set_active_port(
 ) -> c_int {
     guard("gamma_set_active_port", E_USAGE, || {
         // SAFETY: the caller's contract.
-        let buf = match unsafe { buffer(destination_buffer, buffer_len as usize) } {
-            Ok(b) => b,
-            Err(rc) => return rc,
-        };
-        set_port(
-            port as u16,
-            wide_node(dest_node),
-            dest_par_pid as u16,
-            dest_port as u16,
-            receiver_handler,
-            error_handler,
-            semaphore as u16,
-            buffer_kind,
-            buf,
-        )
+        unsafe {
+            set_port(
+                port as u16,
+                wide_node(dest_node),
+                dest_par_pid as u16,
+                dest_port as u16,
+                receiver_handler,
+                error_handler,
+                semaphore as u16,
+                buffer_kind,
+                destination_buffer,
+                buffer_len,
+            )
+        }
     })
 }
 
@@ -587,21 +594,20 @@ pub unsafe extern "C" fn gamma_set_passive_port(
 ) -> c_int {
     guard("gamma_set_passive_port", E_USAGE, || {
         // SAFETY: the caller's contract.
-        let buf = match unsafe { buffer(destination_buffer, buffer_len as usize) } {
-            Ok(b) => b,
-            Err(rc) => return rc,
-        };
-        set_port(
-            port as u16,
-            wide_node(dest_node),
-            dest_par_pid as u16,
-            dest_port as u16,
-            None,
-            None,
-            semaphore as u16,
-            buffer_kind,
-            buf,
-        )
+        unsafe {
+            set_port(
+                port as u16,
+                wide_node(dest_node),
+                dest_par_pid as u16,
+                dest_port as u16,
+                None,
+                None,
+                semaphore as u16,
+                buffer_kind,
+                destination_buffer,
+                buffer_len,
+            )
+        }
     })
 }
 
@@ -624,21 +630,20 @@ pub unsafe extern "C" fn volley_libgamma_set_active_port(
 ) -> c_int {
     guard("gamma_set_active_port", E_USAGE, || {
         // SAFETY: the caller's contract.
-        let buf = match unsafe { buffer(destination_buffer, buffer_len as usize) } {
-            Ok(b) => b,
-            Err(rc) => return rc,
-        };
-        set_port(
-            port,
-            dest_node,
-            dest_par_pid as u16,
-            dest_port,
-            handler,
-            None,
-            semaphore,
-            buffer_kind,
-            buf,
-        )
+        unsafe {
+            set_port(
+                port,
+                dest_node,
+                dest_par_pid as u16,
+                dest_port,
+                handler,
+                None,
+                semaphore,
+                buffer_kind,
+                destination_buffer,
+                buffer_len,
+            )
+        }
     })
 }
 
@@ -660,21 +665,20 @@ pub unsafe extern "C" fn volley_libgamma_set_passive_port(
 ) -> c_int {
     guard("gamma_set_passive_port", E_USAGE, || {
         // SAFETY: the caller's contract.
-        let buf = match unsafe { buffer(destination_buffer, buffer_len as usize) } {
-            Ok(b) => b,
-            Err(rc) => return rc,
-        };
-        set_port(
-            port,
-            dest_node,
-            dest_par_pid as u16,
-            dest_port,
-            None,
-            None,
-            semaphore,
-            buffer_kind,
-            buf,
-        )
+        unsafe {
+            set_port(
+                port,
+                dest_node,
+                dest_par_pid as u16,
+                dest_port,
+                None,
+                None,
+                semaphore,
+                buffer_kind,
+                destination_buffer,
+                buffer_len,
+            )
+        }
     })
 }
 
