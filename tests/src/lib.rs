@@ -86,6 +86,9 @@ pub struct Boot {
     /// A command QEMU runs under (`ip netns exec NS`, for a node whose tap device
     /// lives in a network namespace); empty for none.
     pub prefix: Vec<String>,
+    /// How long after the others (once the image is built) this node's QEMU starts:
+    /// nodes of one job booting seconds apart.
+    pub start_after: Duration,
 }
 
 impl Boot {
@@ -98,6 +101,7 @@ impl Boot {
             exit_device: true,
             key_file: None,
             prefix: Vec::new(),
+            start_after: Duration::ZERO,
         }
     }
 }
@@ -248,6 +252,7 @@ impl Drop for Guard {
 pub fn run(boot: &Boot) -> Outcome {
     // Build first: the node's timeout is for the node, not for compiling its image.
     image();
+    std::thread::sleep(boot.start_after);
     let start = Instant::now();
     let mut child = Guard(
         command(boot)

@@ -71,6 +71,25 @@ fn four_nodes_run_barriers_and_a_broadcast() {
     hub_cluster("barrier", &[E1000; 4]);
 }
 
+/// Nodes of one job that boot seconds apart (a busy host, a slow launcher) still
+/// form it: node 0 starts twice the peer timeout (4 s) after the others, which wait
+/// for a node never heard from longer than for one that went silent.
+#[test]
+fn a_node_that_boots_late_still_joins_the_job() {
+    let late = Duration::from_secs(8);
+    let out = on_hub_late("barrier", &[E1000; 4], Some((0, late)));
+    // The others did wait that long for it (their first barrier).
+    for (i, o) in out.iter().enumerate().skip(1) {
+        let waited = o.count(&format!("node {i} of 4: first sync after "));
+        assert!(
+            waited >= 6_000,
+            "node {i} waited {waited} ms:\n{}",
+            o.console
+        );
+    }
+    check_hub_cluster(out, &[E1000; 4]);
+}
+
 #[test]
 fn a_node_that_never_starts_is_a_sendfailure_not_a_hang() {
     let _one = ONE_CLUSTER_AT_A_TIME
@@ -158,6 +177,11 @@ fn a_node_without_a_key_refuses_to_run() {
 /// Runs `app` on one node per entry of `cards`, node `i` with `cards[i]`, all on
 /// one hub (one cluster at a time).
 fn on_hub(app: &str, cards: &[&str]) -> Vec<Outcome> {
+    on_hub_late(app, cards, None)
+}
+
+/// [`on_hub`] with node `late.0` started `late.1` after the others.
+fn on_hub_late(app: &str, cards: &[&str], late: Option<(usize, Duration)>) -> Vec<Outcome> {
     let _one = ONE_CLUSTER_AT_A_TIME
         .lock()
         .unwrap_or_else(|e| e.into_inner());
@@ -167,10 +191,14 @@ fn on_hub(app: &str, cards: &[&str]) -> Vec<Outcome> {
         .iter()
         .enumerate()
         .map(|(i, card)| {
-            node(
+            let mut b = node(
                 format!("app={app} rank={i} macs={}", macs(n)),
                 hub_card(i, port, card),
-            )
+            );
+            if let Some((_, after)) = late.filter(|&(who, _)| who == i) {
+                b.start_after = after;
+            }
+            b
         })
         .collect();
     run_all(&boots)
@@ -179,14 +207,27 @@ fn on_hub(app: &str, cards: &[&str]) -> Vec<Outcome> {
 /// Barriers and a broadcast on four nodes with `cards[i]` on one hub; with `app=mixed`
 /// instances 0 and 1 first ping-pong up to 1 MiB. Returns the consoles.
 fn hub_cluster(app: &str, cards: &[&str]) -> Vec<String> {
-    let out = on_hub(app, cards);
+    check_hub_cluster(on_hub(app, cards), cards)
+}
+
+/// What [`hub_cluster`] checks of the nodes' outcomes `out`.
+fn check_hub_cluster(out: Vec<Outcome>, cards: &[&str]) -> Vec<String> {
+    // One node's failure is often another's doing: show every console.
+    let all: String = out
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            format!(
+                "--- node {i} ({}), {:?}:\n{}\n",
+                cards[i], o.verdict, o.console
+            )
+        })
+        .collect();
     for (i, o) in out.iter().enumerate() {
         assert_eq!(
             o.verdict,
             Verdict::Success,
-            "node {i} ({}):\n{}",
-            cards[i],
-            o.console
+            "node {i} failed; all nodes:\n{all}"
         );
         assert!(
             o.console.contains(&format!("{} mac", cards[i])),

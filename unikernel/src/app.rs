@@ -219,6 +219,9 @@ pub(crate) fn engine_config(
     // QEMU holds reception off for about a second after RCTL is written: the first
     // frames are retransmitted, so allow a few seconds before declaring a peer dead.
     cfg.peer_timeout = volley_core::time::Duration::from_secs(4);
+    // Nodes booted at once on a busy host come up seconds apart (a CI run saw more
+    // than 4 s): a node not heard from yet is waited for longer.
+    cfg.first_contact = volley_core::time::Duration::from_secs(20);
     // Barriers in NIC memory where the device has them (the Myrinet-like model), as
     // hosted ranks do by default; frames elsewhere.
     cfg.device_barrier = device_barrier;

@@ -90,6 +90,24 @@ impl<'a> Engine<'a> {
         }))
     }
 
+    /// Asks `peer`, the member a barrier round waits for, whether it is alive: a
+    /// probe it only acknowledges, unless frames to it are already waiting for
+    /// their ack (their retransmissions ask the same; a probe per period on top
+    /// would pile up in the window and all be resent each timeout while a member
+    /// is still starting). `SendFailure` once it is known dead.
+    fn probe_barrier_source(&mut self, peer: NodeId) -> Result<(), Error> {
+        let addr = self.addr_of(self.cfg.group, peer)?;
+        let ci = self.channel_for(addr, self.cfg.group, peer)?;
+        let ch = &self.chans[ci];
+        if ch.failed {
+            return Err(Error::SendFailure);
+        }
+        if ch.outstanding() > 0 || ch.ctrl_len > 0 {
+            return Ok(());
+        }
+        self.queue_barrier_frame(peer, BARRIER_PROBE).map(|_| ())
+    }
+
     pub(super) fn rounds(&self) -> u32 {
         let n = self.size as u32;
         if n <= 1 {
@@ -192,7 +210,7 @@ impl<'a> Engine<'a> {
                 if now.saturating_since(self.bar.since) >= self.cfg.barrier_probe {
                     self.bar.since = now;
                     let source = ((me + n - (1u32 << self.bar.round) % n) % n) as NodeId;
-                    if let Err(e) = self.queue_barrier_frame(source, BARRIER_PROBE) {
+                    if let Err(e) = self.probe_barrier_source(source) {
                         return self.fail_barrier(e);
                     }
                 }

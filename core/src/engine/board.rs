@@ -327,6 +327,7 @@ impl<'a> Engine<'a> {
                 let ch = &mut self.chans[ci];
                 ch.heard_at = now;
                 ch.silent_since = None;
+                ch.met = true;
             }
             return match self.rx_board_packet(&repr, payload) {
                 true => BoardTake::Taken,
@@ -365,6 +366,7 @@ impl<'a> Engine<'a> {
         let ch = &mut self.chans[ci];
         ch.heard_at = now;
         ch.silent_since = None;
+        ch.met = true;
         let root_dead = ch.failed;
         if repr.offset > 0 {
             return self.rx_board_next(ci, &repr, tag.bseq, &payload[wire::TREE_PREFIX..]);

@@ -178,6 +178,9 @@ pub struct Channel {
     pub(crate) heard_at: Instant,
     /// Since when we have been waiting for the peer without hearing from it.
     pub(crate) silent_since: Option<Instant>,
+    /// Whether the peer was ever heard from: until then it may still be starting
+    /// ([`crate::engine::Config::first_contact`]).
+    pub(crate) met: bool,
 }
 
 impl Channel {
@@ -229,6 +232,7 @@ impl Channel {
         fence_wait: None,
         heard_at: Instant::ZERO,
         silent_since: None,
+        met: false,
     };
 
     pub(crate) fn open(

@@ -125,6 +125,11 @@ pub struct Config {
     /// survived. A device that knows a peer died (a dead process on shared memory)
     /// fails it at once.
     pub peer_timeout: Duration,
+    /// How long a peer never heard from may stay silent, where that is longer than
+    /// `peer_timeout`: a job's members do not start at once (nodes booting on a
+    /// busy host, ranks that a launcher starts one by one), and one that has not
+    /// spoken yet is more likely late than dead. `ZERO` (the default): no longer.
+    pub first_contact: Duration,
     /// A rank waiting on a semaphore probes, this often, the silent peers its ports
     /// are bound to, so that a dead sender becomes an error instead of a hang.
     pub keepalive: Duration,
@@ -178,6 +183,7 @@ impl Config {
             rto_initial: Duration::from_micros(500),
             rto_max: Duration::from_millis(200),
             peer_timeout: Duration::from_secs(30),
+            first_contact: Duration::ZERO,
             keepalive: Duration::from_millis(500),
             ack_delay: Duration::from_micros(20),
             barrier_ack_delay: Duration::from_micros(200),

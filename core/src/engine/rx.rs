@@ -71,6 +71,7 @@ impl<'a> Engine<'a> {
         let ch = &mut self.chans[ci];
         ch.heard_at = now;
         ch.silent_since = None;
+        ch.met = true;
         if let Some(a) = repr.ack {
             self.plain_ack(now, ci, a, true);
         }
@@ -171,6 +172,7 @@ impl<'a> Engine<'a> {
         let ch = &mut self.chans[ci];
         ch.heard_at = now;
         ch.silent_since = None;
+        ch.met = true;
         if let Some(a) = repr.ack {
             let plain = !repr.flags.intersects(Flags::REFUSED | Flags::RETRY)
                 && self.bufs.queued_streams == 0;

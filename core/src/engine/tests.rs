@@ -264,6 +264,65 @@ fn dead_peer_fails_send_and_runs_error_handler() {
     assert_eq!(a.send_status(h2), Ok(SendStatus::Failed));
 }
 
+/// A peer not heard from yet gets `first_contact`, not `peer_timeout`: one that
+/// starts late is waited for, one that never starts fails after the longer time,
+/// and once heard from, its silence counts against `peer_timeout` again.
+#[test]
+fn a_peer_never_heard_from_gets_the_first_contact_grace() {
+    let start = |first_contact_ms: u64| {
+        let mut a = engine(7, 0);
+        a.e.cfg.first_contact = Duration::from_millis(first_contact_ms);
+        a.bind_port(1, out(1, 2)).unwrap();
+        a
+    };
+    // Node 1 starts after 10 ms, five times `peer_timeout`.
+    let mut rings = rings();
+    let (mut a, mut b) = (start(20), engine(7, 1));
+    b.bind_port(2, input(leak(64), BufferKind::GoBack, 3))
+        .unwrap();
+    let h = a
+        .start_send(1, b"early", Body::Borrowed(&[]), true)
+        .unwrap();
+    let mut now = Instant::ZERO;
+    while a.send_status(h) == Ok(SendStatus::Pending) {
+        a.poll(now, &mut view(&mut rings, 0), None);
+        if now >= Instant::from_millis(10) {
+            b.poll(now, &mut view(&mut rings, 1), None);
+        } else {
+            rings[1] = Ring::new();
+        }
+        now += Duration::from_micros(10);
+        assert!(now < Instant::from_millis(100), "never done");
+    }
+    assert_eq!(a.send_status(h), Ok(SendStatus::Done), "{:?}", a.stats());
+    assert!(now > Instant::from_millis(10));
+    assert_eq!(b.state()[0].1, b"early");
+    // Now that it has been heard from, 2 ms of silence is death.
+    let h = a.start_send(1, b"late", Body::Borrowed(&[]), true).unwrap();
+    let silent_from = now;
+    while a.send_status(h) == Ok(SendStatus::Pending) {
+        a.poll(now, &mut view(&mut rings, 0), None);
+        rings[1] = Ring::new();
+        now += Duration::from_micros(10);
+        assert!(now < silent_from + Duration::from_millis(10), "no failure");
+    }
+    assert_eq!(a.send_status(h), Ok(SendStatus::Failed));
+
+    // A node that never starts fails once the grace is over, not before.
+    let mut rings = self::rings();
+    let mut a = start(20);
+    let h = a.start_send(1, b"x", Body::Borrowed(&[]), true).unwrap();
+    let mut now = Instant::ZERO;
+    while a.send_status(h) == Ok(SendStatus::Pending) {
+        a.poll(now, &mut view(&mut rings, 0), None);
+        rings[1] = Ring::new();
+        now += Duration::from_micros(10);
+        assert!(now < Instant::from_millis(100), "no failure reported");
+    }
+    assert_eq!(a.send_status(h), Ok(SendStatus::Failed));
+    assert!(now >= Instant::from_millis(20), "failed after {now}");
+}
+
 #[test]
 fn api_misuse_is_a_typed_error() {
     let mut a = engine(7, 0);
@@ -464,6 +523,51 @@ fn broadcast_and_barrier() {
         assert_eq!(e.state()[0].1, b"all");
         assert_eq!(e.stats().barriers, 1);
     }
+}
+
+/// A barrier waiting for a member that is still starting asks it whether it is
+/// alive once at a time, however often its probe period comes round: probes do
+/// not pile up in the window to be resent at every timeout. The late member then
+/// completes the barrier with the others.
+#[test]
+fn a_barrier_waiting_for_a_late_member_does_not_pile_up_probes() {
+    let mut rings = rings();
+    let mut es: Vec<TE> = (0..3)
+        .map(|i| {
+            let mut e = engine(7, i);
+            e.e.cfg.first_contact = Duration::from_millis(100);
+            e.e.cfg.barrier_probe = Duration::from_micros(100);
+            e
+        })
+        .collect();
+    for e in es.iter_mut() {
+        e.start_barrier().unwrap();
+    }
+    // Node 2 starts after 20 ms: 200 probe periods.
+    let mut now = Instant::ZERO;
+    while now < Instant::from_millis(20) {
+        for (i, e) in es.iter_mut().enumerate().take(2) {
+            e.poll(now, &mut view(&mut rings, i as u16), None);
+        }
+        rings[2] = Ring::new();
+        now += Duration::from_micros(10);
+    }
+    for e in &es[..2] {
+        assert_eq!(e.barrier_done(), Ok(false));
+        // One probe in flight to it, however many periods passed (not a window
+        // full, each resent at every timeout).
+        let ch = e.e.chans.iter().find(|c| c.in_use && c.peer_node == 2);
+        let ch = ch.expect("a channel to node 2");
+        assert_eq!(ch.outstanding() + ch.ctrl_len as u32, 1, "{:?}", e.stats());
+    }
+    while es.iter().any(|e| e.barrier_done() != Ok(true)) {
+        for (i, e) in es.iter_mut().enumerate() {
+            e.poll(now, &mut view(&mut rings, i as u16), None);
+        }
+        now += Duration::from_micros(10);
+        assert!(now < Instant::from_millis(40), "barrier never completed");
+    }
+    assert!(es.iter().all(|e| e.stats().barriers == 1));
 }
 
 /// A and C, each with port 1 bound to B's GO_BACK port 2 (2000 bytes): the

@@ -50,9 +50,15 @@ impl<'a> Engine<'a> {
                 ch.retries,
                 ch.rto
             );
-            // Failure is judged by time without a word from the peer, not by rounds.
+            // Failure is judged by time without a word from the peer, not by rounds;
+            // one never heard from may still be starting.
             let since = *ch.silent_since.get_or_insert(now);
-            if now.saturating_since(since) >= self.cfg.peer_timeout {
+            let limit = if ch.met {
+                self.cfg.peer_timeout
+            } else {
+                self.cfg.peer_timeout.max(self.cfg.first_contact)
+            };
+            if now.saturating_since(since) >= limit {
                 self.fail_channel(ci);
                 continue;
             }
