@@ -43,6 +43,20 @@ fn an_unknown_fabric_is_refused() {
     );
 }
 
+/// A setting out of its range is one line naming it and its range, on every fabric.
+#[test]
+fn a_startup_out_of_range_is_refused() {
+    let o = boot("app=pingpong rank=0 macs=52:54:00:00:00:01 startup=0");
+    assert_eq!(o.verdict, Verdict::Failure, "{}", o.console);
+    assert!(
+        o.console
+            .contains("volley unikernel: startup= takes seconds, 1 to 3600"),
+        "{}",
+        o.console
+    );
+    assert!(!o.console.contains("first sync"), "{}", o.console);
+}
+
 #[test]
 fn a_panic_is_a_failure_with_its_message() {
     let o = boot("test=panic");

@@ -96,9 +96,10 @@ fn a_node_that_never_starts_is_a_sendfailure_not_a_hang() {
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     let base = ports();
-    // Node 1 is in the MAC table but never booted.
+    // Node 1 is in the MAC table but never booted; it is waited for `startup=`,
+    // longer than the 4 s after which a node that went silent is given up.
     let b = node(
-        format!("app=pingpong rank=0 macs={}", macs(2)),
+        format!("app=pingpong rank=0 startup=8 macs={}", macs(2)),
         dgram_nic(0, base),
     );
     let out = run_all(&[b]);
@@ -110,6 +111,8 @@ fn a_node_that_never_starts_is_a_sendfailure_not_a_hang() {
         o.console
     );
     assert!(o.took < Duration::from_secs(60), "took {:?}", o.took);
+    let failed = o.when("first sync: SENDFAILURE").unwrap();
+    assert!(failed >= Duration::from_secs(8), "after {failed:?}");
 }
 
 /// A node holding another key (another job, or an attacker on the LAN who does not
@@ -124,8 +127,9 @@ fn a_node_with_another_key_is_not_heard() {
     let other = volley_qemu::new_key_file();
     let boots: Vec<Boot> = (0..2)
         .map(|i| {
+            // Not heard from: given up after `startup=`.
             let mut b = node(
-                format!("app=pingpong rank={i} macs={}", macs(2)),
+                format!("app=pingpong rank={i} startup=5 macs={}", macs(2)),
                 dgram_nic(i, base),
             );
             if i == 1 {

@@ -103,10 +103,12 @@ pub fn run<D: Device>(
     nodes: u16,
     job: u64,
     device_barrier: bool,
+    startup: Duration,
     irq: Option<Irq>,
     stats: impl FnOnce(&mut D),
 ) -> bool {
-    let Some((groups, cfg)) = engine_config(fabric, rank, nodes, job, device_barrier) else {
+    let Some((groups, cfg)) = engine_config(fabric, rank, nodes, job, device_barrier, startup)
+    else {
         return false;
     };
     if app == "lfclatency" {
@@ -194,6 +196,7 @@ pub(crate) fn engine_config(
     nodes: u16,
     job: u64,
     device_barrier: bool,
+    startup: Duration,
 ) -> Option<(&'static [Group<'static>], Config)> {
     let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
         id: 1,
@@ -220,8 +223,8 @@ pub(crate) fn engine_config(
     // frames are retransmitted, so allow a few seconds before declaring a peer dead.
     cfg.peer_timeout = volley_core::time::Duration::from_secs(4);
     // Nodes booted at once on a busy host come up seconds apart (a CI run saw more
-    // than 4 s): a node not heard from yet is waited for longer.
-    cfg.first_contact = volley_core::time::Duration::from_secs(20);
+    // than 4 s): a node not heard from yet is waited for `startup=` (20 s).
+    cfg.first_contact = startup;
     // Barriers in NIC memory where the device has them (the Myrinet-like model), as
     // hosted ranks do by default; frames elsewhere.
     cfg.device_barrier = device_barrier;

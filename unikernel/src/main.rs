@@ -203,9 +203,10 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
 
 /// `app=NAME rank=R [job=ID]` and, for the fabric: `fabric=ethernet macs=M0,M1,...`
 /// (the default: the first e1000, 82574L or 21143 found; `fabric=e1000|e1000e|tulip`
-/// for one kind) or `fabric=ivshmem nodes=N [startup=SECONDS]`; `barrier=frames` keeps
-/// barriers out of NIC memory; `fabric=udp` for UDP/IPv4 (see `udp_app`). Brings
-/// the NIC up and runs the application.
+/// for one kind) or `fabric=ivshmem nodes=N`; `startup=SECONDS` how long the job
+/// may take to start (20 s); `barrier=frames` keeps barriers out of NIC memory;
+/// `fabric=udp` for UDP/IPv4 (see `udp_app`). Brings the NIC up and runs the
+/// application.
 fn net_app(app: &str, cmdline: &str) -> bool {
     let rank: u16 = match pvh::arg(cmdline, "rank").and_then(|r| r.parse().ok()) {
         Some(r) => r,
@@ -271,6 +272,13 @@ fn net_app(app: &str, cmdline: &str) -> bool {
     ) else {
         return false;
     };
+    // How long the job may take to start: on ivshmem, for the region to be laid out
+    // and every node to join; on a network, how long a node never heard from is
+    // waited for (nodes booting seconds apart) before it counts as dead.
+    let Some(startup) = bounded_arg(cmdline, "startup", 20, 1..=3600, "seconds") else {
+        return false;
+    };
+    let startup = volley_core::time::Duration::from_secs(startup);
     let args = NetArgs {
         app,
         cmdline,
@@ -278,6 +286,7 @@ fn net_app(app: &str, cmdline: &str) -> bool {
         job,
         clock,
         device_barrier,
+        startup,
         irq: irq.then_some((irq_interval_us, hz, msi)),
     };
     match pvh::arg(cmdline, "fabric").unwrap_or("ethernet") {
@@ -305,6 +314,8 @@ struct NetArgs<'a> {
     job: u64,
     clock: clock::TscClock,
     device_barrier: bool,
+    /// `startup=`: how long the job may take to start.
+    startup: volley_core::time::Duration,
     /// Interrupt mode: the watchdog's delay (µs), the TSC frequency, whether MSI may
     /// be used.
     irq: Option<(u64, u64, bool)>,
@@ -618,6 +629,7 @@ fn over_card<N: volley_core::phy::Device + volley_hal::EthernetNic>(
             nodes,
             a.job,
             a.device_barrier,
+            a.startup,
             irq,
             stats,
         );
@@ -639,6 +651,7 @@ fn over_card<N: volley_core::phy::Device + volley_hal::EthernetNic>(
         nodes,
         a.job,
         a.device_barrier,
+        a.startup,
         irq,
         move |f: &mut udp::UdpFabric<N>| {
             let s = f.stats();
@@ -659,6 +672,7 @@ fn ivshmem_app(a: NetArgs<'_>) -> bool {
         job,
         clock,
         device_barrier,
+        startup,
         irq,
     } = a;
     let nodes: u16 = match pvh::arg(cmdline, "nodes").and_then(|n| n.parse().ok()) {
@@ -708,12 +722,7 @@ fn ivshmem_app(a: NetArgs<'_>) -> bool {
     if app == "flagpong" {
         return ivshmem::flagpong(shared, &clock, rank);
     }
-    // How long to wait for the region to be laid out and for every instance to join.
-    let Some(wait) = bounded_arg(cmdline, "startup", 20, 1..=3600, "seconds") else {
-        return false;
-    };
-    let wait = volley_core::time::Duration::from_secs(wait);
-    let Ok(nic) = ivshmem::open(shared, rank, nodes, job, &clock, wait) else {
+    let Ok(nic) = ivshmem::open(shared, rank, nodes, job, &clock, startup) else {
         return false;
     };
     if let Some((regs, irq)) = doorbell {
@@ -726,6 +735,7 @@ fn ivshmem_app(a: NetArgs<'_>) -> bool {
             nodes,
             job,
             device_barrier,
+            startup,
             Some(irq),
             |d: &mut ivshmem::Doorbells| {
                 ivshmem_stats(d.nic());
@@ -742,6 +752,7 @@ fn ivshmem_app(a: NetArgs<'_>) -> bool {
         nodes,
         job,
         device_barrier,
+        startup,
         None,
         |nic: &mut volley_myri::MyriNic| {
             ivshmem_stats(nic);
