@@ -113,6 +113,9 @@ fn a_node_that_never_starts_is_a_sendfailure_not_a_hang() {
     assert!(o.took < Duration::from_secs(60), "took {:?}", o.took);
     let failed = o.when("first sync: SENDFAILURE").unwrap();
     assert!(failed >= Duration::from_secs(8), "after {failed:?}");
+    // It says whom it waited for.
+    let named = "node 1 never heard from within startup=8 s";
+    assert!(o.console.contains(named), "{}", o.console);
 }
 
 /// A node holding another key (another job, or an attacker on the LAN who does not
@@ -146,6 +149,8 @@ fn a_node_with_another_key_is_not_heard() {
         "{}",
         out[0].console
     );
+    let named = "node 1 never heard from within startup=5 s";
+    assert!(out[0].console.contains(named), "{}", out[0].console);
     let dropped: u64 = out[0]
         .console
         .lines()

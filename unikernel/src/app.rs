@@ -27,7 +27,7 @@ use volley_tulip::Tulip;
 
 use crate::clock::TscClock;
 use crate::hal::MemBar;
-use crate::println;
+use crate::{print, println};
 
 type Node<D> = Gamma<'static, D, TscClock, u64>;
 
@@ -136,6 +136,7 @@ pub fn run<D: Device>(
     let t0 = g.time();
     if let Err(e) = g.sync() {
         report("first sync", e);
+        report_peers(g.engine(), rank, nodes, startup);
         println!(
             "volley unikernel: {} frames failed authentication",
             g.engine().stats().rx_unauthenticated
@@ -844,6 +845,32 @@ fn barriers<D: Device>(g: &mut Node<D>, rank: u16) -> bool {
         println!("volley unikernel: node {} got the broadcast", rank);
     }
     true
+}
+
+/// Names the nodes given up: those never heard from within `startup` (not booted,
+/// or holding another job's key) and those that went silent after.
+fn report_peers(e: &volley_core::engine::Engine<'_>, rank: u16, nodes: u16, startup: Duration) {
+    for heard in [false, true] {
+        let mut given_up = (0..nodes).filter(|&n| n != rank).filter(|&n| {
+            let s = e.peer_status(n);
+            s.failed && s.heard_from == heard
+        });
+        let Some(first) = given_up.next() else {
+            continue;
+        };
+        print!("volley unikernel: node {}", first);
+        for n in given_up {
+            print!(", {}", n);
+        }
+        if heard {
+            println!(" went silent");
+        } else {
+            println!(
+                " never heard from within startup={} s",
+                startup.total_micros() / 1_000_000
+            );
+        }
+    }
 }
 
 /// Prints an error; a dead peer is spelled as GAMMA does.

@@ -252,6 +252,16 @@ pub struct Dest {
     pub port: PortId,
 }
 
+/// A peer as [`Engine::peer_status`] sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeerStatus {
+    /// A valid frame from it has arrived.
+    pub heard_from: bool,
+    /// It was declared dead: silent for `peer_timeout` once heard from, for
+    /// `first_contact` before, or known dead by the device.
+    pub failed: bool,
+}
+
 /// Errors of engine calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Error {
@@ -1138,6 +1148,21 @@ impl<'a> Engine<'a> {
     /// Counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+    /// What this engine knows of member `node` of its own group: whether it was
+    /// ever heard from, and whether it has been given up (sends to it fail). Both
+    /// false for a member nothing was exchanged with, or one out of range.
+    pub fn peer_status(&self, node: NodeId) -> PeerStatus {
+        let group = self.cfg.group;
+        self.addr_of(group, node)
+            .ok()
+            .and_then(|a| self.peer_map.get(a.0 as usize).copied())
+            .and_then(|ci| self.chans.get(ci as usize))
+            .filter(|c| c.in_use && c.peer_group == group && c.peer_node == node)
+            .map_or(PeerStatus::default(), |c| PeerStatus {
+                heard_from: c.met,
+                failed: c.failed,
+            })
     }
     /// Eager buffers free now (none held by a send, a copy or a relay).
     pub fn eager_free(&self) -> usize {

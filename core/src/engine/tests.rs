@@ -297,6 +297,11 @@ fn a_peer_never_heard_from_gets_the_first_contact_grace() {
     assert_eq!(a.send_status(h), Ok(SendStatus::Done), "{:?}", a.stats());
     assert!(now > Instant::from_millis(10));
     assert_eq!(b.state()[0].1, b"early");
+    let alive = PeerStatus {
+        heard_from: true,
+        failed: false,
+    };
+    assert_eq!(a.peer_status(1), alive);
     // Now that it has been heard from, 2 ms of silence is death.
     let h = a.start_send(1, b"late", Body::Borrowed(&[]), true).unwrap();
     let silent_from = now;
@@ -307,10 +312,18 @@ fn a_peer_never_heard_from_gets_the_first_contact_grace() {
         assert!(now < silent_from + Duration::from_millis(10), "no failure");
     }
     assert_eq!(a.send_status(h), Ok(SendStatus::Failed));
+    let silent = PeerStatus {
+        heard_from: true,
+        failed: true,
+    };
+    assert_eq!(a.peer_status(1), silent);
 
     // A node that never starts fails once the grace is over, not before.
     let mut rings = self::rings();
     let mut a = start(20);
+    // Nothing exchanged yet; node 9 is no member.
+    assert_eq!(a.peer_status(1), PeerStatus::default());
+    assert_eq!(a.peer_status(9), PeerStatus::default());
     let h = a.start_send(1, b"x", Body::Borrowed(&[]), true).unwrap();
     let mut now = Instant::ZERO;
     while a.send_status(h) == Ok(SendStatus::Pending) {
@@ -321,6 +334,11 @@ fn a_peer_never_heard_from_gets_the_first_contact_grace() {
     }
     assert_eq!(a.send_status(h), Ok(SendStatus::Failed));
     assert!(now >= Instant::from_millis(20), "failed after {now}");
+    let never = PeerStatus {
+        heard_from: false,
+        failed: true,
+    };
+    assert_eq!(a.peer_status(1), never);
 }
 
 #[test]
