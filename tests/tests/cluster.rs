@@ -78,15 +78,14 @@ fn four_nodes_run_barriers_and_a_broadcast() {
 fn a_node_that_boots_late_still_joins_the_job() {
     let late = Duration::from_secs(8);
     let out = on_hub_late("barrier", &[E1000; 4], Some((0, late)));
-    // The others did wait that long for it (their first barrier).
-    for (i, o) in out.iter().enumerate().skip(1) {
+    // Someone did wait longer than the peer timeout for it (their first barrier;
+    // the others may be late too on a busy host, but not all by 2 s).
+    let waited = out.iter().enumerate().skip(1).map(|(i, o)| {
         let waited = o.count(&format!("node {i} of 4: first sync after "));
-        assert!(
-            waited >= 6_000,
-            "node {i} waited {waited} ms:\n{}",
-            o.console
-        );
-    }
+        (waited, i)
+    });
+    let (longest, who) = waited.max().unwrap();
+    assert!(longest >= 6_000, "node {who} waited longest, {longest} ms");
     check_hub_cluster(out, &[E1000; 4]);
 }
 

@@ -257,8 +257,8 @@ pub struct Dest {
 pub struct PeerStatus {
     /// A valid frame from it has arrived.
     pub heard_from: bool,
-    /// It was declared dead: silent for `peer_timeout` once heard from, for
-    /// `first_contact` before, or known dead by the device.
+    /// It was declared dead: silent for `peer_timeout` once heard from, before
+    /// that for `first_contact` where longer, or known dead by the device.
     pub failed: bool,
 }
 
