@@ -572,8 +572,9 @@ fn a_barrier_waiting_for_a_late_member_does_not_pile_up_probes() {
     }
     for e in &es[..2] {
         assert_eq!(e.barrier_done(), Ok(false));
-        // One probe in flight to it, however many periods passed (not a window
-        // full, each resent at every timeout).
+        // One frame in flight to it (a probe, or node 1's token, which asks the
+        // same), however many periods passed: not a window full, each resent at
+        // every timeout.
         let ch = e.e.chans.iter().find(|c| c.in_use && c.peer_node == 2);
         let ch = ch.expect("a channel to node 2");
         assert_eq!(ch.outstanding() + ch.ctrl_len as u32, 1, "{:?}", e.stats());
