@@ -78,16 +78,21 @@ impl<'a> Engine<'a> {
     /// Queues a barrier frame (token, probe or abort) for `peer`; false if it cannot
     /// go (no channel, peer failed) or must wait (queue full).
     pub(super) fn queue_barrier_frame(&mut self, peer: NodeId, round: u32) -> Result<bool, Error> {
-        let addr = self.addr_of(self.cfg.group, peer)?;
-        let ci = self.channel_for(addr, self.cfg.group, peer)?;
-        let ch = &mut self.chans[ci];
-        if ch.failed {
-            return Err(Error::SendFailure);
-        }
-        Ok(ch.queue_ctrl(Slot::Barrier {
+        let ci = self.live_channel(peer)?;
+        Ok(self.chans[ci].queue_ctrl(Slot::Barrier {
             epoch: self.bar.epoch,
             round,
         }))
+    }
+
+    /// The channel to member `peer` of our group; `SendFailure` if it failed.
+    fn live_channel(&mut self, peer: NodeId) -> Result<usize, Error> {
+        let addr = self.addr_of(self.cfg.group, peer)?;
+        let ci = self.channel_for(addr, self.cfg.group, peer)?;
+        if self.chans[ci].failed {
+            return Err(Error::SendFailure);
+        }
+        Ok(ci)
     }
 
     /// Asks `peer`, the member a barrier round waits for, whether it is alive: a
@@ -96,16 +101,15 @@ impl<'a> Engine<'a> {
     /// would pile up in the window and all be resent each timeout while a member
     /// is still starting). `SendFailure` once it is known dead.
     fn probe_barrier_source(&mut self, peer: NodeId) -> Result<(), Error> {
-        let addr = self.addr_of(self.cfg.group, peer)?;
-        let ci = self.channel_for(addr, self.cfg.group, peer)?;
-        let ch = &self.chans[ci];
-        if ch.failed {
-            return Err(Error::SendFailure);
+        let ci = self.live_channel(peer)?;
+        let ch = &mut self.chans[ci];
+        if ch.outstanding() == 0 && ch.ctrl_len == 0 {
+            ch.queue_ctrl(Slot::Barrier {
+                epoch: self.bar.epoch,
+                round: BARRIER_PROBE,
+            });
         }
-        if ch.outstanding() > 0 || ch.ctrl_len > 0 {
-            return Ok(());
-        }
-        self.queue_barrier_frame(peer, BARRIER_PROBE).map(|_| ())
+        Ok(())
     }
 
     pub(super) fn rounds(&self) -> u32 {
