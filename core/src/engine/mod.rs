@@ -967,6 +967,9 @@ pub struct Engine<'a> {
     /// The time of the last poll: what a send that leaves at once gives a device
     /// that does not read it ([`Device::transmit_reads_time`]).
     polled_at: Instant,
+    /// The short tags' hashes of the last header sent and received (`wire::TagCache`).
+    tag_tx: wire::TagCache,
+    tag_rx: wire::TagCache,
     stats: Stats,
     caps: Capabilities,
     bar: BarrierState,
@@ -1113,6 +1116,8 @@ impl<'a> Engine<'a> {
             orphan_check_at: Instant::ZERO,
             cuts: false,
             polled_at: Instant::ZERO,
+            tag_tx: wire::TagCache::default(),
+            tag_rx: wire::TagCache::default(),
             stats: Stats::default(),
             caps: Capabilities::new(1500, false, false),
             bar: BarrierState::default(),

@@ -54,9 +54,10 @@ impl<'a> Engine<'a> {
         if (key.is_none() && !self.caps.integrity) || self.bufs.queued_streams != 0 {
             return false;
         }
-        let taken = Repr::parse_single_data(frame, key, |repr, payload| {
-            self.predicts(repr, payload.len(), source)
-        });
+        let taken =
+            Repr::parse_single_data_cached(frame, key, Some(&self.tag_rx), |repr, payload| {
+                self.predicts(repr, payload.len(), source)
+            });
         let Some((repr, payload, (ci, reliable))) = taken else {
             return false;
         };

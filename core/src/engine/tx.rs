@@ -264,6 +264,7 @@ impl<'a> Engine<'a> {
             cfg,
             caps,
             stats,
+            tag_tx,
             ..
         } = self;
         let ch = &mut chans[ci];
@@ -276,7 +277,7 @@ impl<'a> Engine<'a> {
         let repr = single_repr(port, dest, flags, ch.snd_nxt, ch.next_msg, total);
         let early = dev.transmit_reads_time().then(&mut now);
         let at = early.unwrap_or(self.polled_at);
-        let mut tx = Tx::new(dev, at, caps, cfg, stats, bufs);
+        let mut tx = Tx::new(dev, at, caps, (cfg, tag_tx), stats, bufs);
         if !tx.single(ch, repr, head, body) {
             ops[oi].state = OpState::Free;
             return false;
@@ -406,6 +407,7 @@ impl<'a> Engine<'a> {
             cfg,
             caps,
             stats,
+            tag_tx,
             ..
         } = self;
         let ch = &mut chans[ci];
@@ -432,7 +434,14 @@ impl<'a> Engine<'a> {
         let o = &ops[oi];
         let seq = ch.snd_nxt;
         let early = dev.transmit_reads_time().then(&mut now);
-        let mut tx = Tx::new(dev, early.unwrap_or(self.polled_at), caps, cfg, stats, bufs);
+        let mut tx = Tx::new(
+            dev,
+            early.unwrap_or(self.polled_at),
+            caps,
+            (cfg, tag_tx),
+            stats,
+            bufs,
+        );
         let sent = match bufs.pkts.pooled_slot(o.packet) {
             Some(k) => tx.pooled(ch, o, seq, k, false),
             None => frame_pieces(o, bufs, None, 0, len)
@@ -523,6 +532,7 @@ impl<'a> Engine<'a> {
             cfg,
             caps,
             stats,
+            tag_tx,
             ..
         } = self;
         let ch = &mut chans[ci];
@@ -535,7 +545,7 @@ impl<'a> Engine<'a> {
         }
         // One frame, no op: the header straight from what is known here.
         let repr = single_repr(port, dest, Flags::LAST, 0, ch.next_be_msg, total);
-        let mut tx = Tx::new(dev, at, caps, cfg, stats, bufs);
+        let mut tx = Tx::new(dev, at, caps, (cfg, tag_tx), stats, bufs);
         if !tx.single(ch, repr, head, body) {
             return false;
         }
@@ -560,6 +570,7 @@ impl<'a> Engine<'a> {
             caps,
             stats,
             rma,
+            tag_tx,
             ..
         } = self;
         let gets = &rma.gets[..];
@@ -568,7 +579,7 @@ impl<'a> Engine<'a> {
         if max_payload == 0 {
             return 0;
         }
-        let mut tx = Tx::new(dev, now, caps, cfg, stats, bufs);
+        let mut tx = Tx::new(dev, now, caps, (cfg, tag_tx), stats, bufs);
 
         // 1. Frames to send again.
         let mut s = ch.snd_una;
@@ -838,6 +849,8 @@ struct Tx<'t, D> {
     now: Instant,
     caps: Capabilities,
     cfg: &'t Config,
+    /// The short tags' hash of the last header sent.
+    tags: &'t wire::TagCache,
     stats: &'t mut Stats,
     /// Credits advertised in this round's acks.
     window: u16,
@@ -849,7 +862,7 @@ impl<'t, D: Device> Tx<'t, D> {
         dev: &'t mut D,
         now: Instant,
         caps: &Capabilities,
-        cfg: &'t Config,
+        (cfg, tags): (&'t Config, &'t wire::TagCache),
         stats: &'t mut Stats,
         bufs: &Bufs<'_>,
     ) -> Self {
@@ -858,6 +871,7 @@ impl<'t, D: Device> Tx<'t, D> {
             now,
             caps: *caps,
             cfg,
+            tags,
             stats,
             window: ack_window(cfg, bufs),
             sent: 0,
@@ -949,7 +963,8 @@ impl<'t, D: Device> Tx<'t, D> {
             return false;
         };
         let ok = tok.consume(len, |buf| {
-            repr.emit_frame_with(buf, skip_crc, key, fill).is_ok()
+            repr.emit_frame_cached(buf, skip_crc, key, Some(self.tags), fill)
+                .is_ok()
         });
         if !ok {
             return false;

@@ -16,7 +16,9 @@ use crc::{Crc, CRC_32_ISCSI};
 mod tag;
 #[cfg(feature = "std")]
 pub use tag::use_polyval;
-pub use tag::{block_runs, tag, tag_parts, PolyvalFn, LONG_TAG_FROM, TAG_LEN};
+pub use tag::{
+    block_runs, tag, tag_cached, tag_parts, PolyvalFn, TagCache, LONG_TAG_FROM, TAG_LEN,
+};
 
 /// The wire version this build speaks.
 pub const VERSION: u8 = 1;
@@ -512,6 +514,18 @@ impl Repr {
         key: Option<&AuthKey>,
         take: impl FnOnce(&Repr, &[u8]) -> Option<T>,
     ) -> Option<(Repr, &'f [u8], T)> {
+        Repr::parse_single_data_cached(frame, key, None, take)
+    }
+
+    /// [`Repr::parse_single_data`] that checks the tag with the hash `cache` keeps
+    /// ([`tag_cached`]), where it is given.
+    #[inline]
+    pub fn parse_single_data_cached<'f, T>(
+        frame: &'f [u8],
+        key: Option<&AuthKey>,
+        cache: Option<&TagCache>,
+        take: impl FnOnce(&Repr, &[u8]) -> Option<T>,
+    ) -> Option<(Repr, &'f [u8], T)> {
         // Any other kind turned away before the copy (the copy is checked again).
         if frame.get(field::KIND) != Some(&(Kind::Data as u8)) {
             return None;
@@ -553,7 +567,11 @@ impl Repr {
         let t = take(&repr, payload)?;
         if let Some(key) = key {
             let got = frame.get(end..end + TAG_LEN)?;
-            if !same(got, &tag(key, &h, payload)) {
+            let want = match cache {
+                Some(c) => tag_cached(key, c, &h, payload),
+                None => tag(key, &h, payload),
+            };
+            if !same(got, &want) {
                 return None;
             }
         }
@@ -803,6 +821,20 @@ impl Repr {
         key: Option<&AuthKey>,
         fill: F,
     ) -> Result<usize, WireError> {
+        self.emit_frame_cached(buf, skip_crc, key, None, fill)
+    }
+
+    /// [`Repr::emit_frame_with`] that tags with the hash `cache` keeps
+    /// ([`tag_cached`]), where it is given.
+    #[inline]
+    pub fn emit_frame_cached<F: FnOnce(&mut [u8])>(
+        &self,
+        buf: &mut [u8],
+        skip_crc: bool,
+        key: Option<&AuthKey>,
+        cache: Option<&TagCache>,
+        fill: F,
+    ) -> Result<usize, WireError> {
         let total = self.payload_len as usize;
         let len = self.buffer_len();
         let full = len + if key.is_some() { TAG_LEN } else { 0 };
@@ -823,7 +855,10 @@ impl Repr {
             head[field::CRC].copy_from_slice(&d.finalize().to_be_bytes());
         }
         if let Some(key) = key {
-            let t = tag(key, head, &rest[..total]);
+            let t = match cache {
+                Some(c) => tag_cached(key, c, head, &rest[..total]),
+                None => tag(key, head, &rest[..total]),
+            };
             buf[len..full].copy_from_slice(&t);
         }
         Ok(full)

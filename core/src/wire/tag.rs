@@ -12,6 +12,7 @@
 //! A host may give a faster POLYVAL ([`use_polyval`]): the hosted target's hashes
 //! two blocks per instruction where the CPU can (about twice aws-lc's speed).
 
+use core::cell::Cell;
 use core::hash::Hasher;
 
 use aes::cipher::{BlockEncrypt, KeyInit};
@@ -42,11 +43,18 @@ pub fn tag(key: &AuthKey, h: &[u8; HEADER_LEN], payload: &[u8]) -> [u8; TAG_LEN]
 /// runs twice per message, sender and receiver).
 #[inline]
 fn short_tag(key: &AuthKey, h: &[u8; HEADER_LEN], payload: &[u8]) -> [u8; TAG_LEN] {
+    let mut m = Sip::new(key);
+    m.compress(word(&h[..8]));
+    m.compress(word(&h[8..16]));
+    short_tag_rest(m, h, payload)
+}
+
+/// [`short_tag`] from the hash of the header's first two words, `m`.
+#[inline(always)]
+fn short_tag_rest(mut m: Sip, h: &[u8; HEADER_LEN], payload: &[u8]) -> [u8; TAG_LEN] {
     // The payload starts on a word of the message (WIRE.md: a 56-byte header).
     const _: () = assert!(HEADER_LEN.is_multiple_of(8));
-    let word = |w: &[u8]| u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
-    let mut m = Sip::new(key);
-    for w in h.chunks_exact(8) {
+    for w in h[16..].chunks_exact(8) {
         m.compress(word(w));
     }
     let mut words = payload.chunks_exact(8);
@@ -58,6 +66,56 @@ fn short_tag(key: &AuthKey, h: &[u8; HEADER_LEN], payload: &[u8]) -> [u8; TAG_LE
     }
     m.len = HEADER_LEN + payload.len();
     m.finish()
+}
+
+/// The little-endian word of the first 8 bytes of `w`.
+#[inline(always)]
+fn word(w: &[u8]) -> u64 {
+    u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]])
+}
+
+/// The short tag's hash after a header's first two words, kept for the next frame
+/// that starts alike. Those words hold version, kind, flags and job, then both
+/// ends' groups and instances: the same for every frame of one kind between two
+/// endpoints, so a run of them (a ping-pong's) skips two of a tag's nine words.
+/// Kept with the key it was computed under. One per direction of an endpoint.
+#[derive(Debug, Default)]
+pub struct TagCache {
+    /// Whether `v` holds a hash.
+    held: Cell<bool>,
+    /// The key's two words and the header's first two that `v` is the hash of.
+    of: Cell<[u64; 4]>,
+    v: Cell<[u64; 4]>,
+}
+
+/// [`tag`], with the hash of the header's first two words taken from `cache` where
+/// it holds them (and left there otherwise). The same tag.
+pub fn tag_cached(
+    key: &AuthKey,
+    cache: &TagCache,
+    h: &[u8; HEADER_LEN],
+    payload: &[u8],
+) -> [u8; TAG_LEN] {
+    if payload.len() >= LONG_TAG_FROM {
+        return tag_parts(key, h, &[payload]);
+    }
+    let of = [
+        word(&key[..8]),
+        word(&key[8..]),
+        word(&h[..8]),
+        word(&h[8..16]),
+    ];
+    let mut m = Sip::new(key);
+    if cache.held.get() && cache.of.get() == of {
+        m.v = cache.v.get();
+    } else {
+        m.compress(of[2]);
+        m.compress(of[3]);
+        cache.of.set(of);
+        cache.v.set(m.v);
+        cache.held.set(true);
+    }
+    short_tag_rest(m, h, payload)
 }
 
 /// [`tag`] of a payload given as `pieces` laid end to end.
@@ -411,6 +469,7 @@ mod fast {
 #[cfg(test)]
 mod tests {
     extern crate std;
+    use std::vec;
     use std::vec::Vec;
 
     use super::*;
@@ -548,6 +607,39 @@ mod tests {
             assert_eq!(tag(&key, &h, &p), want, "{len} bytes");
             assert_eq!(tag_parts(&key, &h, &[&p]), want, "{len} bytes, parts");
         }
+    }
+
+    /// A cached tag is the tag, whatever came through the cache before it: the same
+    /// first words (a hit), other flags, other ends, another key, a long payload.
+    #[test]
+    fn cached_tags_are_the_tags() {
+        let mut next = xorshift(0x1234_5678_9abc_def1);
+        let cache = TagCache::default();
+        let keys = [*b"0123456789abcdef", *b"0123456789abcdeF"];
+        let mut h = [0u8; HEADER_LEN];
+        h.iter_mut().for_each(|b| *b = next() as u8);
+        let long = vec![3u8; LONG_TAG_FROM];
+        let mut hits = 0;
+        for i in 0..2_000 {
+            let r = next();
+            // Mostly the header's later words change (a run of frames); now and
+            // then the flags, the ends or the key.
+            let at = match r % 16 {
+                0 => 2,
+                1 => 9,
+                _ => 16 + (r >> 8) as usize % (HEADER_LEN - 16),
+            };
+            let before = (cache.held.get(), cache.of.get());
+            h[at] ^= (r >> 16) as u8 | 1;
+            let key = &keys[(r >> 24) as usize % 7 / 6];
+            let p: Vec<u8> = (0..(r >> 32) as usize % 100)
+                .map(|_| next() as u8)
+                .collect();
+            let p = if i % 97 == 0 { &long[..] } else { &p[..] };
+            assert_eq!(tag_cached(key, &cache, &h, p), tag(key, &h, p), "frame {i}");
+            hits += usize::from(before == (cache.held.get(), cache.of.get()) && before.0);
+        }
+        assert!(hits > 1_000, "{hits} hits");
     }
 
     /// With `aws-lc`, the hosted code and the portable code (the unikernel's) give
