@@ -447,6 +447,71 @@ impl Rings {
         ring + off::RING_SLOTS + (index & self.mask) as usize * self.slot
     }
 
+    // Ring access on the data path, without `Region`'s check per access. A NIC's
+    // `rings` come from a geometry that `Geometry::check_fits` accepted for its
+    // region (`MyriNic::attach`), and neither changes afterwards. For `dst` and `src`
+    // below that geometry's node count, ring `ring(dst, src)` ends at most
+    // `nodes * ring_len` past its NIC's first ring, inside the NIC's `nic_len`, and
+    // the NICs end at `region_len <= region.len()`. Every ring, slot and NIC
+    // offset is a multiple of 64 past the page-aligned header (`ring_len`,
+    // `slot_size` and `nic_len` are multiples of 64), so each word is aligned.
+    // Each accessor's `# Safety`: `ring` is `self.ring(dst, src)` for such nodes,
+    // and `region` is that NIC's.
+
+    /// The ring's `tail` and `head` words.
+    ///
+    /// # Safety
+    ///
+    /// See the comment above.
+    #[inline]
+    unsafe fn words<'r>(&self, region: &'r Region, ring: usize) -> (&'r AtomicU64, &'r AtomicU64) {
+        // SAFETY: words 0 and 64 of the ring, inside and aligned (the caller's
+        // contract, see above).
+        unsafe {
+            (
+                region.u64_unchecked(ring + off::RING_TAIL),
+                region.u64_unchecked(ring + off::RING_HEAD),
+            )
+        }
+    }
+
+    /// The ring's compact-frame template.
+    ///
+    /// # Safety
+    ///
+    /// See the comment above; and the caller may read the template under the ring
+    /// protocol (the producer rewrites it only when the consumer holds no compact
+    /// frame).
+    #[inline]
+    unsafe fn template<'r>(&self, region: &'r Region, ring: usize) -> &'r [u8] {
+        // SAFETY: 16 bytes at 128 of the ring, before its slots at 256.
+        unsafe { region.bytes_unchecked(ring + off::RING_TEMPLATE, ELIDED) }
+    }
+
+    /// Slot `index`'s sequence and length words, and the offset of its frame.
+    ///
+    /// # Safety
+    ///
+    /// See the comment above.
+    #[inline]
+    unsafe fn slot_words<'r>(
+        &self,
+        region: &'r Region,
+        ring: usize,
+        index: u64,
+    ) -> (&'r AtomicU64, &'r AtomicU32, usize) {
+        let slot = self.slot(ring, index);
+        // SAFETY: words 0 and 8 of a slot of the ring (the index is masked), inside
+        // and aligned (see above).
+        unsafe {
+            (
+                region.u64_unchecked(slot),
+                region.u32_unchecked(slot + 8),
+                slot + SLOT_HEADER,
+            )
+        }
+    }
+
     /// Send slot `i` of `node`.
     fn pool_slot(&self, node: u32, i: usize) -> usize {
         self.pool + node as usize * self.stride + i * POOL_SLOT
@@ -986,7 +1051,8 @@ impl MyriNic {
         }
         let cached = tx_head.get_mut(dst as usize)?;
         let ring = rings.ring(dst, *me);
-        let (tail_w, head_w) = ring_words(region, ring)?;
+        // SAFETY: `dst` (above) and `me` (`attach`) are below the node count.
+        let (tail_w, head_w) = unsafe { rings.words(region, ring) };
         let tail = tail_w.load(Ordering::Relaxed);
         if tail.wrapping_sub(*cached) >= geo.slots as u64 {
             // Looks full: see how far the consumer has got.
@@ -996,13 +1062,14 @@ impl MyriNic {
                 return None;
             }
         }
-        let slot = rings.slot(ring, tail);
-        let seq = region.u64_at(slot).ok()?;
-        let len = region.u32_at(slot + 8).ok()?;
-        // SAFETY: slot `tail` of the ring we alone produce into is free (tail - head
-        // < slots, checked above): its consumer has released it and will not read it
-        // before we publish its sequence word, and no other slice of it exists.
-        let bytes = unsafe { region.bytes_mut(slot + SLOT_HEADER, geo.mtu()) }.ok()?;
+        // SAFETY: as above.
+        let (seq, len, at) = unsafe { rings.slot_words(region, ring, tail) };
+        // SAFETY: the slot's frame bytes (`mtu` of them) lie inside the slot, itself
+        // inside the region (see `Rings`' ring access). Slot `tail` of the ring we
+        // alone produce into is free (tail - head < slots, checked above): its
+        // consumer has released it and will not read it before we publish its
+        // sequence word, and no other slice of it exists.
+        let bytes = unsafe { region.bytes_mut_unchecked(at, geo.mtu()) };
         stats.tx_frames += 1;
         let tok = MyriTx {
             slot: bytes,
@@ -1079,9 +1146,11 @@ impl MyriNic {
 
     fn heartbeat(&mut self) {
         self.beat = self.beat.wrapping_add(1);
-        if let Some(h) = self.node_dword(self.me, off::NODE_HEARTBEAT) {
-            h.store(self.beat, Ordering::Relaxed);
-        }
+        let at = self.geo.node_entry(self.me) + off::NODE_HEARTBEAT;
+        // SAFETY: `me` is below the node count (`attach`), and the node table
+        // (`barrier_table` = 64 bytes a node past `NODE_TABLE`) ends inside the
+        // header, inside the region (`check_fits`); entries are 64-aligned.
+        unsafe { self.region.u64_unchecked(at) }.store(self.beat, Ordering::Relaxed);
     }
 
     /// Whether `root`'s board holds a frame we have not read.
@@ -1161,11 +1230,14 @@ impl MyriNic {
     /// Whether the next slot of `src`'s ring into us holds a published frame.
     #[inline]
     fn rx_ready(&self, src: u32) -> bool {
+        if src >= self.geo.nodes {
+            return false;
+        }
         let head = self.rx_head[src as usize];
-        let slot = self.rings.slot(self.rings.ring(self.me, src), head);
-        self.region
-            .u64_at(slot)
-            .is_ok_and(|w| w.load(Ordering::Acquire) == head.wrapping_add(1))
+        let ring = self.rings.ring(self.me, src);
+        // SAFETY: `src` (above) and `me` (`attach`) are below the node count.
+        let (seq, ..) = unsafe { self.rings.slot_words(&self.region, ring, head) };
+        seq.load(Ordering::Acquire) == head.wrapping_add(1)
     }
 
     /// Lends the frames waiting in `src`'s ring (the next one found whole): slots
@@ -1183,38 +1255,45 @@ impl MyriNic {
             rx_head,
             ..
         } = self;
+        if src >= geo.nodes {
+            return None;
+        }
         let ring = rings.ring(*me, src);
-        let head_w = region.u64_at(ring + off::RING_HEAD).ok()?;
+        // SAFETY: `src` (above) and `me` (`attach`) are below the node count.
+        let (_, head_w) = unsafe { rings.words(region, ring) };
         let cursor = rx_head.get_mut(src as usize)?;
         for _ in 0..=geo.slots {
             let head = *cursor;
-            let slot = rings.slot(ring, head);
-            let Ok(seq) = region.u64_at(slot) else { break };
+            // SAFETY: as above.
+            let (seq, word, at) = unsafe { rings.slot_words(region, ring, head) };
             if seq.load(Ordering::Acquire) != head.wrapping_add(1) {
                 break; // nothing (more) from this peer
             }
-            let word = region.u32_at(slot + 8).map(|w| w.load(Ordering::Relaxed));
+            let word = word.load(Ordering::Relaxed);
             let parts = match word {
-                Ok(w) if w & INDIRECT != 0 => indirect(region, rings, geo, src, slot, w),
+                w if w & INDIRECT != 0 => indirect(region, rings, geo, src, at - SLOT_HEADER, w),
                 // Made whole in `whole`, lent below.
-                Ok(w) if w & COMPACT != 0 => {
-                    expand(whole, region, ring, slot, (w & !COMPACT) as usize)
+                w if w & COMPACT != 0 => {
+                    // SAFETY: as above; the slot is published and ours to read.
+                    unsafe { expand(whole, region, rings, ring, at, (w & !COMPACT) as usize) }
                         .map(|n| (&[][..], &[][..], n))
                 }
-                Ok(len) if len as usize <= geo.mtu() => region
-                    .bytes(slot + SLOT_HEADER, len as usize)
-                    .ok()
-                    .map(|f| (f, &[][..], f.len())),
+                len if len as usize <= geo.mtu() => {
+                    // SAFETY: at most `mtu` bytes of the slot's frame, inside the slot
+                    // (see `Rings`' ring access); published, ours to read.
+                    let f = unsafe { region.bytes_unchecked(at, len as usize) };
+                    Some((f, &[][..], f.len()))
+                }
                 _ => None,
             };
             if let Some((mut frame, body, split)) = parts {
-                if word.is_ok_and(|w| w & COMPACT != 0) {
+                if word & COMPACT != 0 {
                     frame = &whole[..split];
                     stats.rx_compact += 1;
                 }
                 *rr = if src + 1 == geo.nodes { 0 } else { src + 1 };
                 stats.rx_frames += 1;
-                stats.rx_pooled += u64::from(word.is_ok_and(|w| w & INDIRECT != 0));
+                stats.rx_pooled += u64::from(word & INDIRECT != 0);
                 return Some(MyriRx {
                     frame,
                     body,
@@ -1261,13 +1340,6 @@ fn indirect<'r>(
     Some((frame, body, split))
 }
 
-/// The `tail` and `head` words of the ring at `r` (see [`Rings::ring`]).
-fn ring_words(region: &Region, r: usize) -> Option<(&AtomicU64, &AtomicU64)> {
-    let tail = region.u64_at(r + off::RING_TAIL).ok()?;
-    let head = region.u64_at(r + off::RING_HEAD).ok()?;
-    Some((tail, head))
-}
-
 impl Drop for MyriNic {
     fn drop(&mut self) {
         self.leave();
@@ -1301,13 +1373,20 @@ pub struct MyriTx<'a> {
     ring: (&'a Region, usize),
 }
 
-/// Makes the compact frame of `n` bytes in `slot` of `ring` whole in `buf` with the
-/// ring's template; its length, or `None` (a corrupt slot) if `n` is impossible.
-fn expand(
+/// Makes the compact frame of `n` bytes at `at` (a slot's frame) of `ring` whole in
+/// `buf` with the ring's template; its length, or `None` (a corrupt slot) if `n` is
+/// impossible.
+///
+/// # Safety
+///
+/// As [`Rings`]' ring access asks of `ring`, and `at` is the frame of one of its
+/// slots, published and ours to read.
+unsafe fn expand(
     buf: &mut [u8; COMPACT_MAX],
     region: &Region,
+    rings: &Rings,
     ring: usize,
-    slot: usize,
+    at: usize,
     n: usize,
 ) -> Option<usize> {
     if !(COMPACT_MIN - ELIDED..=COMPACT_MAX - ELIDED).contains(&n) {
@@ -1315,10 +1394,14 @@ fn expand(
     }
     // Fixed-size moves: the slot has room past the frame (its MTU is at least
     // 112 bytes), and only the first `n + ELIDED` bytes are lent.
-    let c = region
-        .bytes(slot + SLOT_HEADER, COMPACT_MAX - ELIDED)
-        .ok()?;
-    let t = region.bytes(ring + off::RING_TEMPLATE, ELIDED).ok()?;
+    // SAFETY: 48 bytes of the slot's frame (at least 112 long), and the ring's
+    // template (the caller's contract).
+    let (c, t) = unsafe {
+        (
+            region.bytes_unchecked(at, COMPACT_MAX - ELIDED),
+            rings.template(region, ring),
+        )
+    };
     scatter(buf, &KEPT_PARTS, c);
     scatter(buf, &TEMPLATE_PARTS, t);
     Some(n + ELIDED)
@@ -1392,9 +1475,9 @@ impl MyriTx<'_> {
 /// before this one (its release of `head` orders its last template read before our
 /// stores).
 fn compactable((region, ring): (&Region, usize), next: u64, f: &[u8; COMPACT_MAX]) -> bool {
-    let Ok(t) = region.bytes(ring + off::RING_TEMPLATE, ELIDED) else {
-        return false;
-    };
+    // SAFETY: 16 bytes at 128 of `ring`, which `reserve` named for a node below the
+    // node count (see `Rings`' ring access); only its producer, us, writes them.
+    let t = unsafe { region.bytes_unchecked(ring + off::RING_TEMPLATE, ELIDED) };
     let mut mine = [0u8; ELIDED];
     gather(f, &TEMPLATE_PARTS, &mut mine);
     if t == mine {

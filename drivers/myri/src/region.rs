@@ -73,6 +73,62 @@ impl Region {
         Ok(unsafe { &*(self.base.add(off) as *const AtomicU32) })
     }
 
+    /// [`Region::u64_at`] without the check, for an offset proven in bounds once:
+    /// a ring word or slot of a geometry checked against this region when the NIC
+    /// attached (see `MyriNic`'s ring access), on the path every frame takes.
+    ///
+    /// # Safety
+    ///
+    /// `off + 8 <= self.len()`, and `off` is a multiple of 8.
+    #[inline]
+    pub(crate) unsafe fn u64_unchecked(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(self.check(off, 8, 8).is_ok());
+        // SAFETY: in bounds and 8-aligned (the caller's contract; base is 64-aligned);
+        // the region outlives `&self`; shared mutation goes through the atomic.
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+
+    /// [`Region::u32_at`] without the check, as [`Region::u64_unchecked`].
+    ///
+    /// # Safety
+    ///
+    /// `off + 4 <= self.len()`, and `off` is a multiple of 4.
+    #[inline]
+    pub(crate) unsafe fn u32_unchecked(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(self.check(off, 4, 4).is_ok());
+        // SAFETY: as in `u64_unchecked`, with 4-byte size and alignment.
+        unsafe { &*(self.base.add(off) as *const AtomicU32) }
+    }
+
+    /// [`Region::bytes`] without the check, as [`Region::u64_unchecked`].
+    ///
+    /// # Safety
+    ///
+    /// `off + len <= self.len()`, and the ring protocol gives the caller these
+    /// bytes to read (as [`Region::bytes`] says).
+    #[inline]
+    pub(crate) unsafe fn bytes_unchecked(&self, off: usize, len: usize) -> &[u8] {
+        debug_assert!(self.check(off, len, 1).is_ok());
+        // SAFETY: in bounds (the caller's contract); not written by the producer while
+        // the consumer owns them (ring protocol); bytes have no invalid values.
+        unsafe { core::slice::from_raw_parts(self.base.add(off), len) }
+    }
+
+    /// [`Region::bytes_mut`] without the check, as [`Region::u64_unchecked`].
+    ///
+    /// # Safety
+    ///
+    /// `off + len <= self.len()`, and what [`Region::bytes_mut`] asks: the caller
+    /// owns these bytes exclusively under the ring protocol and makes no two
+    /// overlapping slices.
+    #[allow(clippy::mut_from_ref)]
+    #[inline]
+    pub(crate) unsafe fn bytes_mut_unchecked(&self, off: usize, len: usize) -> &mut [u8] {
+        debug_assert!(self.check(off, len, 1).is_ok());
+        // SAFETY: in bounds; exclusivity is the caller's contract above.
+        unsafe { core::slice::from_raw_parts_mut(self.base.add(off), len) }
+    }
+
     /// `len` bytes at `off`, read-only.
     ///
     /// The ring protocol gives the caller ownership of these bytes (a slot between

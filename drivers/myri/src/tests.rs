@@ -2871,3 +2871,62 @@ fn waits_looking(
         assert!(!gb.engine().sends_waiting());
     }
 }
+
+/// The ring access that skips `Region`'s check per access (`Rings::words`,
+/// `slot_words`, `template`, and the frame bytes after them) stays inside the region
+/// and aligned for every ring and slot of geometries at the edges of what
+/// `Geometry::check` allows, in a region exactly `region_len` long: the proof in
+/// `Rings`' comment, checked. Fails if the layout arithmetic changes under it.
+#[test]
+fn unchecked_ring_access_stays_inside_every_valid_geometry() {
+    let shapes = [
+        (1, 2, 128, 128),
+        (2, 2, 192, 4224),
+        (3, 4, 256, 128),
+        (7, 8, 4160, 192),
+        (MAX_NODES as u32, 2, 128, 128),
+    ];
+    for (nodes, slots, slot_size, board_slot) in shapes {
+        let geo = Geometry {
+            nodes,
+            slots,
+            slot_size,
+            board_slot,
+        };
+        geo.validate().unwrap();
+        let len = geo.region_len().unwrap();
+        // SAFETY: the region is never read or written here, only its length is
+        // looked at (the address is aligned and not null, as `new` asks).
+        let region = unsafe { Region::new(core::ptr::without_provenance_mut(64), len) }.unwrap();
+        let rings = geo.rings();
+        let inside = |off: usize, n: usize, align: usize| {
+            assert!(
+                off + n <= region.len() && off.is_multiple_of(align),
+                "{off}+{n} of {len} ({nodes} nodes, {slots}x{slot_size})"
+            );
+        };
+        for dst in 0..nodes {
+            inside(geo.node_entry(dst) + off::NODE_HEARTBEAT, 8, 8);
+            for src in 0..nodes {
+                let ring = rings.ring(dst, src);
+                assert_eq!(ring, geo.ring(dst, src));
+                inside(ring + off::RING_TAIL, 8, 8);
+                inside(ring + off::RING_HEAD, 8, 8);
+                inside(ring + off::RING_TEMPLATE, ELIDED, 1);
+                let ring_end = ring + geo.ring_len().unwrap();
+                assert!(ring_end <= geo.nic(dst) + geo.nic_len().unwrap());
+                for index in 0..u64::from(slots) * 2 {
+                    let slot = rings.slot(ring, index);
+                    assert_eq!(slot, geo.slot(dst, src, index));
+                    assert!(
+                        slot >= ring + off::RING_SLOTS
+                            && slot + geo.mtu() + SLOT_HEADER <= ring_end
+                    );
+                    inside(slot, 8, 8);
+                    inside(slot + 8, 4, 4);
+                    inside(slot + SLOT_HEADER, geo.mtu(), 1);
+                }
+            }
+        }
+    }
+}
