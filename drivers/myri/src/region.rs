@@ -3,7 +3,10 @@
 //! Every offset used by the NIC model comes from arithmetic on values read from the
 //! region itself, which another process may have scribbled on. All access goes through
 //! here and is checked against the region's length and alignment first, so a corrupt
-//! region produces [`MyriError::OutOfBounds`], never an out-of-bounds access.
+//! region produces [`MyriError::OutOfBounds`], never an out-of-bounds access. The
+//! one exception is the data path's ring access (the `*_unchecked` accessors), whose
+//! offsets come only from the NIC's own copy of a geometry checked against the
+//! region once, when it attached, and never from the region's contents.
 
 use core::sync::atomic::{AtomicU32, AtomicU64};
 
