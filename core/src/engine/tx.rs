@@ -179,14 +179,17 @@ impl<'a> Engine<'a> {
     /// channels in use.
     #[inline]
     pub fn sends_waiting(&self) -> bool {
-        !self.nothing_ahead()
-            || self.bar.active
-            || self.bufs.queued_streams > 0
-            || self.chans[..self.chan_hwm].iter().any(|c| {
-                c.in_use
-                    && !c.failed
-                    && (c.q_head != NONE || c.ctrl_len != 0 || c.ack_now || c.resend_any)
-            })
+        if !self.nothing_ahead() || self.bar.active || self.bufs.queued_streams > 0 {
+            return true;
+        }
+        // A plain loop: `Iter::any` with this closure was a call of its own per scan.
+        for c in &self.chans[..self.chan_hwm] {
+            let work = c.q_head != NONE || c.ctrl_len != 0 || c.ack_now || c.resend_any;
+            if work && c.in_use && !c.failed {
+                return true;
+            }
+        }
+        false
     }
 
     /// The destination of `port` (one node) and the channel already open to it, for
