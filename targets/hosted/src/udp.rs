@@ -226,7 +226,9 @@ impl UdpShape {
 #[derive(Debug)]
 pub struct UdpDevice {
     sock: UdpSocket,
-    peers: Vec<SocketAddr>,
+    /// Each rank's address as the kernel takes it, converted once rather than per
+    /// datagram.
+    peer_addrs: Vec<socket2::SockAddr>,
     /// Tell the engine which rank a datagram came from (off behind relays, where
     /// every datagram to a rank comes from one relay address).
     strict_sources: bool,
@@ -270,12 +272,13 @@ struct Batch {
     len: usize,
     seg: usize,
     count: u16,
-    to: SocketAddr,
+    /// The rank the batch goes to.
+    to: u16,
 }
 
 impl Batch {
     /// Whether a frame of `len` bytes to `to` can join the batch.
-    fn fits(&self, to: SocketAddr, len: usize) -> bool {
+    fn fits(&self, to: u16, len: usize) -> bool {
         self.count > 0
             && self.count < GSO_SEGMENTS
             && to == self.to
@@ -352,9 +355,10 @@ impl UdpDevice {
             .map(|(i, a)| (*a, i as u16))
             .collect();
         let n = peers.len();
+        let peer_addrs = peers.iter().map(|&a| a.into()).collect();
         Ok(UdpDevice {
             sock,
-            peers,
+            peer_addrs,
             strict_sources: std::env::var_os("VOLLEY_UDP_PEERS").is_none(),
             any_source,
             life: Liveness {
@@ -375,7 +379,7 @@ impl UdpDevice {
                 len: 0,
                 seg: 0,
                 count: 0,
-                to: bind,
+                to: 0,
             },
             gso,
             gro: Gro {
@@ -411,7 +415,8 @@ pub struct UdpRx<'a>(&'a [u8], Option<u16>);
 #[derive(Debug)]
 pub struct UdpTx<'a> {
     dev: &'a mut UdpDevice,
-    to: SocketAddr,
+    /// The rank it goes to.
+    to: u16,
 }
 
 impl RxToken for UdpRx<'_> {
@@ -549,11 +554,10 @@ fn count_send(
 /// `sendmsg` of `buf` to `to` as datagrams of `seg` bytes (`UDP_SEGMENT`).
 fn send_segmented(
     sock: &UdpSocket,
-    to: SocketAddr,
+    addr: &socket2::SockAddr,
     buf: &[u8],
     seg: u16,
 ) -> std::io::Result<usize> {
-    let addr = socket2::SockAddr::from(to);
     let mut iov = libc::iovec {
         iov_base: buf.as_ptr() as *mut libc::c_void,
         iov_len: buf.len(),
@@ -778,10 +782,12 @@ impl UdpDevice {
         }
         let n = u64::from(b.count);
         let frames = &b.buf[..b.len];
+        let to = &self.peer_addrs[usize::from(b.to)];
+        let sock = socket2::SockRef::from(&self.sock);
         let sent = if b.count == 1 {
-            self.sock.send_to(frames, b.to)
+            sock.send_to(frames, to)
         } else {
-            match send_segmented(&self.sock, b.to, frames, b.seg as u16) {
+            match send_segmented(&self.sock, to, frames, b.seg as u16) {
                 Ok(r) => {
                     self.stats.tx_segmented += 1;
                     Ok(r)
@@ -795,7 +801,7 @@ impl UdpDevice {
                 {
                     self.gso = false;
                     for f in frames.chunks(b.seg) {
-                        let sent = self.sock.send_to(f, b.to);
+                        let sent = sock.send_to(f, to);
                         count_send(sent, 1, &self.sock, &mut self.life, &mut self.stats);
                     }
                     b.count = 0;
@@ -881,8 +887,13 @@ impl Device for UdpDevice {
     }
 
     fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<UdpTx<'_>> {
-        let to = *self.peers.get(dst.0 as usize)?;
-        Some(UdpTx { dev: self, to })
+        if usize::from(dst.0) >= self.peer_addrs.len() {
+            return None;
+        }
+        Some(UdpTx {
+            dev: self,
+            to: dst.0,
+        })
     }
 
     fn flush(&mut self, _now: Instant) {
@@ -902,9 +913,9 @@ impl Device for UdpDevice {
     }
 
     fn transmit_parts(&mut self, _now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
-        let Some(&to) = self.peers.get(dst.0 as usize) else {
+        if usize::from(dst.0) >= self.peer_addrs.len() {
             return false;
-        };
+        }
         // Frames already written go first.
         self.send_batch();
         let len: usize = parts.iter().map(|p| p.len()).sum();
@@ -917,8 +928,8 @@ impl Device for UdpDevice {
         for (v, p) in iov.iter_mut().zip(parts) {
             *v = std::io::IoSlice::new(p);
         }
-        let sent =
-            socket2::SockRef::from(&self.sock).send_to_vectored(&iov[..parts.len()], &to.into());
+        let to = &self.peer_addrs[usize::from(dst.0)];
+        let sent = socket2::SockRef::from(&self.sock).send_to_vectored(&iov[..parts.len()], to);
         match sent {
             // The send buffer is full: the engine offers the frame again next pass
             // instead of losing it to a retransmission timeout.
