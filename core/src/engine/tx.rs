@@ -280,7 +280,7 @@ impl<'a> Engine<'a> {
         let repr = single_repr(port, dest, flags, ch.snd_nxt, ch.next_msg, total);
         let early = dev.transmit_reads_time().then(&mut now);
         let at = early.unwrap_or(self.polled_at);
-        let mut tx = Tx::new(dev, at, caps, (cfg, tag_tx), stats, bufs);
+        let mut tx = Tx::new(dev, at, caps, cfg, tag_tx, stats, bufs);
         if !tx.single(ch, repr, head, body) {
             ops[oi].state = OpState::Free;
             return false;
@@ -441,7 +441,8 @@ impl<'a> Engine<'a> {
             dev,
             early.unwrap_or(self.polled_at),
             caps,
-            (cfg, tag_tx),
+            cfg,
+            tag_tx,
             stats,
             bufs,
         );
@@ -548,7 +549,7 @@ impl<'a> Engine<'a> {
         }
         // One frame, no op: the header straight from what is known here.
         let repr = single_repr(port, dest, Flags::LAST, 0, ch.next_be_msg, total);
-        let mut tx = Tx::new(dev, at, caps, (cfg, tag_tx), stats, bufs);
+        let mut tx = Tx::new(dev, at, caps, cfg, tag_tx, stats, bufs);
         if !tx.single(ch, repr, head, body) {
             return false;
         }
@@ -582,7 +583,7 @@ impl<'a> Engine<'a> {
         if max_payload == 0 {
             return 0;
         }
-        let mut tx = Tx::new(dev, now, caps, (cfg, tag_tx), stats, bufs);
+        let mut tx = Tx::new(dev, now, caps, cfg, tag_tx, stats, bufs);
 
         // 1. Frames to send again.
         let mut s = ch.snd_una;
@@ -865,7 +866,8 @@ impl<'t, D: Device> Tx<'t, D> {
         dev: &'t mut D,
         now: Instant,
         caps: &Capabilities,
-        (cfg, tags): (&'t Config, &'t wire::TagCache),
+        cfg: &'t Config,
+        tags: &'t wire::TagCache,
         stats: &'t mut Stats,
         bufs: &Bufs<'_>,
     ) -> Self {
