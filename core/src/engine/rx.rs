@@ -883,17 +883,24 @@ impl<'a> Engine<'a> {
 
     /// Tells the peers whose frames were refused to send them again: a port or a
     /// receive packet came free.
+    #[inline]
     pub(super) fn wake_refused(&mut self) {
+        // The test inline (every delivery makes it), the waking out of line.
         if self.owed_retries > 0 {
-            self.owed_retries = 0;
-            for ch in self.chans[..self.chan_hwm]
-                .iter_mut()
-                .filter(|c| c.owed_retry)
-            {
-                ch.owed_retry = false;
-                ch.retry_now = true;
-                ch.ack_now = true;
-            }
+            self.wake_refused_now();
+        }
+    }
+
+    #[inline(never)]
+    fn wake_refused_now(&mut self) {
+        self.owed_retries = 0;
+        for ch in self.chans[..self.chan_hwm]
+            .iter_mut()
+            .filter(|c| c.owed_retry)
+        {
+            ch.owed_retry = false;
+            ch.retry_now = true;
+            ch.ack_now = true;
         }
     }
 
@@ -977,7 +984,7 @@ impl<'a> Engine<'a> {
 impl Engine<'_> {
     /// Whether [`Engine::rx_single_frame`] takes `repr` with `n` bytes of payload:
     /// a whole message in one data frame, for an idle GO_BACK port that holds it.
-    #[inline]
+    #[inline(always)]
     fn single_fits(&self, repr: &Repr, n: usize) -> bool {
         if repr.kind != Kind::Data || repr.offset != 0 || n as u32 != repr.total_len {
             return false;

@@ -279,7 +279,7 @@ impl<'a> Engine<'a> {
 
     /// [`Engine::alloc_op`] that first tries the hint alone: where
     /// [`Engine::hint_free_op`] ran since, no search.
-    #[inline]
+    #[inline(always)]
     pub(super) fn alloc_op_hinted(&mut self) -> Result<usize, Error> {
         let h = self.op_hint;
         match self.ops.get_mut(h) {
