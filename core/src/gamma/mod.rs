@@ -870,19 +870,21 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     #[inline(never)]
     fn run_pending_handlers(&mut self, now: Instant, ext: Option<&[u8]>) {
         while let Some((notice, view)) = self.engine.next_notice() {
-            let h = self.handlers.get(notice.port as usize).and_then(|h| {
-                if notice.errno.is_some() {
+            // The upcall first, its handler looked up from it: the notice is moved once.
+            let mut up = Upcall {
+                notice,
+                view,
+                state: &mut self.state,
+            };
+            let n = &up.notice;
+            let h = self.handlers.get(n.port as usize).and_then(|h| {
+                if n.errno.is_some() {
                     h.err
                 } else {
                     h.recv
                 }
             });
             if let Some(h) = h {
-                let mut up = Upcall {
-                    notice,
-                    view,
-                    state: &mut self.state,
-                };
                 h(&mut up);
             }
         }
