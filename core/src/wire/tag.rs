@@ -77,8 +77,9 @@ fn word(w: &[u8]) -> u64 {
 /// The short tag's hash after a header's first two words, kept for the next frame
 /// that starts alike. Those words hold version, kind, flags and job, then both
 /// ends' groups and instances: the same for every frame of one kind between two
-/// endpoints, so a run of them (a ping-pong's) skips two of a tag's nine words.
-/// Kept with the key it was computed under. One per direction of an endpoint.
+/// endpoints, so a run of them (a ping-pong's) hashes two words fewer each (of
+/// nine for an 8-byte message). Kept with the key it was computed under. One per
+/// direction of an endpoint.
 #[derive(Debug, Default)]
 pub struct TagCache {
     /// Whether `v` holds a hash.
