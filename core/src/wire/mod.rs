@@ -34,6 +34,20 @@ pub const GET_REQUEST_LEN: usize = 24;
 /// broadcast sequence number (u32).
 pub const TREE_PREFIX: usize = 8;
 
+/// The tag of a header and payload: with the hash `cache` keeps where one is given.
+#[inline]
+fn tag_with(
+    key: &AuthKey,
+    cache: Option<&TagCache>,
+    h: &[u8; HEADER_LEN],
+    payload: &[u8],
+) -> [u8; TAG_LEN] {
+    match cache {
+        Some(c) => tag_cached(key, c, h, payload),
+        None => tag(key, h, payload),
+    }
+}
+
 /// CRC-32C (Castagnoli), the polynomial of iSCSI and SCTP.
 const CRC32C: Crc<u32> = Crc::<u32>::new(&CRC_32_ISCSI);
 
@@ -567,11 +581,7 @@ impl Repr {
         let t = take(&repr, payload)?;
         if let Some(key) = key {
             let got = frame.get(end..end + TAG_LEN)?;
-            let want = match cache {
-                Some(c) => tag_cached(key, c, &h, payload),
-                None => tag(key, &h, payload),
-            };
-            if !same(got, &want) {
+            if !same(got, &tag_with(key, cache, &h, payload)) {
                 return None;
             }
         }
@@ -855,10 +865,7 @@ impl Repr {
             head[field::CRC].copy_from_slice(&d.finalize().to_be_bytes());
         }
         if let Some(key) = key {
-            let t = match cache {
-                Some(c) => tag_cached(key, c, head, &rest[..total]),
-                None => tag(key, head, &rest[..total]),
-            };
+            let t = tag_with(key, cache, head, &rest[..total]);
             buf[len..full].copy_from_slice(&t);
         }
         Ok(full)

@@ -475,19 +475,6 @@ impl Rings {
         }
     }
 
-    /// The ring's compact-frame template.
-    ///
-    /// # Safety
-    ///
-    /// See the comment above; and the caller may read the template under the ring
-    /// protocol (the producer rewrites it only when the consumer holds no compact
-    /// frame).
-    #[inline]
-    unsafe fn template<'r>(&self, region: &'r Region, ring: usize) -> &'r [u8] {
-        // SAFETY: 16 bytes at 128 of the ring, before its slots at 256.
-        unsafe { region.bytes_unchecked(ring + off::RING_TEMPLATE, ELIDED) }
-    }
-
     /// Slot `index`'s sequence and length words, and the offset of its frame.
     ///
     /// # Safety
@@ -1275,7 +1262,7 @@ impl MyriNic {
                 // Made whole in `whole`, lent below.
                 w if w & COMPACT != 0 => {
                     // SAFETY: as above; the slot is published and ours to read.
-                    unsafe { expand(whole, region, rings, ring, at, (w & !COMPACT) as usize) }
+                    unsafe { expand(whole, region, ring, at, (w & !COMPACT) as usize) }
                         .map(|n| (&[][..], &[][..], n))
                 }
                 len if len as usize <= geo.mtu() => {
@@ -1373,6 +1360,21 @@ pub struct MyriTx<'a> {
     ring: (&'a Region, usize),
 }
 
+/// The compact-frame template of ring `ring`: read by its consumer for each compact
+/// frame (`expand`) and by its producer for each short one (`compactable`).
+///
+/// # Safety
+///
+/// As [`Rings`]' ring access asks of `ring`; and the caller may read the template
+/// under the ring protocol (its producer rewrites it only when the consumer holds
+/// no compact frame).
+#[inline]
+unsafe fn ring_template(region: &Region, ring: usize) -> &[u8] {
+    // SAFETY: 16 bytes at 128 of the ring, before its slots at 256 (the caller's
+    // contract).
+    unsafe { region.bytes_unchecked(ring + off::RING_TEMPLATE, ELIDED) }
+}
+
 /// Makes the compact frame of `n` bytes at `at` (a slot's frame) of `ring` whole in
 /// `buf` with the ring's template; its length, or `None` (a corrupt slot) if `n` is
 /// impossible.
@@ -1384,7 +1386,6 @@ pub struct MyriTx<'a> {
 unsafe fn expand(
     buf: &mut [u8; COMPACT_MAX],
     region: &Region,
-    rings: &Rings,
     ring: usize,
     at: usize,
     n: usize,
@@ -1399,7 +1400,7 @@ unsafe fn expand(
     let (c, t) = unsafe {
         (
             region.bytes_unchecked(at, COMPACT_MAX - ELIDED),
-            rings.template(region, ring),
+            ring_template(region, ring),
         )
     };
     scatter(buf, &KEPT_PARTS, c);
@@ -1475,9 +1476,9 @@ impl MyriTx<'_> {
 /// before this one (its release of `head` orders its last template read before our
 /// stores).
 fn compactable((region, ring): (&Region, usize), next: u64, f: &[u8; COMPACT_MAX]) -> bool {
-    // SAFETY: 16 bytes at 128 of `ring`, which `reserve` named for a node below the
-    // node count (see `Rings`' ring access); only its producer, us, writes them.
-    let t = unsafe { region.bytes_unchecked(ring + off::RING_TEMPLATE, ELIDED) };
+    // SAFETY: `reserve` named `ring` for a node below the node count (see `Rings`'
+    // ring access); only its producer, us, writes the template.
+    let t = unsafe { ring_template(region, ring) };
     let mut mine = [0u8; ELIDED];
     gather(f, &TEMPLATE_PARTS, &mut mine);
     if t == mine {
