@@ -243,12 +243,19 @@ impl<'a> Packets<'a> {
         self.rx.len() - self.rx_used
     }
 
+    /// Whether a received packet can be stored now: a free receive slot and room
+    /// in the delivery queue.
+    #[inline]
+    pub(super) fn can_store(&self) -> bool {
+        self.rx_free() != 0 && self.len < self.queue.len()
+    }
+
     fn push(&mut self, d: Delivery) -> bool {
         let cap = self.queue.len();
         if self.len >= cap {
             return false;
         }
-        let at = (self.head + self.len) % cap;
+        let at = ring_index(self.head + self.len, cap);
         self.queue[at] = d;
         self.len += 1;
         self.internal += usize::from(d.internal);
@@ -257,6 +264,18 @@ impl<'a> Packets<'a> {
             b.lent = true;
         }
         true
+    }
+}
+
+/// Index `i` (below twice `cap`: a head below `cap` plus an offset at most `cap`)
+/// of a ring of `cap` entries. A compare, not `%`: the queue's length is known only
+/// at run time, and a division costs tens of cycles on every packet.
+#[inline]
+fn ring_index(i: usize, cap: usize) -> usize {
+    if i >= cap {
+        i - cap
+    } else {
+        i
     }
 }
 
@@ -788,10 +807,7 @@ impl<'a> Engine<'a> {
             self.consume_message(ci);
             return true;
         }
-        if self.bufs.pkts.rx_free() == 0
-            || self.bufs.pkts.len >= self.bufs.pkts.queue.len()
-            || self.reserve_sends(&out[..kids], 0).is_err()
-        {
+        if !self.bufs.pkts.can_store() || self.reserve_sends(&out[..kids], 0).is_err() {
             return false;
         }
         let Some(id) = self.store_packet(payload, root, gid) else {
@@ -806,6 +822,24 @@ impl<'a> Engine<'a> {
         self.consume_message(ci);
         // Not `self.delivered`: a poll goes on draining (LFC makes an upcall for
         // each packet that has arrived), bounded by its batch.
+        true
+    }
+
+    /// What [`Engine::rx_packet`] does for a packet that [`Engine::packet_fits`]:
+    /// stored and queued for the program, its message taken. `false` (nothing
+    /// changed) only if no receive slot was free after all.
+    #[inline]
+    pub(super) fn store_predicted_packet(
+        &mut self,
+        ci: usize,
+        repr: &Repr,
+        payload: &[u8],
+    ) -> bool {
+        let (root, gid) = (repr.ends.src_port, repr.ends.dst_port);
+        if self.store_packet(payload, root, gid).is_none() {
+            return false;
+        }
+        self.consume_message(ci);
         true
     }
 
@@ -827,7 +861,7 @@ impl<'a> Engine<'a> {
             return None;
         }
         let d = p.queue[p.head];
-        p.head = (p.head + 1) % p.queue.len();
+        p.head = ring_index(p.head + 1, p.queue.len());
         p.len -= 1;
         p.internal -= usize::from(d.internal);
         if let Some(b) = p.buf_mut(d.packet) {
@@ -851,10 +885,11 @@ impl<'a> Engine<'a> {
     fn take_internal_delivery(&mut self) -> Option<Delivery> {
         let p = &mut self.bufs.pkts;
         let cap = p.queue.len();
-        let k = (0..p.len).find(|&k| p.queue[(p.head + k) % cap].internal)?;
-        let d = p.queue[(p.head + k) % cap];
+        let at = |k: usize| ring_index(p.head + k, cap);
+        let k = (0..p.len).find(|&k| p.queue[at(k)].internal)?;
+        let d = p.queue[at(k)];
         for j in k..p.len - 1 {
-            p.queue[(p.head + j) % cap] = p.queue[(p.head + j + 1) % cap];
+            p.queue[at(j)] = p.queue[at(j + 1)];
         }
         p.len -= 1;
         p.internal -= 1;

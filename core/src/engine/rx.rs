@@ -39,8 +39,10 @@ impl<'a> Engine<'a> {
     /// port, tagged under the job key or from a device that guarantees integrity, is
     /// delivered here with what `handle_parsed` and `rx_reliable` would do for it,
     /// without their dispatch or the search for a message waiting behind it (a
-    /// channel with none received out of order has none). `false`, with nothing
-    /// changed, for any other frame: the general path takes it then.
+    /// channel with none received out of order has none). So is the next packet
+    /// (LFC's, QNIX's) of a channel, unicast, with a free receive slot: stored as
+    /// `rx_packet` stores it. `false`, with nothing changed, for any other frame:
+    /// the general path takes it then.
     #[inline]
     pub(super) fn rx_predicted(
         &mut self,
@@ -50,23 +52,55 @@ impl<'a> Engine<'a> {
     ) -> bool {
         // Without a key, only from a device that guarantees integrity (no CRC
         // is checked here); with one, the tag is.
-        let key = self.cfg.auth_key.as_ref();
-        if (key.is_none() && !self.caps.integrity) || self.bufs.queued_streams != 0 {
+        if (self.cfg.auth_key.is_none() && !self.caps.integrity) || self.bufs.queued_streams != 0 {
             return false;
         }
+        // Each kind its own copy, the data frame's inline: a packet's checks
+        // cost a message nothing.
+        self.rx_predicted_as::<false>(now, frame, source)
+            || self.rx_predicted_packet(now, frame, source)
+    }
+
+    /// The packet's prediction, out of line (a data frame's path stays as short).
+    #[inline(never)]
+    fn rx_predicted_packet(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        source: Option<NodeAddr>,
+    ) -> bool {
+        self.rx_predicted_as::<true>(now, frame, source)
+    }
+
+    /// [`Engine::rx_predicted`] of a data frame, or of a packet (`PACKET`).
+    #[inline(always)]
+    fn rx_predicted_as<const PACKET: bool>(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        source: Option<NodeAddr>,
+    ) -> bool {
+        let key = self.cfg.auth_key.as_ref();
+        let kind = if PACKET { Kind::Packet } else { Kind::Data };
         let taken =
-            Repr::parse_single_data_cached(frame, key, Some(&self.tag_rx), |repr, payload| {
-                self.predicts(repr, payload.len(), source)
+            Repr::parse_single_cached(frame, kind, key, Some(&self.tag_rx), |repr, payload| {
+                self.predicts::<PACKET>(repr, payload.len(), source)
             });
         let Some((repr, payload, (ci, reliable))) = taken else {
             return false;
         };
-        if !self.deliver_single(ci, &repr, payload, reliable) {
+        let taken = if PACKET {
+            self.store_predicted_packet(ci, &repr, payload)
+        } else {
+            self.deliver_single(ci, &repr, payload, reliable)
+        };
+        if !taken {
             return false;
         }
-        // Delivered. Then what `handle_parsed` does for any frame of the channel
-        // (the ack touches only what was sent, so its place after the delivery
-        // changes nothing), and `rx_reliable` for a new reliable one.
+        // Delivered (a packet: queued for the program). Then what `handle_parsed`
+        // does for any frame of the channel (the ack touches only what was sent, so
+        // its place after the delivery changes nothing), and `rx_reliable` for a new
+        // reliable one.
         self.stats.rx_frames += 1;
         self.stats.rx_predicted += 1;
         let ch = &mut self.chans[ci];
@@ -86,9 +120,15 @@ impl<'a> Engine<'a> {
     /// nothing: of this job and for us, from the peer a channel is open to under
     /// the same name (groups are fixed: the header then names the device's
     /// sender, where it tells one), the next message of its service in order,
-    /// fitting its port. Its channel and service.
+    /// fitting its port (a packet: reliable, unicast from its sender, with a free
+    /// receive slot). Its channel and service.
     #[inline]
-    fn predicts(&self, repr: &Repr, n: usize, source: Option<NodeAddr>) -> Option<(usize, bool)> {
+    fn predicts<const PACKET: bool>(
+        &self,
+        repr: &Repr,
+        n: usize,
+        source: Option<NodeAddr>,
+    ) -> Option<(usize, bool)> {
         let e = &repr.ends;
         if repr.job_key != self.cfg.job_key
             || e.dst_group != self.cfg.group
@@ -113,14 +153,31 @@ impl<'a> Engine<'a> {
                 && repr.msg_id == ch.next_reserve
                 && ch.next_deliver == ch.next_reserve
         } else {
-            ch.be_asm == NONE && repr.msg_id == ch.be_expect
+            // Packets are reliable only.
+            !PACKET && ch.be_asm == NONE && repr.msg_id == ch.be_expect
         };
         let ok = next
             && !ch.failed
             && ch.peer_group == e.src_group
             && ch.peer_node == e.src_node
-            && self.single_fits(repr, n);
+            && if PACKET {
+                self.packet_fits(repr)
+            } else {
+                self.single_fits(repr, n)
+            };
         ok.then_some((ci as usize, reliable))
+    }
+
+    /// Whether a packet `repr` (the next of its channel) is what `rx_packet`
+    /// stores without forwarding or dropping it: unicast from its sender within
+    /// our group, with a free receive slot and room in the delivery queue.
+    #[inline]
+    fn packet_fits(&self, repr: &Repr) -> bool {
+        let e = &repr.ends;
+        e.dst_port == mcast::UNICAST
+            && e.src_port == e.src_node
+            && e.src_group == self.cfg.group
+            && self.bufs.pkts.can_store()
     }
 
     /// [`Engine::handle_frame_mem`] of a frame received in two parts: the header (and

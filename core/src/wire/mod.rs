@@ -513,35 +513,41 @@ impl Repr {
         Ok((repr, payload))
     }
 
-    /// [`Repr::parse_frame`] of the commonest frame, or `None` for any other: a
-    /// whole message in one `Data` frame (offset 0, total length its payload's)
-    /// with an ack and no flag but `RELIABLE` and `ACK_REQ` beyond `LAST`,
+    /// [`Repr::parse_frame`] of the commonest frames of `kind`, or `None` for any
+    /// other: a whole message in one `Data` frame (offset 0, total length its
+    /// payload's), or a `Packet` (total length its payload's, any offset: its
+    /// tree), with an ack and no flag but `RELIABLE` and `ACK_REQ` beyond `LAST`,
     /// `HAS_ACK` and `NO_CRC` (and `AUTH` with a key). It reads only the fields
     /// such a frame needs (a receiver's header prediction); `take` says, changing
     /// nothing, whether the receiver would take it (and what with), and only then
     /// is the tag checked, so that a frame left to `parse_frame` is tagged once.
     /// Without a key, the caller's device must guarantee integrity. A `None`
     /// frame goes through `parse_frame`, which says why it is refused, if it is.
+    /// Any `kind` but `Data` and `Packet` takes nothing.
     #[inline]
-    pub fn parse_single_data<'f, T>(
+    pub fn parse_single<'f, T>(
         frame: &'f [u8],
+        kind: Kind,
         key: Option<&AuthKey>,
         take: impl FnOnce(&Repr, &[u8]) -> Option<T>,
     ) -> Option<(Repr, &'f [u8], T)> {
-        Repr::parse_single_data_cached(frame, key, None, take)
+        Repr::parse_single_cached(frame, kind, key, None, take)
     }
 
-    /// [`Repr::parse_single_data`] that checks the tag with the hash `cache` keeps
+    /// [`Repr::parse_single`] that checks the tag with the hash `cache` keeps
     /// ([`tag_cached`]), where it is given.
     #[inline]
-    pub fn parse_single_data_cached<'f, T>(
+    pub fn parse_single_cached<'f, T>(
         frame: &'f [u8],
+        kind: Kind,
         key: Option<&AuthKey>,
         cache: Option<&TagCache>,
         take: impl FnOnce(&Repr, &[u8]) -> Option<T>,
     ) -> Option<(Repr, &'f [u8], T)> {
         // Any other kind turned away before the copy (the copy is checked again).
-        if frame.get(field::KIND) != Some(&(Kind::Data as u8)) {
+        if !matches!(kind, Kind::Data | Kind::Packet)
+            || frame.get(field::KIND) != Some(&(kind as u8))
+        {
             return None;
         }
         let mut h = [0u8; HEADER_LEN];
@@ -556,10 +562,13 @@ impl Repr {
         let must = (Flags::LAST | Flags::HAS_ACK | Flags::NO_CRC | auth).bits();
         let may = (Flags::RELIABLE | Flags::ACK_REQ).bits();
         let payload_len = f.b16(field::PAYLOAD_LEN);
+        // A data frame's offset is where it goes in its message; a packet's is
+        // the tree it is forwarded on (no constraint on the wire).
+        let offset = f.b32(field::OFFSET);
         if h[field::VERSION] != VERSION
-            || h[field::KIND] != Kind::Data as u8
+            || h[field::KIND] != kind as u8
             || flags & !may != must
-            || f.b32(field::OFFSET) != 0
+            || (kind == Kind::Data && offset != 0)
             || f.b32(field::TOTAL_LEN) != payload_len as u32
         {
             return None;
@@ -567,14 +576,14 @@ impl Repr {
         let end = HEADER_LEN + payload_len as usize;
         let payload = frame.get(HEADER_LEN..end)?;
         let repr = Repr {
-            kind: Kind::Data,
+            kind,
             flags: Flags::from_bits_truncate(flags) - Flags::HAS_ACK - Flags::NO_CRC - Flags::AUTH,
             job_key: f.b32(field::JOB),
             ends: f.ends(),
             seq: f.b32(field::SEQ),
             ack: Some(f.ack()),
             msg_id: f.b32(field::MSG_ID),
-            offset: 0,
+            offset,
             total_len: payload_len as u32,
             payload_len,
         };
