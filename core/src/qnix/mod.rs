@@ -1398,9 +1398,94 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     fn unicast(&mut self, ctx: usize, short: bool) -> Result<(), QxError> {
         self.idle(SEND, ctx)?;
         let to = self.lookup(self.ctxs[SEND][ctx].peer)?;
+        if short && self.send_short_now(ctx, to) {
+            return Ok(());
+        }
         let mut dests = self.spares.nodes();
         dests.push(to);
         self.post_send(ctx, short, dests, false)
+    }
+
+    /// `qx_send_short` of idle context `ctx` that holds its data, to another live
+    /// process `to`, when nothing posted before it waits in the command queue or
+    /// the transmit queue: what posting it and the NIC step would do (barriers
+    /// and granted puts advanced first, then one packet launched and the send
+    /// completed), without the command, its copy of the data and its transmit
+    /// job. `false`, with nothing changed but those advances, where that does not
+    /// apply or the packet could not be launched: the command queue takes it then.
+    fn send_short_now(&mut self, ctx: usize, to: NodeId) -> bool {
+        let me = self.engine.config().node;
+        if !self.queue.is_empty()
+            || !self.tx.is_empty()
+            || to == me
+            || self.dead.get(to as usize).copied().unwrap_or(true)
+        {
+            return false;
+        }
+        let c = &self.ctxs[SEND][ctx];
+        let (len, tag) = (c.len, c.tag);
+        let Region::Data(d) = &c.region else {
+            return false;
+        };
+        if len > SHORT_MAX || d.len() < len || HEAD + len > self.engine.packet_size() {
+            return false;
+        }
+        // In the step's order: what a barrier or a grant sends goes first.
+        self.advance_barriers();
+        let started = self.start_puts();
+        if !self.tx.is_empty() {
+            return false;
+        }
+        let Ok(id) = self.engine.packet_alloc() else {
+            return false;
+        };
+        let filled = match (&self.ctxs[SEND][ctx].region, self.engine.packet_mut(id)) {
+            (Region::Data(d), Some(p)) => {
+                p[..HEAD].copy_from_slice(&head(K_MSG, tag, 0, len as u32));
+                // What it must not overtake at the receiver (see `goes_once`).
+                p[1..3].copy_from_slice(&self.bc_sent.to_be_bytes());
+                p[HEAD..HEAD + len].copy_from_slice(&d[..len]);
+                true
+            }
+            _ => false,
+        };
+        if !filled {
+            let _ = self.engine.packet_free(id);
+            return false;
+        }
+        let now = self.clock.now();
+        let left = match self
+            .engine
+            .launch_unicast_on(now, &mut self.dev, id, to, HEAD + len)
+        {
+            Ok(left) => left,
+            Err(_) => {
+                let _ = self.engine.packet_free(id);
+                return false;
+            }
+        };
+        let s = &mut self.sent_to[to as usize];
+        *s = s.wrapping_add(1);
+        self.posts_since_step += 1;
+        self.stats.commands += 1;
+        self.stats.messages_sent += 1;
+        self.bells[SEND][ctx] = BUSY;
+        self.parts[ctx] += 1;
+        self.part_done(ctx, Ok(()));
+        if !left || started {
+            let mut gate = Gate {
+                mem: &mut self.mem,
+                armed: &self.armed,
+                rung: &mut self.rung,
+            };
+            self.engine
+                .poll_transmit_mem(now, &mut self.dev, None, &mut gate);
+        }
+        self.dev.flush(now);
+        if self.posts_since_step >= POSTS_PER_STEP {
+            self.step();
+        }
+        true
     }
 
     /// `qx_broadcast`: sends to every member of formed group `group` but this process.
