@@ -1473,13 +1473,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         self.parts[ctx] += 1;
         self.part_done(ctx, Ok(()));
         if !left || started {
-            let mut gate = Gate {
-                mem: &mut self.mem,
-                armed: &self.armed,
-                rung: &mut self.rung,
-            };
-            self.engine
-                .poll_transmit_mem(now, &mut self.dev, None, &mut gate);
+            self.engine_transmit(now);
         }
         self.dev.flush(now);
         if self.posts_since_step >= POSTS_PER_STEP {
@@ -1714,6 +1708,15 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             return false;
         }
         let now = now.unwrap_or_else(|| self.clock.now());
+        self.engine_transmit(now);
+        // Packets launched at once in `transmit` leave together.
+        self.dev.flush(now);
+        true
+    }
+
+    /// The engine's transmit pass, one-sided operations reaching memory through
+    /// the gate.
+    fn engine_transmit(&mut self, now: Instant) {
         let mut gate = Gate {
             mem: &mut self.mem,
             armed: &self.armed,
@@ -1721,9 +1724,6 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         };
         self.engine
             .poll_transmit_mem(now, &mut self.dev, None, &mut gate);
-        // Packets launched at once in `transmit` leave together.
-        self.dev.flush(now);
-        true
     }
 
     fn consume(&mut self, cmd: Command) {
