@@ -41,8 +41,7 @@ fn target_keyed(key: Option<volley_core::wire::AuthKey>) -> Engine<'static> {
         assemblies: 3,
         eager: 4,
     };
-    // Two receive packets: a third packet waits in the ring (refused), as with
-    // a program that holds its packets.
+    // Packet pools (two to send, two to receive): packets are delivered too.
     let storage = Storage::with_capacity(cap).with_packets(2, 2, 1, 4);
     let mut e = Engine::new(cfg, GROUPS, storage).unwrap();
     for (port, kind, len) in [
@@ -289,7 +288,7 @@ proptest! {
 
     /// The same frames given to one engine through its device (where header
     /// prediction takes what it can) and to another through `handle_frame` (the
-    /// general path alone) raise the same notices.
+    /// general path alone) raise the same notices and deliver the same packets.
     #[test]
     fn predicted_frames_are_delivered_as_the_general_path_delivers_them(frames in proptest::collection::vec(mostly_single(), 1..40), keyed in any::<bool>(), in_order in any::<bool>()) {
         let key = keyed.then_some(*b"job frame key 16");

@@ -5,11 +5,12 @@
 //! `VOLLEY_UDP_MTU=1472` (an Ethernet MTU, what the nodes' IP stack sends) and
 //! `VOLLEY_UDP_ANY_SOURCE=1` (a node's datagrams come from QEMU's NAT port, not its own).
 
-use std::net::UdpSocket;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
+
+mod relay;
 
 const VOLLEY: &str = env!("CARGO_BIN_EXE_volley");
 
@@ -29,10 +30,7 @@ fn text(o: &Output) -> String {
 
 /// A UDP port free on loopback now.
 fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("a free port")
-        .port()
+    relay::free_port().port()
 }
 
 /// A job: `kinds[r]` says what rank `r` is: `Some(card)` a unikernel node with that

@@ -135,7 +135,29 @@ impl Drop for Relay {
     }
 }
 
+/// A UDP port on loopback, free now, for a rank to bind later. It lies below the
+/// kernel's ephemeral range, which sockets bound to port 0 (the relay's own, other
+/// programs') are given ports from: a port taken from that range and let go could
+/// be handed to one of them before the rank binds it. Each call starts its search
+/// elsewhere (by process and call), so that calls in a row do not return the port
+/// just let go. Where the range starts too low to leave room, the kernel chooses.
 pub fn free_port() -> SocketAddr {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    const SPAN: u64 = 10_000;
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(32_768);
+    if low > SPAN + 1024 {
+        let call = CALLS.fetch_add(1, Ordering::Relaxed);
+        let start = (u64::from(std::process::id()) * 7_919 + call * 613) % SPAN;
+        for i in 0..SPAN {
+            let port = (low - SPAN + (start + i) % SPAN) as u16;
+            if let Ok(s) = UdpSocket::bind(("127.0.0.1", port)) {
+                return s.local_addr().unwrap();
+            }
+        }
+    }
     UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
