@@ -1,16 +1,17 @@
 //! Frame authentication tags (WIRE.md, flag `AUTH`).
 //!
-//! Short payloads: SipHash-2-4 with 128-bit output over header then payload, the
-//! fastest on a few cache lines. From [`LONG_TAG_FROM`] payload bytes:
-//! AES-128-GCM-SIV (RFC 8452) as a MAC, with the payload as associated data and no
-//! plaintext, under a key derived from the job's; its nonce is a keyed hash of the
-//! header, so the tag covers every header byte while the bulk of the frame is hashed
-//! in one call from where it lies. GCM-SIV keeps its strength when a nonce repeats
-//! (a resent frame), unlike GMAC. Hosted builds with the `aws-lc` feature compute it
-//! with aws-lc's carry-less-multiply code (about 6 GB/s here, 1.6x keyed BLAKE3);
-//! everywhere else with the portable [`aes`] and [`polyval`] crates, to the same bits.
-//! A host may give a faster POLYVAL ([`use_polyval`]): the hosted target's hashes
-//! two blocks per instruction where the CPU can (about twice aws-lc's speed).
+//! Short payloads: SipHash-2-4 with 128-bit output over the header's words (in
+//! [`HEADER_WORD_ORDER`]) then the payload, the fastest on a few cache lines. From
+//! [`LONG_TAG_FROM`] payload bytes: AES-128-GCM-SIV (RFC 8452) as a MAC, with the
+//! payload as associated data and no plaintext, under a key derived from the job's;
+//! its nonce is a keyed hash of the header, so the tag covers every header byte
+//! while the bulk of the frame is hashed in one call from where it lies. GCM-SIV
+//! keeps its strength when a nonce repeats (a resent frame), unlike GMAC. Hosted
+//! builds with the `aws-lc` feature compute it with aws-lc's carry-less-multiply
+//! code (about 6 GB/s here, 1.6x keyed BLAKE3); everywhere else with the portable
+//! [`aes`] and [`polyval`] crates, to the same bits. A host may give a faster
+//! POLYVAL ([`use_polyval`]): the hosted target's hashes two blocks per instruction
+//! where the CPU can (about twice aws-lc's speed).
 
 use core::cell::Cell;
 use core::hash::Hasher;
@@ -38,24 +39,47 @@ pub fn tag(key: &AuthKey, h: &[u8; HEADER_LEN], payload: &[u8]) -> [u8; TAG_LEN]
     tag_parts(key, h, &[payload])
 }
 
-/// The short tag of a payload in one piece: the header's whole words, then the
-/// payload's, with none of [`Sip::write`]'s carrying of bytes between pieces (it
-/// runs twice per message, sender and receiver).
+/// The order in which the short tag hashes a header's eight-byte words: first the
+/// ones that stay the same in a run of frames of one kind between two endpoints
+/// (version, kind, flags and job; both ends' groups and instances; `sack`'s upper
+/// half, `window` and `payload_len`; `total_len` and `crc`, zero in a tagged
+/// frame), then those that change from frame to frame (ports and `seq`; `ack` and
+/// `sack`'s lower half; `msg_id` and `offset`). [`TagCache`] keeps the hash of the
+/// first [`CACHED_WORDS`], so a ping-pong's frame hashes three header words, not
+/// seven. Any fixed order is as strong a MAC: it is SipHash of a fixed rearrangement
+/// of the frame (WIRE.md, `AUTH`).
+pub const HEADER_WORD_ORDER: [usize; HEADER_LEN / 8] = [0, 1, 4, 6, 2, 3, 5];
+
+/// How many of [`HEADER_WORD_ORDER`]'s words [`TagCache`] covers.
+const CACHED_WORDS: usize = 4;
+
+/// The header's word `i` (of [`HEADER_WORD_ORDER`]).
+#[inline(always)]
+fn header_word(h: &[u8; HEADER_LEN], i: usize) -> u64 {
+    word(&h[8 * i..8 * i + 8])
+}
+
+/// The short tag of a payload in one piece: the header's words in
+/// [`HEADER_WORD_ORDER`], then the payload's, with none of [`Sip::write`]'s
+/// carrying of bytes between pieces (it runs twice per message, sender and
+/// receiver).
 #[inline]
 fn short_tag(key: &AuthKey, h: &[u8; HEADER_LEN], payload: &[u8]) -> [u8; TAG_LEN] {
     let mut m = Sip::new(key);
-    m.compress(word(&h[..8]));
-    m.compress(word(&h[8..16]));
+    for &i in &HEADER_WORD_ORDER[..CACHED_WORDS] {
+        m.compress(header_word(h, i));
+    }
     short_tag_rest(m, h, payload)
 }
 
-/// [`short_tag`] from the hash of the header's first two words, `m`.
+/// [`short_tag`] from the hash of the header's first [`CACHED_WORDS`] words (in
+/// [`HEADER_WORD_ORDER`]), `m`.
 #[inline(always)]
 fn short_tag_rest(mut m: Sip, h: &[u8; HEADER_LEN], payload: &[u8]) -> [u8; TAG_LEN] {
     // The payload starts on a word of the message (WIRE.md: a 56-byte header).
     const _: () = assert!(HEADER_LEN.is_multiple_of(8));
-    for w in h[16..].chunks_exact(8) {
-        m.compress(word(w));
+    for &i in &HEADER_WORD_ORDER[CACHED_WORDS..] {
+        m.compress(header_word(h, i));
     }
     let mut words = payload.chunks_exact(8);
     for w in &mut words {
@@ -74,23 +98,23 @@ fn word(w: &[u8]) -> u64 {
     u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]])
 }
 
-/// The short tag's hash after a header's first two words, kept for the next frame
-/// that starts alike. Those words hold version, kind, flags and job, then both
-/// ends' groups and instances: the same for every frame of one kind between two
-/// endpoints, so a run of them (a ping-pong's) hashes two words fewer each (of
-/// nine for an 8-byte message). Kept with the key it was computed under. One per
-/// direction of an endpoint.
+/// The short tag's hash after the header's first [`CACHED_WORDS`] words in
+/// [`HEADER_WORD_ORDER`], kept for the next frame that has them too. They are the
+/// same for every frame of one kind and size between two endpoints, so a run of
+/// them (a ping-pong's) hashes four words fewer each (of nine for an 8-byte
+/// message). Kept with the key it was computed under. One per direction of an
+/// endpoint.
 #[derive(Debug, Default)]
 pub struct TagCache {
     /// Whether `v` holds a hash.
     held: Cell<bool>,
-    /// The key's two words and the header's first two that `v` is the hash of.
-    of: Cell<[u64; 4]>,
+    /// The key's two words and the header's words that `v` is the hash of.
+    of: Cell<[u64; 2 + CACHED_WORDS]>,
     v: Cell<[u64; 4]>,
 }
 
-/// [`tag`], with the hash of the header's first two words taken from `cache` where
-/// it holds them (and left there otherwise). The same tag.
+/// [`tag`], with the hash of the header's first [`CACHED_WORDS`] words taken from
+/// `cache` where it holds them (and left there otherwise). The same tag.
 pub fn tag_cached(
     key: &AuthKey,
     cache: &TagCache,
@@ -100,18 +124,20 @@ pub fn tag_cached(
     if payload.len() >= LONG_TAG_FROM {
         return tag_parts(key, h, &[payload]);
     }
-    let of = [
-        word(&key[..8]),
-        word(&key[8..]),
-        word(&h[..8]),
-        word(&h[8..16]),
-    ];
+    let mut of = [word(&key[..8]), word(&key[8..]), 0, 0, 0, 0];
+    for (o, &i) in of[2..].iter_mut().zip(&HEADER_WORD_ORDER) {
+        *o = header_word(h, i);
+    }
     let mut m = Sip::new(key);
-    if cache.held.get() && cache.of.get() == of {
+    // Compared word by word: `==` on the arrays calls `bcmp`, 30 instructions more.
+    let held = cache.of.get();
+    let differ = of.iter().zip(&held).fold(0, |d, (a, b)| d | (a ^ b));
+    if cache.held.get() && differ == 0 {
         m.v = cache.v.get();
     } else {
-        m.compress(of[2]);
-        m.compress(of[3]);
+        for &w in &of[2..] {
+            m.compress(w);
+        }
         cache.of.set(of);
         cache.v.set(m.v);
         cache.held.set(true);
@@ -124,7 +150,10 @@ pub fn tag_parts(key: &AuthKey, h: &[u8; HEADER_LEN], pieces: &[&[u8]]) -> [u8; 
     let len: usize = pieces.iter().map(|p| p.len()).sum();
     if len < LONG_TAG_FROM {
         let mut m = Sip::new(key);
-        m.write(h);
+        for &i in &HEADER_WORD_ORDER {
+            m.compress(header_word(h, i));
+        }
+        m.len = HEADER_LEN;
         for p in pieces {
             m.write(p);
         }
@@ -513,6 +542,26 @@ mod tests {
         }
     }
 
+    /// The header's words in [`HEADER_WORD_ORDER`]: the bytes the short tag hashes
+    /// before the payload.
+    fn ordered(h: &[u8; HEADER_LEN]) -> Vec<u8> {
+        HEADER_WORD_ORDER
+            .iter()
+            .flat_map(|&i| h[8 * i..8 * i + 8].iter().copied())
+            .collect()
+    }
+
+    /// Every header word is hashed once: the order is a rearrangement.
+    #[test]
+    fn the_header_word_order_is_a_permutation() {
+        let mut seen = [false; HEADER_LEN / 8];
+        for &i in &HEADER_WORD_ORDER {
+            assert!(!seen[i], "word {i} twice");
+            seen[i] = true;
+        }
+        assert!(seen.iter().all(|&s| s));
+    }
+
     /// The tag is what WIRE.md promises: SipHash-2-4 (128-bit) below
     /// [`LONG_TAG_FROM`] payload bytes, GCM-SIV from there; every input bit matters.
     #[test]
@@ -524,7 +573,7 @@ mod tests {
             let p = &payload[..len];
             let want: [u8; 16] = if len < LONG_TAG_FROM {
                 let mut m = SipHasher24::new_with_key(&key);
-                m.write(&h);
+                m.write(&ordered(&h));
                 m.write(p);
                 m.finish128().as_bytes()
             } else {
@@ -539,7 +588,7 @@ mod tests {
             let mut other = key;
             other[15] ^= 1;
             assert_ne!(tag(&other, &h, p), t, "{len} bytes");
-            for i in [0, 17, HEADER_LEN - 1] {
+            for i in [0, 17, 33, 41, 49, HEADER_LEN - 1] {
                 let mut h2 = h;
                 h2[i] ^= 1;
                 assert_ne!(tag(&key, &h2, p), t, "{len} bytes, header byte {i}");
@@ -590,7 +639,8 @@ mod tests {
     }
 
     /// The one-piece short tag (`tag`, the frame paths') is the crate's
-    /// SipHash-2-4-128 of header then payload, and `tag_parts`', for every payload
+    /// SipHash-2-4-128 of the header's words in [`HEADER_WORD_ORDER`] then the
+    /// payload, and so is `tag_parts`' (in pieces cut anywhere), for every payload
     /// length to 300 bytes (whole words and every tail).
     #[test]
     fn one_piece_short_tags_are_the_crates() {
@@ -602,11 +652,18 @@ mod tests {
             h.iter_mut().for_each(|b| *b = next() as u8);
             let p: Vec<u8> = (0..len).map(|_| next() as u8).collect();
             let mut want = SipHasher24::new_with_key(&key);
-            want.write(&h);
+            want.write(&ordered(&h));
             want.write(&p);
             let want = want.finish128().as_bytes();
             assert_eq!(tag(&key, &h, &p), want, "{len} bytes");
             assert_eq!(tag_parts(&key, &h, &[&p]), want, "{len} bytes, parts");
+            let (a, b) = p.split_at(next() as usize % (len + 1));
+            let (b, c) = b.split_at(next() as usize % (b.len() + 1));
+            assert_eq!(
+                tag_parts(&key, &h, &[a, &[], b, c]),
+                want,
+                "{len} bytes cut"
+            );
         }
     }
 
@@ -623,12 +680,16 @@ mod tests {
         let mut hits = 0;
         for i in 0..2_000 {
             let r = next();
-            // Mostly the header's later words change (a run of frames); now and
-            // then the flags, the ends or the key.
+            // Mostly the words hashed after the cached ones change (a run of
+            // frames: ports and `seq`, `ack`, `msg_id`); now and then the flags,
+            // the ends, the lengths or the key.
+            let k = (r >> 8) as usize;
             let at = match r % 16 {
                 0 => 2,
                 1 => 9,
-                _ => 16 + (r >> 8) as usize % (HEADER_LEN - 16),
+                2 => 32 + k % 8,
+                3 => 48 + k % 8,
+                _ => [16 + k % 16, 40 + k % 8][k / 16 % 2],
             };
             let before = (cache.held.get(), cache.of.get());
             h[at] ^= (r >> 16) as u8 | 1;
