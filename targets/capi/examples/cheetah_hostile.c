@@ -2,8 +2,10 @@
  * did not expose ("hidden"), into its code ("text"), or where nothing is mapped
  * ("unmapped"). Context 0 must die with one line; context 1 must be unharmed.
  * "nullinvoke": context 0 invokes a handler with a NULL buffer of 8 bytes, which
- * must be one line too, never an empty invocation. */
+ * must be one line too, never an empty invocation. "imagetag": context 0
+ * registers, context 1 invokes the library's own tag (INT_MIN): one line each. */
 #define _XOPEN_SOURCE 500
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,16 @@ int main(int argc, char **argv)
         if (cheetah_core_mycontext() == 0)
             cheetah_core_ainvoke(1, 1, NULL, 8, NULL);
         printf("context %d: null invocation passed\n", cheetah_core_mycontext());
+        return 0;
+    }
+    if (strcmp(mode, "imagetag") == 0) {
+        if (cheetah_core_mycontext() == 0)
+            cheetah_core_register(INT_MIN, on_addr);
+        else {
+            memset(junk, 0, sizeof junk);
+            cheetah_core_ainvoke(0, INT_MIN, junk, 8, NULL);
+        }
+        printf("context %d: the library's tag was taken\n", cheetah_core_mycontext());
         return 0;
     }
     cheetah_core_register(1, on_addr);

@@ -15,6 +15,11 @@
  * exposed) can be reached; anything else is refused, the target is left
  * untouched, and the initiator prints one line and exits 1 (at once on one host,
  * at its next call elsewhere).
+ * Static variables are symmetric, as where Cheetah ran: &a of a static a, given
+ * as a remote address or remote bell, names a in the target (if it runs the same
+ * executable), wherever the loader put each process. Heap and stack addresses
+ * differ between contexts: send them with an ainvoke. The tag INT_MIN is the
+ * library's own (cheetah_core_register and cheetah_core_ainvoke refuse it).
  *
  * Link with -lvolley (pkg-config volley).
  */

@@ -25,16 +25,33 @@
 //! ([`volley_hosted::direct`]): the initiator applies the target's rule, which the
 //! target publishes, before it copies, and a refusal is one line at once.
 //!
+//! # Static variables name the same variable everywhere
+//!
+//! Where the seed's programs ran, every context was one executable loaded at one
+//! address, so `&a` of a static `a` (an array, a bell) was "a pointer valid in the
+//! remote context" (seed, Put), and programs put into a peer's `a` that way. Linux
+//! loads each process at its own random address now. At setup every context tells
+//! the others where its executable's writable static data lies
+//! ([`volley_hosted::image`], an invocation under the library's own tag
+//! [`IMAGE_TAG`]); a put's or get's remote address or remote bell inside our static
+//! data then goes to the same byte of the target's, if the target runs the same
+//! executable. Any other address (heap, stack, one a peer sent) goes as given.
+//!
 //! One process lock serialises the calls; it is not held while a C handler runs, so
 //! a handler may call any Cheetah function (the seed allows it).
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Mutex, MutexGuard};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
 use volley_core::cheetah::{Invocation, AINVOKE_MAX};
 use volley_core::engine::Error;
 use volley_hosted::cheetah::{self as hosted, HostCheetah, Start};
 use volley_hosted::direct;
+use volley_hosted::image::{self, Image};
 use volley_hosted::procmem::ProcessMemory;
 use volley_hosted::Fabric;
 
@@ -45,6 +62,21 @@ pub type CHandler = extern "C" fn(c_int, c_int, *mut c_void, c_int);
 
 static STATE: Mutex<Option<HostCheetah<ProcessMemory>>> = Mutex::new(None);
 static HANDLERS: Mutex<Vec<(c_int, CHandler)>> = Mutex::new(Vec::new());
+
+/// The invocation tag under which contexts tell each other their static data at
+/// setup (see the module); a program may not register or invoke it.
+pub const IMAGE_TAG: c_int = c_int::MIN;
+/// This process's static data (`None`: the loader does not tell).
+static MINE: OnceLock<Option<Image>> = OnceLock::new();
+/// Each context's static data once it has told (`Some(None)`: it has none, or it
+/// never told within [`IMAGE_WAIT`]).
+static IMAGES: Mutex<Vec<Option<Option<Image>>>> = Mutex::new(Vec::new());
+/// The library's own invocations sent and taken (left out of the counters).
+static LIBRARY_SENT: AtomicU64 = AtomicU64::new(0);
+static LIBRARY_TAKEN: AtomicU64 = AtomicU64::new(0);
+/// How long a put or get waits for its target's static data before it takes the
+/// addresses as given (a context that is not a C program never tells).
+const IMAGE_WAIT: Duration = Duration::from_secs(10);
 
 fn fatal(call: &str, e: impl std::fmt::Display) -> ! {
     die(&format!("{call}: {e}"))
@@ -92,7 +124,21 @@ pub unsafe extern "C" fn cheetah_core_setup(argc: *mut c_int, argv: *mut c_void)
             Start::Context(b) => b,
         };
         let c = direct::cheetah(&boot, fabric).unwrap_or_else(|e| die(&e.0));
+        let (me, n) = (c.mycontext(), c.ncontexts());
         *lock(&STATE) = Some(c);
+        // Our static data to every other context (see the module).
+        let mine = *MINE.get_or_init(image::own);
+        *lock(&IMAGES) = vec![None; n.into()];
+        lock(&IMAGES)[usize::from(me)] = Some(mine);
+        let told = mine.map_or([0; image::IMAGE_BYTES], |m| m.to_bytes());
+        with("cheetah_core_setup", |c| {
+            for to in (0..n).filter(|&t| t != me) {
+                if let Err(e) = c.ainvoke(to, IMAGE_TAG, &told, 0) {
+                    report("cheetah_core_setup", c, e);
+                }
+                LIBRARY_SENT.fetch_add(1, Ordering::Relaxed);
+            }
+        });
         // Contexts start together, as the seed's setup does. No handler is
         // registered yet: an invocation that comes meanwhile waits for the first
         // poll after setup instead of finding none.
@@ -108,7 +154,11 @@ pub extern "C" fn cheetah_core_finalize() {
         with("cheetah_core_finalize", |c| {
             c.shutdown();
             if std::env::var_os("VOLLEY_CHEETAH_STATS").is_some_and(|v| v == "1") {
-                eprintln!("volley: cheetah: {}", hosted::describe_stats(c));
+                let library = (
+                    LIBRARY_SENT.load(Ordering::Relaxed),
+                    LIBRARY_TAKEN.load(Ordering::Relaxed),
+                );
+                eprintln!("volley: cheetah: {}", hosted::describe_stats(c, library));
             }
         });
         *lock(&STATE) = None;
@@ -220,10 +270,19 @@ fn transfer(
 ) {
     guard(call, (), || {
         let len = length(call, len);
+        let (mut remote, mut rb) = (remote as u64, remote_bell as u64);
+        if let Some(mine) = MINE.get().copied().flatten() {
+            if mine.holds(remote) || mine.holds(rb) {
+                let n = with(call, |c| context(call, c, ctx));
+                if let Some(theirs) = peer_image(call, n) {
+                    remote = symmetric(call, n, remote, &mine, &theirs);
+                    rb = symmetric(call, n, rb, &mine, &theirs);
+                }
+            }
+        }
         with(call, |c| {
             let n = context(call, c, ctx);
-            let (remote, local) = (remote as u64, local as u64);
-            let (lb, rb) = (local_bell as u64, remote_bell as u64);
+            let (local, lb) = (local as u64, local_bell as u64);
             if let Err(e) = direct::transfer(c, put, n, remote, local, len, lb, rb) {
                 report(call, c, e);
             }
@@ -232,10 +291,58 @@ fn transfer(
     run_handlers();
 }
 
+/// Context `n`'s static data, once it has told (polling meanwhile, handlers
+/// included); `None` if it has none, or has not told within [`IMAGE_WAIT`].
+fn peer_image(call: &str, n: u16) -> Option<Image> {
+    let start = Instant::now();
+    loop {
+        if let Some(told) = lock(&IMAGES).get(usize::from(n)).copied().flatten() {
+            return told;
+        }
+        if let Some(d) = with(call, |c| c.dead_context()) {
+            fatal(call, format!("context {d} died"));
+        }
+        if start.elapsed() > IMAGE_WAIT {
+            eprintln!(
+                "volley: {call}: context {n} never told where its static data lies; \
+                 its addresses are taken as given"
+            );
+            if let Some(slot) = lock(&IMAGES).get_mut(usize::from(n)) {
+                *slot = Some(None);
+            }
+            return None;
+        }
+        if !progress(call, true) {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Where address `a` (a remote address or bell of a put or get to context `n`)
+/// lies in `n`: see the module.
+fn symmetric(call: &str, n: u16, a: u64, mine: &Image, theirs: &Image) -> u64 {
+    image::translate(a, mine, theirs).unwrap_or_else(|_| {
+        fatal(
+            call,
+            format!(
+                "address {a:#x} lies in this program's static data and in context {n}'s, \
+                 which the loader put at different addresses: it names no one variable \
+                 (run the job with address randomization off, e.g. under setarch -R)"
+            ),
+        )
+    })
+}
+
 /// `void cheetah_core_register(int tag, void (*handler)(int, int, void *, int))`.
 #[no_mangle]
 pub extern "C" fn cheetah_core_register(tag: c_int, handler: Option<CHandler>) {
     guard("cheetah_core_register", (), || {
+        if tag == IMAGE_TAG {
+            fatal(
+                "cheetah_core_register",
+                format!("tag {tag} is the library's own"),
+            );
+        }
         let mut h = lock(&HANDLERS);
         h.retain(|(t, _)| *t != tag);
         if let Some(f) = handler {
@@ -259,6 +366,9 @@ pub unsafe extern "C" fn cheetah_core_ainvoke(
 ) {
     const CALL: &str = "cheetah_core_ainvoke";
     guard(CALL, (), || {
+        if tag == IMAGE_TAG {
+            fatal(CALL, format!("tag {tag} is the library's own"));
+        }
         let len = length(CALL, len);
         if len > AINVOKE_MAX {
             fatal(
@@ -288,10 +398,20 @@ pub unsafe extern "C" fn cheetah_core_ainvoke(
 fn run_handlers() -> usize {
     let mut ran = 0;
     loop {
-        let next = with("cheetah_core_poll", |c| {
+        let next = with("cheetah_core_poll", |c| loop {
             let inv: Invocation = c.next_invocation()?;
+            if inv.tag == IMAGE_TAG {
+                // A context's static data (see the module), for no handler.
+                let told = Image::from_bytes(c.invocation_data(&inv));
+                if let Some(slot) = lock(&IMAGES).get_mut(usize::from(inv.who)) {
+                    *slot = Some(told);
+                }
+                c.invocation_done(inv);
+                LIBRARY_TAKEN.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             let ptr = c.invocation_data(&inv).as_ptr() as *mut c_void;
-            Some((inv, ptr))
+            return Some((inv, ptr));
         });
         let Some((inv, ptr)) = next else {
             return ran;

@@ -527,6 +527,85 @@ fn cheetah_put_get_ainvoke_ring_on_both_fabrics() {
     assert!(o.status.success() && t.contains("handler put ok"), "{t}");
 }
 
+/// A program that puts into and gets from peers' static variables by their own
+/// addresses (`&in` here names `in` there, as where Cheetah ran): the contexts'
+/// executables are loaded at different addresses, yet every put, get and remote
+/// bell lands on the same variable, copied directly and through the fabric.
+#[test]
+fn cheetah_static_variables_name_the_same_variable_in_every_context() {
+    let prog = program("cheetah_statics");
+    let _g = serial();
+    for (fabric, direct) in [("shm", "1"), ("udp", "1"), ("shm", "0"), ("udp", "0")] {
+        let o = Command::new(VOLLEY)
+            .args([
+                "run",
+                "-n",
+                "3",
+                "--fabric",
+                fabric,
+                "--timeout",
+                "60",
+                "--",
+            ])
+            .arg(&prog)
+            .env("VOLLEY_CHEETAH_DIRECT", direct)
+            .env("VOLLEY_CHEETAH_STATS", "1")
+            .output()
+            .expect("volley runs");
+        let t = text(&o);
+        let at = format!("{fabric}, direct copies {direct}");
+        assert!(o.status.success(), "{at}: {t}");
+        for c in 0..3 {
+            let left = (c + 2) % 3;
+            assert!(
+                t.contains(&format!("[{c}] context {c}: put from {left} ok")),
+                "{at}: {t}"
+            );
+            assert!(
+                t.contains(&format!("[{c}] context {c}: get from {left} ok")),
+                "{at}: {t}"
+            );
+        }
+        assert!(
+            t.contains("[0] context 0: counter rung 3 times"),
+            "{at}: {t}"
+        );
+        // The copies went the way the setting says; the library's own invocations
+        // are not counted as the program's.
+        let on = if direct == "1" {
+            "on (puts 1,"
+        } else {
+            "off (puts 0,"
+        };
+        for c in 0..3 {
+            let line = t
+                .lines()
+                .find(|l| l.starts_with(&format!("[{c}] volley: cheetah: context {c}: ")))
+                .unwrap_or_else(|| panic!("{at}: no counters of {c}: {t}"));
+            assert!(line.contains(&format!("direct copies {on}")), "{at}: {t}");
+            assert!(line.ends_with("ainvokes 0, handlers 0"), "{at}: {t}");
+        }
+    }
+    // The library's own tag is not the program's.
+    let o = launch(
+        "2",
+        "shm",
+        &program("cheetah_hostile"),
+        &["put", "imagetag"],
+    );
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(!t.contains("was taken"), "{t}");
+    for (c, call) in [(0, "register"), (1, "ainvoke")] {
+        assert!(
+            t.contains(&format!(
+                "[{c}] volley: cheetah_core_{call}: tag -2147483648 is the library's own\n"
+            )),
+            "{t}"
+        );
+    }
+}
+
 #[test]
 fn cheetah_puts_and_gets_complete_while_the_target_never_polls() {
     let prog = program("cheetah_onesided");

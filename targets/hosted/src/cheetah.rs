@@ -118,10 +118,17 @@ pub fn launch(np: u16, args: &[String], fabric: Fabric) -> i32 {
 }
 
 /// One line of a context's counters: its operations by direct copy and through
-/// the fabric (`VOLLEY_CHEETAH_STATS=1` prints it at finalize).
-pub fn describe_stats(c: &HostCheetah<crate::procmem::ProcessMemory>) -> String {
+/// the fabric (`VOLLEY_CHEETAH_STATS=1` prints it at finalize), less the
+/// invocations the library itself sent and took (`library`).
+pub fn describe_stats(
+    c: &HostCheetah<crate::procmem::ProcessMemory>,
+    library: (u64, u64),
+) -> String {
     let d = crate::direct::stats(c);
-    let s = c.stats();
+    let mut s = c.stats();
+    // The library's own invocations (sent, taken) are not the program's.
+    s.ainvokes = s.ainvokes.saturating_sub(library.0);
+    s.handlers = s.handlers.saturating_sub(library.1);
     format!(
         "context {}: direct copies {} (puts {}, gets {}, {} bytes, {} refused; peers' tables read {} times, their maps {}); through the fabric: puts {}, gets {}; ainvokes {}, handlers {}",
         c.mycontext(),

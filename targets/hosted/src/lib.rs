@@ -20,6 +20,7 @@ pub mod clmul;
 pub mod clock;
 pub mod direct;
 pub mod eth;
+pub mod image;
 pub mod launcher;
 pub mod lfc;
 pub mod node;
