@@ -41,10 +41,8 @@
 //! a handler may call any Cheetah function (the seed allows it).
 
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::{Mutex, MutexGuard};
-
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use volley_core::cheetah::{Invocation, AINVOKE_MAX};
