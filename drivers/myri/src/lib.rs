@@ -46,11 +46,13 @@
 //!
 //! A frame of 56 to 64 bytes (a Volley header with at most 8 bytes of payload) would
 //! spill into the slot's second cache line, and the consumer would wait for two line
-//! transfers instead of one. Such a frame travels *compact* when its bytes 4..16 and
-//! 52..56 (job, addresses and CRC in a Volley header: the same in every frame on a
-//! ring) equal the ring's template: the length word has bit 30 ([`COMPACT`]) set and
-//! the rest is the frame's length less [`ELIDED`], and the frame area holds bytes
-//! 0..4, 16..52 and 56.. of the frame. The consumer puts the template's bytes back.
+//! transfers instead of one; one of 113 to 128 bytes (57 to 72 bytes of payload: a
+//! 64-byte message) into its third. Such a frame travels *compact* when its bytes
+//! 4..16 and 52..56 (job, addresses and CRC in a Volley header: the same in every
+//! frame on a ring) equal the ring's template: the length word has bit 30
+//! ([`COMPACT`]) set and the rest is the frame's length less [`ELIDED`], and the
+//! frame area holds bytes 0..4, 16..52 and 56.. of the frame, one line fewer. The
+//! consumer puts the template's bytes back.
 //! The producer fills such a frame outside the slot and rewrites the template (bytes
 //! 4..16 then 52..56) only when the consumer has read every earlier frame; otherwise
 //! a frame that does not match goes whole. Any frame's bytes go through unchanged.
@@ -173,12 +175,26 @@ pub const ELIDED: usize = 16;
 const COMPACT_MIN: usize = 56;
 /// The elided bytes of a frame, in the order the ring's template holds them.
 const TEMPLATE_PARTS: [core::ops::Range<usize>; 2] = [4..16, 52..56];
-/// The bytes a compact frame keeps, in the order its slot holds them (bytes past
-/// the frame's end are moved too, unread: every slot has room for them).
-const KEPT_PARTS: [core::ops::Range<usize>; 3] = [0..4, 16..52, 56..COMPACT_MAX];
-/// Frames up to this many bytes travel compact: sequence word, length and frame then
-/// fit the slot's first cache line, so a short message costs one line, not two.
-pub const COMPACT_MAX: usize = 64 - SLOT_HEADER + ELIDED;
+/// Frames up to this many bytes travel compact in one line: sequence word, length
+/// and frame then fit the slot's first cache line, so a short message costs one
+/// line, not two.
+pub const COMPACT_ONE: usize = 64 - SLOT_HEADER + ELIDED;
+/// Frames from this many bytes up to [`COMPACT_MAX`] travel compact in two lines
+/// instead of three (shorter ones take two lines whole).
+pub const COMPACT_TWO_MIN: usize = 2 * 64 - SLOT_HEADER + 1;
+/// The longest compact frame: two lines.
+pub const COMPACT_MAX: usize = 2 * 64 - SLOT_HEADER + ELIDED;
+/// The bytes a compact frame of one line (two: `KEPT_TWO`) keeps, in the order its
+/// slot holds them (bytes past the frame's end are moved too, unread: every slot
+/// has room for them).
+const KEPT_ONE: [core::ops::Range<usize>; 3] = [0..4, 16..52, 56..COMPACT_ONE];
+const KEPT_TWO: [core::ops::Range<usize>; 3] = [0..4, 16..52, 56..COMPACT_MAX];
+
+/// Whether a frame of `len` bytes saves a cache line travelling compact.
+#[inline(always)]
+fn compact_len(len: usize) -> bool {
+    (COMPACT_MIN..=COMPACT_ONE).contains(&len) || (COMPACT_TWO_MIN..=COMPACT_MAX).contains(&len)
+}
 /// Default board slot: a 4 KiB broadcast with its headers.
 const BOARD_SLOT_DEFAULT: usize = 4224;
 /// Largest board slot: the largest Volley frame (a 56-byte header, 65535 bytes of
@@ -1390,20 +1406,23 @@ unsafe fn expand(
     at: usize,
     n: usize,
 ) -> Option<usize> {
-    if !(COMPACT_MIN - ELIDED..=COMPACT_MAX - ELIDED).contains(&n) {
+    if !compact_len(n + ELIDED) {
         return None;
     }
-    // Fixed-size moves: the slot has room past the frame (its MTU is at least
-    // 112 bytes), and only the first `n + ELIDED` bytes are lent.
-    // SAFETY: 48 bytes of the slot's frame (at least 112 long), and the ring's
-    // template (the caller's contract).
-    let (c, t) = unsafe {
-        (
-            region.bytes_unchecked(at, COMPACT_MAX - ELIDED),
-            ring_template(region, ring),
-        )
-    };
-    scatter(buf, &KEPT_PARTS, c);
+    // Fixed-size moves, one copy of the code for each size: the slot has room past
+    // the frame (its MTU is at least 112 bytes), and only the first `n + ELIDED`
+    // bytes are lent.
+    if n + ELIDED <= COMPACT_ONE {
+        // SAFETY: 48 bytes of the slot's frame (at least 112 long).
+        let c = unsafe { region.bytes_unchecked(at, COMPACT_ONE - ELIDED) };
+        scatter(buf, &KEPT_ONE, c);
+    } else {
+        // SAFETY: 112 bytes of the slot's frame (at least 112 long).
+        let c = unsafe { region.bytes_unchecked(at, COMPACT_MAX - ELIDED) };
+        scatter(buf, &KEPT_TWO, c);
+    }
+    // SAFETY: the ring's template (the caller's contract).
+    let t = unsafe { ring_template(region, ring) };
     scatter(buf, &TEMPLATE_PARTS, t);
     Some(n + ELIDED)
 }
@@ -1505,10 +1524,10 @@ fn compactable((region, ring): (&Region, usize), next: u64, f: &[u8; COMPACT_MAX
 impl TxToken for MyriTx<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
         let len = len.min(self.slot.len());
-        // A short frame is filled on the stack: the slot's second cache line is not
-        // touched unless the frame cannot travel compact.
+        // A short frame is filled on the stack: the slot's line it would save is
+        // not touched unless the frame cannot travel compact.
         let mut buf = [0u8; COMPACT_MAX];
-        let short = (COMPACT_MIN..=COMPACT_MAX).contains(&len);
+        let short = compact_len(len);
         let r = f(if short {
             &mut buf[..len]
         } else {
@@ -1528,7 +1547,11 @@ impl MyriTx<'_> {
             Some(buf) if compactable(self.ring, self.next, buf) => {
                 // Fixed-size moves (the slot has room past the frame: its MTU is
                 // at least 112 bytes).
-                gather(buf, &KEPT_PARTS, &mut self.slot[..COMPACT_MAX - ELIDED]);
+                if len <= COMPACT_ONE {
+                    gather(buf, &KEPT_ONE, &mut self.slot[..COMPACT_ONE - ELIDED]);
+                } else {
+                    gather(buf, &KEPT_TWO, &mut self.slot[..COMPACT_MAX - ELIDED]);
+                }
                 COMPACT | (len - ELIDED) as u32
             }
             Some(buf) => {

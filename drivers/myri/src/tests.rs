@@ -280,18 +280,30 @@ fn short_frames_travel_compact_in_one_cache_line() {
     let g = geo();
     let (mut a, mut b) = pair(&mem);
     // 56 to 64 bytes with the ring's template: compact, the slot's second line
-    // untouched; shorter and longer frames as they are.
+    // untouched; 113 to 128 bytes: compact, its third line untouched; shorter and
+    // longer frames, and those that fill as many lines whole, as they are.
     let mut sent = Vec::new();
-    for (i, len) in [56, 60, 64, 55, 65, 120].into_iter().enumerate() {
+    // How far into each slot earlier frames wrote (the check of a line left
+    // untouched holds where none did).
+    let mut written = [0usize; 4];
+    let lens = [56, 60, 64, 55, 65, 112, 113, 120, 128, 129, 200, 57];
+    for (i, len) in lens.into_iter().enumerate() {
         let f = frame_with(len, 1, i as u8);
         assert!(send(&mut a, 1, &f));
         let slot = g.slot(1, 0, i as u64 % 4);
         let word = u32::from_le_bytes(mem.bytes()[slot + 8..slot + 12].try_into().unwrap());
-        if (56..=64).contains(&len) {
+        let before = std::mem::replace(&mut written[i % 4], 0);
+        if (56..=64).contains(&len) || (113..=128).contains(&len) {
             assert_eq!(word, COMPACT | (len - ELIDED) as u32, "{len} bytes");
-            assert!(mem.bytes()[slot + 64..slot + 128].iter().all(|&x| x == 0));
+            let beyond = if len <= 64 { 64 } else { 128 };
+            if before <= beyond {
+                let untouched = &mem.bytes()[slot + beyond..slot + beyond + 64];
+                assert!(untouched.iter().all(|&x| x == 0), "{len} bytes");
+            }
+            written[i % 4] = before.max(beyond);
         } else {
             assert_eq!(word, len as u32, "{len} bytes");
+            written[i % 4] = before.max(16 + len);
         }
         sent.push(f);
         if i % 4 == 3 {
@@ -303,26 +315,27 @@ fn short_frames_travel_compact_in_one_cache_line() {
     for f in sent.drain(..) {
         assert_eq!(recv(&mut b).unwrap(), f);
     }
-    assert_eq!(b.stats().rx_compact, 3);
+    assert_eq!(b.stats().rx_compact, 7);
     // Other elided bytes while a compact frame is unread: this one goes whole, and
     // the unread one still reads back with the template it was sent under.
-    let (x, y) = (frame_with(64, 1, 9), frame_with(64, 2, 10));
+    let (x, y) = (frame_with(64, 1, 9), frame_with(120, 2, 10));
     assert!(send(&mut a, 1, &x) && send(&mut a, 1, &y));
     assert_eq!(recv(&mut b).unwrap(), x);
     assert_eq!(recv(&mut b).unwrap(), y);
-    assert_eq!(b.stats().rx_compact, 4);
+    assert_eq!(b.stats().rx_compact, 8);
     // Once everything was read, the template follows the new bytes.
     let z = frame_with(60, 2, 11);
     assert!(send(&mut a, 1, &z));
     assert_eq!(recv(&mut b).unwrap(), z);
-    assert_eq!(b.stats().rx_compact, 5);
-    // A compact length that no frame can have is a corrupt slot, skipped.
-    // (frames 9 to 12 of the ring; 10 and 11 are then scribbled on)
+    assert_eq!(b.stats().rx_compact, 9);
+    // A compact length that no frame can have is a corrupt slot, skipped: one
+    // between the classes, one past them.
+    // (frames 15 to 18 of the ring; 16 and 17 are then scribbled on)
     for f in [&z, &z, &z, &x] {
         assert!(send(&mut a, 1, f));
     }
     drop((a, b));
-    for (k, n) in [(10u64, 10u32), (11, 100)] {
+    for (k, n) in [(16u64, 60u32), (17, 113)] {
         let slot = g.slot(1, 0, k % 4);
         mem.bytes()[slot + 8..slot + 12].copy_from_slice(&(COMPACT | n).to_le_bytes());
     }
