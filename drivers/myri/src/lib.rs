@@ -195,6 +195,7 @@ const KEPT_TWO: [core::ops::Range<usize>; 3] = [0..4, 16..52, 56..COMPACT_MAX];
 fn compact_len(len: usize) -> bool {
     (COMPACT_MIN..=COMPACT_ONE).contains(&len) || (COMPACT_TWO_MIN..=COMPACT_MAX).contains(&len)
 }
+
 /// Default board slot: a 4 KiB broadcast with its headers.
 const BOARD_SLOT_DEFAULT: usize = 4224;
 /// Largest board slot: the largest Volley frame (a 56-byte header, 65535 bytes of
