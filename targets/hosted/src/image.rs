@@ -100,15 +100,20 @@ pub fn own() -> Option<Image> {
                 ] {
                     digest = fnv(digest, &u64::to_le_bytes(w));
                 }
+                // (Wrapping: nothing may panic in a callback from C.)
+                let at = bias.wrapping_add(p.p_vaddr);
                 if p.p_flags & PF_W != 0 && p.p_memsz > 0 {
-                    lo = lo.min(bias + p.p_vaddr);
-                    hi = hi.max(bias + p.p_vaddr + p.p_memsz);
+                    lo = lo.min(at);
+                    hi = hi.max(at.wrapping_add(p.p_memsz));
                 }
             } else if p.p_type == PT_NOTE {
                 // SAFETY: a loaded note segment: `p_memsz` readable bytes at its
                 // address (the loader mapped it with the program).
                 let notes = unsafe {
-                    std::slice::from_raw_parts((bias + p.p_vaddr) as *const u8, p.p_memsz as usize)
+                    std::slice::from_raw_parts(
+                        bias.wrapping_add(p.p_vaddr) as *const u8,
+                        p.p_memsz as usize,
+                    )
                 };
                 if let Some(id) = build_id(notes) {
                     digest = fnv(digest, id);
