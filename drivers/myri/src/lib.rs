@@ -139,8 +139,8 @@ pub use region::Region;
 
 /// `"VOLLEYMY"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYMY");
-/// Layout version.
-pub const VERSION: u32 = 6;
+/// Layout version (7: frames of 113 to 128 bytes travel compact too).
+pub const VERSION: u32 = 7;
 /// Most nodes a region can hold.
 pub const MAX_NODES: usize = 256;
 /// Fetch-and-add counters per node.
