@@ -2,8 +2,9 @@
  * did not expose ("hidden"), into its code ("text"), or where nothing is mapped
  * ("unmapped"). Context 0 must die with one line; context 1 must be unharmed.
  * "nullinvoke": context 0 invokes a handler with a NULL buffer of 8 bytes, which
- * must be one line too, never an empty invocation. "imagetag": context 0
- * registers, context 1 invokes the library's own tag (INT_MIN): one line each. */
+ * must be one line too, never an empty invocation. "imagetag" (a job of one):
+ * the context registers ("put") or invokes ("get") the library's own tag
+ * (INT_MIN), which must be one line. */
 #define _XOPEN_SOURCE 500
 #include <limits.h>
 #include <stdio.h>
@@ -39,12 +40,11 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(mode, "imagetag") == 0) {
-        if (cheetah_core_mycontext() == 0)
-            cheetah_core_register(INT_MIN, on_addr);
-        else {
+        if (argc > 1 && strcmp(argv[1], "get") == 0) {
             memset(junk, 0, sizeof junk);
             cheetah_core_ainvoke(0, INT_MIN, junk, 8, NULL);
-        }
+        } else
+            cheetah_core_register(INT_MIN, on_addr);
         printf("context %d: the library's tag was taken\n", cheetah_core_mycontext());
         return 0;
     }
