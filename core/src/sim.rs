@@ -62,6 +62,8 @@ struct NetInner {
     dead: Vec<bool>,
     /// Links (from, to) whose frames vanish.
     cut: Vec<(usize, usize)>,
+    /// Whether devices vouch for live nodes ([`SimNet::vouch_for_the_living`]).
+    vouch: bool,
 }
 
 /// The simulated fabric, shared by the node devices.
@@ -78,7 +80,16 @@ impl SimNet {
             cfg,
             dead: std::vec![false; n],
             cut: Vec::new(),
+            vouch: false,
         })))
+    }
+
+    /// From now on every node's device vouches for the nodes not killed
+    /// ([`Device::peer_vouched`]), as a host's beacon does for a process that computes
+    /// without calling in: a node that is not polled is then waited for, never
+    /// declared dead, while a killed one still is.
+    pub fn vouch_for_the_living(&self) {
+        self.0.borrow_mut().vouch = true;
     }
 
     /// Drops every frame node `from` sends to node `to` from now on (one direction).
@@ -193,6 +204,11 @@ impl Device for SimPort {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(self.net.0.borrow().cfg.mtu, true, true)
+    }
+
+    fn peer_vouched(&mut self, _now: Instant, peer: NodeAddr) -> bool {
+        let n = self.net.0.borrow();
+        n.vouch && n.dead.get(peer.0 as usize) == Some(&false)
     }
 }
 

@@ -1060,6 +1060,14 @@ fn on_quiet_msg(u: &mut Upcall<'_, '_, Quiet>) {
 }
 
 fn quiet_pair(seed: u64, lossy_link: bool) -> Sim<SimGamma<'static, Quiet>> {
+    quiet_pair_keyed(seed, lossy_link, None)
+}
+
+fn quiet_pair_keyed(
+    seed: u64,
+    lossy_link: bool,
+    key: Option<[u8; 16]>,
+) -> Sim<SimGamma<'static, Quiet>> {
     let g = groups(2);
     let mut sc = SimConfig::lan(seed);
     if lossy_link {
@@ -1070,7 +1078,8 @@ fn quiet_pair(seed: u64, lossy_link: bool) -> Sim<SimGamma<'static, Quiet>> {
     }
     let mut sim = Sim::new(2, sc, |i, dev, clock| {
         // The default failure budget (30 s), not the tests' short one.
-        let c = Config::new(0x1234, 1, i as u16);
+        let mut c = Config::new(0x1234, 1, i as u16);
+        c.auth_key = key;
         SimGamma::init(
             c,
             g,
@@ -1149,6 +1158,118 @@ fn a_dead_peer_fails_by_the_time_budget() {
         sim.nodes[0].wsend(h),
         Err(volley_core::engine::Error::SendFailure)
     );
+}
+
+/// A receiver that takes a message (its ack left to ride on a reply) and then
+/// computes for longer than the peer timeout without calling in: with nothing but
+/// silence to go by, its sender takes it for dead; where the device vouches for the
+/// process (a host's beacon), the sender waits, the reply comes and nothing fails,
+/// while a killed peer still fails by the budget.
+#[test]
+fn a_receiver_that_computes_is_waited_for_where_its_host_vouches_for_it() {
+    let seed = seed();
+    for vouch in [false, true] {
+        let mut sim = quiet_pair(seed, false);
+        if vouch {
+            sim.net.vouch_for_the_living();
+        }
+        sim.nodes[0].send_flowctl(1, &[5u8; 8]).unwrap();
+        sim.run_until(Instant::from_millis(100), |n, _| n[1].state().got == 1)
+            .unwrap_or_else(|e| panic!("seed {seed}: not delivered: {e:?}"));
+        // Node 1 computes for 40 s; node 0 waits, polling.
+        common::only(&mut sim, 0, 40);
+        let failed = sim.nodes[0].engine().stats().peers_failed;
+        if !vouch {
+            assert_eq!(failed, 1, "seed {seed}: silence past the timeout is death");
+            continue;
+        }
+        assert_eq!(
+            failed, 0,
+            "seed {seed}: a vouched-for peer was declared dead"
+        );
+        assert!(
+            sim.nodes[0].engine().stats().peers_vouched >= 1,
+            "seed {seed}"
+        );
+        // Node 1 is back with its answer.
+        sim.nodes[1].send_flowctl(1, &[6u8; 8]).unwrap();
+        sim.run_until(sim.now() + Duration::from_secs(5), |n, _| {
+            n[0].state().got == 1 && n[0].engine().is_quiescent() && n[1].engine().is_quiescent()
+        })
+        .unwrap_or_else(|e| panic!("seed {seed}: the answer did not come: {e:?}"));
+        assert!(sim.nodes[0].state().errors.is_empty(), "seed {seed}");
+        // A peer that is really gone is not vouched for.
+        sim.net.kill(1);
+        let h = sim.nodes[0].isend_flowctl(1, leak(vec![3u8; 64])).unwrap();
+        let start = sim.now();
+        let at = sim
+            .run_until(start + Duration::from_secs(60), |n, _| {
+                n[0].engine().send_status(h) != Ok(volley_core::engine::SendStatus::Pending)
+            })
+            .unwrap_or_else(|e| panic!("seed {seed}: never failed: {e:?}"));
+        assert!(
+            at - start <= Duration::from_millis(30_500),
+            "seed {seed}: failed after {}",
+            at - start
+        );
+        assert_eq!(
+            sim.nodes[0].wsend(h),
+            Err(volley_core::engine::Error::SendFailure)
+        );
+    }
+}
+
+/// Beacons (what a host's helper sends while the program computes) keep a receiver
+/// that computes past the peer timeout from being taken for dead, on a fabric
+/// where the device vouches for no one; a beacon under another key is not heard.
+#[test]
+fn beacons_from_a_computing_receiver_keep_it_alive() {
+    use volley_core::engine::{beacon_frame, BEACON_LEN};
+    use volley_core::phy::{Device, TxToken};
+    let seed = seed();
+    for forged in [false, true] {
+        let key = *b"beacon test key!";
+        let mut sim = quiet_pair_keyed(seed, false, Some(key));
+        sim.nodes[0].send_flowctl(1, &[5u8; 8]).unwrap();
+        sim.run_until(Instant::from_millis(100), |n, _| n[1].state().got == 1)
+            .unwrap_or_else(|e| panic!("seed {seed}: not delivered: {e:?}"));
+        let mut cfg = Config::new(0x1234, 1, 1);
+        cfg.auth_key = Some(if forged { *b"another job key!" } else { key });
+        let mut frame = [0u8; BEACON_LEN];
+        let len = beacon_frame(&cfg, 1, 0, &mut frame).unwrap();
+        assert_eq!(len, BEACON_LEN);
+        let before = *sim.nodes[0].engine().stats();
+        // Node 1 computes for 40 s; its host sends a beacon every 5 s.
+        let mut port = sim.net.port(1);
+        for _ in 0..8 {
+            let now = sim.now();
+            port.transmit(now, NodeAddr(0))
+                .unwrap()
+                .consume(len, |b| b.copy_from_slice(&frame[..len]));
+            common::only(&mut sim, 0, 5);
+        }
+        let after = *sim.nodes[0].engine().stats();
+        if forged {
+            assert_eq!(
+                after.peers_failed, 1,
+                "seed {seed}: a forged beacon was heard"
+            );
+            assert!(after.rx_unauthenticated >= before.rx_unauthenticated + 8);
+            continue;
+        }
+        assert_eq!(after.peers_failed, 0, "seed {seed}: taken for dead");
+        assert_eq!(after.rx_unauthenticated, before.rx_unauthenticated);
+        assert_eq!(
+            after.delivered, before.delivered,
+            "seed {seed}: a beacon delivers nothing"
+        );
+        sim.nodes[1].send_flowctl(1, &[6u8; 8]).unwrap();
+        sim.run_until(sim.now() + Duration::from_secs(5), |n, _| {
+            n[0].state().got == 1 && n[0].engine().is_quiescent()
+        })
+        .unwrap_or_else(|e| panic!("seed {seed}: the answer did not come: {e:?}"));
+        assert!(sim.nodes[0].state().errors.is_empty(), "seed {seed}");
+    }
 }
 
 #[test]

@@ -72,6 +72,7 @@ pub use packet::{Delivery, PacketBuf, PacketId, Packets, PACKET_MAX};
 pub use port::*;
 use rma::RMA_NONE;
 pub use rma::{Access, Memory, NoMemory, RmaFailure, GET_SLOTS, NO_BELL};
+pub use timers::{beacon_frame, BEACON_LEN};
 
 /// Destination instance meaning "every member of the group but the sender".
 pub const BROADCAST: NodeId = u16::MAX;
@@ -693,6 +694,9 @@ pub struct Stats {
     pub timeouts: u64,
     /// Peers declared dead.
     pub peers_failed: u64,
+    /// Times a peer silent for the whole peer timeout was waited for again because
+    /// the device had seen its process alive ([`crate::phy::Device::peer_vouched`]).
+    pub peers_vouched: u64,
     /// Barriers completed.
     pub barriers: u64,
     /// Of those, barriers the device ran in its own memory (no frames).
@@ -1255,7 +1259,7 @@ impl<'a> Engine<'a> {
             return busy;
         }
         self.upkeep_due = false;
-        self.handle_timeout(now);
+        self.handle_timeout_vouched(now, &mut |peer| dev.peer_vouched(now, peer));
         if core::mem::take(&mut self.timer_fired) {
             self.check_liveness(now, dev);
         }

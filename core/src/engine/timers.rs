@@ -10,6 +10,19 @@ impl<'a> Engine<'a> {
     /// best-effort messages, and declares peers dead when retries run out.
     #[inline]
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.handle_timeout_vouched(now, &mut |_| false)
+    }
+
+    /// [`Engine::handle_timeout`] where `vouched(peer)` tells whether the device has
+    /// lately seen the peer's process alive ([`Device::peer_vouched`]): such a peer,
+    /// silent for the whole peer timeout, computes without calling in and is waited
+    /// for another peer timeout rather than declared dead.
+    #[inline]
+    pub(super) fn handle_timeout_vouched(
+        &mut self,
+        now: Instant,
+        vouched: &mut dyn FnMut(NodeAddr) -> bool,
+    ) {
         for ci in 0..self.chan_hwm {
             let ch = &mut self.chans[ci];
             if !ch.in_use {
@@ -59,9 +72,15 @@ impl<'a> Engine<'a> {
                 self.cfg.peer_timeout.max(self.cfg.first_contact)
             };
             if now.saturating_since(since) >= limit {
-                self.fail_channel(ci);
-                continue;
+                if vouched(ch.peer) {
+                    ch.silent_since = Some(now);
+                    self.stats.peers_vouched += 1;
+                } else {
+                    self.fail_channel(ci);
+                    continue;
+                }
             }
+            let ch = &mut self.chans[ci];
             ch.untime();
             if self.caps.reliable && !refused {
                 // Nothing is lost on this link: probe with the oldest frame only.
@@ -353,4 +372,43 @@ impl<'a> Engine<'a> {
         }
         at
     }
+}
+
+/// Bytes of a beacon frame with a tag ([`beacon_frame`]); without one, the header.
+pub const BEACON_LEN: usize = wire::HEADER_LEN + wire::TAG_LEN;
+
+/// A beacon: an empty acknowledgement (no `HAS_ACK`, so it acknowledges nothing)
+/// from the instance of `cfg` to instance `node` of `group`, under the job's key
+/// and tag. The receiving engine takes it like any valid frame from that peer, as a
+/// sign of life (the peer is not silent), and does nothing else with it. A host
+/// sends it from a helper while its program computes without calling in, so that
+/// peers waiting on the program (an ack it owes, a barrier it has not reached) wait
+/// rather than take it for dead; a process that died sends none. The frame never
+/// changes, so it is built once: `buf` must hold [`BEACON_LEN`] bytes.
+pub fn beacon_frame(
+    cfg: &Config,
+    group: GroupId,
+    node: NodeId,
+    buf: &mut [u8],
+) -> Result<usize, wire::WireError> {
+    let repr = Repr {
+        kind: Kind::Ack,
+        flags: Flags::empty(),
+        job_key: cfg.job_key,
+        ends: Endpoints {
+            src_group: cfg.group,
+            src_node: cfg.node,
+            src_port: 0,
+            dst_group: group,
+            dst_node: node,
+            dst_port: 0,
+        },
+        seq: 0,
+        ack: None,
+        msg_id: 0,
+        offset: 0,
+        total_len: 0,
+        payload_len: 0,
+    };
+    repr.emit_frame(buf, &[], false, cfg.auth_key.as_ref())
 }

@@ -220,6 +220,10 @@ impl<D: Device, const BUF: usize> Device for FaultInjector<D, BUF> {
         self.inner.peer_alive(now, peer)
     }
 
+    fn peer_vouched(&mut self, now: Instant, peer: NodeAddr) -> bool {
+        self.inner.peer_vouched(now, peer)
+    }
+
     fn flush(&mut self, now: Instant) {
         self.inner.flush(now)
     }

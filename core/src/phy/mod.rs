@@ -145,6 +145,14 @@ pub trait Device {
     fn peer_alive(&mut self, _now: Instant, _peer: NodeAddr) -> bool {
         true
     }
+    /// Whether the device has lately seen `peer`'s process alive by means of its own
+    /// (a beacon word in shared memory that a helper of the peer's process moves while
+    /// its program computes). The engine asks before it declares a peer that has been
+    /// silent for the whole peer timeout dead, and on `true` goes on waiting for it:
+    /// alive but not calling in is not dead. Devices that cannot tell answer `false`.
+    fn peer_vouched(&mut self, _now: Instant, _peer: NodeAddr) -> bool {
+        false
+    }
     /// Adds `delta` to counter `var` of `peer`'s NIC and returns the previous value,
     /// if the device does it itself (the Myrinet-like model, in NIC memory, with no CPU
     /// of the peer involved); `None` and the engine runs the protocol instead.
@@ -297,6 +305,9 @@ impl<D: Device> Device for &mut D {
     }
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
         (**self).peer_alive(now, peer)
+    }
+    fn peer_vouched(&mut self, now: Instant, peer: NodeAddr) -> bool {
+        (**self).peer_vouched(now, peer)
     }
     fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
         (**self).fetch_add(peer, var, delta)

@@ -163,6 +163,10 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
         self.inner.peer_alive(now, peer)
     }
 
+    fn peer_vouched(&mut self, now: Instant, peer: NodeAddr) -> bool {
+        self.inner.peer_vouched(now, peer)
+    }
+
     fn flush(&mut self, now: Instant) {
         self.inner.flush(now)
     }

@@ -16,7 +16,7 @@
 //! | 20 | 4 | `slot_size` (a multiple of 64) |
 //! | 24 | 8 | `generation`: the job this region belongs to |
 //! | 32 | 4 | `board_slot`: bytes per broadcast board slot (a multiple of 64) |
-//! | 64 + 64 i | 64 | node *i*: `state` u32 (0 absent, 1 alive, 2 exited, 3 dead), `pid` u32, `generation` u64, `heartbeat` u64, `host` u64, `host_version` u64 |
+//! | 64 + 64 i | 64 | node *i*: `state` u32 (0 absent, 1 alive, 2 exited, 3 dead), `pid` u32, `generation` u64, `heartbeat` u64, `host` u64, `host_version` u64, `beacon` u64 |
 //! | 64 + 64 nodes + 128 i | 128 | node *i*'s barrier words: `arrived` u32 at 0, `released` u32 at 64 (each on its own cache line) |
 //! | `H` = align4096(64 + 192 nodes) | | NIC memory of node 0, then node 1, ... |
 //!
@@ -111,7 +111,10 @@
 //! moved for [`NicConfig::dead_after`], is reported dead through the device trait's
 //! `peer_alive`, and the engine fails sends to it instead of waiting. Such a reader
 //! holding a broadcast board full is marked dead in the node table by the writer, so
-//! the board goes on for the others (no launcher watches a VM's process).
+//! the board goes on for the others (no launcher watches a VM's process). A node's
+//! `beacon` word is moved by a helper of its process whatever its program does
+//! ([`Beacon`]): a peer whose beacon moved within [`VOUCH_WINDOW`] is alive though it
+//! does not poll, and `peer_vouched` tells the engine so.
 //!
 //! # Host words
 //!
@@ -139,8 +142,9 @@ pub use region::Region;
 
 /// `"VOLLEYMY"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYMY");
-/// Layout version (7: frames of 113 to 128 bytes travel compact too).
-pub const VERSION: u32 = 7;
+/// Layout version (8: a beacon word in each node's entry; 7: frames of 113 to 128
+/// bytes travel compact too).
+pub const VERSION: u32 = 8;
 /// Most nodes a region can hold.
 pub const MAX_NODES: usize = 256;
 /// Fetch-and-add counters per node.
@@ -219,6 +223,7 @@ mod off {
     pub const NODE_HEARTBEAT: usize = 16;
     pub const NODE_HOST: usize = 24;
     pub const NODE_HOST_VERSION: usize = 32;
+    pub const NODE_BEACON: usize = 40;
     pub const BARRIER_STRIDE: usize = 128;
     pub const BARRIER_ARRIVED: usize = 0;
     pub const BARRIER_RELEASED: usize = 64;
@@ -652,6 +657,67 @@ struct Watch {
     beat: u64,
     since: Instant,
     seen: bool,
+    /// The peer's beacon word as last read, and when it was seen to move.
+    beacon: u64,
+    beacon_since: Option<Instant>,
+}
+
+impl Watch {
+    const NEW: Watch = Watch {
+        beat: 0,
+        since: Instant::ZERO,
+        seen: false,
+        beacon: 0,
+        beacon_since: None,
+    };
+}
+
+/// How recently a peer's beacon must have moved for [`Device::peer_vouched`]
+/// (a [`Beacon`] is meant to beat every few hundred milliseconds).
+pub const VOUCH_WINDOW: Duration = Duration::from_secs(2);
+
+/// A node's beacon: the `beacon` word of its entry in the node table, which a
+/// helper of the node's process moves whatever its program does (computes,
+/// sleeps), so that a peer waiting for a frame from it knows the process lives
+/// ([`Device::peer_vouched`]) rather than taking silence for death. It holds a
+/// region of its own (another mapping of the same memory), for another thread.
+#[derive(Debug)]
+pub struct Beacon {
+    region: Region,
+    at: usize,
+    count: u64,
+}
+
+impl Beacon {
+    /// The beacon of node `node` in `region`, a region whose header a NIC has
+    /// checked (its magic and version are checked again here).
+    pub fn new(region: Region, node: u32) -> Result<Beacon, MyriError> {
+        let magic = region.u64_at(off::MAGIC)?.load(Ordering::Acquire);
+        if magic != MAGIC || region.u32_at(off::VERSION)?.load(Ordering::Relaxed) != VERSION {
+            return Err(MyriError::NotReady {
+                magic,
+                generation: region.u64_at(off::GENERATION)?.load(Ordering::Relaxed),
+            });
+        }
+        if node >= region.u32_at(off::NODES)?.load(Ordering::Relaxed) {
+            return Err(MyriError::BadNode);
+        }
+        let at = off::NODE_TABLE + 64 * node as usize + off::NODE_BEACON;
+        region.u64_at(at)?;
+        Ok(Beacon {
+            region,
+            at,
+            count: 0,
+        })
+    }
+
+    /// Moves the beacon (never to zero, which means "no beacon").
+    pub fn beat(&mut self) {
+        self.count = self.count.wrapping_add(1).max(1);
+        if let Ok(w) = self.region.u64_at(self.at) {
+            w.store(self.count, Ordering::Relaxed);
+        }
+    }
 }
 
 /// One node's NIC on a shared region.
@@ -758,11 +824,7 @@ impl MyriNic {
             generation,
             rr: 0,
             beat: 0,
-            watch: [Watch {
-                beat: 0,
-                since: Instant::ZERO,
-                seen: false,
-            }; MAX_NODES],
+            watch: [Watch::NEW; MAX_NODES],
             tx_head: [0; MAX_NODES],
             barriers: 0,
             boards: geo.boards(),
@@ -835,6 +897,23 @@ impl MyriNic {
             return None;
         }
         self.region.u64_at(self.geo.node_entry(node) + field).ok()
+    }
+
+    /// Reads node `p`'s beacon word: whether it has been seen to move within
+    /// [`VOUCH_WINDOW`] (the first reading only notes where it stands).
+    fn beacon_moved(&mut self, now: Instant, p: u32) -> bool {
+        let b = self
+            .node_dword(p, off::NODE_BEACON)
+            .map_or(0, |w| w.load(Ordering::Relaxed));
+        let Some(w) = self.watch.get_mut(p as usize) else {
+            return false;
+        };
+        if b != w.beacon {
+            // Zero: never beaten (a node without a beacon, or not yet).
+            w.beacon_since = (w.beacon != 0 || w.beacon_since.is_some()).then_some(now);
+            w.beacon = b;
+        }
+        w.beacon_since.is_some_and(|t| now - t < VOUCH_WINDOW)
     }
 
     /// A node's state word.
@@ -1763,6 +1842,7 @@ impl Device for MyriNic {
         if self.state(p) != NodeState::Alive {
             return false;
         }
+        let vouched = self.beacon_moved(now, p);
         let beat = self
             .node_dword(p, off::NODE_HEARTBEAT)
             .map_or(0, |h| h.load(Ordering::Relaxed));
@@ -1770,14 +1850,16 @@ impl Device for MyriNic {
             return true;
         };
         if !w.seen || w.beat != beat {
-            *w = Watch {
-                beat,
-                since: now,
-                seen: true,
-            };
+            (w.beat, w.since, w.seen) = (beat, now, true);
             return true;
         }
-        now - w.since < self.cfg.dead_after
+        // A program that computes does not poll, but its process's beacon moves.
+        now - w.since < self.cfg.dead_after || vouched
+    }
+
+    fn peer_vouched(&mut self, now: Instant, peer: NodeAddr) -> bool {
+        let p = peer.0 as u32;
+        self.state(p) == NodeState::Alive && self.beacon_moved(now, p)
     }
 }
 

@@ -359,6 +359,56 @@ fn fetch_and_add_lives_in_the_owners_nic_memory() {
     assert_eq!(a.fetch_and_add(5, 0, 1), Err(MyriError::BadNode));
 }
 
+/// A process whose program computes (no receive poll, so no heartbeat) while its
+/// beacon moves is vouched for and stays alive past `dead_after`; once the beacon
+/// stops it is neither after the vouching window; a node that left is never.
+#[test]
+fn a_beacon_vouches_for_a_node_that_does_not_poll() {
+    let mem = Mem::new(geo().region_len().unwrap());
+    let cfg = NicConfig {
+        dead_after: Duration::from_millis(10),
+        pid: 1,
+    };
+    let mut a = MyriNic::create(mem.region(), geo(), 0, 7, cfg).unwrap();
+    let b = MyriNic::attach(mem.region(), 1, 7, cfg).unwrap();
+    let c = MyriNic::attach(mem.region(), 2, 7, cfg).unwrap();
+    let t = |ms| Instant::from_millis(ms);
+    let peer = NodeAddr(1);
+    assert!(!a.peer_vouched(t(0), peer), "no beacon yet");
+    assert!(
+        Beacon::new(mem.region(), 3).is_err(),
+        "node 3 is not in the region"
+    );
+    let mut beacon = Beacon::new(mem.region(), 1).unwrap();
+    beacon.beat();
+    assert!(
+        !a.peer_vouched(t(1), peer),
+        "the first reading only notes where the beacon stands"
+    );
+    assert!(a.peer_alive(t(1), peer));
+    for ms in (100..3_000).step_by(100) {
+        beacon.beat();
+        assert!(a.peer_vouched(t(ms), peer), "beating at {ms} ms");
+        assert!(
+            a.peer_alive(t(ms + 1), peer),
+            "alive past dead_after at {ms} ms"
+        );
+    }
+    // The process stops (killed without cleanup, its state still alive).
+    let quiet = 2_900 + VOUCH_WINDOW.total_micros() / 1000;
+    assert!(a.peer_vouched(t(quiet - 1), peer), "within the window");
+    assert!(!a.peer_vouched(t(quiet), peer), "still for the window");
+    assert!(!a.peer_alive(t(quiet), peer), "and for dead_after");
+    // A node that left is not vouched for, whatever its beacon does.
+    let mut gone = Beacon::new(mem.region(), 2).unwrap();
+    drop(c);
+    for ms in [4_000, 4_100, 4_200] {
+        gone.beat();
+        assert!(!a.peer_vouched(t(ms), NodeAddr(2)));
+    }
+    drop(b);
+}
+
 #[test]
 fn dead_and_departed_peers_are_reported() {
     let mem = Mem::new(geo().region_len().unwrap());

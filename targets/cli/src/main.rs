@@ -207,6 +207,10 @@ enum Program {
     Victim,
     /// Instance 0 sends VOLLEY_MESSAGES flowctl messages; instance 1 checks each once.
     FlowctlExact,
+    /// Instance 0 hands every other instance a task; each computes for
+    /// VOLLEY_COMPUTE seconds without calling in, then answers (a master and its
+    /// workers).
+    Compute,
     /// Joins the fabric and leaves.
     Attach,
     /// Every rank fetch-and-adds rank 0's counter; rank 0 checks the values.
@@ -289,6 +293,7 @@ fn worker(
         Program::Mixed => programs::mixed(&boot, fabric)?,
         Program::Victim => return programs::victim(&boot, fabric),
         Program::FlowctlExact => programs::flowctl_exact(&boot, fabric)?,
+        Program::Compute => programs::compute(&boot, fabric)?,
         Program::Attach => programs::attach(&boot, fabric)?,
         Program::FetchAdd => programs::fetch_add(&boot, fabric)?,
         Program::BenchPair => print(bench::pair(&boot, fabric, sweep)?)?,

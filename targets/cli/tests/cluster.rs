@@ -391,6 +391,42 @@ fn a_rank_waiting_for_a_killed_sender_gets_sendfailure() {
     victim_job("3", [21, 22], &env, &[0, 1], "waiting for rank 2");
 }
 
+/// A master and two workers that each take a task and compute for 3 s without
+/// calling in, under a 1 s peer timeout: the workers' beacons (a word in the region
+/// on shm, frames on udp) keep the master waiting for their answers instead of
+/// declaring them dead, on both fabrics.
+#[test]
+fn workers_that_compute_past_the_peer_timeout_are_waited_for() {
+    let _g = serial();
+    for (fabric, salt) in [("shm", 0xC0u64), ("udp", 0xC1)] {
+        let env = [("VOLLEY_PEER_TIMEOUT", "1"), ("VOLLEY_COMPUTE", "3")];
+        let (out, took) = launch("3", fabric, job_id(salt), &["compute"], &env);
+        let t = text(&out);
+        assert!(out.status.success(), "{fabric} after {took:?}:\n{t}");
+        for r in 0..3 {
+            assert!(
+                t.contains(&format!("compute ok: rank {r} of 3")),
+                "{fabric}: {t}"
+            );
+        }
+        assert!(!t.contains("peers failed 1"), "{fabric}: {t}");
+        let beats = |r: u16| {
+            t.lines()
+                .find(|l| l.contains(&format!("compute ok: rank {r} of 3")))
+                .map_or(0, |l| number_after(l, "beacons "))
+        };
+        // Each worker spoke for itself while it computed.
+        assert!(beats(1) > 0 && beats(2) > 0, "{fabric}: {t}");
+        if fabric == "udp" {
+            assert_eq!(
+                beats(0),
+                0,
+                "a master that polls sends no beacon frames: {t}"
+            );
+        }
+    }
+}
+
 /// Finds the pid of rank `rank` of job `job` (a child of the launcher).
 fn rank_pid(job: u64, rank: u16) -> Option<u32> {
     let want_job = format!("VOLLEY_JOB=0x{job:016x}");

@@ -424,6 +424,41 @@ fn a_killed_rank_becomes_sendfailure_at_every_survivor() {
     }
 }
 
+/// A master and two workers on a bridge, each worker computing for 3 s without
+/// calling in under a 1 s peer timeout: the workers' beacon frames keep the master
+/// waiting for their answers instead of declaring them dead.
+#[test]
+fn workers_that_compute_past_the_peer_timeout_are_waited_for() {
+    if !root() {
+        return;
+    }
+    let _g = serial();
+    let lan = Lan::new(3, true);
+    let (out, took) = lan.job(
+        0,
+        3,
+        job_id(0xC2),
+        &["compute"],
+        &["--peer-timeout", "1"],
+        &[("VOLLEY_COMPUTE", "3")],
+    );
+    let t = text(&out);
+    assert!(out.status.success(), "after {took:?}:\n{t}");
+    for r in 0..3 {
+        assert!(t.contains(&format!("compute ok: rank {r} of 3")), "{t}");
+    }
+    for r in 1..3 {
+        let line = t
+            .lines()
+            .find(|l| l.contains(&format!("compute ok: rank {r} of 3")))
+            .unwrap_or_default();
+        assert!(
+            !line.contains("beacons 0,"),
+            "rank {r} sent no beacon:\n{t}"
+        );
+    }
+}
+
 /// Two jobs share one bridge (each sees the other's hellos) while a fifth station
 /// forges frames from its own MAC and, now and then, "from rank 0" of the first
 /// (spoofed MAC): both jobs finish, every message exactly once; the forgeries are

@@ -660,6 +660,9 @@ pub struct EthDevice {
     xsk: Option<Box<Xsk>>,
     /// Why `VOLLEY_ETH_XDP=auto` went without it.
     xdp_refused: Option<String>,
+    /// Moved at every receive poll, for the beacon helper ([`crate::beacon`]).
+    polled: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    beacon: Option<crate::beacon::Helper>,
 }
 
 fn setup_ring(
@@ -851,7 +854,60 @@ impl EthDevice {
             stats: EthStats::default(),
             xsk,
             xdp_refused,
+            polled: Default::default(),
+            beacon: None,
         })
+    }
+
+    /// Starts the beacon helper ([`crate::beacon`]): `frames[r]` is the Volley
+    /// frame of the beacon to rank `r` (empty for this rank), sent in an Ethernet
+    /// frame to its MAC every `every` while the program does not poll. False if no
+    /// thread could be made.
+    pub fn start_beacon(&mut self, frames: Vec<Vec<u8>>, every: std::time::Duration) -> bool {
+        let fd = match self.gather.try_clone() {
+            Ok(x) => x,
+            Err(e) => {
+                crate::beacon::without(&e.to_string());
+                return false;
+            }
+        };
+        let frames: Vec<Vec<u8>> = frames
+            .iter()
+            .zip(&self.macs)
+            .filter(|(f, _)| !f.is_empty())
+            .map(|(f, to)| {
+                let mut e = vec![0u8; (ETH_HEADER + f.len()).max(ETH_MIN)];
+                e[0..6].copy_from_slice(to);
+                e[6..12].copy_from_slice(&self.iface.mac);
+                e[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
+                e[ETH_HEADER..ETH_HEADER + f.len()].copy_from_slice(f);
+                e
+            })
+            .collect();
+        let send = move |_: usize, f: &[u8]| {
+            // SAFETY: a valid packet socket bound to the interface; `f` is a live
+            // Ethernet frame the kernel only reads during the call.
+            let _ = unsafe {
+                libc::send(
+                    fd.as_raw_fd(),
+                    f.as_ptr() as *const libc::c_void,
+                    f.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+        };
+        self.beacon = crate::beacon::Helper::spawn(crate::beacon::Sink::Frames {
+            send: Box::new(send),
+            frames,
+            polled: self.polled.clone(),
+            every,
+        });
+        self.beacon.is_some()
+    }
+
+    /// Beacon frames sent while the program computed.
+    pub fn beacons_sent(&self) -> u64 {
+        self.beacon.as_ref().map_or(0, |b| b.sent())
     }
 
     /// Counters.
@@ -1097,6 +1153,9 @@ impl Device for EthDevice {
     type TxToken<'a> = EthTx<'a>;
 
     fn receive(&mut self, now: Instant) -> Option<EthRx<'_>> {
+        // The program polls: the beacon helper keeps quiet.
+        self.polled
+            .store(now.total_nanos(), std::sync::atomic::Ordering::Relaxed);
         if self.hellos.is_some() && now >= self.hello_at {
             self.hello_at = now + HELLO_CHECK;
             self.answer_hellos();

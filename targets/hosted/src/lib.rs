@@ -13,6 +13,7 @@
 
 use std::fmt;
 
+pub mod beacon;
 pub mod bench;
 pub mod bootstrap;
 pub mod cheetah;

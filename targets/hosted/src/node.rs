@@ -133,6 +133,14 @@ impl Device for HostDevice {
         }
     }
 
+    fn peer_vouched(&mut self, now: Instant, peer: NodeAddr) -> bool {
+        match self {
+            HostDevice::Shm(d) => d.peer_vouched(now, peer),
+            // Their beacons come as frames the engine hears.
+            HostDevice::Udp(_) | HostDevice::Eth(_) => false,
+        }
+    }
+
     fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
         match self {
             HostDevice::Shm(d) => d.fetch_add(peer, var, delta),
@@ -383,9 +391,39 @@ pub fn engine_setup(
 ) -> Result<(&'static [Group<'static>], Config, HostDevice), HostError> {
     // In this order, so that each setting's error comes before the next one's.
     let groups = groups(boot.size)?;
-    let dev = open_device(boot, fabric)?;
+    let mut dev = open_device(boot, fabric)?;
     let cfg = engine_config(boot, fabric, groups, &dev)?;
+    start_beacon(&mut dev, &cfg, groups, boot.size);
     Ok((groups, cfg, dev))
+}
+
+/// Starts the beacon helper of a `udp` or `eth` device ([`crate::beacon`]) with
+/// this rank's beacon frame to every other rank (`shm`'s beats from the open).
+pub fn start_beacon(dev: &mut HostDevice, cfg: &Config, groups: &[Group<'_>], size: u16) {
+    let frames = (0..size)
+        .map(|r| {
+            let (group, node) = my_group(groups, r);
+            if (group, node) == (cfg.group, cfg.node) {
+                return Vec::new();
+            }
+            let mut f = vec![0u8; volley_core::engine::BEACON_LEN];
+            match volley_core::engine::beacon_frame(cfg, group, node, &mut f) {
+                Ok(n) => f.truncate(n),
+                Err(_) => f.clear(),
+            }
+            f
+        })
+        .collect();
+    let every = crate::beacon::frame_interval(cfg.peer_timeout);
+    match dev {
+        HostDevice::Shm(_) => {}
+        HostDevice::Udp(d) => {
+            d.start_beacon(frames, every);
+        }
+        HostDevice::Eth(d) => {
+            d.start_beacon(frames, every);
+        }
+    }
 }
 
 /// The engine settings of this rank in `groups` (see [`engine_setup`]), for a device

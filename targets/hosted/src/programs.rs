@@ -562,6 +562,63 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     Ok(())
 }
 
+// ----------------------------------------------------------------- compute
+
+/// A master and its workers: instance 0 sends every other instance a task (a
+/// flowctl message, whose ack rides on the answer) and waits for the answers;
+/// each worker takes its task and then computes (sleeps) for `VOLLEY_COMPUTE`
+/// seconds (default 3) without calling in, then answers. With a peer timeout
+/// shorter than that, only the workers' beacons keep the master from taking
+/// them for dead ([`crate::beacon`]). Ends with a barrier.
+pub fn compute(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
+    let secs = crate::settings::env_seconds("VOLLEY_COMPUTE", 0.0, 3_600.0)?
+        .unwrap_or(std::time::Duration::from_secs(3));
+    let mut g = node::gamma(boot, fabric, State::default())?;
+    let (me, n) = (g.my_node(), g.how_many_nodes());
+    let pid = g.my_par_pid();
+    // Port and semaphore k carry worker k's task and answer.
+    if me == 0 {
+        for w in 1..n {
+            g.set_passive_port(w, w, pid, w, w, GO_BACK, Some(leak(64)))?;
+        }
+    } else {
+        g.set_passive_port(me, 0, pid, me, me, GO_BACK, Some(leak(64)))?;
+    }
+    g.sync()?;
+    if me == 0 {
+        for w in 1..n {
+            g.send_flowctl(w, &pattern(0, w as u64, 8))?;
+        }
+        let d = deadline(&g, 120);
+        for w in 1..n {
+            g.wait_deadline(w, 1, d)
+                .map_err(|e| fail(format!("waiting for worker {w}'s answer: {e}")))?;
+            if g.buffer(w).map(|b| &b[..8]) != Some(&pattern(w, 0, 8)[..]) {
+                return Err(fail(format!("worker {w}'s answer arrived wrong")));
+            }
+        }
+    } else {
+        let d = deadline(&g, 120);
+        g.wait_deadline(me, 1, d)
+            .map_err(|e| fail(format!("waiting for the task: {e}")))?;
+        std::thread::sleep(secs);
+        g.send_flowctl(me, &pattern(me, 0, 8))?;
+    }
+    g.sync()?;
+    let beats = match g.device() {
+        crate::HostDevice::Shm(d) => d.beacons_sent(),
+        crate::HostDevice::Udp(d) => d.beacons_sent(),
+        crate::HostDevice::Eth(d) => d.beacons_sent(),
+    };
+    let s = g.engine().stats();
+    println!(
+        "compute ok: rank {me} of {n}, beacons {beats}, peers waited for {}, peers failed {}",
+        s.peers_vouched, s.peers_failed
+    );
+    g.exit();
+    Ok(())
+}
+
 /// Every rank adds 1 to rank 0's counter 1, 200 times, all at once; rank 0 gathers
 /// the values everyone got and checks that each of 0..200n came out exactly once.
 pub fn fetch_add(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {

@@ -360,6 +360,8 @@ pub fn remove_stale_dirs() {
 /// One rank's NIC on the job's shared region.
 #[derive(Debug)]
 pub struct ShmDevice {
+    /// The beacon helper ([`crate::beacon`]), with its own mapping: stopped first.
+    beacon: Option<crate::beacon::Helper>,
     // Declared before the mapping: dropped (and marked exited) while it is still mapped.
     nic: MyriNic,
     _map: MmapMut,
@@ -373,6 +375,25 @@ fn map(file: &File) -> std::io::Result<MmapMut> {
     // descriptor); other processes of the job change it only through the ring
     // protocol, which `Region` accounts for.
     unsafe { MmapMut::map_mut(file) }
+}
+
+/// The beacon helper of node `me` of the region in `file`, through a mapping of
+/// its own; `None` (one line on stderr) if it cannot be made.
+fn beacon(file: &File, me: u32) -> Option<crate::beacon::Helper> {
+    let made = map(file).map_err(|e| e.to_string()).and_then(|mut m| {
+        let r = region(&mut m).map_err(|e| e.0)?;
+        let b = volley_myri::Beacon::new(r, me).map_err(|e| e.to_string())?;
+        Ok((b, m))
+    });
+    match made {
+        Ok((beacon, m)) => {
+            crate::beacon::Helper::spawn(crate::beacon::Sink::Word { beacon, _map: m })
+        }
+        Err(e) => {
+            crate::beacon::without(&e);
+            None
+        }
+    }
 }
 
 fn region(map: &mut MmapMut) -> Result<Region, HostError> {
@@ -439,6 +460,7 @@ impl ShmDevice {
             dir.rename(&tmp, "region")?;
             (
                 ShmDevice {
+                    beacon: beacon(&file, me),
                     nic,
                     _map: m,
                     readers_checked: None,
@@ -481,6 +503,7 @@ impl ShmDevice {
                 match MyriNic::attach(region(&mut m)?, me, boot.job, cfg) {
                     Ok(nic) => {
                         break ShmDevice {
+                            beacon: beacon(&file, me),
                             nic,
                             _map: m,
                             readers_checked: None,
@@ -519,6 +542,11 @@ impl ShmDevice {
     /// The NIC (for fetch-and-add and statistics).
     pub fn nic(&self) -> &MyriNic {
         &self.nic
+    }
+
+    /// Beats of this process's beacon so far.
+    pub fn beacons_sent(&self) -> u64 {
+        self.beacon.as_ref().map_or(0, |b| b.sent())
     }
 }
 
@@ -667,5 +695,10 @@ impl Device for ShmDevice {
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
         self.reap(peer.0 as u32);
         self.nic.peer_alive(now, peer)
+    }
+
+    fn peer_vouched(&mut self, now: Instant, peer: NodeAddr) -> bool {
+        self.reap(peer.0 as u32);
+        self.nic.peer_vouched(now, peer)
     }
 }

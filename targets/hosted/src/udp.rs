@@ -252,6 +252,9 @@ pub struct UdpDevice {
     gro: Gro,
     shape: UdpShape,
     stats: UdpStats,
+    /// Moved at every receive poll, for the beacon helper ([`crate::beacon`]).
+    polled: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    beacon: Option<crate::beacon::Helper>,
 }
 
 /// Receive coalescing (`UDP_GRO`), on only while a bulk transfer comes in.
@@ -393,7 +396,47 @@ impl UdpDevice {
                 sndbuf,
             },
             stats: UdpStats::default(),
+            polled: Default::default(),
+            beacon: None,
         })
+    }
+
+    /// Starts the beacon helper ([`crate::beacon`]): `frames[r]` is the beacon to
+    /// rank `r` (empty for this rank), sent every `every` while the program does
+    /// not poll. False if no thread could be made.
+    pub fn start_beacon(&mut self, frames: Vec<Vec<u8>>, every: std::time::Duration) -> bool {
+        let sock = match self.sock.try_clone() {
+            Ok(x) => x,
+            Err(e) => {
+                crate::beacon::without(&e.to_string());
+                return false;
+            }
+        };
+        let to: Vec<(socket2::SockAddr, Vec<u8>)> = self
+            .peer_addrs
+            .iter()
+            .cloned()
+            .zip(frames)
+            .filter(|(_, f)| !f.is_empty())
+            .collect();
+        let addrs: Vec<socket2::SockAddr> = to.iter().map(|(a, _)| a.clone()).collect();
+        let send = move |i: usize, f: &[u8]| {
+            if let Some(a) = addrs.get(i) {
+                let _ = socket2::SockRef::from(&sock).send_to(f, a);
+            }
+        };
+        self.beacon = crate::beacon::Helper::spawn(crate::beacon::Sink::Frames {
+            send: Box::new(send),
+            frames: to.into_iter().map(|(_, f)| f).collect(),
+            polled: self.polled.clone(),
+            every,
+        });
+        self.beacon.is_some()
+    }
+
+    /// Beacon frames sent while the program computed.
+    pub fn beacons_sent(&self) -> u64 {
+        self.beacon.as_ref().map_or(0, |b| b.sent())
     }
 
     /// Counters.
@@ -821,7 +864,10 @@ impl Device for UdpDevice {
     type RxToken<'a> = UdpRx<'a>;
     type TxToken<'a> = UdpTx<'a>;
 
-    fn receive(&mut self, _now: Instant) -> Option<UdpRx<'_>> {
+    fn receive(&mut self, now: Instant) -> Option<UdpRx<'_>> {
+        // The program polls: the beacon helper keeps quiet.
+        self.polled
+            .store(now.total_nanos(), std::sync::atomic::Ordering::Relaxed);
         // Nothing written stays behind a poll (the engine flushes after each pass).
         self.send_batch();
         loop {

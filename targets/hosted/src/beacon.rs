@@ -1,0 +1,227 @@
+//! Beacons: a process shows its peers that it lives while its program computes.
+//!
+//! An engine runs only inside the program's calls. A program that takes a message
+//! and then computes for longer than `VOLLEY_PEER_TIMEOUT` without calling in owes
+//! its sender an ack (it rides on the reply, which has not been sent), and its
+//! sender, hearing nothing, would take it for dead: a master whose worker computes
+//! for a minute would get `SENDFAILURE`. So every hosted process runs a helper
+//! thread that speaks for it without touching its engine:
+//!
+//! - on `shm`, it moves the node's beacon word in the region every [`TICK`]
+//!   ([`volley_myri::Beacon`]); a peer's device vouches for a node whose beacon
+//!   moved lately (`Device::peer_vouched`), and its engine then waits rather than
+//!   declares it dead;
+//! - on `udp` and `eth`, once the program has not polled for a [`TICK`], it sends
+//!   every peer a beacon frame every `VOLLEY_PEER_TIMEOUT / 4` (at most 1 s): an
+//!   empty ack under the job's key and tag (`volley_core::engine::beacon_frame`),
+//!   which the peer's engine hears like any valid frame and which changes nothing
+//!   there. A program that polls sends none.
+//!
+//! A process that died, or was stopped (a debugger, `SIGSTOP`), beats no more, so
+//! death is still found within the timeout. The helper blocks every signal (they go
+//! to the program's threads) and is stopped and joined when the device is dropped.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the helper looks (and beats, on `shm`).
+pub const TICK: Duration = Duration::from_millis(100);
+
+/// Sends frame `i` of a [`Sink::Frames`].
+pub(crate) type SendFrame = Box<dyn FnMut(usize, &[u8]) + Send>;
+
+/// What the helper moves or sends.
+pub(crate) enum Sink {
+    /// `shm`: the node's beacon word, through a mapping of the region of its own
+    /// (the beacon is declared first: dropped while its memory is still mapped).
+    Word {
+        beacon: volley_myri::Beacon,
+        _map: memmap2::MmapMut,
+    },
+    /// `udp`, `eth`: `frames` (one per peer) sent through `send` (with the
+    /// frame's index) every `every` while `polled`, which the device moves on every
+    /// receive poll, stands still.
+    Frames {
+        send: SendFrame,
+        frames: Vec<Vec<u8>>,
+        polled: Arc<AtomicU64>,
+        every: Duration,
+    },
+}
+
+/// The helper thread; stopped and joined on drop.
+#[derive(Debug)]
+pub struct Helper {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    sent: Arc<AtomicU64>,
+}
+
+impl Helper {
+    /// Starts the helper for `sink`; `None` (and one line on stderr) if no thread
+    /// can be made, when the process goes on without one.
+    pub(crate) fn spawn(sink: Sink) -> Option<Helper> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicU64::new(0));
+        let (s, n) = (stop.clone(), sent.clone());
+        // Signals stay with the program: the thread starts with all of them blocked.
+        let old = block_all();
+        let spawned = std::thread::Builder::new()
+            .name("volley-beacon".into())
+            .stack_size(64 << 10)
+            .spawn(move || run(sink, &s, &n));
+        restore(&old);
+        match spawned {
+            Ok(t) => Some(Helper {
+                stop,
+                thread: Some(t),
+                sent,
+            }),
+            Err(e) => {
+                without(&format!("no thread: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Beacon frames sent so far (`udp`, `eth`), or beats (`shm`).
+    pub fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+/// Says on stderr that this process goes without a beacon, and what that means.
+pub(crate) fn without(why: &str) {
+    eprintln!(
+        "volley: no beacon ({why}): a peer may take this process for dead while its program computes for longer than VOLLEY_PEER_TIMEOUT without calling in"
+    );
+}
+
+/// How often a computing process sends its beacon frames: four times per peer
+/// timeout, at most every second, at least every 10 ms.
+pub fn frame_interval(peer_timeout: volley_core::time::Duration) -> Duration {
+    Duration::from_nanos(peer_timeout.total_nanos() / 4)
+        .clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
+fn run(mut sink: Sink, stop: &AtomicBool, sent: &AtomicU64) {
+    let mut seen = u64::MAX;
+    let mut last_sent: Option<Instant> = None;
+    let tick = match &sink {
+        Sink::Frames { every, .. } => TICK.min(*every),
+        Sink::Word { .. } => TICK,
+    };
+    while !stop.load(Ordering::Acquire) {
+        match &mut sink {
+            Sink::Word { beacon, .. } => {
+                beacon.beat();
+                sent.fetch_add(1, Ordering::Relaxed);
+            }
+            Sink::Frames {
+                send,
+                frames,
+                polled,
+                every,
+            } => {
+                let p = polled.load(Ordering::Relaxed);
+                if p != seen {
+                    // Polled since the last look: the engine speaks for itself.
+                    seen = p;
+                    last_sent = None;
+                } else if last_sent.is_none_or(|t| t.elapsed() >= *every) {
+                    for (i, f) in frames.iter().enumerate() {
+                        send(i, f);
+                    }
+                    sent.fetch_add(frames.len() as u64, Ordering::Relaxed);
+                    last_sent = Some(Instant::now());
+                }
+            }
+        }
+        std::thread::park_timeout(tick);
+    }
+}
+
+/// Blocks every signal in this thread; returns the mask it had.
+fn block_all() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data, filled by sigfillset and pthread_sigmask.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        old
+    }
+}
+
+fn restore(old: &libc::sigset_t) {
+    // SAFETY: `old` is a mask pthread_sigmask returned.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, old, std::ptr::null_mut());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_go_only_while_the_program_does_not_poll() {
+        let polled = Arc::new(AtomicU64::new(0));
+        let got = Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
+        let g = got.clone();
+        let h = Helper::spawn(Sink::Frames {
+            send: Box::new(move |_, f| g.lock().unwrap().push(f.to_vec())),
+            frames: vec![vec![1, 2], vec![3]],
+            polled: polled.clone(),
+            every: Duration::from_millis(20),
+        })
+        .unwrap();
+        // Polling: a different value at every look.
+        let until = Instant::now() + Duration::from_millis(300);
+        let mut i = 0;
+        while Instant::now() < until {
+            i += 1;
+            polled.store(i, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(h.sent(), 0, "a polling program sends no beacon");
+        // Computing: beacons every 20 ms, both frames each time.
+        std::thread::sleep(Duration::from_millis(400));
+        let n = h.sent();
+        assert!(n >= 6 && n.is_multiple_of(2), "{n} frames in 400 ms");
+        assert!(got
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|f| f == &[1, 2] || f == &[3]));
+        // Polling again: they stop.
+        let until = Instant::now() + Duration::from_millis(300);
+        let at = h.sent();
+        while Instant::now() < until {
+            i += 1;
+            polled.store(i, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(h.sent() <= at + 2, "{} after {at}", h.sent());
+        drop(h);
+    }
+
+    #[test]
+    fn the_interval_is_a_quarter_of_the_timeout_within_bounds() {
+        use volley_core::time::Duration as D;
+        assert_eq!(frame_interval(D::from_secs(30)), Duration::from_secs(1));
+        assert_eq!(frame_interval(D::from_secs(2)), Duration::from_millis(500));
+        assert_eq!(frame_interval(D::from_millis(1)), Duration::from_millis(10));
+    }
+}
