@@ -25,6 +25,11 @@ fn lossy() -> FaultConfig {
 }
 
 fn make_sim(n: u16, seed: u64, faults: FaultConfig) -> Sim<Node> {
+    make_sim_with(n, seed, faults, true)
+}
+
+/// [`make_sim`] with `Config::ack_exchange_ends` set to `ack_ends`.
+fn make_sim_with(n: u16, seed: u64, faults: FaultConfig, ack_ends: bool) -> Sim<Node> {
     let g = groups(n);
     let mut cfg = SimConfig::lan(seed);
     cfg.faults = faults;
@@ -32,7 +37,8 @@ fn make_sim(n: u16, seed: u64, faults: FaultConfig) -> Sim<Node> {
         let mut mem = Segments::new();
         assert_eq!(mem.expose(Vec::leak(vec![0u8; DATA_LEN])), DATA);
         assert_eq!(mem.expose(Vec::leak(vec![0u8; 64])), BELLS);
-        let c = Config::new(9, 1, i as u16);
+        let mut c = Config::new(9, 1, i as u16);
+        c.ack_exchange_ends = ack_ends;
         let mut node = SimCheetah::setup(c, g, n as usize, dev, clock, mem).unwrap();
         node.register(1, echo);
         node.register(2, record);
@@ -451,4 +457,77 @@ fn a_target_that_computes_after_a_put_or_a_get_is_not_declared_dead() {
     let e = sim.nodes[1].engine();
     common::none_taken_for_dead(e, seed, 0);
     assert!(e.is_quiescent(), "seed {seed:#x}");
+}
+
+/// Frames per operation of a put ping-pong (remote bells only) and of gets (a local
+/// bell only): where the end of an exchange is acked at once (the default) a put
+/// costs its frame and an ack, a get its request, its reply and an ack; where a host
+/// speaks for its processes (`ack_exchange_ends` false), the acks ride on the next
+/// frame back. Puts with a local bell are acked at once either way.
+#[test]
+fn the_ack_of_an_exchange_end_rides_where_the_host_speaks_for_its_processes() {
+    for ack_ends in [true, false] {
+        let seed = 0x51;
+        let mut sim = make_sim_with(2, seed, FaultConfig::default(), ack_ends);
+        let frames = |sim: &Sim<Node>| -> u64 {
+            sim.nodes.iter().map(|n| n.engine().stats().tx_frames).sum()
+        };
+        let iters = 200;
+        let f0 = frames(&sim);
+        for i in 0..iters {
+            sim.nodes[0].put(1, DATA, DATA, 8, 0, bell(1)).unwrap();
+            until(&mut sim, 5, |n, _| bell_of(&mut n[1], 1) > i);
+            sim.nodes[1].put(0, DATA, DATA, 8, 0, bell(1)).unwrap();
+            until(&mut sim, 5, |n, _| bell_of(&mut n[0], 1) > i);
+        }
+        let per_put = (frames(&sim) - f0) as f64 / (2 * iters) as f64;
+        let f0 = frames(&sim);
+        for i in 0..iters {
+            sim.nodes[0].get(1, DATA, DATA + 64, 8, bell(2), 0).unwrap();
+            until(&mut sim, 5, |n, _| bell_of(&mut n[0], 2) > i);
+        }
+        let per_get = (frames(&sim) - f0) as f64 / iters as f64;
+        let want = if ack_ends { (2.0, 3.0) } else { (1.0, 2.0) };
+        assert!(
+            (per_put - want.0).abs() < 0.02 && (per_get - want.1).abs() < 0.02,
+            "seed {seed:#x}, ack_exchange_ends {ack_ends}: {per_put} frames a put, {per_get} a get"
+        );
+        // A put with a local bell asks for its ack: the bell rings at once.
+        let t0 = sim.now();
+        sim.nodes[0].put(1, DATA, DATA, 8, bell(3), 0).unwrap();
+        until(&mut sim, 1, |n, _| bell_of(&mut n[0], 3) == 1);
+        assert!(
+            sim.now() - t0 < Duration::from_micros(15),
+            "seed {seed:#x}: the local bell waited {}",
+            sim.now() - t0
+        );
+        // Everything settles: no op is left waiting for an ack.
+        until(&mut sim, 1, |n, _| {
+            n.iter()
+                .all(|c| c.engine().rma_pending() == 0 && c.engine().is_quiescent())
+        });
+    }
+}
+
+/// With acks left to ride (`ack_exchange_ends` false), a target that takes a put
+/// and computes past the peer timeout owes its ack: its initiator takes it for dead
+/// unless the target's host vouches for it (its beacon), as the hosted one does.
+#[test]
+fn a_computing_target_owing_an_ack_lives_by_its_beacon() {
+    for vouch in [false, true] {
+        let seed = 0xbea;
+        let mut sim = make_sim_with(2, seed, FaultConfig::default(), false);
+        if vouch {
+            sim.net.vouch_for_the_living();
+        }
+        sim.nodes[0].put(1, DATA, DATA, 8, 0, bell(1)).unwrap();
+        until(&mut sim, 1, |nodes, _| bell_of(&mut nodes[1], 1) == 1);
+        common::only(&mut sim, 0, 40);
+        let failed = sim.nodes[0].engine().stats().peers_failed;
+        assert_eq!(failed, u64::from(!vouch), "seed {seed:#x}, vouched {vouch}");
+        if vouch {
+            // Back from computing, the target acks what it owes.
+            until(&mut sim, 5, |n, _| n[0].engine().rma_pending() == 0);
+        }
+    }
 }

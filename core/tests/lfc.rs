@@ -40,11 +40,23 @@ fn upcall(l: &mut SimLfc<'static, St>, r: Received) -> Keep {
 }
 
 fn make_sim(n: u16, seed: u64, faults: FaultConfig, opts: Options) -> Sim<SimLfc<'static, St>> {
+    make_sim_with(n, seed, faults, opts, true)
+}
+
+/// [`make_sim`] with `Config::ack_exchange_ends` set to `ack_ends`.
+fn make_sim_with(
+    n: u16,
+    seed: u64,
+    faults: FaultConfig,
+    opts: Options,
+    ack_ends: bool,
+) -> Sim<SimLfc<'static, St>> {
     let g = groups(n);
     let mut cfg = SimConfig::lan(seed);
     cfg.faults = faults;
     Sim::new(n as usize, cfg, |i, dev, clock| {
-        let c = Config::new(7, 1, i as u16);
+        let mut c = Config::new(7, 1, i as u16);
+        c.ack_exchange_ends = ack_ends;
         SimLfc::init_alloc(c, g, n as usize, dev, clock, opts, upcall, St::default()).unwrap()
     })
 }
@@ -460,22 +472,54 @@ fn internal_packets_do_not_wait_behind_the_programs() {
 
 /// A process that gets its fetch-and-add value and then computes for longer than
 /// the peer timeout without calling in is not declared dead by the counter's owner:
-/// the answer was acknowledged in the poll that took it.
+/// the answer was acknowledged in the poll that took it (the default), or, where
+/// its ack is left to ride on the next frame (`ack_exchange_ends` false, a frame
+/// less per fetch-and-add), the process's host vouches for it (its beacon).
 #[test]
 fn a_process_that_computes_after_a_fetch_and_add_is_not_declared_dead() {
     let seed = 0xfa2;
-    let mut sim = make_sim(2, seed, FaultConfig::default(), Options::default());
-    start_all(&mut sim, seed);
-    let mut h = None;
-    sim.run_until(sim.now() + Duration::from_secs(1), |nodes, _| {
-        let e = nodes[0].engine_mut();
-        let x = *h.get_or_insert_with(|| e.start_fetch_add(1, 1, 0, 1).unwrap());
-        e.fetch_add_result(x).unwrap().is_some()
-    })
-    .unwrap_or_else(|e| panic!("seed {seed:#x}: {e:?}"));
-    // Node 0 computes; node 1, the owner, goes on polling for 40 s.
-    common::only(&mut sim, 1, 40);
-    let e = sim.nodes[1].engine();
-    common::none_taken_for_dead(e, seed, 0);
-    assert!(e.is_quiescent(), "seed {seed:#x}");
+    for ack_ends in [true, false] {
+        let mut sim = make_sim_with(
+            2,
+            seed,
+            FaultConfig::default(),
+            Options::default(),
+            ack_ends,
+        );
+        if !ack_ends {
+            sim.net.vouch_for_the_living();
+        }
+        start_all(&mut sim, seed);
+        let frames = |sim: &Sim<SimLfc<'static, St>>| -> u64 {
+            sim.nodes.iter().map(|n| n.engine().stats().tx_frames).sum()
+        };
+        let f0 = frames(&sim);
+        let mut h = None;
+        sim.run_until(sim.now() + Duration::from_secs(1), |nodes, _| {
+            let e = nodes[0].engine_mut();
+            let x = *h.get_or_insert_with(|| e.start_fetch_add(1, 1, 0, 1).unwrap());
+            e.fetch_add_result(x).unwrap().is_some()
+        })
+        .unwrap_or_else(|e| panic!("seed {seed:#x}: {e:?}"));
+        // Request and answer, and the answer's ack where it goes at once.
+        let want = if ack_ends { 3 } else { 2 };
+        assert_eq!(
+            frames(&sim) - f0,
+            want,
+            "seed {seed:#x}, ack_ends {ack_ends}"
+        );
+        // Node 0 computes; node 1, the owner, goes on polling for 40 s.
+        common::only(&mut sim, 1, 40);
+        let e = sim.nodes[1].engine();
+        common::none_taken_for_dead(e, seed, 0);
+        if ack_ends {
+            assert!(e.is_quiescent(), "seed {seed:#x}");
+        } else {
+            // Node 0 is back and acks what it owes.
+            sim.run_until(sim.now() + Duration::from_secs(5), |n, _| {
+                n[1].engine().is_quiescent()
+            })
+            .unwrap_or_else(|e| panic!("seed {seed:#x}: {e:?}"));
+        }
+    }
 }

@@ -93,6 +93,8 @@ pub fn open(
         // A node whose heartbeat stops for this long is dead (its QEMU ended or hung).
         dead_after: Duration::from_secs(2),
         pid: 0,
+        // VMs share no clock: no beacons, heartbeats alone.
+        host_clock: None,
     };
     let deadline = clock.now() + wait;
     let nic = if rank == 0 {

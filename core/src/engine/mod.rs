@@ -171,6 +171,16 @@ pub struct Config {
     /// send every copy themselves.
     /// Every member of a group must have the same setting.
     pub bcast_tree: Option<Tree>,
+    /// Whether the frame that ends a one-sided exchange (a put's or a get reply's
+    /// last, a fetch-and-add answer) is acknowledged in the poll that takes it even
+    /// where its sender does not ask (it asks where a bell waits for the ack). `true`
+    /// (the default): a process that takes it and then computes without calling in
+    /// owes no ack, and its peer, hearing nothing, would otherwise take it for dead
+    /// after `peer_timeout`. A host that speaks for its processes while they compute
+    /// (a beacon: [`beacon_frame`], [`crate::phy::Device::peer_vouched`]) sets it
+    /// `false`: the ack then rides on the next frame back (a ping-pong's answer, the
+    /// next request) or follows within `ack_delay`, a frame less per operation.
+    pub ack_exchange_ends: bool,
 }
 
 impl Config {
@@ -194,6 +204,7 @@ impl Config {
             auth_key: None,
             device_barrier: false,
             bcast_tree: Some(Tree::Binomial),
+            ack_exchange_ends: true,
         }
     }
 }

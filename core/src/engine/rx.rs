@@ -485,6 +485,15 @@ impl<'a> Engine<'a> {
             return;
         }
         self.took_reliable(now, ci, repr);
+        // The end of a one-sided exchange: see `Config::ack_exchange_ends`.
+        let ends = match repr.kind {
+            Kind::Put | Kind::GetReply => repr.flags.contains(Flags::LAST),
+            Kind::FetchAddReply => true,
+            _ => false,
+        };
+        if ends && self.cfg.ack_exchange_ends {
+            self.chans[ci].ack_now = true;
+        }
         if matches!(
             repr.kind,
             Kind::Data

@@ -1113,8 +1113,11 @@ impl<'t, D: Device> Tx<'t, D> {
         resend: bool,
         mem: &mut dyn Memory,
     ) -> bool {
+        // A last fragment's ack rings the op's bell (a put's local bell, a get
+        // reply's bell at the target): asked for at once where there is one. Else
+        // the receiver decides (`Config::ack_exchange_ends`).
         let mut flags = Flags::RELIABLE;
-        if last || resend || ch.filling() {
+        if (last && o.bell != NO_BELL) || resend || ch.filling() {
             flags |= Flags::ACK_REQ;
         }
         if last {
@@ -1190,9 +1193,16 @@ impl<'t, D: Device> Tx<'t, D> {
         offset: u32,
         port: PortId,
     ) -> bool {
+        // Nobody here waits for a fetch-and-add answer's ack: the asker decides
+        // when it goes (`Config::ack_exchange_ends`).
+        let flags = if kind == Kind::FetchAddReply {
+            Flags::RELIABLE
+        } else {
+            Flags::RELIABLE | Flags::ACK_REQ
+        };
         let repr = Repr {
             kind,
-            flags: Flags::RELIABLE | Flags::ACK_REQ,
+            flags,
             job_key: 0,
             ends: Endpoints {
                 src_port: 0,

@@ -112,9 +112,10 @@
 //! `peer_alive`, and the engine fails sends to it instead of waiting. Such a reader
 //! holding a broadcast board full is marked dead in the node table by the writer, so
 //! the board goes on for the others (no launcher watches a VM's process). A node's
-//! `beacon` word is moved by a helper of its process whatever its program does
-//! ([`Beacon`]): a peer whose beacon moved within [`VOUCH_WINDOW`] is alive though it
-//! does not poll, and `peer_vouched` tells the engine so.
+//! `beacon` word holds the host's clock as a helper of its process last wrote it,
+//! whatever its program does ([`Beacon`]): where the nodes share that clock
+//! ([`NicConfig::host_clock`]), a peer whose beacon beat within [`VOUCH_WINDOW`] is
+//! alive though it does not poll, and `peer_vouched` tells the engine so.
 //!
 //! # Host words
 //!
@@ -604,12 +605,17 @@ impl Geometry {
 }
 
 /// Tunables of a node's NIC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct NicConfig {
     /// A peer whose heartbeat has not moved for this long is dead.
     pub dead_after: Duration,
     /// Process id recorded in the node table (for a launcher's liveness checks).
     pub pid: u32,
+    /// A clock every node of the region reads alike, in nanoseconds (a host's
+    /// `CLOCK_MONOTONIC`): with it, a peer whose [`Beacon`] beat within
+    /// [`VOUCH_WINDOW`] by that clock is alive though it does not poll. `None` (VMs
+    /// on `ivshmem` share no clock): heartbeats alone decide.
+    pub host_clock: Option<fn() -> u64>,
 }
 
 impl Default for NicConfig {
@@ -617,6 +623,7 @@ impl Default for NicConfig {
         NicConfig {
             dead_after: Duration::from_secs(5),
             pid: 0,
+            host_clock: None,
         }
     }
 }
@@ -657,9 +664,6 @@ struct Watch {
     beat: u64,
     since: Instant,
     seen: bool,
-    /// The peer's beacon word as last read, and when it was seen to move.
-    beacon: u64,
-    beacon_since: Option<Instant>,
 }
 
 impl Watch {
@@ -667,25 +671,23 @@ impl Watch {
         beat: 0,
         since: Instant::ZERO,
         seen: false,
-        beacon: 0,
-        beacon_since: None,
     };
 }
 
-/// How recently a peer's beacon must have moved for [`Device::peer_vouched`]
-/// (a [`Beacon`] is meant to beat every few hundred milliseconds).
+/// How recently, by the host's clock ([`NicConfig::host_clock`]), a peer's beacon
+/// must have beaten for [`Device::peer_vouched`] (a [`Beacon`] is meant to beat
+/// every few hundred milliseconds).
 pub const VOUCH_WINDOW: Duration = Duration::from_secs(2);
 
-/// A node's beacon: the `beacon` word of its entry in the node table, which a
-/// helper of the node's process moves whatever its program does (computes,
-/// sleeps), so that a peer waiting for a frame from it knows the process lives
-/// ([`Device::peer_vouched`]) rather than taking silence for death. It holds a
-/// region of its own (another mapping of the same memory), for another thread.
+/// A node's beacon: the `beacon` word of its entry in the node table, in which a
+/// helper of the node's process writes the host's clock whatever its program does
+/// (computes, sleeps), so that a peer waiting for a frame from it knows the process
+/// lives ([`Device::peer_vouched`]) rather than taking silence for death. It holds
+/// a region of its own (another mapping of the same memory), for another thread.
 #[derive(Debug)]
 pub struct Beacon {
     region: Region,
     at: usize,
-    count: u64,
 }
 
 impl Beacon {
@@ -704,18 +706,14 @@ impl Beacon {
         }
         let at = off::NODE_TABLE + 64 * node as usize + off::NODE_BEACON;
         region.u64_at(at)?;
-        Ok(Beacon {
-            region,
-            at,
-            count: 0,
-        })
+        Ok(Beacon { region, at })
     }
 
-    /// Moves the beacon (never to zero, which means "no beacon").
-    pub fn beat(&mut self) {
-        self.count = self.count.wrapping_add(1).max(1);
+    /// Beats: writes `now`, the host's clock ([`NicConfig::host_clock`]; zero
+    /// means "never beat").
+    pub fn beat(&mut self, now: u64) {
         if let Ok(w) = self.region.u64_at(self.at) {
-            w.store(self.count, Ordering::Relaxed);
+            w.store(now.max(1), Ordering::Relaxed);
         }
     }
 }
@@ -899,21 +897,17 @@ impl MyriNic {
         self.region.u64_at(self.geo.node_entry(node) + field).ok()
     }
 
-    /// Reads node `p`'s beacon word: whether it has been seen to move within
-    /// [`VOUCH_WINDOW`] (the first reading only notes where it stands).
-    fn beacon_moved(&mut self, now: Instant, p: u32) -> bool {
+    /// Whether node `p`'s beacon beat within [`VOUCH_WINDOW`] by the host's clock
+    /// (never without one, or for a node whose beacon never beat).
+    fn beacon_fresh(&self, p: u32) -> bool {
+        let Some(clock) = self.cfg.host_clock else {
+            return false;
+        };
         let b = self
             .node_dword(p, off::NODE_BEACON)
             .map_or(0, |w| w.load(Ordering::Relaxed));
-        let Some(w) = self.watch.get_mut(p as usize) else {
-            return false;
-        };
-        if b != w.beacon {
-            // Zero: never beaten (a node without a beacon, or not yet).
-            w.beacon_since = (w.beacon != 0 || w.beacon_since.is_some()).then_some(now);
-            w.beacon = b;
-        }
-        w.beacon_since.is_some_and(|t| now - t < VOUCH_WINDOW)
+        // A beat read a moment before our clock is fresh too (no wrap).
+        b != 0 && clock().saturating_sub(b) < VOUCH_WINDOW.total_nanos()
     }
 
     /// A node's state word.
@@ -1842,7 +1836,6 @@ impl Device for MyriNic {
         if self.state(p) != NodeState::Alive {
             return false;
         }
-        let vouched = self.beacon_moved(now, p);
         let beat = self
             .node_dword(p, off::NODE_HEARTBEAT)
             .map_or(0, |h| h.load(Ordering::Relaxed));
@@ -1853,13 +1846,15 @@ impl Device for MyriNic {
             (w.beat, w.since, w.seen) = (beat, now, true);
             return true;
         }
-        // A program that computes does not poll, but its process's beacon moves.
-        now - w.since < self.cfg.dead_after || vouched
+        // The heartbeat stands still: a program that computes does not poll, but
+        // its process's beacon moves (read only now: a polling peer costs nothing).
+        now - w.since < self.cfg.dead_after || self.beacon_fresh(p)
     }
 
     fn peer_vouched(&mut self, now: Instant, peer: NodeAddr) -> bool {
         let p = peer.0 as u32;
-        self.state(p) == NodeState::Alive && self.beacon_moved(now, p)
+        let _ = now;
+        self.state(p) == NodeState::Alive && self.beacon_fresh(p)
     }
 }
 

@@ -359,53 +359,74 @@ fn fetch_and_add_lives_in_the_owners_nic_memory() {
     assert_eq!(a.fetch_and_add(5, 0, 1), Err(MyriError::BadNode));
 }
 
+/// The host's clock of the beacon test (nanoseconds), set by the test.
+static HOST_NOW: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+fn host_now() -> u64 {
+    HOST_NOW.load(Ordering::Relaxed)
+}
+
 /// A process whose program computes (no receive poll, so no heartbeat) while its
-/// beacon moves is vouched for and stays alive past `dead_after`; once the beacon
-/// stops it is neither after the vouching window; a node that left is never.
+/// beacon beats is vouched for and stays alive past `dead_after`; once the beacon
+/// stops it is neither after the vouching window; a node that left is never, and
+/// without a shared clock no beacon counts.
 #[test]
 fn a_beacon_vouches_for_a_node_that_does_not_poll() {
     let mem = Mem::new(geo().region_len().unwrap());
     let cfg = NicConfig {
         dead_after: Duration::from_millis(10),
         pid: 1,
+        host_clock: Some(host_now),
     };
     let mut a = MyriNic::create(mem.region(), geo(), 0, 7, cfg).unwrap();
     let b = MyriNic::attach(mem.region(), 1, 7, cfg).unwrap();
     let c = MyriNic::attach(mem.region(), 2, 7, cfg).unwrap();
     let t = |ms| Instant::from_millis(ms);
+    let ms = |ms: u64| ms * 1_000_000;
     let peer = NodeAddr(1);
+    HOST_NOW.store(ms(1_000), Ordering::Relaxed);
     assert!(!a.peer_vouched(t(0), peer), "no beacon yet");
+    assert!(a.peer_alive(t(0), peer));
+    assert!(!a.peer_alive(t(20), peer), "no heartbeat, no beacon: dead");
     assert!(
         Beacon::new(mem.region(), 3).is_err(),
         "node 3 is not in the region"
     );
     let mut beacon = Beacon::new(mem.region(), 1).unwrap();
-    beacon.beat();
-    assert!(
-        !a.peer_vouched(t(1), peer),
-        "the first reading only notes where the beacon stands"
-    );
-    assert!(a.peer_alive(t(1), peer));
-    for ms in (100..3_000).step_by(100) {
-        beacon.beat();
-        assert!(a.peer_vouched(t(ms), peer), "beating at {ms} ms");
+    for k in 0..30 {
+        // The host's clock and the engine's run apart; only the host's counts.
+        HOST_NOW.store(ms(1_000 + 100 * k), Ordering::Relaxed);
+        beacon.beat(host_now());
+        HOST_NOW.store(ms(1_050 + 100 * k), Ordering::Relaxed);
+        assert!(a.peer_vouched(t(100 * k), peer), "beating, at {k}");
         assert!(
-            a.peer_alive(t(ms + 1), peer),
-            "alive past dead_after at {ms} ms"
+            a.peer_alive(t(100 * k + 30), peer),
+            "alive past dead_after at {k}"
         );
     }
     // The process stops (killed without cleanup, its state still alive).
-    let quiet = 2_900 + VOUCH_WINDOW.total_micros() / 1000;
-    assert!(a.peer_vouched(t(quiet - 1), peer), "within the window");
-    assert!(!a.peer_vouched(t(quiet), peer), "still for the window");
-    assert!(!a.peer_alive(t(quiet), peer), "and for dead_after");
-    // A node that left is not vouched for, whatever its beacon does.
+    let last = ms(1_000 + 100 * 29);
+    HOST_NOW.store(last + VOUCH_WINDOW.total_nanos() - 1, Ordering::Relaxed);
+    assert!(a.peer_vouched(t(5_000), peer), "within the window");
+    HOST_NOW.store(last + VOUCH_WINDOW.total_nanos(), Ordering::Relaxed);
+    assert!(!a.peer_vouched(t(5_000), peer), "still for the window");
+    assert!(!a.peer_alive(t(5_000), peer), "and for dead_after");
+    // A node that left is not vouched for, whatever its beacon says.
     let mut gone = Beacon::new(mem.region(), 2).unwrap();
     drop(c);
-    for ms in [4_000, 4_100, 4_200] {
-        gone.beat();
-        assert!(!a.peer_vouched(t(ms), NodeAddr(2)));
-    }
+    gone.beat(host_now());
+    assert!(!a.peer_vouched(t(5_000), NodeAddr(2)));
+    // Without a shared clock the beacon says nothing.
+    let mem2 = Mem::new(geo().region_len().unwrap());
+    let plain = NicConfig {
+        host_clock: None,
+        ..cfg
+    };
+    let mut x = MyriNic::create(mem2.region(), geo(), 0, 8, plain).unwrap();
+    let _y = MyriNic::attach(mem2.region(), 1, 8, plain).unwrap();
+    let mut yb = Beacon::new(mem2.region(), 1).unwrap();
+    yb.beat(host_now());
+    assert!(!x.peer_vouched(t(0), peer));
     drop(b);
 }
 
@@ -415,6 +436,7 @@ fn dead_and_departed_peers_are_reported() {
     let cfg = NicConfig {
         dead_after: Duration::from_millis(10),
         pid: 1,
+        host_clock: None,
     };
     let mut a = MyriNic::create(mem.region(), geo(), 0, 7, cfg).unwrap();
     let mut b = MyriNic::attach(mem.region(), 1, 7, cfg).unwrap();

@@ -7,10 +7,11 @@
 //! for a minute would get `SENDFAILURE`. So every hosted process runs a helper
 //! thread that speaks for it without touching its engine:
 //!
-//! - on `shm`, it moves the node's beacon word in the region every [`TICK`]
-//!   ([`volley_myri::Beacon`]); a peer's device vouches for a node whose beacon
-//!   moved lately (`Device::peer_vouched`), and its engine then waits rather than
-//!   declares it dead;
+//! - on `shm`, it writes the host's clock ([`host_clock`]) into the node's beacon
+//!   word in the region every [`TICK`] ([`volley_myri::Beacon`]); a peer's device
+//!   vouches for a node whose beacon beat within the last 2 s
+//!   (`Device::peer_vouched`), and its engine then waits rather than declares it
+//!   dead;
 //! - on `udp` and `eth`, once the program has not polled for a [`TICK`], it sends
 //!   every peer a beacon frame every `VOLLEY_PEER_TIMEOUT / 4` (at most 1 s): an
 //!   empty ack under the job's key and tag (`volley_core::engine::beacon_frame`),
@@ -101,6 +102,18 @@ impl Drop for Helper {
     }
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process of the host (the
+/// `shm` beacons' time, [`volley_myri::NicConfig::host_clock`]).
+pub fn host_clock() -> u64 {
+    // SAFETY: a zeroed timespec is valid; clock_gettime only writes it.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid clock id and a live timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    (t.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(t.tv_nsec as u64)
+}
+
 /// Says on stderr that this process goes without a beacon, and what that means.
 pub(crate) fn without(why: &str) {
     eprintln!(
@@ -125,7 +138,7 @@ fn run(mut sink: Sink, stop: &AtomicBool, sent: &AtomicU64) {
     while !stop.load(Ordering::Acquire) {
         match &mut sink {
             Sink::Word { beacon, .. } => {
-                beacon.beat();
+                beacon.beat(host_clock());
                 sent.fetch_add(1, Ordering::Relaxed);
             }
             Sink::Frames {

@@ -910,6 +910,11 @@ impl EthDevice {
         self.beacon.as_ref().map_or(0, |b| b.sent())
     }
 
+    /// Whether the beacon helper runs.
+    pub fn has_beacon(&self) -> bool {
+        self.beacon.is_some()
+    }
+
     /// Counters.
     pub fn stats(&self) -> EthStats {
         self.stats

@@ -25,6 +25,17 @@ pub enum HostDevice {
     Eth(Box<EthDevice>),
 }
 
+impl HostDevice {
+    /// Whether this process's beacon helper runs ([`crate::beacon`]).
+    pub fn has_beacon(&self) -> bool {
+        match self {
+            HostDevice::Shm(d) => d.has_beacon(),
+            HostDevice::Udp(d) => d.has_beacon(),
+            HostDevice::Eth(d) => d.has_beacon(),
+        }
+    }
+}
+
 /// A received frame from any fabric.
 #[derive(Debug)]
 pub enum HostRx<'a> {
@@ -392,8 +403,9 @@ pub fn engine_setup(
     // In this order, so that each setting's error comes before the next one's.
     let groups = groups(boot.size)?;
     let mut dev = open_device(boot, fabric)?;
-    let cfg = engine_config(boot, fabric, groups, &dev)?;
+    let mut cfg = engine_config(boot, fabric, groups, &dev)?;
     start_beacon(&mut dev, &cfg, groups, boot.size);
+    cfg.ack_exchange_ends = !dev.has_beacon();
     Ok((groups, cfg, dev))
 }
 
@@ -442,6 +454,9 @@ pub fn engine_config(
     crate::clock::check_setting()?;
     let mut cfg = Config::new(job_key, group, node);
     cfg.peer_timeout = peer_timeout()?;
+    // A process whose beacon speaks for it while it computes need not ack the end
+    // of a one-sided exchange at once (see `crate::beacon`).
+    cfg.ack_exchange_ends = !dev.has_beacon();
     cfg.device_barrier = device_barrier()?;
     cfg.bcast_tree = bcast_tree()?;
     // Frames that cross a network are authenticated under the job secret; shared

@@ -410,6 +410,7 @@ impl ShmDevice {
         let cfg = NicConfig {
             pid: std::process::id(),
             dead_after: opts.peer_timeout,
+            host_clock: Some(crate::beacon::host_clock),
         };
         let me = boot.rank as u32;
         let (dev, dir) = if boot.rank == 0 {
@@ -547,6 +548,11 @@ impl ShmDevice {
     /// Beats of this process's beacon so far.
     pub fn beacons_sent(&self) -> u64 {
         self.beacon.as_ref().map_or(0, |b| b.sent())
+    }
+
+    /// Whether the beacon helper runs.
+    pub fn has_beacon(&self) -> bool {
+        self.beacon.is_some()
     }
 }
 

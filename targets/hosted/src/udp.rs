@@ -439,6 +439,11 @@ impl UdpDevice {
         self.beacon.as_ref().map_or(0, |b| b.sent())
     }
 
+    /// Whether the beacon helper runs.
+    pub fn has_beacon(&self) -> bool {
+        self.beacon.is_some()
+    }
+
     /// Counters.
     pub fn stats(&self) -> UdpStats {
         self.stats
