@@ -602,6 +602,46 @@ fn cheetah_static_variables_name_the_same_variable_in_every_context() {
     }
 }
 
+/// Cheetah contexts that compute for 2 s between puts and gets through the fabric,
+/// under a 1 s peer timeout, each owing the other an ack meanwhile: their beacons
+/// keep both alive (without them each takes the other for dead), on both fabrics.
+#[test]
+fn cheetah_contexts_that_compute_past_the_peer_timeout_are_not_taken_for_dead() {
+    let prog = program("cheetah_compute");
+    let _g = serial();
+    for fabric in ["shm", "udp"] {
+        let o = Command::new(VOLLEY)
+            .args([
+                "run",
+                "-n",
+                "2",
+                "--fabric",
+                fabric,
+                "--timeout",
+                "60",
+                "--",
+            ])
+            .arg(&prog)
+            .arg("2000")
+            .env("VOLLEY_CHEETAH_DIRECT", "0")
+            .env("VOLLEY_PEER_TIMEOUT", "1")
+            .output()
+            .expect("volley runs");
+        let t = text(&o);
+        assert!(o.status.success(), "{fabric}: {t}");
+        assert!(
+            t.contains("[0] context 0: answer came after context 1 computed 2000 ms"),
+            "{fabric}: {t}"
+        );
+        for c in 0..2 {
+            assert!(
+                t.contains(&format!("[{c}] context {c}: nobody was taken for dead")),
+                "{fabric}: {t}"
+            );
+        }
+    }
+}
+
 #[test]
 fn cheetah_puts_and_gets_complete_while_the_target_never_polls() {
     let prog = program("cheetah_onesided");
