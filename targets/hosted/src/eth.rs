@@ -977,9 +977,17 @@ impl EthDevice {
             return;
         }
         // SAFETY: a valid socket; a zero-length send tells the kernel to walk the ring.
-        let r = unsafe { libc::send(self.fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
+        let r = unsafe {
+            crate::sys::sendto(
+                self.fd.as_raw_fd(),
+                std::ptr::null(),
+                0,
+                libc::MSG_DONTWAIT,
+                std::ptr::null(),
+                0,
+            )
+        };
+        if let Err(e) = r {
             // ENOBUFS/EAGAIN: the frames stay queued and go with the next kick.
             if !matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS)) {
                 self.stats.tx_errors += 1;
@@ -1314,9 +1322,8 @@ impl Device for EthDevice {
         msg.msg_iovlen = n as _;
         // SAFETY: a valid socket; `msg` points at `n` iovecs over live slices that
         // the kernel only reads during the call.
-        let r = unsafe { libc::sendmsg(self.gather.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
+        let r = unsafe { crate::sys::sendmsg(self.gather.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
+        if let Err(e) = r {
             if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS)) {
                 return false;
             }

@@ -104,6 +104,7 @@ impl Device for HostDevice {
         }
     }
 
+    #[inline]
     fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<HostTx<'_>> {
         match self {
             HostDevice::Shm(d) => d.transmit(now, dst).map(HostTx::Shm),

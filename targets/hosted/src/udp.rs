@@ -633,12 +633,7 @@ fn send_segmented(
     }
     // SAFETY: a valid socket; `msg` points at live buffers (address, one iovec over
     // `buf`, the control message) that the kernel only reads during the call.
-    let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
-    if r < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
-    }
+    unsafe { crate::sys::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_DONTWAIT) }
 }
 
 /// Turns `UDP_GRO` on or off; `false` if the kernel refuses.
@@ -674,10 +669,7 @@ fn recv_msg(
     msg.msg_controllen = std::mem::size_of_val(control) as _;
     // SAFETY: a valid socket; `msg` points at live, writable buffers of the sizes it
     // gives (address, one iovec over `buf`, control), written only during the call.
-    let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, flags) };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let r = unsafe { crate::sys::recvmsg(sock.as_raw_fd(), &mut msg, flags) }?;
     // SAFETY: walking the control buffer the kernel filled (`msg_controllen` bytes
     // of `control`) with its macros; each message's data ends where its length says.
     unsafe {
@@ -695,7 +687,7 @@ fn recv_msg(
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    Ok((r as usize, v4(&from), msg.msg_flags))
+    Ok((r, v4(&from), msg.msg_flags))
 }
 
 /// One read into `buf`: bytes read, sender, and the size of the datagrams they are
@@ -740,8 +732,8 @@ fn recv_plain(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, Socke
     // SAFETY: a valid socket; `buf` and `from` are live and writable for the sizes
     // given, written only during the call. With MSG_TRUNC the result is the
     // datagram's whole length, which may exceed `buf`.
-    let r = unsafe {
-        libc::recvfrom(
+    let n = unsafe {
+        crate::sys::recvfrom(
             sock.as_raw_fd(),
             buf.as_mut_ptr() as *mut libc::c_void,
             buf.len(),
@@ -749,11 +741,7 @@ fn recv_plain(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, Socke
             &mut from as *mut libc::sockaddr_in as *mut libc::sockaddr,
             &mut len,
         )
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let n = r as usize;
+    }?;
     if n > buf.len() {
         return Err(std::io::Error::new(
             ErrorKind::InvalidData,
@@ -831,9 +819,9 @@ impl UdpDevice {
         let n = u64::from(b.count);
         let frames = &b.buf[..b.len];
         let to = &self.peer_addrs[usize::from(b.to)];
-        let sock = socket2::SockRef::from(&self.sock);
+        let fd = self.sock.as_raw_fd();
         let sent = if b.count == 1 {
-            sock.send_to(frames, to)
+            crate::sys::send_to(fd, frames, to)
         } else {
             match send_segmented(&self.sock, to, frames, b.seg as u16) {
                 Ok(r) => {
@@ -849,7 +837,7 @@ impl UdpDevice {
                 {
                     self.gso = false;
                     for f in frames.chunks(b.seg) {
-                        let sent = sock.send_to(f, to);
+                        let sent = crate::sys::send_to(fd, f, to);
                         count_send(sent, 1, &self.sock, &mut self.life, &mut self.stats);
                     }
                     b.count = 0;
@@ -975,12 +963,26 @@ impl Device for UdpDevice {
             self.stats.tx_errors += 1;
             return true;
         }
-        let mut iov = [std::io::IoSlice::new(&[]); 8];
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 8];
         for (v, p) in iov.iter_mut().zip(parts) {
-            *v = std::io::IoSlice::new(p);
+            *v = libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            };
         }
         let to = &self.peer_addrs[usize::from(dst.0)];
-        let sent = socket2::SockRef::from(&self.sock).send_to_vectored(&iov[..parts.len()], to);
+        // SAFETY: a zeroed msghdr is valid (no address, no control data yet).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = to.as_ptr() as *mut libc::c_void;
+        msg.msg_namelen = to.len();
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = parts.len() as _;
+        // SAFETY: a valid socket; `msg` points at the address and `parts.len()`
+        // iovecs over live slices, which the kernel only reads during the call.
+        let sent = unsafe { crate::sys::sendmsg(self.sock.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
         match sent {
             // The send buffer is full: the engine offers the frame again next pass
             // instead of losing it to a retransmission timeout.

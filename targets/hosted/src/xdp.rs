@@ -515,8 +515,8 @@ impl Xsk {
 
     fn wake_rx(&mut self) {
         // SAFETY: a valid socket; a zero-length receive only wakes the driver.
-        unsafe {
-            libc::recvfrom(
+        let _ = unsafe {
+            crate::sys::recvfrom(
                 self.fd.as_raw_fd(),
                 std::ptr::null_mut(),
                 0,
@@ -604,7 +604,7 @@ impl Xsk {
         }
         // SAFETY: a valid socket; an empty send tells the kernel to walk the ring.
         let r = unsafe {
-            libc::sendto(
+            crate::sys::sendto(
                 self.fd.as_raw_fd(),
                 std::ptr::null(),
                 0,
@@ -614,13 +614,13 @@ impl Xsk {
             )
         };
         self.stats.kicks += 1;
-        if r < 0
-            && !matches!(
-                std::io::Error::last_os_error().raw_os_error(),
+        if let Err(e) = r {
+            if !matches!(
+                e.raw_os_error(),
                 Some(libc::EAGAIN) | Some(libc::EBUSY) | Some(libc::ENOBUFS)
-            )
-        {
-            self.stats.tx_errors += 1;
+            ) {
+                self.stats.tx_errors += 1;
+            }
         }
         // The kernel takes at most a batch a call: the rest goes at the next kick.
         self.tx_pending = self
