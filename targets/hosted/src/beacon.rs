@@ -114,6 +114,22 @@ pub fn host_clock() -> u64 {
         .wrapping_add(t.tv_nsec as u64)
 }
 
+/// A helper sending `frames` through `send` while the program does not poll
+/// ([`Sink::Frames`]).
+pub(crate) fn send_frames(
+    send: impl FnMut(usize, &[u8]) + Send + 'static,
+    frames: Vec<Vec<u8>>,
+    polled: &Arc<AtomicU64>,
+    every: Duration,
+) -> Option<Helper> {
+    Helper::spawn(Sink::Frames {
+        send: Box::new(send),
+        frames,
+        polled: polled.clone(),
+        every,
+    })
+}
+
 /// Says on stderr that this process goes without a beacon, and what that means.
 pub(crate) fn without(why: &str) {
     eprintln!(

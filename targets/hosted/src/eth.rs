@@ -896,12 +896,7 @@ impl EthDevice {
                 )
             };
         };
-        self.beacon = crate::beacon::Helper::spawn(crate::beacon::Sink::Frames {
-            send: Box::new(send),
-            frames,
-            polled: self.polled.clone(),
-            every,
-        });
+        self.beacon = crate::beacon::send_frames(send, frames, &self.polled, every);
         self.beacon.is_some()
     }
 
@@ -976,18 +971,7 @@ impl EthDevice {
         if self.tx_pending == 0 {
             return;
         }
-        // SAFETY: a valid socket; a zero-length send tells the kernel to walk the ring.
-        let r = unsafe {
-            crate::sys::sendto(
-                self.fd.as_raw_fd(),
-                std::ptr::null(),
-                0,
-                libc::MSG_DONTWAIT,
-                std::ptr::null(),
-                0,
-            )
-        };
-        if let Err(e) = r {
+        if let Err(e) = crate::sys::kick(self.fd.as_raw_fd()) {
             // ENOBUFS/EAGAIN: the frames stay queued and go with the next kick.
             if !matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS)) {
                 self.stats.tx_errors += 1;

@@ -86,6 +86,22 @@ pub(crate) unsafe fn recvmsg(
     cvt(unsafe { libc::syscall(libc::SYS_recvmsg, fd, msg, flags) })
 }
 
+/// An empty `send(2)`: tells the kernel to walk a socket's transmit ring (a
+/// packet ring, an `AF_XDP` ring).
+pub(crate) fn kick(fd: RawFd) -> io::Result<usize> {
+    // SAFETY: no buffer and no address: nothing is read.
+    unsafe {
+        sendto(
+            fd,
+            std::ptr::null(),
+            0,
+            libc::MSG_DONTWAIT,
+            std::ptr::null(),
+            0,
+        )
+    }
+}
+
 /// `sendto(2)` of `buf` to `to`.
 pub(crate) fn send_to(fd: RawFd, buf: &[u8], to: &socket2::SockAddr) -> io::Result<usize> {
     // SAFETY: `buf` and the address are live for the call and only read.

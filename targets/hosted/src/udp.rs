@@ -425,12 +425,8 @@ impl UdpDevice {
                 let _ = socket2::SockRef::from(&sock).send_to(f, a);
             }
         };
-        self.beacon = crate::beacon::Helper::spawn(crate::beacon::Sink::Frames {
-            send: Box::new(send),
-            frames: to.into_iter().map(|(_, f)| f).collect(),
-            polled: self.polled.clone(),
-            every,
-        });
+        let frames = to.into_iter().map(|(_, f)| f).collect();
+        self.beacon = crate::beacon::send_frames(send, frames, &self.polled, every);
         self.beacon.is_some()
     }
 

@@ -602,17 +602,7 @@ impl Xsk {
             self.tx_pending = 0;
             return;
         }
-        // SAFETY: a valid socket; an empty send tells the kernel to walk the ring.
-        let r = unsafe {
-            crate::sys::sendto(
-                self.fd.as_raw_fd(),
-                std::ptr::null(),
-                0,
-                libc::MSG_DONTWAIT,
-                std::ptr::null(),
-                0,
-            )
-        };
+        let r = crate::sys::kick(self.fd.as_raw_fd());
         self.stats.kicks += 1;
         if let Err(e) = r {
             if !matches!(
