@@ -1,8 +1,9 @@
 //! `volley bench --peers`: MPICH and UCX measured on this machine beside Volley, in
 //! interleaved rounds. MPICH runs a bundled MPI ping-pong ([`MPI_PINGPONG`], built
 //! with `mpicc.mpich`); UCX runs `ucx_perftest` (`ucp_am_lat` at 8 B and 1 MiB,
-//! `tag_bw`) over `posix,self` (beside `shm`) and `tcp` (beside `udp`). A peer that is
-//! not installed is named, with its Debian package, and skipped.
+//! `tag_bw`) over `tcp` beside `udp` and `eth`, and beside `shm` over `posix,self` at
+//! 8 B and `posix,cma,self` at 1 MiB ([`ucx_tls`]). A peer that is not installed is
+//! named, with its Debian package, and skipped.
 //!
 //! Each peer's processes are pinned as Volley's ranks are ([`crate::programs::pin`]):
 //! process *r* on core *r*, so that both sides cross the same pair of cores and a
@@ -83,13 +84,13 @@ impl Peers {
             }
         }
         if let Some(ucx) = &self.ucx {
-            let tls = if fabric == "shm" { "posix,self" } else { "tcp" };
             let tests = [
                 ("ucp_am_lat", 8, iters),
                 ("ucp_am_lat", 1 << 20, (iters / 100).max(1)),
                 ("tag_bw", 1 << 20, rounds * 32),
             ];
             for (test, bytes, n) in tests {
+                let tls = ucx_tls(fabric, bytes);
                 match ucx_perftest(ucx, tls, test, bytes, n) {
                     Ok(v) => rows.push(Row {
                         fabric: fabric.into(),
@@ -106,6 +107,18 @@ impl Peers {
             }
         }
         rows
+    }
+}
+
+/// The transports UCX gets beside `fabric` for a `bytes` message: on one host,
+/// shared memory for small messages and, for large ones, also CMA (a single copy
+/// with `process_vm_readv`, UCX's zero-copy rendezvous there, as Volley's `shm`
+/// has); across hosts, TCP.
+fn ucx_tls(fabric: &str, bytes: usize) -> &'static str {
+    match fabric {
+        "shm" if bytes >= 1 << 16 => "posix,cma,self",
+        "shm" => "posix,self",
+        _ => "tcp",
     }
 }
 
@@ -313,6 +326,14 @@ fn ucx_perftest(exe: &Path, tls: &str, test: &str, bytes: usize, n: usize) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ucx_copies_large_messages_once_beside_shm() {
+        assert_eq!(ucx_tls("shm", 8), "posix,self");
+        assert_eq!(ucx_tls("shm", 1 << 20), "posix,cma,self");
+        assert_eq!(ucx_tls("udp", 1 << 20), "tcp");
+        assert_eq!(ucx_tls("eth", 8), "tcp");
+    }
 
     #[test]
     fn peers_run_on_the_cores_volleys_ranks_run_on() {
