@@ -17,19 +17,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::Instant as WallInstant;
 
-use volley_core::engine::{Config, Group, Members};
-use volley_core::gamma::{Gamma, Upcall, GO_BACK};
 use volley_core::phy::{Device, RxToken, TxToken};
-use volley_core::time::{Instant, StdClock};
+use volley_core::time::Instant;
 use volley_core::NodeAddr;
 use volley_myri::{Geometry, MyriError, MyriNic, NicConfig, Region};
 
-type G = Gamma<'static, MyriNic, StdClock, u64>;
-
-static GROUPS: &[Group<'static>] = &[Group {
-    id: 1,
-    members: Members::Range { first: 0, count: 2 },
-}];
+// The pair's other helpers make both ends on one thread; only `gamma` is used here.
+#[allow(dead_code)]
+#[path = "../tests/pair/mod.rs"]
+mod pair;
+use pair::gamma;
 
 const ROUNDS: usize = 9;
 const TESTS: [&str; 3] = [
@@ -74,19 +71,6 @@ fn nic(base: usize, len: usize, geo: Geometry, me: u32) -> MyriNic {
     }
 }
 
-fn on_msg(u: &mut Upcall<'_, '_, u64>) {
-    *u.state() += 1;
-}
-
-fn gamma(nic: MyriNic, me: u16) -> G {
-    let cfg = Config::new(9, 1, me);
-    let mut g = Gamma::init_alloc(cfg, GROUPS, 2, nic, StdClock::default(), 0).unwrap();
-    let buf: &'static mut [u8] = Vec::leak(vec![0u8; 4096]);
-    g.set_active_port(1, 1 - me, 1, 1, Some(on_msg), None, 1, GO_BACK, Some(buf))
-        .unwrap();
-    g
-}
-
 /// One side: `me` 0 starts each round trip and times it; returns its per-round
 /// one-way times, by test.
 #[allow(clippy::too_many_arguments)]
@@ -110,7 +94,7 @@ fn side(
         )
     };
     let mut raw = nic(ring.0, ring.1, geo, me as u32);
-    let mut g = gamma(nic(gam.0, gam.1, geo, me as u32), me);
+    let mut g = gamma(nic(gam.0, gam.1, geo, me as u32), me, None);
     let peer = NodeAddr(1 - me);
     let now = Instant::ZERO;
     let mut out = vec![Vec::new(); TESTS.len()];

@@ -1,5 +1,6 @@
 //! Two endpoints of each personality on one Myrinet-like region, as two ranks of
-//! hosted `shm` would be: shared by the `engine_cost` bench (`#[path]`) and the
+//! hosted `shm` would be: shared by the `engine_cost` and `cross_core` benches
+//! (`#[path]`) and the
 //! `steady_state_allocs` test. Not a test target of its own (Cargo takes only
 //! `tests/*.rs`).
 
@@ -56,16 +57,19 @@ pub fn gammas() -> (G, G) {
 /// network (`udp`, `eth`).
 pub fn gammas_with(key: Option<[u8; 16]>) -> (G, G) {
     let (a, b) = nics();
-    let mk = |nic, me: u16| -> G {
-        let mut cfg = Config::new(9, 1, me);
-        cfg.auth_key = key;
-        let mut g = Gamma::init_alloc(cfg, GROUPS, 2, nic, StdClock::default(), 0).unwrap();
-        let buf: &'static mut [u8] = Vec::leak(vec![0u8; 4096]);
-        g.set_active_port(1, 1 - me, 1, 1, Some(on_msg), None, 1, GO_BACK, Some(buf))
-            .unwrap();
-        g
-    };
-    (mk(a, 0), mk(b, 1))
+    (gamma(a, 0, key), gamma(b, 1, key))
+}
+
+/// Instance `me` (0 or 1) of the pair on `nic`: port 1 bound to the other's, as
+/// [`gammas_with`] makes them (for benches that make each end on its own thread).
+pub fn gamma(nic: MyriNic, me: u16, key: Option<[u8; 16]>) -> G {
+    let mut cfg = Config::new(9, 1, me);
+    cfg.auth_key = key;
+    let mut g = Gamma::init_alloc(cfg, GROUPS, 2, nic, StdClock::default(), 0).unwrap();
+    let buf: &'static mut [u8] = Vec::leak(vec![0u8; 4096]);
+    g.set_active_port(1, 1 - me, 1, 1, Some(on_msg), None, 1, GO_BACK, Some(buf))
+        .unwrap();
+    g
 }
 
 fn on_packet(l: &mut L, _r: Received) -> Keep {
