@@ -45,6 +45,20 @@ fn leaked(len: usize) -> usize {
     p as usize
 }
 
+/// Whether this process may run on core `cpu`.
+fn allowed(cpu: usize) -> bool {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return false;
+    }
+    // SAFETY: a zeroed cpu_set_t is a valid empty set that sched_getaffinity fills;
+    // CPU_ISSET reads a bit inside it (`cpu` is below CPU_SETSIZE).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0
+            && libc::CPU_ISSET(cpu, &set)
+    }
+}
+
 fn pin(cpu: usize) {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it.
     unsafe {
@@ -168,6 +182,14 @@ fn main() {
         args.get(1).copied().unwrap_or(1),
     );
     let iters = args.get(2).copied().unwrap_or(20_000).max(1);
+    // Checked before the threads start: one that cannot pin would leave the other
+    // waiting at the first round's barrier.
+    for cpu in [a, b] {
+        if !allowed(cpu) {
+            eprintln!("cross_core: core {cpu} is not one this process may run on");
+            std::process::exit(2);
+        }
+    }
     // The hosted `shm` fabric's geometry for a few ranks (as `engine_cost`'s pair).
     let geo = Geometry::new(2, 32, 64 * 1024).unwrap();
     let len = geo.region_len().unwrap();
