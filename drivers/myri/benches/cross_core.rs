@@ -9,7 +9,8 @@
 //! cores 0 and 1, 20000 round trips a round): two threads pinned to the two cores run
 //! 9 rounds of the three tests, interleaved so that drift of the machine shows as
 //! spread, and print each test's median over the rounds (one-way nanoseconds), its
-//! spread and its ratio to the flag.
+//! spread and its ratio to the flag. `VOLLEY_BENCH_NODES=N` (2 to 64) puts the two
+//! ends on a region of `N` nodes, whose rings and boards every poll looks at.
 
 use std::alloc::{alloc_zeroed, Layout};
 use std::hint::black_box;
@@ -22,7 +23,8 @@ use volley_core::time::Instant;
 use volley_core::NodeAddr;
 use volley_myri::{Geometry, MyriError, MyriNic, NicConfig, Region};
 
-// The pair's other helpers make both ends on one thread; only `gamma` is used here.
+// The pair's other helpers make both ends on one thread; only `gamma` and
+// `geometry` are used here.
 #[allow(dead_code)]
 #[path = "../tests/pair/mod.rs"]
 mod pair;
@@ -190,8 +192,8 @@ fn main() {
             std::process::exit(2);
         }
     }
-    // The hosted `shm` fabric's geometry for a few ranks (as `engine_cost`'s pair).
-    let geo = Geometry::new(2, 32, 64 * 1024).unwrap();
+    // The hosted `shm` fabric's geometry (as `engine_cost`'s pair).
+    let geo = pair::geometry();
     let len = geo.region_len().unwrap();
     let (flag, ring, gam) = (leaked(4096), (leaked(len), len), (leaked(len), len));
     let go = Barrier::new(2);

@@ -21,7 +21,9 @@
 //! `--toggle-collect='*sent_eager_single*'` leaves out what a reliable sender does
 //! once its frame is out (the operation filled in, the copy, the timer): what is
 //! left is the message's latency path, from the send call to the end of the
-//! handler.
+//! handler. `VOLLEY_BENCH_NODES=N` (2 to 64) runs the pair on a region of `N`
+//! nodes, as two ranks of a larger `shm` job: every poll looks at each node's ring
+//! and board.
 
 use std::hint::black_box;
 use std::time::Instant as WallInstant;

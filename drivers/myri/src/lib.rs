@@ -1230,15 +1230,34 @@ impl MyriNic {
         unsafe { self.region.u64_unchecked(at) }.store(self.beat, Ordering::Relaxed);
     }
 
-    /// Whether `root`'s board holds a frame we have not read.
+    /// The first root of `from..to` (to at most the node count), not us, whose
+    /// board holds a frame we have not read. One load per board: its place is
+    /// stepped to from the one before, not computed anew (a poll scans every
+    /// node's board, so that cost grows with the job).
     #[inline]
-    fn board_fresh(&self, root: u32) -> bool {
-        let Some(&next) = self.board_next.get(root as usize) else {
-            return false;
-        };
-        self.region
-            .u64_at(self.boards.slot(root, next))
-            .is_ok_and(|w| w.load(Ordering::Acquire) == next.wrapping_add(1))
+    fn board_fresh_in(&self, from: u32, to: u32) -> Option<u32> {
+        let to = to.min(self.geo.nodes);
+        let nexts = self.board_next.get(from as usize..to as usize)?;
+        let b = &self.boards;
+        let mut board = b.slot(from, 0);
+        for (root, &next) in (from..).zip(nexts) {
+            if root != self.me {
+                let at = board + (next % BOARD_SLOTS) as usize * b.slot;
+                // SAFETY: `at` is slot `next % BOARD_SLOTS` of `root`'s board
+                // (`board` is stepped by the NIC length from `b.slot(from, 0)`), and
+                // `root` is below the node count: inside `root`'s NIC memory
+                // (`nic_len` counts the heads and `BOARD_SLOTS` board slots past
+                // `board_area`), which ends inside the region (`attach` checked the
+                // geometry against it); every term is a multiple of 64 past the
+                // page-aligned header, so the word is aligned.
+                let w = unsafe { self.region.u64_unchecked(at) };
+                if w.load(Ordering::Acquire) == next.wrapping_add(1) {
+                    return Some(root);
+                }
+            }
+            board += b.stride;
+        }
+        None
     }
 
     /// Hands `take` the frames on `root`'s board, in order, until it refuses one
@@ -1304,17 +1323,29 @@ impl MyriNic {
         any
     }
 
-    /// Whether the next slot of `src`'s ring into us holds a published frame.
+    /// The first node of `from..to` (to at most the node count), not us, whose
+    /// ring into us holds a published frame in its next slot. One load per ring
+    /// (its sequence word): the ring's place is stepped to from the one before,
+    /// not computed anew, as a poll looks at every peer's ring.
     #[inline]
-    fn rx_ready(&self, src: u32) -> bool {
-        if src >= self.geo.nodes {
-            return false;
+    fn rx_ready_in(&self, from: u32, to: u32) -> Option<u32> {
+        let to = to.min(self.geo.nodes);
+        let heads = self.rx_head.get(from as usize..to as usize)?;
+        let r = &self.rings;
+        let mut ring = r.ring(self.me, from);
+        for (src, &head) in (from..).zip(heads) {
+            if src != self.me {
+                // SAFETY: `ring` is `r.ring(me, src)` (stepped by the ring length
+                // from `from`), `src < to <=` the node count, and `me` (`attach`)
+                // is below it.
+                let (seq, ..) = unsafe { r.slot_words(&self.region, ring, head) };
+                if seq.load(Ordering::Acquire) == head.wrapping_add(1) {
+                    return Some(src);
+                }
+            }
+            ring += r.ring;
         }
-        let head = self.rx_head[src as usize];
-        let ring = self.rings.ring(self.me, src);
-        // SAFETY: `src` (above) and `me` (`attach`) are below the node count.
-        let (seq, ..) = unsafe { self.rings.slot_words(&self.region, ring, head) };
-        seq.load(Ordering::Acquire) == head.wrapping_add(1)
+        None
     }
 
     /// Lends the frames waiting in `src`'s ring (the next one found whole): slots
@@ -1649,18 +1680,14 @@ impl Device for MyriNic {
         self.heartbeat();
         // The scan touches one word per peer (the next slot's sequence word) and
         // keeps its consumer position here: an empty poll stays a few loads.
-        let n = self.geo.nodes;
-        let mut src = if self.rr < n { self.rr } else { 0 };
-        for _ in 0..n {
-            if src != self.me && self.rx_ready(src) {
-                return self.take(src);
-            }
-            src += 1;
-            if src == n {
-                src = 0;
-            }
-        }
-        None
+        let (rr, n) = (self.rr, self.geo.nodes);
+        let src = match self.rx_ready_in(rr, n) {
+            Some(src) => src,
+            // Round from the first node to where the scan began.
+            None if rr > 0 => self.rx_ready_in(0, rr)?,
+            None => return None,
+        };
+        self.take(src)
     }
 
     fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<MyriTx<'_>> {
@@ -1802,7 +1829,8 @@ impl Device for MyriNic {
 
     /// A load of each peer's next ring slot and board slot.
     fn rx_pending(&self) -> bool {
-        (0..self.geo.nodes).any(|p| p != self.me && (self.rx_ready(p) || self.board_fresh(p)))
+        let n = self.geo.nodes;
+        self.rx_ready_in(0, n).is_some() || self.board_fresh_in(0, n).is_some()
     }
 
     fn board_receive(
@@ -1812,10 +1840,10 @@ impl Device for MyriNic {
     ) -> bool {
         // One load per board when nothing is new; the reading is out of line.
         let mut any = false;
-        for root in 0..self.geo.nodes {
-            if root != self.me && self.board_fresh(root) {
-                any |= self.board_take(root, take);
-            }
+        let mut from = 0;
+        while let Some(root) = self.board_fresh_in(from, self.geo.nodes) {
+            any |= self.board_take(root, take);
+            from = root + 1;
         }
         any
     }

@@ -487,6 +487,70 @@ fn board_take(nic: &mut MyriNic) -> Vec<(u16, Vec<u8>)> {
     got
 }
 
+/// A reader among several writers (not the first node, so its own ring and board
+/// lie inside the scan) takes their frames round the nodes, one writer after the
+/// next from where the last frame came, never one of its own; its look sees a
+/// frame waiting until the last is taken; its boards are read in node order.
+#[test]
+fn a_reader_takes_every_writer_in_turn_and_never_itself() {
+    let geo = Geometry::new(5, 4, 256).unwrap();
+    let mem = Mem::new(geo.region_len().unwrap());
+    let mut nics = vec![MyriNic::create(mem.region(), geo, 0, 7, NicConfig::default()).unwrap()];
+    for n in 1..5 {
+        nics.push(MyriNic::attach(mem.region(), n, 7, NicConfig::default()).unwrap());
+    }
+    let mut reader = nics.remove(2);
+    assert!(!reader.rx_pending());
+    assert!(recv(&mut reader).is_none());
+    // Writers 4 and 1 send first, then 0 and 3; two frames each.
+    for k in 0..2u8 {
+        for (i, n) in [(3, 4u8), (1, 1), (0, 0), (2, 3)] {
+            assert!(send(&mut nics[i], 2, &[n, k, 0, 0]));
+        }
+    }
+    assert!(reader.rx_pending());
+    let mut order = Vec::new();
+    while let Some(f) = recv(&mut reader) {
+        order.push((f[0], f[1]));
+    }
+    assert_eq!(
+        order,
+        [
+            (0, 0),
+            (1, 0),
+            (3, 0),
+            (4, 0),
+            (0, 1),
+            (1, 1),
+            (3, 1),
+            (4, 1)
+        ]
+    );
+    assert!(!reader.rx_pending());
+    // After a frame from 3, the next look begins at 4 and wraps round to 1.
+    assert!(send(&mut nics[2], 2, b"3"));
+    assert_eq!(recv(&mut reader).as_deref(), Some(&b"3"[..]));
+    assert!(send(&mut nics[1], 2, b"1"));
+    assert!(send(&mut nics[3], 2, b"4"));
+    assert_eq!(recv(&mut reader).as_deref(), Some(&b"4"[..]));
+    assert_eq!(recv(&mut reader).as_deref(), Some(&b"1"[..]));
+    // Boards: the last node's and the first's, read in node order.
+    assert!(board_send(&mut nics[3], b"from 4"));
+    assert!(board_send(&mut nics[0], b"from 0"));
+    assert!(reader.rx_pending(), "a board frame waits");
+    let got = board_take(&mut reader);
+    assert_eq!(got, [(0, b"from 0".to_vec()), (4, b"from 4".to_vec())]);
+    assert!(!reader.rx_pending());
+    // The reader's own board is not read back by itself.
+    assert!(board_send(&mut reader, b"mine"));
+    assert!(!reader.rx_pending());
+    assert!(board_take(&mut reader).is_empty());
+    assert_eq!(
+        board_take(&mut nics[0]),
+        [(2, b"mine".to_vec()), (4, b"from 4".to_vec())]
+    );
+}
+
 /// A board frame is written once and read by every other node, in order; the
 /// writer waits for the slowest reader still in the job, a refused frame stays
 /// (holding back its writer's later ones), and a reader that left is passed over.

@@ -27,9 +27,37 @@ pub static GROUPS: &[Group<'static>] = &[Group {
     members: Members::Range { first: 0, count: 2 },
 }];
 
-/// Two NICs on a fresh region of the hosted `shm` fabric's geometry for a few ranks.
+/// The region's node count: `VOLLEY_BENCH_NODES` (2 to 64), else 2. Only nodes 0
+/// and 1 take part; the others' rings and boards are there to be looked at, as a
+/// poll in a larger job looks at every node's.
+pub fn region_nodes() -> u32 {
+    let Ok(v) = std::env::var("VOLLEY_BENCH_NODES") else {
+        return 2;
+    };
+    match v.parse() {
+        Ok(n) if (2..=64).contains(&n) => n,
+        _ => {
+            eprintln!("VOLLEY_BENCH_NODES: {v:?} is not a node count from 2 to 64");
+            std::process::exit(2)
+        }
+    }
+}
+
+/// The hosted `shm` fabric's geometry for [`region_nodes`] ranks (its ring sizes,
+/// targets/hosted/src/shm.rs).
+pub fn geometry() -> Geometry {
+    let nodes = region_nodes();
+    let (slots, slot_size) = if nodes <= 8 {
+        (32, 64 * 1024)
+    } else {
+        (16, 16 * 1024)
+    };
+    Geometry::new(nodes, slots, slot_size).unwrap()
+}
+
+/// Two NICs on a fresh region of [`geometry`].
 pub fn nics() -> (MyriNic, MyriNic) {
-    let geo = Geometry::new(2, 32, 64 * 1024).unwrap();
+    let geo = geometry();
     let len = geo.region_len().unwrap();
     let layout = Layout::from_size_align(len, 4096).unwrap();
     // SAFETY: non-zero size; the memory is leaked, so it outlives both NICs.
