@@ -18,7 +18,8 @@
 //! | 32 | 4 | `board_slot`: bytes per broadcast board slot (a multiple of 64) |
 //! | 64 + 64 i | 64 | node *i*: `state` u32 (0 absent, 1 alive, 2 exited, 3 dead), `pid` u32, `generation` u64, `heartbeat` u64, `host` u64, `host_version` u64, `beacon` u64 |
 //! | 64 + 64 nodes + 128 i | 128 | node *i*'s barrier words: `arrived` u32 at 0, `released` u32 at 64 (each on its own cache line) |
-//! | `H` = align4096(64 + 192 nodes) | | NIC memory of node 0, then node 1, ... |
+//! | 64 + 192 nodes | 64 | `boards`: u64, the broadcast board frames all nodes have written (see below) |
+//! | `H` = align4096(128 + 192 nodes) | | NIC memory of node 0, then node 1, ... |
 //!
 //! NIC memory of node *d* (`nic_size = 64 + nodes * ring_size + heads + BOARD_SLOTS * board_slot + POOL_SLOTS * POOL_SLOT`):
 //!
@@ -85,6 +86,9 @@
 //! (its own cache line, in its own NIC memory). The producer writes slot `t` only
 //! once every consumer that has not left or died has read frame `t - BOARD_SLOTS`;
 //! it reloads those words only when its cached minimum says the board is full.
+//! Once a frame is published, its writer adds one to the header's `boards` count: a
+//! consumer looks at the boards only when that count has moved since it last found
+//! nothing on them, so a poll costs one load however many nodes the job has.
 //!
 //! # Barrier
 //!
@@ -145,7 +149,7 @@ pub use region::Region;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYMY");
 /// Layout version (8: a beacon word in each node's entry; 7: frames of 113 to 128
 /// bytes travel compact too).
-pub const VERSION: u32 = 8;
+pub const VERSION: u32 = 9;
 /// Most nodes a region can hold.
 pub const MAX_NODES: usize = 256;
 /// Fetch-and-add counters per node.
@@ -375,8 +379,14 @@ impl Geometry {
     }
 
     fn header_len(&self) -> usize {
-        let raw = self.barrier_table() + off::BARRIER_STRIDE * self.nodes as usize;
+        let raw = self.boards_written() + 64;
         raw.div_ceil(PAGE) * PAGE
+    }
+
+    /// The count of board frames written, on its own cache line after the
+    /// barrier words.
+    fn boards_written(&self) -> usize {
+        self.barrier_table() + off::BARRIER_STRIDE * self.nodes as usize
     }
 
     fn barrier_table(&self) -> usize {
@@ -740,6 +750,12 @@ pub struct MyriNic {
     board_low: u64,
     /// Frames read from each node's board.
     board_next: [u64; MAX_NODES],
+    /// Where the region counts the board frames every node has written, and that
+    /// count when a look at every board last found nothing left to read: until it
+    /// moves, no board has a new frame, and a poll loads that one word instead of
+    /// one per board.
+    boards_written: usize,
+    boards_seen: u64,
     /// Consumer `head` of each peer's ring into us (we alone write it): the scan
     /// for frames reads only sequence words.
     rx_head: [u64; MAX_NODES],
@@ -830,6 +846,8 @@ impl MyriNic {
             board_tail: 0,
             board_low: 0,
             board_next: [0; MAX_NODES],
+            boards_written: geo.boards_written(),
+            boards_seen: 0,
             rx_head: [0; MAX_NODES],
             whole: [0; COMPACT_MAX],
             stats: NicStats::default(),
@@ -1105,6 +1123,14 @@ impl MyriNic {
         len_w.store(len as u32, Ordering::Relaxed);
         // Publish: the frame happens-before every reader's acquire of `seq`.
         seq.store(tail.wrapping_add(1), Ordering::Release);
+        // Then counted: a reader that sees the count sees the frame. Not news to
+        // us: where we had seen every frame before, we have seen this one too.
+        if let Ok(w) = self.region.u64_at(self.boards_written) {
+            let before = w.fetch_add(1, Ordering::Release);
+            if before == self.boards_seen {
+                self.boards_seen = before.wrapping_add(1);
+            }
+        }
         self.board_tail = tail.wrapping_add(1);
         self.stats.board_tx += 1;
         true
@@ -1258,6 +1284,18 @@ impl MyriNic {
             board += b.stride;
         }
         None
+    }
+
+    /// The region's count of board frames written, if it has moved since a look at
+    /// every board last found nothing to read.
+    #[inline]
+    fn boards_unseen(&self) -> Option<u64> {
+        // SAFETY: `boards_written` is the geometry's count word: 64-aligned, before
+        // the header's end, inside the region (`attach` checked the geometry).
+        let w = unsafe { self.region.u64_unchecked(self.boards_written) };
+        // Acquire: the frames counted happen-before the scan that follows.
+        let written = w.load(Ordering::Acquire);
+        (written != self.boards_seen).then_some(written)
     }
 
     /// Hands `take` the frames on `root`'s board, in order, until it refuses one
@@ -1827,10 +1865,9 @@ impl Device for MyriNic {
         false
     }
 
-    /// A load of each peer's next ring slot and board slot.
+    /// A load of each peer's next ring slot, and of the board count.
     fn rx_pending(&self) -> bool {
-        let n = self.geo.nodes;
-        self.rx_ready_in(0, n).is_some() || self.board_fresh_in(0, n).is_some()
+        self.rx_ready_in(0, self.geo.nodes).is_some() || self.boards_unseen().is_some()
     }
 
     fn board_receive(
@@ -1838,12 +1875,21 @@ impl Device for MyriNic {
         _now: Instant,
         take: &mut dyn FnMut(NodeAddr, &[u8]) -> BoardTake,
     ) -> bool {
-        // One load per board when nothing is new; the reading is out of line.
+        // One load when no board has a new frame, one per board when one has; the
+        // reading is out of line.
+        let Some(written) = self.boards_unseen() else {
+            return false;
+        };
+        let n = self.geo.nodes;
         let mut any = false;
         let mut from = 0;
-        while let Some(root) = self.board_fresh_in(from, self.geo.nodes) {
+        while let Some(root) = self.board_fresh_in(from, n) {
             any |= self.board_take(root, take);
             from = root + 1;
+        }
+        // A frame refused (or written since the count was read) is looked for again.
+        if self.board_fresh_in(0, n).is_none() {
+            self.boards_seen = written;
         }
         any
     }

@@ -490,7 +490,8 @@ fn board_take(nic: &mut MyriNic) -> Vec<(u16, Vec<u8>)> {
 /// A reader among several writers (not the first node, so its own ring and board
 /// lie inside the scan) takes their frames round the nodes, one writer after the
 /// next from where the last frame came, never one of its own; its look sees a
-/// frame waiting until the last is taken; its boards are read in node order.
+/// frame waiting until the last is taken; its boards are read in node order, its
+/// own never, a refused frame again.
 #[test]
 fn a_reader_takes_every_writer_in_turn_and_never_itself() {
     let geo = Geometry::new(5, 4, 256).unwrap();
@@ -549,6 +550,18 @@ fn a_reader_takes_every_writer_in_turn_and_never_itself() {
         board_take(&mut nics[0]),
         [(2, b"mine".to_vec()), (4, b"from 4".to_vec())]
     );
+    // A frame refused stays waiting, and is offered again.
+    assert!(board_send(&mut nics[2], b"later"));
+    let mut offered = 0;
+    reader.board_receive(Instant::ZERO, &mut |_, _| {
+        offered += 1;
+        BoardTake::Later
+    });
+    assert_eq!(offered, 1);
+    assert!(reader.rx_pending(), "the refused frame still waits");
+    assert_eq!(board_take(&mut reader), [(3, b"later".to_vec())]);
+    assert!(!reader.rx_pending());
+    assert!(board_take(&mut reader).is_empty());
 }
 
 /// A board frame is written once and read by every other node, in order; the
