@@ -150,6 +150,11 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYMY");
 /// Layout version (8: a beacon word in each node's entry; 7: frames of 113 to 128
 /// bytes travel compact too).
 pub const VERSION: u32 = 9;
+
+/// Frames in a row that a look at the rings takes from one sender, beginning
+/// with its ring, before it begins with the next node's: a peer that keeps its
+/// ring full delays another's frame by at most this many.
+pub const RX_BURST: u32 = 16;
 /// Most nodes a region can hold.
 pub const MAX_NODES: usize = 256;
 /// Fetch-and-add counters per node.
@@ -736,7 +741,10 @@ pub struct MyriNic {
     me: u32,
     cfg: NicConfig,
     generation: u64,
+    /// The node the next look at the rings begins with: the last sender, for up
+    /// to [`RX_BURST`] frames in a row (`streak`), then the node after it.
     rr: u32,
+    streak: u32,
     beat: u64,
     watch: [Watch; MAX_NODES],
     /// Consumer `head` of each peer's ring as last read: credits without a cache miss.
@@ -837,6 +845,7 @@ impl MyriNic {
             cfg,
             generation,
             rr: 0,
+            streak: 0,
             beat: 0,
             watch: [Watch::NEW; MAX_NODES],
             tx_head: [0; MAX_NODES],
@@ -1361,6 +1370,19 @@ impl MyriNic {
         any
     }
 
+    /// The first node whose ring into us holds a published frame, looking from
+    /// `rr` round the nodes.
+    #[inline]
+    fn rx_ready(&self) -> Option<u32> {
+        let (rr, n) = (self.rr, self.geo.nodes);
+        match self.rx_ready_in(rr, n) {
+            Some(src) => Some(src),
+            // Round from the first node to where the look began.
+            None if rr > 0 => self.rx_ready_in(0, rr),
+            None => None,
+        }
+    }
+
     /// The first node of `from..to` (to at most the node count), not us, whose
     /// ring into us holds a published frame in its next slot. One load per ring
     /// (its sequence word): the ring's place is stepped to from the one before,
@@ -1395,6 +1417,7 @@ impl MyriNic {
             geo,
             me,
             rr,
+            streak,
             stats,
             rings,
             whole,
@@ -1437,7 +1460,16 @@ impl MyriNic {
                     frame = &whole[..split];
                     stats.rx_compact += 1;
                 }
-                *rr = if src + 1 == geo.nodes { 0 } else { src + 1 };
+                // The sender of this frame probably sends the next (a reply, the
+                // rest of a message): looked at first, for a while.
+                if *rr != src {
+                    (*rr, *streak) = (src, 1);
+                } else if *streak + 1 < RX_BURST {
+                    *streak += 1;
+                } else {
+                    *rr = if src + 1 == geo.nodes { 0 } else { src + 1 };
+                    *streak = 0;
+                }
                 stats.rx_frames += 1;
                 stats.rx_pooled += u64::from(word & INDIRECT != 0);
                 return Some(MyriRx {
@@ -1718,13 +1750,7 @@ impl Device for MyriNic {
         self.heartbeat();
         // The scan touches one word per peer (the next slot's sequence word) and
         // keeps its consumer position here: an empty poll stays a few loads.
-        let (rr, n) = (self.rr, self.geo.nodes);
-        let src = match self.rx_ready_in(rr, n) {
-            Some(src) => src,
-            // Round from the first node to where the scan began.
-            None if rr > 0 => self.rx_ready_in(0, rr)?,
-            None => return None,
-        };
+        let src = self.rx_ready()?;
         self.take(src)
     }
 
@@ -1867,7 +1893,7 @@ impl Device for MyriNic {
 
     /// A load of each peer's next ring slot, and of the board count.
     fn rx_pending(&self) -> bool {
-        self.rx_ready_in(0, self.geo.nodes).is_some() || self.boards_unseen().is_some()
+        self.rx_ready().is_some() || self.boards_unseen().is_some()
     }
 
     fn board_receive(

@@ -488,13 +488,13 @@ fn board_take(nic: &mut MyriNic) -> Vec<(u16, Vec<u8>)> {
 }
 
 /// A reader among several writers (not the first node, so its own ring and board
-/// lie inside the scan) takes their frames round the nodes, one writer after the
-/// next from where the last frame came, never one of its own; its look sees a
-/// frame waiting until the last is taken; its boards are read in node order, its
-/// own never, a refused frame again.
+/// lie inside the scan) takes their frames looking first at the last sender's
+/// ring, for at most `RX_BURST` frames in a row, then round the nodes from the
+/// next; never one of its own. Its look sees a frame waiting until the last is
+/// taken; its boards are read in node order, its own never, a refused frame again.
 #[test]
 fn a_reader_takes_every_writer_in_turn_and_never_itself() {
-    let geo = Geometry::new(5, 4, 256).unwrap();
+    let geo = Geometry::new(5, 32, 256).unwrap();
     let mem = Mem::new(geo.region_len().unwrap());
     let mut nics = vec![MyriNic::create(mem.region(), geo, 0, 7, NicConfig::default()).unwrap()];
     for n in 1..5 {
@@ -518,23 +518,39 @@ fn a_reader_takes_every_writer_in_turn_and_never_itself() {
         order,
         [
             (0, 0),
-            (1, 0),
-            (3, 0),
-            (4, 0),
             (0, 1),
+            (1, 0),
             (1, 1),
+            (3, 0),
             (3, 1),
+            (4, 0),
             (4, 1)
         ]
     );
     assert!(!reader.rx_pending());
-    // After a frame from 3, the next look begins at 4 and wraps round to 1.
+    // After a frame from 3, the next look begins there: 4 comes before 1.
     assert!(send(&mut nics[2], 2, b"3"));
     assert_eq!(recv(&mut reader).as_deref(), Some(&b"3"[..]));
     assert!(send(&mut nics[1], 2, b"1"));
     assert!(send(&mut nics[3], 2, b"4"));
     assert_eq!(recv(&mut reader).as_deref(), Some(&b"4"[..]));
     assert_eq!(recv(&mut reader).as_deref(), Some(&b"1"[..]));
+    // A writer that keeps its ring full is taken from `RX_BURST` times in a row,
+    // then another's frame comes.
+    assert!(send(&mut nics[0], 2, &[0]));
+    assert_eq!(recv(&mut reader).as_deref(), Some(&[0][..]));
+    for i in 1..=20u8 {
+        assert!(send(&mut nics[0], 2, &[i]));
+    }
+    assert!(send(&mut nics[1], 2, b"b"));
+    for i in 1..RX_BURST as u8 {
+        assert_eq!(recv(&mut reader).as_deref(), Some(&[i][..]));
+    }
+    assert_eq!(recv(&mut reader).as_deref(), Some(&b"b"[..]));
+    for i in RX_BURST as u8..=20 {
+        assert_eq!(recv(&mut reader).as_deref(), Some(&[i][..]));
+    }
+    assert!(recv(&mut reader).is_none());
     // Boards: the last node's and the first's, read in node order.
     assert!(board_send(&mut nics[3], b"from 4"));
     assert!(board_send(&mut nics[0], b"from 0"));
