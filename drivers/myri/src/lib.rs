@@ -147,8 +147,8 @@ pub use region::Region;
 
 /// `"VOLLEYMY"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYMY");
-/// Layout version (8: a beacon word in each node's entry; 7: frames of 113 to 128
-/// bytes travel compact too).
+/// Layout version (9: the header counts the board frames written; 8: a beacon word
+/// in each node's entry; 7: frames of 113 to 128 bytes travel compact too).
 pub const VERSION: u32 = 9;
 
 /// Frames in a row that a look at the rings takes from one sender, beginning
