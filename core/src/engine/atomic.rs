@@ -72,6 +72,7 @@ impl<'a> Engine<'a> {
             return Err(Error::SendFailure);
         }
         let req = self.atomics.next_req;
+        self.chan_work.set(true);
         if !ch.queue_ctrl(Slot::FetchAdd { req, var, delta }) {
             return Err(Error::NoResources);
         }
@@ -148,6 +149,7 @@ impl<'a> Engine<'a> {
         let value = *c;
         *c = c.wrapping_add(repr.offset);
         // Room was checked above.
+        self.chan_work.set(true);
         ch.queue_ctrl(Slot::FetchAddReply {
             req: repr.msg_id,
             value,

@@ -79,6 +79,7 @@ impl<'a> Engine<'a> {
     /// go (no channel, peer failed) or must wait (queue full).
     pub(super) fn queue_barrier_frame(&mut self, peer: NodeId, round: u32) -> Result<bool, Error> {
         let ci = self.live_channel(peer)?;
+        self.chan_work.set(true);
         Ok(self.chans[ci].queue_ctrl(Slot::Barrier {
             epoch: self.bar.epoch,
             round,
@@ -104,6 +105,7 @@ impl<'a> Engine<'a> {
         let ci = self.live_channel(peer)?;
         let ch = &mut self.chans[ci];
         if ch.outstanding() == 0 && ch.ctrl_len == 0 {
+            self.chan_work.set(true);
             ch.queue_ctrl(Slot::Barrier {
                 epoch: self.bar.epoch,
                 round: BARRIER_PROBE,

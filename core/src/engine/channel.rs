@@ -253,6 +253,22 @@ impl Channel {
         self.rto_base = rto;
     }
 
+    /// Whether this live channel has something to send: a queued send, a control
+    /// frame, an ack owed now or a resend.
+    #[inline(always)]
+    pub(crate) fn has_work(&self) -> bool {
+        let work = self.q_head != NONE || self.ctrl_len != 0 || self.ack_now || self.resend_any;
+        work && self.in_use && !self.failed
+    }
+
+    /// Whether `poll_transmit` has something to do on this live channel: work
+    /// ([`Channel::has_work`]), or frames in flight with no timer yet.
+    #[inline(always)]
+    pub(crate) fn to_transmit(&self) -> bool {
+        self.has_work()
+            || (self.in_use && !self.failed && self.rto_at.is_none() && self.outstanding() > 0)
+    }
+
     /// Frames sent and not yet acknowledged cumulatively.
     pub(crate) fn outstanding(&self) -> u32 {
         self.snd_nxt.wrapping_sub(self.snd_una)

@@ -173,6 +173,7 @@ impl<'a> Engine<'a> {
                 continue;
             }
             all = false;
+            self.chan_work.set(true);
             if ch.fence_asked != Some(bseq) && ch.queue_ctrl(Slot::Fence { bseq }) {
                 ch.fence_asked = Some(bseq);
             }
@@ -195,6 +196,7 @@ impl<'a> Engine<'a> {
         let bseq = repr.msg_id;
         let had = ch.fence_wait.is_some();
         if self.fence_met(ci, bseq) {
+            self.chan_work.set(true);
             let ch = &mut self.chans[ci];
             if !ch.queue_ctrl(Slot::FenceOk { bseq }) {
                 return false;
@@ -229,6 +231,7 @@ impl<'a> Engine<'a> {
                 self.chans[ci].fence_wait = None;
                 continue;
             }
+            self.chan_work.set(true);
             if self.fence_met(ci, bseq) && self.chans[ci].queue_ctrl(Slot::FenceOk { bseq }) {
                 self.chans[ci].fence_wait = None;
             } else {

@@ -1011,6 +1011,17 @@ pub struct Engine<'a> {
     /// The last poll delivered a message and left timers and transmission to the
     /// next one.
     upkeep_due: bool,
+    /// Whether a channel may have something to send (a queued send, a control
+    /// frame, an ack owed now, a resend): false only once a look at every channel
+    /// (`sends_waiting`, `poll_transmit`) found none, until something gives one
+    /// work; every place that does sets it (debug builds check). Spares those
+    /// looks, one per delivered message and one per poll, their cost per open
+    /// channel.
+    chan_work: core::cell::Cell<bool>,
+    /// No channel's retransmission or delayed-ack timer is due before this (an
+    /// early bound, made exact by each look at the timers): until then a poll
+    /// leaves the channels' timers alone.
+    timer_at: Instant,
     /// Channels holding an ack to take at the next poll (`Channel::ack_due`).
     acks_due: u16,
     /// Sends handlers queued.
@@ -1147,6 +1158,8 @@ impl<'a> Engine<'a> {
             delivered: false,
             stored: false,
             upkeep_due: false,
+            chan_work: core::cell::Cell::new(true),
+            timer_at: Instant::ZERO,
             acks_due: 0,
             outbox: Outbox::default(),
             atomics: atomic::Atomics::default(),

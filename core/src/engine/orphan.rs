@@ -73,6 +73,7 @@ impl<'a> Engine<'a> {
                 }
                 x = p;
             }
+            self.chan_work.set(true);
             if dead && self.chans[ci].queue_ctrl(Slot::FenceOk { bseq }) {
                 self.chans[ci].fence_wait = None;
                 self.gate.waits = self.gate.waits.saturating_sub(1);
@@ -209,6 +210,7 @@ impl<'a> Engine<'a> {
             return;
         }
         if let Some(ch) = self.chans.get_mut(o.chan as usize) {
+            self.chan_work.set(true);
             if !ch.failed && !ch.queue_ctrl(Slot::Abort { msg: o.msg_id }) {
                 // Room comes as control frames leave: tried again next pass.
                 self.cuts = true;

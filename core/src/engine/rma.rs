@@ -228,6 +228,7 @@ impl<'a> Engine<'a> {
             return Err(Error::SendFailure);
         }
         let req = self.rma.next_req;
+        self.chan_work.set(true);
         if !ch.queue_ctrl(Slot::GetRequest {
             get: gi as u16,
             req,
@@ -316,6 +317,7 @@ impl<'a> Engine<'a> {
     /// Queues a denial of put message / get request `msg`; false if the control
     /// queue is full (the frame is refused and comes again).
     fn deny(&mut self, ci: usize, msg: u32, code: u32) -> bool {
+        self.chan_work.set(true);
         let queued = self.chans[ci].queue_ctrl(Slot::Deny { msg, code });
         if queued {
             self.stats.rma_denied += 1;

@@ -362,7 +362,11 @@ impl<'a> Engine<'a> {
         if self.acks_due == 0 {
             return;
         }
+        // Until the last kept ack is taken: the rest hold none.
         for ci in 0..self.chan_hwm {
+            if self.acks_due == 0 {
+                break;
+            }
             self.take_due_ack(now, ci);
         }
     }
@@ -403,6 +407,7 @@ impl<'a> Engine<'a> {
             ch.held = true;
         } else if !self.caps.reliable {
             ch.mark_holes_for_resend(a);
+            self.chan_work.set(true);
         }
         if progress || refused {
             ch.retries = 0;
@@ -412,10 +417,14 @@ impl<'a> Engine<'a> {
             ch.measure(heard, self.cfg.rto_initial, self.cfg.rto_max);
             ch.rto = ch.rto_base;
             ch.rto_at = (ch.outstanding() > 0).then(|| now + ch.rto);
+            if let Some(t) = ch.rto_at {
+                self.timer_at = self.timer_at.min(t);
+            }
         }
         if flags.contains(Flags::RETRY) {
             // The port that refused us is free: no need to wait for the timer.
             ch.mark_all_for_resend();
+            self.chan_work.set(true);
         }
         if self.bufs.queued_streams > 0 {
             self.release_streams();
@@ -445,11 +454,13 @@ impl<'a> Engine<'a> {
             SeqCheck::Duplicate => {
                 self.stats.rx_duplicates += 1;
                 self.chans[ci].ack_now = true;
+                self.chan_work.set(true);
                 return;
             }
             SeqCheck::OutOfWindow => {
                 self.stats.rx_out_of_window += 1;
                 self.chans[ci].ack_now = true;
+                self.chan_work.set(true);
                 return;
             }
             SeqCheck::New => {}
@@ -482,6 +493,7 @@ impl<'a> Engine<'a> {
                 self.owed_retries += 1;
             }
             ch.ack_now = true;
+            self.chan_work.set(true);
             return;
         }
         self.took_reliable(now, ci, repr);
@@ -493,6 +505,7 @@ impl<'a> Engine<'a> {
         };
         if ends && self.cfg.ack_exchange_ends {
             self.chans[ci].ack_now = true;
+            self.chan_work.set(true);
         }
         if matches!(
             repr.kind,
@@ -521,6 +534,7 @@ impl<'a> Engine<'a> {
             || ch.since_ack >= (self.cfg.window / 2).max(1)
         {
             ch.ack_now = true;
+            self.chan_work.set(true);
         } else {
             // Credits come back within the delay even if nothing is sent meanwhile;
             // a token's ack may wait longer (see `Config::barrier_ack_delay`), a
@@ -536,6 +550,7 @@ impl<'a> Engine<'a> {
             };
             let due = now + delay;
             ch.ack_at = Some(ch.ack_at.map_or(due, |t| t.min(due)));
+            self.timer_at = self.timer_at.min(due);
         }
     }
 
@@ -906,6 +921,7 @@ impl<'a> Engine<'a> {
                     .get(a.chan as usize)
                     .is_some_and(|c| c.peer_node == a.src.src_node);
             if let Some(ch) = self.chans.get_mut(a.chan as usize).filter(|_| from_root) {
+                self.chan_work.set(true);
                 ch.queue_ctrl(Slot::Reject {
                     msg: a.msg_id,
                     port: a.src.src_port,
@@ -967,6 +983,7 @@ impl<'a> Engine<'a> {
             ch.owed_retry = false;
             ch.retry_now = true;
             ch.ack_now = true;
+            self.chan_work.set(true);
         }
     }
 

@@ -355,6 +355,7 @@ impl<'a> Engine<'a> {
             op.msg_id = ch.next_be_msg;
             ch.next_be_msg = ch.next_be_msg.wrapping_add(1);
         }
+        self.chan_work.set(true);
         if ch.q_tail == NONE {
             ch.q_head = oi as u16;
         } else {

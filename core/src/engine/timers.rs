@@ -23,82 +23,93 @@ impl<'a> Engine<'a> {
         now: Instant,
         vouched: &mut dyn FnMut(NodeAddr) -> bool,
     ) {
-        for ci in 0..self.chan_hwm {
-            let ch = &mut self.chans[ci];
-            if !ch.in_use {
-                continue;
-            }
-            if ch.ack_at.is_some_and(|t| t <= now) {
-                ch.ack_at = None;
-                ch.ack_now = true;
-            }
-            let Some(t) = ch.rto_at else { continue };
-            if t > now {
-                continue;
-            }
-            if ch.ack_due.is_some() {
-                // The ack kept for this poll may end what the timer waits for.
-                self.take_due_ack(now, ci);
-                if self.chans[ci].rto_at.is_none_or(|t| t > now) {
+        if now >= self.timer_at {
+            for ci in 0..self.chan_hwm {
+                let ch = &mut self.chans[ci];
+                if !ch.in_use {
                     continue;
                 }
-            }
-            let ch = &mut self.chans[ci];
-            if ch.outstanding() == 0 {
-                ch.rto_at = None;
-                continue;
-            }
-            self.stats.timeouts += 1;
-            self.timer_fired = true;
-            let refused = core::mem::take(&mut ch.refused);
-            if !refused {
-                ch.retries = ch.retries.saturating_add(1);
-            }
-            trace!(
-                "{now} node {} timeout to {:?}: una {} nxt {} retries {} refused {refused} rto {}",
-                self.cfg.node,
-                ch.peer,
-                ch.snd_una,
-                ch.snd_nxt,
-                ch.retries,
-                ch.rto
-            );
-            // Failure is judged by time without a word from the peer, not by rounds;
-            // one never heard from may still be starting.
-            let since = *ch.silent_since.get_or_insert(now);
-            let limit = if ch.met {
-                self.cfg.peer_timeout
-            } else {
-                self.cfg.peer_timeout.max(self.cfg.first_contact)
-            };
-            if now.saturating_since(since) >= limit {
-                if vouched(ch.peer) {
-                    ch.silent_since = Some(now);
-                    self.stats.peers_vouched += 1;
+                if ch.ack_at.is_some_and(|t| t <= now) {
+                    ch.ack_at = None;
+                    ch.ack_now = true;
+                    self.chan_work.set(true);
+                }
+                let Some(t) = ch.rto_at else { continue };
+                if t > now {
+                    continue;
+                }
+                if ch.ack_due.is_some() {
+                    // The ack kept for this poll may end what the timer waits for.
+                    self.take_due_ack(now, ci);
+                    if self.chans[ci].rto_at.is_none_or(|t| t > now) {
+                        continue;
+                    }
+                }
+                let ch = &mut self.chans[ci];
+                if ch.outstanding() == 0 {
+                    ch.rto_at = None;
+                    continue;
+                }
+                self.stats.timeouts += 1;
+                self.timer_fired = true;
+                let refused = core::mem::take(&mut ch.refused);
+                if !refused {
+                    ch.retries = ch.retries.saturating_add(1);
+                }
+                trace!(
+                    "{now} node {} timeout to {:?}: una {} nxt {} retries {} refused {refused} rto {}",
+                    self.cfg.node,
+                    ch.peer,
+                    ch.snd_una,
+                    ch.snd_nxt,
+                    ch.retries,
+                    ch.rto
+                );
+                // Failure is judged by time without a word from the peer, not by rounds;
+                // one never heard from may still be starting.
+                let since = *ch.silent_since.get_or_insert(now);
+                let limit = if ch.met {
+                    self.cfg.peer_timeout
                 } else {
-                    self.fail_channel(ci);
-                    continue;
+                    self.cfg.peer_timeout.max(self.cfg.first_contact)
+                };
+                if now.saturating_since(since) >= limit {
+                    if vouched(ch.peer) {
+                        ch.silent_since = Some(now);
+                        self.stats.peers_vouched += 1;
+                    } else {
+                        self.fail_channel(ci);
+                        continue;
+                    }
                 }
-            }
-            let ch = &mut self.chans[ci];
-            ch.untime();
-            if self.caps.reliable && !refused {
-                // Nothing is lost on this link: probe with the oldest frame only.
-                let una = ch.snd_una;
-                let e = ch.slot_mut(una);
-                if !e.sacked {
-                    e.resend = true;
-                    ch.resend_any = true;
+                let ch = &mut self.chans[ci];
+                ch.untime();
+                if self.caps.reliable && !refused {
+                    // Nothing is lost on this link: probe with the oldest frame only.
+                    let una = ch.snd_una;
+                    let e = ch.slot_mut(una);
+                    if !e.sacked {
+                        e.resend = true;
+                        ch.resend_any = true;
+                    }
+                } else {
+                    ch.mark_all_for_resend();
                 }
-            } else {
-                ch.mark_all_for_resend();
+                self.chan_work.set(true);
+                ch.rto = if ch.rto.doubled() > self.cfg.rto_max {
+                    self.cfg.rto_max
+                } else {
+                    ch.rto.doubled()
+                };
+                ch.rto_at = Some(now + ch.rto);
+                self.timer_at = self.timer_at.min(now + ch.rto);
             }
-            ch.rto = if ch.rto.doubled() > self.cfg.rto_max {
-                self.cfg.rto_max
-            } else {
-                ch.rto.doubled()
-            };
-            ch.rto_at = Some(now + ch.rto);
+            self.timer_at = self.next_channel_timer();
+        } else {
+            debug_assert!(
+                self.next_channel_timer() >= self.timer_at,
+                "a channel timer was set without `timer_at`"
+            );
         }
         if now >= self.orphan_check_at {
             self.watch_senders(now);
@@ -115,6 +126,17 @@ impl<'a> Engine<'a> {
                 self.deliver(ai, Some(Errno::FrameLost));
             }
         }
+    }
+
+    /// The earliest retransmission or delayed-ack timer of the channels in use.
+    fn next_channel_timer(&self) -> Instant {
+        self.chans[..self.chan_hwm]
+            .iter()
+            .filter(|c| c.in_use)
+            .flat_map(|c| [c.rto_at, c.ack_at])
+            .flatten()
+            .min()
+            .unwrap_or(Instant::MAX)
     }
 
     /// Declares the peer of channel `ci` dead: every send to it fails.
@@ -263,6 +285,7 @@ impl<'a> Engine<'a> {
         };
         ch.ctrl_len = 1;
         ch.heard_at = now;
+        self.chan_work.set(true);
     }
 
     /// Sends every ack held back (delayed to ride on data) at the next transmit.
@@ -273,6 +296,7 @@ impl<'a> Engine<'a> {
         {
             if ch.ack_at.take().is_some() || ch.since_ack > 0 {
                 ch.ack_now = true;
+                self.chan_work.set(true);
             }
         }
     }

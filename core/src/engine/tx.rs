@@ -65,20 +65,27 @@ impl<'a> Engine<'a> {
         if n == 0 {
             return sent;
         }
-        // Start at a different channel each time so no peer is always served last.
-        self.rr = if self.rr + 1 >= n { 0 } else { self.rr + 1 };
-        let mut ci = self.rr;
-        for _ in 0..n {
-            let ch = &self.chans[ci];
-            let idle = !ch.resend_any
-                && ch.ctrl_len == 0
-                && ch.q_head == NONE
-                && !ch.ack_now
-                && (ch.rto_at.is_some() || ch.outstanding() == 0);
-            if ch.in_use && !ch.failed && !idle {
-                sent += self.transmit_chan(now, dev, ci, ext, mem);
+        if self.chan_work.get() {
+            // Start at a different channel each time so no peer is always served last.
+            self.rr = if self.rr + 1 >= n { 0 } else { self.rr + 1 };
+            let mut ci = self.rr;
+            // Cleared first: what the pass itself gives a channel sets it again.
+            self.chan_work.set(false);
+            for _ in 0..n {
+                if self.chans[ci].to_transmit() {
+                    sent += self.transmit_chan(now, dev, ci, ext, mem);
+                    if self.chans[ci].to_transmit() {
+                        // Still waiting (for credits, room): looked at next time.
+                        self.chan_work.set(true);
+                    }
+                }
+                ci = if ci + 1 == n { 0 } else { ci + 1 };
             }
-            ci = if ci + 1 == n { 0 } else { ci + 1 };
+        } else {
+            debug_assert!(
+                !self.chans[..n].iter().any(Channel::to_transmit),
+                "a channel was given work without `chan_work`"
+            );
         }
         if sent > 0 {
             dev.flush(now);
@@ -176,19 +183,31 @@ impl<'a> Engine<'a> {
     /// control frame, an ack owed now, a resend, a relayed stream, a barrier, or
     /// what `nothing_ahead` names. A waiting call then polls often (see
     /// `Gamma::await_frame`): credits coming back show only to a poll. Scans the
-    /// channels in use.
+    /// channels in use, unless none has been given work since a scan found none
+    /// (`chan_work`).
     #[inline]
     pub fn sends_waiting(&self) -> bool {
         if !self.nothing_ahead() || self.bar.active || self.bufs.queued_streams > 0 {
             return true;
         }
+        if !self.chan_work.get() {
+            // Every place that gives a channel work says so (tests check it).
+            debug_assert!(
+                !self.chans[..self.chan_hwm].iter().any(Channel::has_work),
+                "a channel was given work without `chan_work`"
+            );
+            return false;
+        }
         // A plain loop: `Iter::any` with this closure was a call of its own per scan.
+        let mut in_flight_untimed = false;
         for c in &self.chans[..self.chan_hwm] {
-            let work = c.q_head != NONE || c.ctrl_len != 0 || c.ack_now || c.resend_any;
-            if work && c.in_use && !c.failed {
+            if c.has_work() {
                 return true;
             }
+            in_flight_untimed |= c.to_transmit();
         }
+        // Cleared only where `poll_transmit` has nothing to do either.
+        self.chan_work.set(in_flight_untimed);
         false
     }
 
@@ -346,6 +365,7 @@ impl<'a> Engine<'a> {
         op.detached = true;
         if ch.rto_at.is_none() {
             ch.rto_at = Some(now + ch.rto);
+            self.timer_at = self.timer_at.min(now + ch.rto);
         }
         // The next send's slot, looked for now rather than before its frame.
         self.hint_free_op();
@@ -473,6 +493,7 @@ impl<'a> Engine<'a> {
         op.unacked = 1;
         if ch.rto_at.is_none() {
             ch.rto_at = Some(now + ch.rto);
+            self.timer_at = self.timer_at.min(now + ch.rto);
         }
         Ok(true)
     }
@@ -741,6 +762,7 @@ impl<'a> Engine<'a> {
         }
         if ch.outstanding() > 0 && ch.rto_at.is_none() {
             ch.rto_at = Some(now + ch.rto);
+            self.timer_at = self.timer_at.min(now + ch.rto);
         }
         tx.sent
     }

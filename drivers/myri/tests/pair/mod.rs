@@ -31,8 +31,13 @@ pub static GROUPS: &[Group<'static>] = &[Group {
 /// and 1 take part; the others' rings and boards are there to be looked at, as a
 /// poll in a larger job looks at every node's.
 pub fn region_nodes() -> u32 {
+    region_nodes_or(2)
+}
+
+/// [`region_nodes`] with another default.
+pub fn region_nodes_or(default: u32) -> u32 {
     let Ok(v) = std::env::var("VOLLEY_BENCH_NODES") else {
-        return 2;
+        return default;
     };
     match v.parse() {
         Ok(n) if (2..=64).contains(&n) => n,
@@ -43,10 +48,14 @@ pub fn region_nodes() -> u32 {
     }
 }
 
-/// The hosted `shm` fabric's geometry for [`region_nodes`] ranks (its ring sizes,
-/// targets/hosted/src/shm.rs).
+/// The hosted `shm` fabric's geometry for [`region_nodes`] ranks.
 pub fn geometry() -> Geometry {
-    let nodes = region_nodes();
+    geometry_for(region_nodes())
+}
+
+/// The hosted `shm` fabric's geometry for `nodes` ranks (its ring sizes,
+/// targets/hosted/src/shm.rs).
+pub fn geometry_for(nodes: u32) -> Geometry {
     let (slots, slot_size) = if nodes <= 8 {
         (32, 64 * 1024)
     } else {
@@ -55,23 +64,33 @@ pub fn geometry() -> Geometry {
     Geometry::new(nodes, slots, slot_size).unwrap()
 }
 
-/// Two NICs on a fresh region of [`geometry`].
-pub fn nics() -> (MyriNic, MyriNic) {
-    let geo = geometry();
+/// The NICs of nodes `0..count` on a fresh region of geometry `geo` (node 0 makes
+/// it).
+pub fn nics_on(geo: Geometry, count: u32) -> Vec<MyriNic> {
     let len = geo.region_len().unwrap();
     let layout = Layout::from_size_align(len, 4096).unwrap();
-    // SAFETY: non-zero size; the memory is leaked, so it outlives both NICs.
+    // SAFETY: non-zero size; the memory is leaked, so it outlives every NIC.
     let ptr = unsafe { alloc_zeroed(layout) };
     assert!(!ptr.is_null());
-    // SAFETY: a fresh allocation, never freed, touched only through these two
-    // views (standing for two processes' mappings).
+    // SAFETY: a fresh allocation, never freed, touched only through these views
+    // (standing for the processes' mappings).
     let r = || unsafe { Region::new(ptr, len) }.unwrap();
-    let a = MyriNic::create(r(), geo, 0, 9, NicConfig::default()).unwrap();
-    let b = MyriNic::attach(r(), 1, 9, NicConfig::default()).unwrap();
-    (a, b)
+    (0..count.min(geo.nodes))
+        .map(|me| match me {
+            0 => MyriNic::create(r(), geo, 0, 9, NicConfig::default()).unwrap(),
+            _ => MyriNic::attach(r(), me, 9, NicConfig::default()).unwrap(),
+        })
+        .collect()
 }
 
-fn on_msg(u: &mut Upcall<'_, '_, u64>) {
+/// Two NICs on a fresh region of [`geometry`].
+pub fn nics() -> (MyriNic, MyriNic) {
+    let mut n = nics_on(geometry(), 2).into_iter();
+    (n.next().unwrap(), n.next().unwrap())
+}
+
+/// A handler that counts the messages.
+pub fn on_msg(u: &mut Upcall<'_, '_, u64>) {
     *u.state() += 1;
 }
 
