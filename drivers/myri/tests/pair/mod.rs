@@ -57,10 +57,15 @@ pub fn geometry() -> Geometry {
 /// targets/hosted/src/shm.rs).
 pub fn geometry_for(nodes: u32) -> Geometry {
     let (slots, slot_size) = if nodes <= 8 {
-        (32, 64 * 1024)
+        (32, 64 * 1024 + 64)
     } else {
-        (16, 16 * 1024)
+        (16, 16 * 1024 + 64)
     };
+    // As hosted `shm`, `VOLLEY_SHM_SLOT_SIZE` overrides the slot size.
+    let slot_size = std::env::var("VOLLEY_SHM_SLOT_SIZE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(slot_size);
     Geometry::new(nodes, slots, slot_size).unwrap()
 }
 
