@@ -66,7 +66,8 @@ pub fn geometry_for(nodes: u32) -> Geometry {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(slot_size);
-    Geometry::new(nodes, slots, slot_size).unwrap()
+    Geometry::new(nodes, slots, slot_size)
+        .unwrap_or_else(|e| panic!("{nodes} nodes, {slots} slots of {slot_size} bytes: {e}"))
 }
 
 /// The NICs of nodes `0..count` on a fresh region of geometry `geo` (node 0 makes
