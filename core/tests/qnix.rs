@@ -274,6 +274,52 @@ fn a_long_message_lands_in_the_pool_and_a_short_buffer_is_truncated() {
     assert_eq!(sim.nodes[0].poll_for_send(s2), Err(QxError::NoContext));
 }
 
+/// `short_data` copies a short send's bytes into a buffer the process keeps: the
+/// receiver gets them, a finished send's buffer serves the next (eight sends use
+/// at most two buffers), and more than `SHORT_MAX` bytes are refused.
+#[test]
+fn short_data_reuses_the_buffers_of_finished_sends() {
+    let seed = 0x5d1;
+    let mut sim = make_sim(&app(2), seed, common::faults(0.0, 0.0, 0.0, 0.0));
+    let mut buffers = Vec::new();
+    for k in 0..8u8 {
+        let bytes = [k, k ^ 0x5a, 7, 1, 2, 3, 4, k];
+        let r = sim.nodes[1]
+            .recv_context(
+                Name::new(5, 0),
+                1,
+                true,
+                0,
+                8,
+                Region::Segments(vec![(MEM, 8)]),
+            )
+            .unwrap();
+        sim.nodes[1].receive(r).unwrap();
+        let q = &mut sim.nodes[0];
+        let d = q.short_data(&bytes).unwrap();
+        let Region::Data(v) = &d else {
+            panic!("seed {seed:#x}: not a data region: {d:?}");
+        };
+        if !buffers.contains(&v.as_ptr()) {
+            buffers.push(v.as_ptr());
+        }
+        let s = q.send_context(Name::new(5, 1), 1, false, 0, 8, d).unwrap();
+        q.send_short(s).unwrap();
+        until(&mut sim, seed, 10, |nodes, _| recv_done(&nodes[1], r));
+        assert_eq!(sim.nodes[1].poll_for_receive(r), Ok(8), "seed {seed:#x}");
+        assert_eq!(mem(&sim.nodes[1])[..8], bytes, "seed {seed:#x}, send {k}");
+    }
+    assert!(
+        buffers.len() <= 2,
+        "seed {seed:#x}: {} buffers",
+        buffers.len()
+    );
+    assert_eq!(
+        sim.nodes[0].short_data(&[0; SHORT_MAX + 1]),
+        Err(QxError::TooLong)
+    );
+}
+
 #[test]
 fn broadcast_and_multicast_reach_three_receivers() {
     let seed = 0xb0c;

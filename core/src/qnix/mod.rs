@@ -1262,6 +1262,18 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         Ok(Region::Data(d))
     }
 
+    /// A [`Region::Data`] holding a copy of `bytes` (a short send's data), in a
+    /// buffer kept from an earlier context, as [`Qnix::data_region`] for data the
+    /// program holds itself: no allocation once warm.
+    pub fn short_data(&mut self, bytes: &[u8]) -> Result<Region, QxError> {
+        if bytes.len() > SHORT_MAX {
+            return Err(QxError::TooLong);
+        }
+        let mut d = self.spares.bytes();
+        d.extend_from_slice(bytes);
+        Ok(Region::Data(d))
+    }
+
     /// Replaces a receive context's region.
     pub fn set_recv_region(&mut self, ctx: usize, region: Region) -> Result<(), QxError> {
         self.idle(RECV, ctx)?;
