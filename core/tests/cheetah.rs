@@ -247,6 +247,101 @@ fn ainvoke_ping_pong_long_buffers_and_a_handler_that_puts() {
     until(&mut sim, 5, |nodes, _| nodes[1].stats().unhandled == 1);
 }
 
+/// Heap allocations made by the calling thread (tests run on several threads).
+mod counting {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    thread_local! {
+        static ALLOCS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub struct Counting;
+
+    fn count() {
+        // `try_with`: nothing is counted while the thread's locals are torn down.
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+    }
+
+    // SAFETY: every call goes unchanged to the system allocator; the count is a
+    // thread-local `Cell` with a constant initialiser, which allocates nothing.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+            count();
+            // SAFETY: the caller's contract, passed on.
+            unsafe { System.alloc(l) }
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+            // SAFETY: `p` came from `System` (above) with layout `l`.
+            unsafe { System.dealloc(p, l) }
+        }
+        unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+            count();
+            // SAFETY: the caller's contract, passed on.
+            unsafe { System.realloc(p, l, n) }
+        }
+    }
+
+    /// How many allocations this thread has made.
+    pub fn allocs() -> u64 {
+        ALLOCS.with(Cell::get)
+    }
+}
+
+#[global_allocator]
+static COUNTING: counting::Counting = counting::Counting;
+
+/// Invocations of ourselves, and long ones put together from several packets,
+/// allocate nothing once warm: their buffers are kept from finished invocations.
+/// (The simulator allocates one buffer per frame it carries: those are counted
+/// out.)
+#[test]
+fn invocations_allocate_nothing_once_warm() {
+    let seed = 0x5a7e;
+    let mut sim = make_sim(2, seed, FaultConfig::default());
+    let c = &mut sim.nodes[1];
+    let mut extra = 0;
+    for k in 0..40u64 {
+        let buf = pattern(k, 100 + k as usize);
+        let before = counting::allocs();
+        c.ainvoke(1, 2, &buf, 0).unwrap();
+        assert_eq!(c.poll().unwrap(), 1);
+        if k >= 4 {
+            extra += counting::allocs() - before;
+        }
+        assert!(
+            data(c)[..buf.len()] == buf[..],
+            "invocation {k} of ourselves"
+        );
+    }
+    assert_eq!(extra, 0, "allocations by 36 invocations of ourselves");
+    // From context 0 to 1, 3000 to 3525 bytes: several packets each. (Warm: the
+    // kept buffers have grown to the longest.)
+    let frames =
+        |sim: &Sim<Node>| -> u64 { sim.nodes.iter().map(|n| n.engine().stats().tx_frames).sum() };
+    let mut extra = 0;
+    for k in 0..48u64 {
+        let buf = pattern(k, 3000 + 75 * (k % 8) as usize);
+        let ran = bell_of(&mut sim.nodes[1], 5);
+        let (before, sent) = (counting::allocs(), frames(&sim));
+        sim.nodes[0].ainvoke(1, 2, &buf, 0).unwrap();
+        until(&mut sim, 10, |nodes, _| {
+            bell_of(&mut nodes[1], 5) == ran + 1
+        });
+        if k >= 16 {
+            extra += (counting::allocs() - before).saturating_sub(frames(&sim) - sent);
+        }
+        assert!(
+            data(&sim.nodes[1])[..buf.len()] == buf[..],
+            "seed {seed:#x}: long invocation {k}"
+        );
+    }
+    assert_eq!(
+        extra, 0,
+        "seed {seed:#x}: allocations by 32 long invocations"
+    );
+}
+
 #[test]
 fn operations_on_ourselves() {
     let mut sim = make_sim(2, 0x5e1f, FaultConfig::default());

@@ -39,6 +39,11 @@ pub const AINVOKE_MAX: usize = 1 << 20;
 /// The largest handler buffer kept between invocations, so that short ones copy
 /// into it and allocate nothing.
 const SCRATCH_MAX: usize = 64 * 1024;
+
+/// Buffers of finished invocations kept for the next (none over [`SCRATCH_MAX`]):
+/// invocations of ourselves and ones put together from several packets then
+/// allocate nothing once warm. Longer ones get a buffer of their own.
+const SPARES: usize = 8;
 /// Bytes in front of an invocation's first packet: tag (i32), length (u32).
 const INVOKE_HEAD: usize = 8;
 
@@ -168,6 +173,8 @@ pub struct Cheetah<'a, D, C, M> {
     assembled: Vec<Option<Vec<u8>>>,
     /// The buffer a handler is lent its invocation's data in.
     scratch: Vec<u8>,
+    /// Emptied buffers of finished invocations, for the next ones (see [`SPARES`]).
+    spares: Vec<Vec<u8>>,
     /// Invocations of ourselves, run at the next poll.
     own: VecDeque<(i32, Vec<u8>)>,
     failed: Option<(NodeId, Error)>,
@@ -223,6 +230,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             partial,
             assembled: Vec::new(),
             scratch: Vec::new(),
+            spares: Vec::new(),
             own: VecDeque::new(),
             failed: None,
             dead: alloc::vec![false; n],
@@ -451,7 +459,9 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
         }
         self.stats.ainvokes += 1;
         if context == self.mycontext() {
-            self.own.push_back((tag, buf.to_vec()));
+            let mut copy = self.spare();
+            copy.extend_from_slice(buf);
+            self.own.push_back((tag, copy));
             self.mem.ring(local_bell);
             return Ok(());
         }
@@ -601,7 +611,11 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
     /// or a copy of the packet's bytes.
     fn take_data(&mut self, inv: Invocation, out: &mut Vec<u8>) {
         match inv.at {
-            InvocationData::Assembled(i) => *out = self.assembled[i].take().unwrap_or_default(),
+            InvocationData::Assembled(i) => {
+                let whole = self.assembled[i].take().unwrap_or_default();
+                let lent = core::mem::replace(out, whole);
+                self.keep(lent);
+            }
             _ => out.extend_from_slice(self.invocation_data(&inv)),
         }
         self.invocation_done(inv);
@@ -628,6 +642,19 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             }
         }
         None
+    }
+
+    /// An empty buffer, kept from a finished invocation where one is.
+    fn spare(&mut self) -> Vec<u8> {
+        self.spares.pop().unwrap_or_default()
+    }
+
+    /// Keeps `b`, emptied, for a later invocation (see [`SPARES`]).
+    fn keep(&mut self, mut b: Vec<u8>) {
+        if (1..=SCRATCH_MAX).contains(&b.capacity()) && self.spares.len() < SPARES {
+            b.clear();
+            self.spares.push(b);
+        }
     }
 
     fn store(&mut self, data: Vec<u8>) -> usize {
@@ -696,6 +723,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
         part.tag = tag;
         part.want = len;
         part.buf.clear();
+        if part.buf.capacity() == 0 {
+            // A long invocation is put together in a kept buffer where there is one.
+            part.buf = self.spares.pop().unwrap_or_default();
+        }
         part.buf.extend_from_slice(&p[INVOKE_HEAD..]);
         let _ = self.engine.packet_free(d.packet);
         None
@@ -725,8 +756,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
                 let _ = self.engine.packet_free(id);
             }
             InvocationData::Assembled(i) => {
-                if let Some(b) = self.assembled.get_mut(i) {
-                    *b = None;
+                if let Some(b) = self.assembled.get_mut(i).and_then(Option::take) {
+                    self.keep(b);
                 }
             }
             InvocationData::Empty => {}
