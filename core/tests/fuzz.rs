@@ -331,10 +331,15 @@ proptest! {
         // A first poll tells both the device's capabilities (integrity).
         x.poll(now, &mut Loopback::new(&mut rings_x, NodeAddr(1)), None);
         y.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+        // The frames each engine counted as received of those given to it (what
+        // they send themselves and take back may differ in number: see below).
+        let (mut took_x, mut took_y) = (0, 0);
         for f in &frames {
             // `x` takes the frame and sends what it answers in one poll, as `y`
             // does in its first below.
+            let before = x.stats().rx_frames;
             x.handle_frame(now, f);
+            took_x += x.stats().rx_frames - before;
             x.poll(now, &mut Loopback::new(&mut rings_x, NodeAddr(1)), None);
             let from = f[11] as usize % 4;
             {
@@ -344,7 +349,11 @@ proptest! {
                     t.consume(f.len(), |b| b.copy_from_slice(f));
                 }
             }
+            // Its ring holds this frame alone: this poll takes it, and what it
+            // sends comes back only at the next.
+            let before = y.stats().rx_frames;
             y.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+            took_y += y.stats().rx_frames - before;
             seen_x.extend(notices(&mut x));
             seen_y.extend(notices(&mut y));
             for _ in 0..2 {
@@ -365,7 +374,11 @@ proptest! {
         let split = |v: Vec<_>| -> (Vec<_>, Vec<_>) { v.into_iter().partition(|n: &(u16, Vec<u8>, _, u16)| n.0 != u16::MAX) };
         prop_assert_eq!(split(seen_x), split(seen_y));
         prop_assert_eq!(x.stats().delivered, y.stats().delivered);
-        prop_assert_eq!(x.stats().rx_frames, y.stats().rx_frames);
+        // Not all `rx_frames`: frames an engine sends to itself (a sender that
+        // claims to be node 1) come back, and their number may differ. A poll that
+        // delivered leaves its acks to the next, which may then send one ack with
+        // a RETRY where `x`, answering at once, sent an ack and then a RETRY.
+        prop_assert_eq!(took_x, took_y);
         prop_assert_eq!(x.stats().rx_predicted, 0);
     }
 }
