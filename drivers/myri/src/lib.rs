@@ -1715,6 +1715,11 @@ impl TxToken for MyriTx<'_> {
 
 impl MyriTx<'_> {
     /// Publishes the frame of `len` bytes: in the slot, or short in `buf`.
+    ///
+    /// The slot's lines stay in this core's cache for the consumer to fetch. Pushing
+    /// them to the shared cache after publishing (`CLDEMOTE`) was measured on a
+    /// 16-core Xeon that has it: 1 MiB streaming fell from 11.5 to 5.7 GB/s and
+    /// 8-byte latency did not improve (168 interleaved runs).
     #[inline(never)]
     fn publish(self, buf: Option<&[u8; COMPACT_MAX]>, len: usize) {
         let word = match buf {
