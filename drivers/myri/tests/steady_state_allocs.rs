@@ -156,59 +156,52 @@ fn qnix_short_sends_allocate_nothing_once_warm() {
         }
     });
     assert_eq!(n, 0, "QNIX: allocations in 1000 broadcasts and replies");
+    // One short send of 8 bytes with tag `tag`, its data region made by `data`; the
+    // first byte that landed in the receiver's pool.
+    fn short_send(from: &mut Q, to: &mut Q, tag: i32, data: impl FnOnce(&mut Q) -> QxRegion) -> u8 {
+        let (me, peer) = (to.name(), from.name());
+        let r = to
+            .recv_context(peer, tag, true, 0, 8, QxRegion::Pool(0))
+            .unwrap();
+        to.receive(r).unwrap();
+        let d = data(from);
+        let s = from.send_context(me, tag, false, 0, 8, d).unwrap();
+        from.send_short(s).unwrap();
+        assert_eq!(to.poll_for_receive(r).unwrap(), 8);
+        let (base, _) = to.pool().unwrap();
+        let mut got = [0u8; 8];
+        to.memory_mut().read(base, &mut got).unwrap();
+        got[0]
+    }
     // A short send's bytes copied when it is posted (`qx_send_short` in C): the
     // copy's buffer comes back with the context.
     fn copied(from: &mut Q, to: &mut Q, word: u8) -> u8 {
-        let (me, peer) = (to.name(), from.name());
-        let r = to
-            .recv_context(peer, 3, true, 0, 8, QxRegion::Pool(0))
-            .unwrap();
-        to.receive(r).unwrap();
-        let (base, _) = from.pool().unwrap();
-        let at = base + volley_core::qnix::PAGE as u64;
-        from.memory_mut().write(at, &[word; 8]).unwrap();
-        let data = from.data_region(at, 8).unwrap();
-        from.memory_mut().write(at, &[0; 8]).unwrap(); // copied: free again
-        let s = from.send_context(me, 3, false, 0, 8, data).unwrap();
-        from.send_short(s).unwrap();
-        assert_eq!(to.poll_for_receive(r).unwrap(), 8);
-        let (base, _) = to.pool().unwrap();
-        let mut got = [0u8; 8];
-        to.memory_mut().read(base, &mut got).unwrap();
-        got[0]
+        short_send(from, to, 3, |from| {
+            let (base, _) = from.pool().unwrap();
+            let at = base + volley_core::qnix::PAGE as u64;
+            from.memory_mut().write(at, &[word; 8]).unwrap();
+            let data = from.data_region(at, 8).unwrap();
+            from.memory_mut().write(at, &[0; 8]).unwrap(); // copied: free again
+            data
+        })
     }
-    let n = steady(|| {
-        for i in 0..1000 {
-            let w = (i % 200) as u8 + 1;
-            assert_eq!(copied(&mut a, &mut b, w), w);
-            assert_eq!(copied(&mut b, &mut a, w), w);
-        }
-    });
-    assert_eq!(n, 0, "QNIX: allocations in 2000 copied short sends");
     // The same from bytes the program holds (`short_data`).
     fn held(from: &mut Q, to: &mut Q, word: u8) -> u8 {
-        let (me, peer) = (to.name(), from.name());
-        let r = to
-            .recv_context(peer, 4, true, 0, 8, QxRegion::Pool(0))
-            .unwrap();
-        to.receive(r).unwrap();
-        let data = from.short_data(&[word; 8]).unwrap();
-        let s = from.send_context(me, 4, false, 0, 8, data).unwrap();
-        from.send_short(s).unwrap();
-        assert_eq!(to.poll_for_receive(r).unwrap(), 8);
-        let (base, _) = to.pool().unwrap();
-        let mut got = [0u8; 8];
-        to.memory_mut().read(base, &mut got).unwrap();
-        got[0]
+        short_send(from, to, 4, |from| from.short_data(&[word; 8]).unwrap())
     }
-    let n = steady(|| {
-        for i in 0..1000 {
-            let w = (i % 200) as u8 + 1;
-            assert_eq!(held(&mut a, &mut b, w), w);
-            assert_eq!(held(&mut b, &mut a, w), w);
-        }
-    });
-    assert_eq!(n, 0, "QNIX: allocations in 2000 short sends of held bytes");
+    for (send, what) in [
+        (copied as fn(&mut Q, &mut Q, u8) -> u8, "copied short sends"),
+        (held, "short sends of held bytes"),
+    ] {
+        let n = steady(|| {
+            for i in 0..1000 {
+                let w = (i % 200) as u8 + 1;
+                assert_eq!(send(&mut a, &mut b, w), w);
+                assert_eq!(send(&mut b, &mut a, w), w);
+            }
+        });
+        assert_eq!(n, 0, "QNIX: allocations in 2000 {what}");
+    }
 }
 
 type C = Cheetah<'static, MyriNic, StdClock, Segments<'static>>;
