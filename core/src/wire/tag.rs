@@ -66,17 +66,7 @@ fn header_word(h: &[u8; HEADER_LEN], i: usize) -> u64 {
 #[inline]
 fn short_tag(key: &AuthKey, h: &[u8; HEADER_LEN], payload: &[u8]) -> [u8; TAG_LEN] {
     let mut m = Sip::new(key);
-    for &i in &HEADER_WORD_ORDER[..CACHED_WORDS] {
-        m.compress(header_word(h, i));
-    }
-    short_tag_rest(m, h, payload)
-}
-
-/// [`short_tag`] from the hash of the header's first [`CACHED_WORDS`] words (in
-/// [`HEADER_WORD_ORDER`]), `m`.
-#[inline(always)]
-fn short_tag_rest(mut m: Sip, h: &[u8; HEADER_LEN], payload: &[u8]) -> [u8; TAG_LEN] {
-    for &i in &HEADER_WORD_ORDER[CACHED_WORDS..] {
+    for &i in &HEADER_WORD_ORDER {
         m.compress(header_word(h, i));
     }
     short_tag_payload(m, payload)
@@ -106,6 +96,16 @@ fn word(w: &[u8]) -> u64 {
 
 /// How many of [`HEADER_WORD_ORDER`]'s words come after the cached ones.
 const REST_WORDS: usize = HEADER_LEN / 8 - CACHED_WORDS;
+
+/// The header words of `h` after the cached ones, in [`HEADER_WORD_ORDER`].
+#[inline(always)]
+fn rest_words(h: &[u8; HEADER_LEN]) -> [u64; REST_WORDS] {
+    let mut rest = [0u64; REST_WORDS];
+    for (r, &i) in rest.iter_mut().zip(&HEADER_WORD_ORDER[CACHED_WORDS..]) {
+        *r = header_word(h, i);
+    }
+    rest
+}
 
 /// The short tag's hash after the header's first [`CACHED_WORDS`] words in
 /// [`HEADER_WORD_ORDER`], kept for the next frame that has them too. They are the
@@ -210,10 +210,7 @@ pub fn tag_cached(
     for (o, &i) in of[2..].iter_mut().zip(&HEADER_WORD_ORDER) {
         *o = header_word(h, i);
     }
-    let mut rest = [0u64; REST_WORDS];
-    for (r, &i) in rest.iter_mut().zip(&HEADER_WORD_ORDER[CACHED_WORDS..]) {
-        *r = header_word(h, i);
-    }
+    let rest = rest_words(h);
     let mut m = Sip::new(key);
     // Compared word by word: `==` on the arrays calls `bcmp`, 30 instructions more.
     let held = cache.of.get();
@@ -804,15 +801,6 @@ mod tests {
         assert!(hits > 1_000, "{hits} hits");
     }
 
-    /// The header words after the cached ones of `h`.
-    fn rest_of(h: &[u8; HEADER_LEN]) -> [u64; REST_WORDS] {
-        let mut r = [0; REST_WORDS];
-        for (r, &i) in r.iter_mut().zip(&HEADER_WORD_ORDER[CACHED_WORDS..]) {
-            *r = header_word(h, i);
-        }
-        r
-    }
-
     /// Adds one to the big-endian `u32` at `at` of `h`.
     fn bump(h: &mut [u8; HEADER_LEN], at: usize) {
         let n = u32::from_be_bytes(h[at..at + 4].try_into().unwrap()).wrapping_add(1);
@@ -835,7 +823,7 @@ mod tests {
         want[field::SEQ].copy_from_slice(&0x0000_0100u32.to_be_bytes());
         want[field::ACK].copy_from_slice(&0u32.to_be_bytes());
         want[field::MSG_ID].copy_from_slice(&0x0100_0000u32.to_be_bytes());
-        assert_eq!(successor(rest_of(&h)), rest_of(&want));
+        assert_eq!(successor(rest_words(&h)), rest_words(&want));
     }
 
     /// A tag from a guessed header is the tag: a run of frames whose `seq`, `ack`
@@ -864,7 +852,7 @@ mod tests {
             if !(r >> 24).is_multiple_of(8) {
                 cache.prepare();
             }
-            let guess = cache.ahead.get() && cache.next.get() == rest_of(&h);
+            let guess = cache.ahead.get() && cache.next.get() == rest_words(&h);
             let p: Vec<u8> = (0..(r >> 32) as usize % 40).map(|_| next() as u8).collect();
             assert_eq!(
                 tag_cached(&key, &cache, &h, &p),
