@@ -231,6 +231,61 @@ prop_compose! {
     }
 }
 
+/// In order (`in_order`), each sender's frames renumbered (its reliable ones by
+/// sequence and message, its best-effort ones by message), so that most of them
+/// are what header prediction takes; with a key, each frame tagged under it (one
+/// that does not parse stays untagged, refused by any receiver).
+fn renumbered(
+    frames: Vec<Vec<u8>>,
+    in_order: bool,
+    key: Option<volley_core::wire::AuthKey>,
+) -> Vec<Vec<u8>> {
+    let mut next = [(0u32, 0u32, 0u32); 256];
+    frames
+        .into_iter()
+        .map(|f| {
+            let p = Packet::new_checked(&f[..]).unwrap();
+            let Ok(mut r) = Repr::parse(&p, true) else {
+                return f;
+            };
+            if in_order {
+                let n = &mut next[r.ends.src_node as usize % 256];
+                if r.flags.contains(Flags::RELIABLE) {
+                    (r.seq, r.msg_id) = (n.0, n.1);
+                    (n.0, n.1) = (n.0 + 1, n.1 + 1);
+                } else {
+                    r.msg_id = n.2;
+                    n.2 += 1;
+                }
+            }
+            let tag = if key.is_some() {
+                volley_core::wire::TAG_LEN
+            } else {
+                0
+            };
+            let mut t = vec![0u8; r.buffer_len() + tag];
+            r.emit_frame(&mut t, &[p.payload()], true, key.as_ref())
+                .unwrap();
+            t
+        })
+        .collect()
+}
+
+/// `f` under the compact header where it may travel so to the target (node 1 of
+/// group 3, job 77): a whole message in one data frame with a plain ack.
+fn compacted(f: &[u8]) -> Option<Vec<u8>> {
+    let p = Packet::new_checked(f).ok()?;
+    let r = Repr::parse(&p, true).ok()?;
+    let to_target = r.job_key == 77 && (r.ends.dst_group, r.ends.dst_node) == (3, 1);
+    if !(to_target && r.compactable()) {
+        return None;
+    }
+    let mut c = vec![0u8; volley_core::wire::COMPACT_LEN + p.payload().len()];
+    r.emit_compact(&mut c, |b| b.copy_from_slice(p.payload()))
+        .ok()?;
+    Some(c)
+}
+
 /// What an engine's notices say: port, data, error; then the packets it
 /// received (port `u16::MAX`, and the root), freed once read.
 #[allow(clippy::type_complexity)]
@@ -293,35 +348,7 @@ proptest! {
     fn predicted_frames_are_delivered_as_the_general_path_delivers_them(frames in proptest::collection::vec(mostly_single(), 1..40), keyed in any::<bool>(), in_order in any::<bool>()) {
         let key = keyed.then_some(*b"job frame key 16");
         let (mut x, mut y) = (target_keyed(key), target_keyed(key));
-        // In half the cases each sender's frames are renumbered in order (its
-        // reliable ones by sequence and message, its best-effort ones by
-        // message), so that most of them are what prediction takes; with a key,
-        // each frame is tagged under it (one that does not parse stays untagged,
-        // refused by both).
-        let mut next = [(0u32, 0u32, 0u32); 256];
-        let frames: Vec<Vec<u8>> = frames
-            .into_iter()
-            .map(|f| {
-                let p = Packet::new_checked(&f[..]).unwrap();
-                let Ok(mut r) = Repr::parse(&p, true) else {
-                    return f;
-                };
-                if in_order {
-                    let n = &mut next[r.ends.src_node as usize % 256];
-                    if r.flags.contains(Flags::RELIABLE) {
-                        (r.seq, r.msg_id) = (n.0, n.1);
-                        (n.0, n.1) = (n.0 + 1, n.1 + 1);
-                    } else {
-                        r.msg_id = n.2;
-                        n.2 += 1;
-                    }
-                }
-                let tag = if key.is_some() { volley_core::wire::TAG_LEN } else { 0 };
-                let mut t = vec![0u8; r.buffer_len() + tag];
-                r.emit_frame(&mut t, &[p.payload()], true, key.as_ref()).unwrap();
-                t
-            })
-            .collect();
+        let frames = renumbered(frames, in_order, key);
         // Each engine its own fabric: what one sends (to a sender that claims to
         // be node 1, itself) comes back to it alone.
         let new_rings = || -> Vec<Ring<128, 512>> { (0..4).map(|_| Ring::new()).collect() };
@@ -380,6 +407,56 @@ proptest! {
         // a RETRY where `x`, answering at once, sent an ack and then a RETRY.
         prop_assert_eq!(took_x, took_y);
         prop_assert_eq!(x.stats().rx_predicted, 0);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, .. ProptestConfig::default() })]
+
+    /// Frames under the compact header, from a device that names their sender,
+    /// raise what the same frames under the full header raise from it: the same
+    /// notices, packets and counts, predicted or not.
+    #[test]
+    fn compact_frames_are_taken_as_their_full_headers_are(frames in proptest::collection::vec(mostly_single(), 1..40), in_order in any::<bool>()) {
+        let (mut x, mut y) = (target(), target());
+        let frames = renumbered(frames, in_order, None);
+        let new_rings = || -> Vec<Ring<128, 512>> { (0..4).map(|_| Ring::new()).collect() };
+        let now = Instant::ZERO;
+        let (mut seen_x, mut seen_y, mut compact) = (Vec::new(), Vec::new(), 0);
+        for (i, f) in frames.iter().enumerate() {
+            let now = now + Duration::from_micros(3 * i as u64);
+            // Each frame comes from the node its header names (from node 0 when
+            // too short to name one), alone in fresh rings.
+            let from = NodeAddr(f.get(11).map_or(0, |&n| n as u16 % 4));
+            let c = compacted(f);
+            compact += u64::from(c.is_some());
+            for (e, frame, seen) in [(&mut x, &f[..], &mut seen_x), (&mut y, c.as_deref().unwrap_or(f), &mut seen_y)] {
+                let mut rings = new_rings();
+                {
+                    use volley_core::phy::{Device, TxToken};
+                    let mut d = Loopback::vouching(&mut rings, from);
+                    if let Some(t) = d.transmit(now, NodeAddr(1)) {
+                        t.consume(frame.len(), |b| b.copy_from_slice(frame));
+                    }
+                }
+                for _ in 0..3 {
+                    e.poll(now, &mut Loopback::vouching(&mut rings, NodeAddr(1)), None);
+                    seen.extend(notices(e));
+                }
+            }
+        }
+        for (e, seen) in [(&mut x, &mut seen_x), (&mut y, &mut seen_y)] {
+            e.handle_timeout(now + Duration::from_secs(1));
+            seen.extend(notices(e));
+        }
+        let split = |v: Vec<_>| -> (Vec<_>, Vec<_>) { v.into_iter().partition(|n: &(u16, Vec<u8>, _, u16)| n.0 != u16::MAX) };
+        prop_assert_eq!(split(seen_x), split(seen_y));
+        let (sx, sy) = (x.stats(), y.stats());
+        prop_assert_eq!(sx.delivered, sy.delivered);
+        prop_assert_eq!(sx.rx_predicted, sy.rx_predicted);
+        prop_assert_eq!(sx.rx_malformed + sx.rx_spoofed, sy.rx_malformed + sy.rx_spoofed);
+        prop_assert_eq!(sy.rx_compact, compact);
+        prop_assert_eq!(sx.rx_compact, 0);
     }
 }
 

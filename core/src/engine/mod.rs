@@ -668,7 +668,13 @@ pub struct Stats {
     pub rx_predicted: u64,
     /// Frames dropped for a bad CRC.
     pub rx_bad_crc: u64,
-    /// Frames dropped for a missing or wrong authentication tag (with a job key).
+    /// Of those, frames under the compact header (`wire::compact`).
+    pub rx_compact: u64,
+    /// Frames sent under the compact header.
+    pub tx_compact: u64,
+    /// Frames dropped for a missing or wrong authentication tag (with a job key),
+    /// and compact frames from a device that does not vouch for them or in a job
+    /// with a key.
     pub rx_unauthenticated: u64,
     /// Frames dropped as malformed (length, version, kind, fields).
     pub rx_malformed: u64,
@@ -1259,7 +1265,9 @@ impl<'a> Engine<'a> {
             let src = tok.source();
             tok.consume_parts(|f, body| {
                 if body.is_empty() {
-                    if !self.rx_predicted(now, f, src) {
+                    if f.first() == Some(&wire::COMPACT_MAGIC) {
+                        self.rx_compact(now, f, src, mem)
+                    } else if !self.rx_predicted(now, f, src) {
                         self.handle_frame_mem(now, f, src, mem)
                     }
                 } else {

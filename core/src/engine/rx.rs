@@ -27,6 +27,9 @@ impl<'a> Engine<'a> {
         source: Option<NodeAddr>,
         mem: &mut dyn Memory,
     ) {
+        if frame.first() == Some(&wire::COMPACT_MAGIC) {
+            return self.rx_compact(now, frame, source, mem);
+        }
         self.stats.rx_frames += 1;
         let Some((repr, payload)) = self.parse_ours(frame) else {
             return;
@@ -97,11 +100,17 @@ impl<'a> Engine<'a> {
         if !taken {
             return false;
         }
-        // Delivered (a packet: queued for the program). Then what `handle_parsed`
-        // does for any frame of the channel (the ack touches only what was sent, so
-        // its place after the delivery changes nothing), and `rx_reliable` for a new
-        // reliable one.
         self.stats.rx_frames += 1;
+        self.took_predicted(now, ci, &repr, reliable);
+        true
+    }
+
+    /// What follows a predicted frame's delivery (a packet's: queued for the
+    /// program): what `handle_parsed` does for any frame of the channel (the ack
+    /// touches only what was sent, so its place after the delivery changes
+    /// nothing), and `rx_reliable` for a new reliable one.
+    #[inline(always)]
+    fn took_predicted(&mut self, now: Instant, ci: usize, repr: &Repr, reliable: bool) {
         self.stats.rx_predicted += 1;
         let ch = &mut self.chans[ci];
         ch.heard_at = now;
@@ -111,9 +120,46 @@ impl<'a> Engine<'a> {
             self.plain_ack(now, ci, a, true);
         }
         if reliable {
-            self.took_reliable(now, ci, &repr);
+            self.took_reliable(now, ci, repr);
         }
-        true
+    }
+
+    /// A frame under the compact header (`wire::compact`): only from a device that
+    /// vouches for it ([`crate::phy::Capabilities::compact`]) in a job without a key,
+    /// which names its sender. Predicted as [`Engine::rx_predicted`] predicts a
+    /// full header, else taken by the general path with the fields the header
+    /// leaves out filled in.
+    pub(super) fn rx_compact(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        source: Option<NodeAddr>,
+        mem: &mut dyn Memory,
+    ) {
+        self.stats.rx_frames += 1;
+        self.stats.rx_compact += 1;
+        let vouched = self.caps.compact && self.cfg.auth_key.is_none();
+        let Some(src) = source.filter(|_| vouched) else {
+            self.stats.rx_unauthenticated += 1;
+            return;
+        };
+        let c = &self.cfg;
+        let Ok((repr, payload)) = Repr::parse_compact(frame, c.job_key, c.group, c.node) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        // As `rx_predicted` takes them: a refusal or a call to retry goes the
+        // general way (`on_ack` with its flags).
+        let plain = !repr.flags.intersects(Flags::REFUSED | Flags::RETRY);
+        if plain && self.bufs.queued_streams == 0 {
+            if let Some((ci, reliable)) = self.predicts::<false>(&repr, payload.len(), source) {
+                if self.deliver_single(ci, &repr, payload, reliable) {
+                    self.took_predicted(now, ci, &repr, reliable);
+                    return;
+                }
+            }
+        }
+        self.handle_parsed(now, repr, payload, Some(src), mem)
     }
 
     /// Whether header prediction takes `repr` (`n` bytes of payload), changing

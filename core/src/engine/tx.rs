@@ -985,6 +985,9 @@ impl<'t, D: Device> Tx<'t, D> {
         self.address(ch, &mut repr);
         let skip_crc = self.caps.integrity;
         let key = self.cfg.auth_key.as_ref();
+        if self.caps.compact && key.is_none() && repr.compactable() {
+            return self.emit_compact(ch, repr, fill);
+        }
         let len = repr.buffer_len() + if key.is_some() { wire::TAG_LEN } else { 0 };
         let Some(tok) = self.dev.transmit(self.now, ch.peer) else {
             return false;
@@ -996,6 +999,27 @@ impl<'t, D: Device> Tx<'t, D> {
         if !ok {
             return false;
         }
+        self.sent_frame(ch, &repr);
+        true
+    }
+
+    /// [`Tx::emit_with`] of a frame under the compact header (see
+    /// [`crate::phy::Capabilities::compact`]).
+    #[inline]
+    fn emit_compact<F: FnOnce(&mut [u8])>(
+        &mut self,
+        ch: &mut Channel,
+        repr: Repr,
+        fill: F,
+    ) -> bool {
+        let len = wire::COMPACT_LEN + repr.payload_len as usize;
+        let Some(tok) = self.dev.transmit(self.now, ch.peer) else {
+            return false;
+        };
+        if !tok.consume(len, |buf| repr.emit_compact(buf, fill).is_ok()) {
+            return false;
+        }
+        self.stats.tx_compact += 1;
         self.sent_frame(ch, &repr);
         true
     }

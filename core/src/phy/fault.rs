@@ -243,6 +243,7 @@ impl<D: Device, const BUF: usize> Device for FaultInjector<D, BUF> {
         Capabilities {
             reliable: false,
             integrity: false,
+            compact: false,
             board_nodes: 0,
             board_mtu: 0,
             ..inner

@@ -42,6 +42,12 @@ pub struct Capabilities {
     pub pool_slots: u16,
     /// Bytes per pool slot.
     pub pool_slot_size: usize,
+    /// The device names the sender of every frame it receives
+    /// ([`RxToken::source`]), delivers a frame only to the node it was sent to,
+    /// never corrupts one, and carries one job alone: a job without a key may send
+    /// its short messages under the compact header ([`crate::wire::COMPACT_LEN`]
+    /// bytes). Every node on the device must say the same.
+    pub compact: bool,
 }
 
 impl Capabilities {
@@ -55,6 +61,7 @@ impl Capabilities {
             board_mtu: 0,
             pool_slots: 0,
             pool_slot_size: 0,
+            compact: false,
         }
     }
 }

@@ -1,7 +1,9 @@
 //! The Volley frame format.
 //!
 //! One fixed 56-byte header followed by up to `payload_len` bytes, all integers
-//! big-endian. `core/WIRE.md` is the table a dissector writer needs.
+//! big-endian; on a device that vouches for each frame's sender, a short message
+//! may travel under a 28-byte compact header instead (`compact`). `core/WIRE.md`
+//! is the table a dissector writer needs.
 //!
 //! Contract (as in smoltcp): [`Packet::new_checked`] verifies the length fields; after
 //! it succeeds no getter panics. [`Repr::parse`] additionally checks version, kind and
@@ -13,7 +15,9 @@ use core::fmt;
 use bitflags::bitflags;
 use crc::{Crc, CRC_32_ISCSI};
 
+mod compact;
 mod tag;
+pub use compact::{COMPACT_LEN, COMPACT_MAGIC};
 #[cfg(feature = "std")]
 pub use tag::use_polyval;
 pub use tag::{

@@ -1479,6 +1479,7 @@ impl MyriNic {
                     head: head_w,
                     cursor,
                     next: head.wrapping_add(1),
+                    src: src as u16,
                 });
             }
             // A slot with an impossible length is skipped.
@@ -1537,6 +1538,8 @@ pub struct MyriRx<'a> {
     /// Our copy of `head` (we alone write it).
     cursor: &'a mut u64,
     next: u64,
+    /// The ring's producer: the node that sent the frame.
+    src: u16,
 }
 
 /// A free slot in a peer's ring, lent in place.
@@ -1621,6 +1624,11 @@ fn scatter(f: &mut [u8], parts: &[core::ops::Range<usize>], src: &[u8]) {
 }
 
 impl RxToken for MyriRx<'_> {
+    /// Only `src` produces into its ring to us.
+    fn source(&self) -> Option<NodeAddr> {
+        Some(NodeAddr(self.src))
+    }
+
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
         if self.body.is_empty() {
             return self.consume_parts(|frame, _| f(frame));
@@ -1774,6 +1782,8 @@ impl Device for MyriNic {
             board_mtu: self.geo.board_mtu(),
             pool_slots: POOL_SLOTS as u16,
             pool_slot_size: POOL_SLOT,
+            // Rings are per pair of nodes, in the job's own region (`source`).
+            compact: true,
         }
     }
 

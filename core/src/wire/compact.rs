@@ -1,0 +1,234 @@
+//! The compact header (WIRE.md, "Compact frames").
+//!
+//! A device that names the sender of every frame, delivers a frame only to the node
+//! it was sent to, never corrupts one and carries one job alone (the Myrinet-like
+//! model on the job's own shared memory: [`crate::phy::Capabilities::compact`]) lets
+//! a whole message in one data frame of a job without a key travel under
+//! [`COMPACT_LEN`] bytes instead of [`super::HEADER_LEN`]: the job, the receiver's
+//! name, the offset (0), the total (the payload's length), the selective acks (none)
+//! and the checksum are left out. The receiver fills them in from what it knows and
+//! parses the rest as untrusted bytes. Little-endian, unlike the full header: it
+//! never leaves the host or the machines sharing its memory.
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0 | [`COMPACT_MAGIC`] (never a [`super::VERSION`]) |
+//! | 1 | flags: `RELIABLE` (bit 0), `ACK_REQ` (1), `REFUSED` (5), `RETRY` (6) |
+//! | 2..4 | sender's group |
+//! | 4..6 | sender's instance |
+//! | 6..8 | sender's port |
+//! | 8..10 | receiver's port |
+//! | 10..12 | payload length |
+//! | 12..16 | `seq` |
+//! | 16..20 | `msg_id` |
+//! | 20..24 | `ack` |
+//! | 24..26 | `window` |
+//! | 26..28 | zero |
+
+use super::{AckInfo, Endpoints, Flags, Kind, Repr, WireError};
+
+/// Bytes of the compact header.
+pub const COMPACT_LEN: usize = 28;
+/// The first byte of a compact frame.
+pub const COMPACT_MAGIC: u8 = 0xC5;
+
+/// The flags a compact frame may carry (`LAST` is implied).
+const CARRIED: Flags = Flags::RELIABLE
+    .union(Flags::ACK_REQ)
+    .union(Flags::REFUSED)
+    .union(Flags::RETRY);
+
+impl Repr {
+    /// Whether this frame may travel compact: a whole message in one data frame,
+    /// with an ack that selects nothing, no flag the compact header lacks.
+    #[inline]
+    pub fn compactable(&self) -> bool {
+        self.kind == Kind::Data
+            && self.offset == 0
+            && self.total_len == self.payload_len as u32
+            && self.flags.contains(Flags::LAST)
+            && (self.flags - Flags::LAST - CARRIED).is_empty()
+            && self.ack.is_some_and(|a| a.sack == 0)
+    }
+
+    /// Writes the compact header of a [`Repr::compactable`] frame into `buf`, then
+    /// its payload through `fill`. `buf` must hold [`COMPACT_LEN`] plus the payload.
+    #[inline]
+    pub fn emit_compact<F: FnOnce(&mut [u8])>(
+        &self,
+        buf: &mut [u8],
+        fill: F,
+    ) -> Result<usize, WireError> {
+        let n = COMPACT_LEN + self.payload_len as usize;
+        let Some((h, rest)) = buf
+            .get_mut(..n)
+            .and_then(|b| b.split_first_chunk_mut::<COMPACT_LEN>())
+        else {
+            return Err(WireError::Malformed);
+        };
+        let a = self.ack.unwrap_or_default();
+        let e = &self.ends;
+        h[0] = COMPACT_MAGIC;
+        h[1] = (self.flags & CARRIED).bits() as u8;
+        h[2..4].copy_from_slice(&e.src_group.to_le_bytes());
+        h[4..6].copy_from_slice(&e.src_node.to_le_bytes());
+        h[6..8].copy_from_slice(&e.src_port.to_le_bytes());
+        h[8..10].copy_from_slice(&e.dst_port.to_le_bytes());
+        h[10..12].copy_from_slice(&self.payload_len.to_le_bytes());
+        h[12..16].copy_from_slice(&self.seq.to_le_bytes());
+        h[16..20].copy_from_slice(&self.msg_id.to_le_bytes());
+        h[20..24].copy_from_slice(&a.ack.to_le_bytes());
+        h[24..26].copy_from_slice(&a.window.to_le_bytes());
+        h[26..28].copy_from_slice(&[0, 0]);
+        fill(rest);
+        Ok(n)
+    }
+
+    /// Parses an untrusted compact frame that came to `dst_group`/`dst_node` of job
+    /// `job_key`: the header and its payload. The header is read once, into
+    /// private memory (the frame may sit where its sender can still write).
+    #[inline]
+    pub fn parse_compact(
+        frame: &[u8],
+        job_key: u32,
+        dst_group: u16,
+        dst_node: u16,
+    ) -> Result<(Repr, &[u8]), WireError> {
+        let h: [u8; COMPACT_LEN] = *frame
+            .first_chunk::<COMPACT_LEN>()
+            .ok_or(WireError::Truncated)?;
+        let b16 = |at: usize| u16::from_le_bytes([h[at], h[at + 1]]);
+        let b32 = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        if h[0] != COMPACT_MAGIC {
+            return Err(WireError::BadVersion);
+        }
+        let flags = Flags::from_bits(u16::from(h[1]))
+            .filter(|f| CARRIED.contains(*f))
+            .ok_or(WireError::Malformed)?;
+        if b16(26) != 0 {
+            return Err(WireError::Malformed);
+        }
+        let payload_len = b16(10);
+        let payload = frame
+            .get(COMPACT_LEN..COMPACT_LEN + payload_len as usize)
+            .ok_or(WireError::Truncated)?;
+        let repr = Repr {
+            kind: Kind::Data,
+            flags: flags | Flags::LAST,
+            job_key,
+            ends: Endpoints {
+                src_group: b16(2),
+                src_node: b16(4),
+                src_port: b16(6),
+                dst_group,
+                dst_node,
+                dst_port: b16(8),
+            },
+            seq: b32(12),
+            ack: Some(AckInfo {
+                ack: b32(20),
+                sack: 0,
+                window: b16(24),
+            }),
+            msg_id: b32(16),
+            offset: 0,
+            total_len: payload_len as u32,
+            payload_len,
+        };
+        Ok((repr, payload))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Repr {
+        Repr {
+            kind: Kind::Data,
+            flags: Flags::RELIABLE | Flags::LAST | Flags::ACK_REQ,
+            job_key: 0xDEAD_BEEF,
+            ends: Endpoints {
+                src_group: 7,
+                src_node: 0x0102,
+                src_port: 3,
+                dst_group: 7,
+                dst_node: 2,
+                dst_port: 1024,
+            },
+            seq: 0x1122_3344,
+            ack: Some(AckInfo {
+                ack: 0x5566_7788,
+                sack: 0,
+                window: 0x99AA,
+            }),
+            msg_id: 0xBBCC_DDEE,
+            offset: 0,
+            total_len: 5,
+            payload_len: 5,
+        }
+    }
+
+    #[test]
+    fn round_trip_fills_in_what_the_header_leaves_out() {
+        let r = sample();
+        assert!(r.compactable());
+        let mut buf = [0u8; 64];
+        let n = r
+            .emit_compact(&mut buf, |p| p.copy_from_slice(b"hello"))
+            .unwrap();
+        assert_eq!(n, COMPACT_LEN + 5);
+        assert_eq!(buf[0], COMPACT_MAGIC);
+        let (got, payload) = Repr::parse_compact(&buf[..n], 0xDEAD_BEEF, 7, 2).unwrap();
+        assert_eq!((got, payload), (r, &b"hello"[..]));
+        // Bytes past the frame are not its payload.
+        let (_, p) = Repr::parse_compact(&buf, 0xDEAD_BEEF, 7, 2).unwrap();
+        assert_eq!(p, b"hello");
+        assert_eq!(
+            r.emit_compact(&mut buf[..n - 1], |_| ()),
+            Err(WireError::Malformed)
+        );
+    }
+
+    #[test]
+    fn only_a_whole_message_in_one_data_frame_with_a_plain_ack_is_compactable() {
+        let with = |f: fn(&mut Repr)| {
+            let mut r = sample();
+            f(&mut r);
+            r.compactable()
+        };
+        assert!(!with(|r| r.kind = Kind::Multicast));
+        assert!(!with(|r| r.offset = 1));
+        assert!(!with(|r| r.total_len = 6));
+        assert!(!with(|r| r.flags -= Flags::LAST));
+        assert!(!with(|r| r.flags |= Flags::TREE));
+        assert!(!with(|r| r.ack = None));
+        assert!(!with(|r| r.ack = Some(AckInfo {
+            sack: 1,
+            ..AckInfo::default()
+        })));
+        assert!(with(|r| r.flags |= Flags::REFUSED | Flags::RETRY));
+        assert!(with(|r| r.flags -= Flags::RELIABLE | Flags::ACK_REQ));
+    }
+
+    #[test]
+    fn bad_headers_are_refused_with_a_reason() {
+        let mut buf = [0u8; 64];
+        let n = sample().emit_compact(&mut buf, |p| p.fill(1)).unwrap();
+        let parse = |b: &[u8]| Repr::parse_compact(b, 0, 7, 2).map(|_| ());
+        assert_eq!(parse(&buf[..n]), Ok(()));
+        assert_eq!(parse(&buf[..COMPACT_LEN - 1]), Err(WireError::Truncated));
+        assert_eq!(parse(&buf[..n - 1]), Err(WireError::Truncated));
+        let mut b = buf;
+        b[0] = super::super::VERSION;
+        assert_eq!(parse(&b[..n]), Err(WireError::BadVersion));
+        for bad in [Flags::LAST, Flags::AUTH, Flags::HAS_ACK, Flags::NO_CRC] {
+            let mut b = buf;
+            b[1] |= bad.bits() as u8;
+            assert_eq!(parse(&b[..n]), Err(WireError::Malformed), "{bad:?}");
+        }
+        let mut b = buf;
+        b[27] = 1;
+        assert_eq!(parse(&b[..n]), Err(WireError::Malformed));
+    }
+}
