@@ -85,23 +85,35 @@ fn engine(node: u16, key: Option<AuthKey>) -> Engine<'static> {
     e
 }
 
-/// One round of `a` talking to `b` over loopback rings, every frame `b` receives
-/// recorded as it is handled; `b`'s notices are counted in `handled`.
+/// Node `n`'s view of `rings`: one that names each frame's sender where
+/// `vouching` (short messages travel compact there, see `wire::compact`).
+fn view(rings: &mut [Ring<64, 1500>], n: u16, vouching: bool) -> Loopback<'_, 64, 1500> {
+    if vouching {
+        Loopback::vouching(rings, NodeAddr(n))
+    } else {
+        Loopback::new(rings, NodeAddr(n))
+    }
+}
+
+/// One round of `a` talking to `b` over loopback rings (`vouching` ones, see
+/// [`view`]), every frame `b` receives recorded as it is handled; `b`'s notices
+/// are counted in `handled`.
 fn step(
     a: &mut Engine<'static>,
     b: &mut Engine<'static>,
-    rings: &mut [Ring<64, 1500>],
+    (rings, vouching): (&mut [Ring<64, 1500>], bool),
     now: Instant,
     recorded: &mut Vec<Vec<u8>>,
     handled: &mut u64,
 ) {
-    a.poll(now, &mut Loopback::new(rings, NodeAddr(0)), None);
-    let mut lb = Loopback::new(rings, NodeAddr(1));
+    a.poll(now, &mut view(rings, 0, vouching), None);
+    let mut lb = view(rings, 1, vouching);
     b.set_capabilities(lb.capabilities());
+    let from = vouching.then_some(NodeAddr(0));
     while let Some(t) = lb.receive(now) {
         t.consume(|f| {
             recorded.push(f.to_vec());
-            b.handle_frame(now, f)
+            b.handle_frame_from(now, f, from)
         });
         *handled += notices(b);
     }
@@ -140,7 +152,7 @@ fn launch_packets(a: &mut Engine<'static>, i: usize) {
 }
 
 /// Frames two engines really exchange: the corpus the mutations start from.
-fn corpus(key: Option<AuthKey>) -> Vec<Vec<u8>> {
+fn corpus(key: Option<AuthKey>, vouching: bool) -> Vec<Vec<u8>> {
     let mut a = engine(0, key);
     let mut b = engine(1, key);
     let mut rings: Vec<Ring<64, 1500>> = (0..2).map(|_| Ring::new()).collect();
@@ -149,13 +161,22 @@ fn corpus(key: Option<AuthKey>) -> Vec<Vec<u8>> {
     for (i, len) in [0usize, 10, 1400, 4000, 20_000].into_iter().enumerate() {
         let body: &'static [u8] = Vec::leak(vec![i as u8; len]);
         let _ = a.start_send(1, b"hd", Body::Borrowed(body), i % 2 == 0);
+        // And a short one of the other service (compact on vouching rings).
+        let _ = a.start_send(2, b"", Body::Borrowed(&body[..len.min(9)]), i % 2 == 1);
         let _ = a.start_send(7, b"", Body::Borrowed(body), true); // unbound: rejected
         let _ = a.start_barrier();
         let _ = b.start_barrier();
         launch_packets(&mut a, i);
         for _ in 0..50 {
             now += Duration::from_micros(50);
-            step(&mut a, &mut b, &mut rings, now, &mut frames, &mut 0);
+            step(
+                &mut a,
+                &mut b,
+                (&mut rings, vouching),
+                now,
+                &mut frames,
+                &mut 0,
+            );
         }
     }
     frames
@@ -245,11 +266,21 @@ fn mutated_frames_never_panic_the_engine() {
         .unwrap_or(default);
     // Shown with the output of a test that panics: how to repeat it.
     eprintln!("fuzzing with VOLLEY_SEED={seed}");
-    let keyed = corpus(Some(KEY));
-    let plain = corpus(None);
+    let keyed = corpus(Some(KEY), false);
+    let plain = corpus(None, false);
+    // Frames of a job without a key on rings that name their sender: short
+    // messages compact.
+    let vouched = corpus(None, true);
+    let compact = vouched
+        .iter()
+        .filter(|f| f.first() == Some(&wire::COMPACT_MAGIC))
+        .count();
     assert!(
-        keyed.len() > 20 && plain.len() > 20,
-        "a corpus to start from"
+        keyed.len() > 20 && plain.len() > 20 && compact >= 5,
+        "a corpus to start from: {} keyed, {} plain, {} vouched ({compact} compact)",
+        keyed.len(),
+        plain.len(),
+        vouched.len()
     );
     let mut rng = Rng::new(seed);
     let start = std::time::Instant::now();
@@ -257,12 +288,24 @@ fn mutated_frames_never_panic_the_engine() {
     let mut deep = 0u64;
     while start.elapsed().as_secs() < secs {
         rounds += 1;
-        let with_key = rng.chance(0.5);
+        // A third of the rounds keyed, a third plain, a third on vouching rings
+        // (frames from node 0, as the rings name it).
+        let (with_key, vouching) = match rng.below(3) {
+            0 => (true, false),
+            1 => (false, false),
+            _ => (false, true),
+        };
+        let from = vouching.then_some(NodeAddr(0));
+        let start_from = match (with_key, vouching) {
+            (true, _) => &keyed,
+            (_, true) => &vouched,
+            _ => &plain,
+        };
         let mut e = engine(1, with_key.then_some(KEY));
         let mut rings: Vec<Ring<64, 1500>> = (0..2).map(|_| Ring::new()).collect();
         let mut now = Instant::ZERO;
         for _ in 0..200 {
-            let mut f = mutate(&mut rng, if with_key { &keyed } else { &plain });
+            let mut f = mutate(&mut rng, start_from);
             if with_key && rng.chance(0.7) {
                 resign(&mut f);
             }
@@ -283,15 +326,15 @@ fn mutated_frames_never_panic_the_engine() {
                     let k = rng.below(f.len() as u64 + 1) as usize;
                     (f[..k].to_vec(), f[k..].to_vec())
                 };
-                e.handle_split_frame(now, &head, &payload, None, &mut NoMemory);
+                e.handle_split_frame(now, &head, &payload, from, &mut NoMemory);
             } else {
-                e.handle_frame(now, &f);
+                e.handle_frame_from(now, &f, from);
             }
             notices(&mut e);
             drain(&mut e);
             frames += 1;
             now += Duration::from_micros(rng.below(300));
-            e.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
+            e.poll(now, &mut view(&mut rings, 1, vouching), None);
             for r in rings.iter_mut() {
                 *r = Ring::new();
             }
@@ -318,7 +361,8 @@ fn mutated_frames_never_panic_the_engine() {
 /// twice, with or without the job's key.
 #[test]
 fn replayed_frames_are_rejected() {
-    for key in [Some(KEY), None] {
+    for (key, vouching) in [(Some(KEY), false), (None, false), (None, true)] {
+        let from = vouching.then_some(NodeAddr(0));
         let mut a = engine(0, key);
         let mut b = engine(1, key);
         let mut rings: Vec<Ring<64, 1500>> = (0..2).map(|_| Ring::new()).collect();
@@ -332,7 +376,14 @@ fn replayed_frames_are_rejected() {
             launch_packets(&mut a, i + 1);
             for _ in 0..40 {
                 now += Duration::from_micros(50);
-                step(&mut a, &mut b, &mut rings, now, &mut recorded, &mut handled);
+                step(
+                    &mut a,
+                    &mut b,
+                    (&mut rings, vouching),
+                    now,
+                    &mut recorded,
+                    &mut handled,
+                );
             }
         }
         assert_eq!(handled, 4, "{key:?}: four messages");
@@ -344,7 +395,7 @@ fn replayed_frames_are_rejected() {
         let before = b.stats().delivered;
         for f in &recorded {
             now += Duration::from_micros(10);
-            b.handle_frame(now, f);
+            b.handle_frame_from(now, f, from);
             handled += notices(&mut b);
             assert_eq!(
                 drain(&mut b),
