@@ -135,9 +135,9 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
 
     fn capabilities(&self) -> Capabilities {
         // Every frame this node sends goes through the capture, so none on the board
-        // and none from send slots; full headers, as dissectors read them.
+        // and none from send slots. Compact frames are recorded as they travel
+        // (WIRE.md: a dissector tells them by their first byte).
         Capabilities {
-            compact: false,
             board_nodes: 0,
             board_mtu: 0,
             pool_slots: 0,
