@@ -107,12 +107,12 @@ fn rest_words(h: &[u8; HEADER_LEN]) -> [u64; REST_WORDS] {
     rest
 }
 
-/// The short tag's hash after the header's first [`CACHED_WORDS`] words in
-/// [`HEADER_WORD_ORDER`], kept for the next frame that has them too. They are the
-/// same for every frame of one kind and size between two endpoints, so a run of
-/// them (a ping-pong's) hashes four words fewer each (of nine for an 8-byte
-/// message). Kept with the key it was computed under. One per direction of an
-/// endpoint.
+/// The short tag's hash after the header's first four (`CACHED_WORDS`) words in
+/// the short tag's order (`HEADER_WORD_ORDER`), kept for the next frame that has
+/// them too. They are the same for every frame of one kind and size between two
+/// endpoints, so a run of them (a ping-pong's) hashes four words fewer each (of
+/// nine for an 8-byte message). Kept with the key it was computed under. One per
+/// direction of an endpoint.
 ///
 /// It may also hold the hash of a whole header guessed ahead ([`TagCache::prepare`]):
 /// the last frame's with `seq`, `ack` and `msg_id` one more, as the next frame of a
@@ -194,8 +194,8 @@ impl TagCache {
     }
 }
 
-/// [`tag`], with the hash of the header's first [`CACHED_WORDS`] words taken from
-/// `cache` where it holds them (and left there otherwise), or of the whole header
+/// [`tag`], with the hash of the header's first four (`CACHED_WORDS`) words taken
+/// from `cache` where it holds them (and left there otherwise), or of the whole header
 /// where `cache` guessed it. The same tag.
 pub fn tag_cached(
     key: &AuthKey,

@@ -38,7 +38,7 @@ enum Cmd {
         fabric: Option<FabricArg>,
     },
     /// Starts N ranks of PROGRAM on this machine, with VOLLEY_RANK, VOLLEY_SIZE,
-    /// VOLLEY_JOB and VOLLEY_FABRIC set; forwards their output with a [rank] prefix;
+    /// VOLLEY_JOB and VOLLEY_FABRIC set; forwards their output, each line behind its rank in brackets;
     /// exits non-zero (stopping the rest) when a rank fails or the timeout passes.
     Run {
         /// Number of ranks (1 to 65535).

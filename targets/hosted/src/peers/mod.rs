@@ -2,7 +2,7 @@
 //! interleaved rounds. MPICH runs a bundled MPI ping-pong ([`MPI_PINGPONG`], built
 //! with `mpicc.mpich`); UCX runs `ucx_perftest` (`ucp_am_lat` at 8 B and 1 MiB,
 //! `tag_bw`) over `tcp` beside `udp` and `eth`, and beside `shm` over `posix,self` at
-//! 8 B and `posix,cma,self` at 1 MiB ([`ucx_tls`]). A peer that is not installed is
+//! 8 B and `posix,cma,self` at 1 MiB (`ucx_tls`). A peer that is not installed is
 //! named, with its Debian package, and skipped.
 //!
 //! Each peer's processes are pinned as Volley's ranks are ([`crate::programs::pin`]):
