@@ -346,6 +346,44 @@ fn short_frames_travel_compact_in_one_cache_line() {
     assert!(recv(&mut b).is_none());
 }
 
+/// The engine sends a short message over the rings under the compact header: the
+/// frame, its slot's sequence and length words fit the slot's first line (up to 20
+/// bytes of message), and the receiver knows its sender from the ring.
+#[test]
+fn short_messages_go_under_the_compact_header_in_one_line() {
+    let mut mem = Mem::new(geo().region_len().unwrap());
+    let (mut na, mut nb) = pair(&mem);
+    let mut p = Pair::new(7, 4, 64);
+    for (i, len) in [8usize, 20, 21].into_iter().enumerate() {
+        let msg: &'static [u8] = Vec::leak(vec![i as u8 + 1; len]);
+        let done = p.transfer(
+            msg,
+            &mut na,
+            &mut nb,
+            |_, _| {},
+            50,
+            Duration::from_micros(1),
+        );
+        assert!(done, "{len} bytes");
+        assert_eq!(p.received, msg);
+        // The ring slot still holds the frame as the sender wrote it: its length
+        // word, then the frame after the slot's 16-byte header.
+        let slot = geo().slot(1, 0, i as u64);
+        let b = mem.bytes();
+        let word = u32::from_le_bytes(b[slot + 8..slot + 12].try_into().unwrap());
+        let frame = volley_core::wire::COMPACT_LEN + len;
+        assert_eq!(
+            (word, b[slot + 16]),
+            (frame as u32, volley_core::wire::COMPACT_MAGIC)
+        );
+        assert_eq!(16 + frame <= 64, len <= 20, "{len} bytes");
+    }
+    assert_eq!(p.a.stats().tx_compact, 3);
+    assert_eq!(p.b.stats().rx_compact, 3);
+    assert_eq!(p.b.stats().rx_predicted, 2, "the channel's first opens it");
+    assert_eq!(nb.stats().rx_compact, 0, "no template needed");
+}
+
 #[test]
 fn fetch_and_add_lives_in_the_owners_nic_memory() {
     let mem = Mem::new(geo().region_len().unwrap());
