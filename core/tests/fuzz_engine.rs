@@ -303,6 +303,8 @@ fn mutated_frames_never_panic_the_engine() {
         };
         let mut e = engine(1, with_key.then_some(KEY));
         let mut rings: Vec<Ring<64, 1500>> = (0..2).map(|_| Ring::new()).collect();
+        // The device's capabilities from the first frame on, not the first poll.
+        e.set_capabilities(view(&mut rings, 1, vouching).capabilities());
         let mut now = Instant::ZERO;
         for _ in 0..200 {
             let mut f = mutate(&mut rng, start_from);
