@@ -62,9 +62,20 @@ impl Row {
             self.median,
             self.p90,
             self.p99,
-            self.ratio.map_or("-".into(), |r| format!("{r:.2}x"))
+            self.ratio.map_or("-".into(), ratio_text)
         )
     }
+}
+
+/// A ratio as the table shows it: two decimals, and two significant digits below
+/// 0.1, so that a peer a thousand times slower does not read `0.00x`.
+fn ratio_text(r: f64) -> String {
+    if !r.is_finite() || r <= 0.0 || r >= 0.095 {
+        return format!("{r:.2}x");
+    }
+    // Places after the point for two significant digits (0.012 -> 3, 0.0012 -> 4).
+    let places = (-r.log10()).ceil() as usize + 1;
+    format!("{r:.places$}x")
 }
 
 /// Header for [`Row::line`].
@@ -2018,4 +2029,31 @@ pub fn collectives(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, H
     g.sync()?;
     g.exit();
     Ok(if boot.rank == 0 { rows } else { Vec::new() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_ratios_keep_two_significant_digits() {
+        assert_eq!(ratio_text(1.0), "1.00x");
+        assert_eq!(ratio_text(2.375), "2.38x");
+        assert_eq!(ratio_text(0.1), "0.10x");
+        assert_eq!(ratio_text(0.07), "0.070x");
+        assert_eq!(ratio_text(0.0123), "0.012x");
+        assert_eq!(ratio_text(0.00119), "0.0012x");
+        assert_eq!(ratio_text(0.0), "0.00x");
+        let row = Row {
+            fabric: "shm".into(),
+            test: "MPICH MPI_Barrier, 4 ranks".into(),
+            bytes: 0,
+            unit: "us".into(),
+            median: 12_000.0,
+            p90: 13_000.0,
+            p99: 14_000.0,
+            ratio: Some(0.0012),
+        };
+        assert!(row.line().ends_with("0.0012x"), "{}", row.line());
+    }
 }
