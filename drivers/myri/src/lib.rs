@@ -1722,6 +1722,12 @@ impl TxToken for MyriTx<'_> {
 }
 
 impl MyriTx<'_> {
+    /// The place of this frame in its ring's sequence, from 0 at the ring's start:
+    /// it fills slot `index % Geometry::slots` (a producer may keep notes per slot).
+    pub fn index(&self) -> u64 {
+        self.next.wrapping_sub(1)
+    }
+
     /// Publishes the frame of `len` bytes: in the slot, or short in `buf`.
     ///
     /// The slot's lines stay in this core's cache for the consumer to fetch. Pushing

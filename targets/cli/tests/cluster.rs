@@ -303,6 +303,32 @@ fn flowctl_over_a_lossy_udp_relay_arrives_exactly_once() {
     }
 }
 
+/// Long frames on `shm` (16 KiB and more) are copied into the peer's ring by the
+/// device, through the cache or with non-temporal stores as `VOLLEY_SHM_COPY` says,
+/// and every message arrives exactly once, in order, intact either way.
+#[test]
+fn shm_long_frames_arrive_intact_however_they_are_copied() {
+    let _g = serial();
+    for (mode, salt) in [("streaming", 14), ("cached", 15)] {
+        let env = [("VOLLEY_SHM_COPY", mode), ("VOLLEY_MESSAGES", "200")];
+        let (out, took) = launch("2", "shm", job_id(salt), &["flowctl-exact"], &env);
+        let t = text(&out);
+        assert!(out.status.success(), "{mode}, after {took:?}:\n{t}");
+        assert!(
+            t.contains("flowctl-exact ok: 200 messages exactly once, in order"),
+            "{mode}: {t}"
+        );
+        // 40 messages of 100 KB, two long frames each (64 KiB slots).
+        let cached = number_after(&t, "shm long frames: ");
+        let streamed = number_after(&t, "through the cache, ");
+        let (copied, other) = match mode {
+            "streaming" => (streamed, cached),
+            _ => (cached, streamed),
+        };
+        assert!(copied >= 80 && other == 0, "{mode}: {t}");
+    }
+}
+
 /// The number after `prefix` in `t` (up to a space or comma).
 fn number_after(t: &str, prefix: &str) -> u64 {
     t.split(prefix)

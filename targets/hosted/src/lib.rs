@@ -34,6 +34,7 @@ pub mod qnix;
 pub mod secret;
 pub mod settings;
 pub mod shm;
+pub mod stream_copy;
 mod sys;
 pub mod udp;
 pub mod xdp;

@@ -209,7 +209,7 @@ impl Device for HostDevice {
         match self {
             HostDevice::Eth(d) => d.gather_from(),
             HostDevice::Udp(d) => d.gather_from(),
-            HostDevice::Shm(_) => usize::MAX,
+            HostDevice::Shm(d) => d.gather_from(),
         }
     }
 
@@ -217,7 +217,7 @@ impl Device for HostDevice {
         match self {
             HostDevice::Eth(d) => d.transmit_parts(now, dst, parts),
             HostDevice::Udp(d) => d.transmit_parts(now, dst, parts),
-            HostDevice::Shm(_) => false,
+            HostDevice::Shm(d) => d.transmit_parts(now, dst, parts),
         }
     }
 
@@ -345,6 +345,7 @@ fn shm_options() -> Result<ShmOptions, HostError> {
     if let Some(t) = env_seconds("VOLLEY_STARTUP_TIMEOUT", 0.001, 86_400.0)? {
         o.startup_timeout = t;
     }
+    o.copy = crate::stream_copy::CopyMode::from_env()?;
     Ok(o)
 }
 

@@ -543,6 +543,13 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
             "flowctl-exact sender: {gathered} frames sent from where their payload lay, {segmented} sends of several datagrams"
         );
     }
+    if let (0, crate::HostDevice::Shm(d)) = (me, g.device()) {
+        let s = d.stats();
+        println!(
+            "shm long frames: {} copied through the cache, {} with non-temporal stores",
+            s.cached_frames, s.streamed_frames
+        );
+    }
     if me == 1 {
         let s = g.engine().stats();
         let (strangers, coalesced) = match g.device() {

@@ -25,9 +25,11 @@ use std::path::PathBuf;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use memmap2::MmapMut;
-use volley_core::phy::{BarrierMembers, BarrierPoll, Capabilities, Device};
+use volley_core::phy::{BarrierMembers, BarrierPoll, Capabilities, Device, TxToken};
 use volley_core::time::{Duration, Instant};
 use volley_core::NodeAddr;
+
+use crate::stream_copy::{streaming_copy, timed_copy, CopyMode, CopyPolicy, STREAM_FROM};
 use volley_myri::{Geometry, MyriError, MyriNic, MyriRx, MyriTx, NicConfig, Region};
 
 use crate::bootstrap::Boot;
@@ -46,6 +48,8 @@ pub struct ShmOptions {
     /// A peer whose heartbeat stands still this long is dead (a process that is
     /// gone is noticed at once through `/proc`; a stopped one is alive).
     pub peer_timeout: volley_core::time::Duration,
+    /// How long frames are copied into a peer's ring (`VOLLEY_SHM_COPY`).
+    pub copy: CopyMode,
 }
 
 impl Default for ShmOptions {
@@ -55,6 +59,7 @@ impl Default for ShmOptions {
             slot_size: 0,
             startup_timeout: StdDuration::from_secs(30),
             peer_timeout: volley_core::time::Duration::from_secs(30),
+            copy: CopyMode::Auto,
         }
     }
 }
@@ -368,6 +373,25 @@ pub struct ShmDevice {
     /// When the processes of our board's readers were last looked up in /proc
     /// (for a full board, or a barrier waiting for them to read it).
     readers_checked: Option<Instant>,
+    /// How long frames are copied into each peer's ring ([`crate::stream_copy`]).
+    copy_mode: CopyMode,
+    copy: Vec<CopyPolicy>,
+    /// Per peer and slot of its ring, how many bytes from the slot's start this
+    /// process has written: a copy into pages written before is timed for the
+    /// policy, one into fresh pages is not (their first-touch faults would read as
+    /// slow copies).
+    written: Vec<u32>,
+    stats: ShmStats,
+}
+
+/// Counters of the `shm` device's own (the NIC model keeps the rest).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShmStats {
+    /// Long frames copied through the cache, and with non-temporal stores.
+    pub cached_frames: u64,
+    pub streamed_frames: u64,
+    /// Times a peer's copies turned to non-temporal stores.
+    pub turned_streaming: u64,
 }
 
 fn map(file: &File) -> std::io::Result<MmapMut> {
@@ -469,10 +493,14 @@ impl ShmDevice {
             dir.rename(&tmp, "region")?;
             (
                 ShmDevice {
+                    written: vec![0; boot.size as usize * nic.geometry().slots as usize],
                     beacon: beacon(&file, me),
                     nic,
                     _map: m,
                     readers_checked: None,
+                    copy_mode: opts.copy,
+                    copy: vec![CopyPolicy::default(); boot.size as usize],
+                    stats: ShmStats::default(),
                 },
                 Some(dir),
             )
@@ -512,10 +540,14 @@ impl ShmDevice {
                 match MyriNic::attach(region(&mut m)?, me, boot.job, cfg) {
                     Ok(nic) => {
                         break ShmDevice {
+                            written: vec![0; boot.size as usize * nic.geometry().slots as usize],
                             beacon: beacon(&file, me),
                             nic,
                             _map: m,
                             readers_checked: None,
+                            copy_mode: opts.copy,
+                            copy: vec![CopyPolicy::default(); boot.size as usize],
+                            stats: ShmStats::default(),
                         }
                     }
                     Err(e @ MyriError::NotReady { .. }) => retry(&mut last, e.to_string()),
@@ -549,6 +581,11 @@ impl ShmDevice {
     }
 
     /// The NIC (for fetch-and-add and statistics).
+    /// The device's own counters.
+    pub fn stats(&self) -> ShmStats {
+        self.stats
+    }
+
     pub fn nic(&self) -> &MyriNic {
         &self.nic
     }
@@ -620,6 +657,55 @@ impl Device for ShmDevice {
 
     fn transmit_reads_time(&self) -> bool {
         self.nic.transmit_reads_time()
+    }
+
+    fn gather_from(&self) -> usize {
+        STREAM_FROM
+    }
+
+    /// A long frame, copied into the peer's ring by its [`CopyPolicy`].
+    fn transmit_parts(&mut self, now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
+        let Some(policy) = self.copy.get_mut(dst.0 as usize) else {
+            return false;
+        };
+        let slots = self.nic.geometry().slots as u64;
+        let Some(tok) = self.nic.transmit(now, dst) else {
+            return false;
+        };
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let streams = policy.streams(self.copy_mode);
+        let stats = &mut self.stats;
+        let at = dst.0 as usize * slots as usize + (tok.index() % slots) as usize;
+        let written = &mut self.written[at];
+        // Timed only over pages this process has written before.
+        let warm = len <= *written as usize;
+        *written = (*written).max(len as u32);
+        tok.consume(len, |slot| {
+            // The engine keeps frames to the MTU: a longer one is cut as a token cuts it.
+            let mut rest = slot;
+            for p in parts {
+                let n = p.len().min(rest.len());
+                let (d, tail) = rest.split_at_mut(n);
+                if n < STREAM_FROM {
+                    d.copy_from_slice(&p[..n]);
+                } else if streams {
+                    streaming_copy(d, &p[..n]);
+                    policy.streamed();
+                    stats.streamed_frames += 1;
+                } else if warm {
+                    let ns = timed_copy(d, &p[..n]);
+                    stats.cached_frames += 1;
+                    if policy.copied(n, ns) {
+                        stats.turned_streaming += 1;
+                    }
+                } else {
+                    d.copy_from_slice(&p[..n]);
+                    stats.cached_frames += 1;
+                }
+                rest = tail;
+            }
+        });
+        true
     }
 
     fn rx_pending(&self) -> bool {
