@@ -28,12 +28,11 @@ use memmap2::MmapMut;
 use volley_core::phy::{BarrierMembers, BarrierPoll, Capabilities, Device, TxToken};
 use volley_core::time::{Duration, Instant};
 use volley_core::NodeAddr;
-
-use crate::stream_copy::{streaming_copy, timed_copy, CopyMode, CopyPolicy, STREAM_FROM};
 use volley_myri::{Geometry, MyriError, MyriNic, MyriRx, MyriTx, NicConfig, Region};
 
 use crate::bootstrap::Boot;
 use crate::secret::Secret;
+use crate::stream_copy::{streaming_copy, timed_copy, CopyMode, CopyPolicy, STREAM_FROM};
 use crate::HostError;
 
 /// Shape and timing of the shared region.
@@ -387,8 +386,9 @@ pub struct ShmDevice {
 /// Counters of the `shm` device's own (the NIC model keeps the rest).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ShmStats {
-    /// Long frames copied through the cache, and with non-temporal stores.
+    /// Long frames copied through the cache.
     pub cached_frames: u64,
+    /// Long frames copied with non-temporal stores.
     pub streamed_frames: u64,
     /// Times a peer's copies turned to non-temporal stores.
     pub turned_streaming: u64,
@@ -580,12 +580,12 @@ impl ShmDevice {
         Ok(dev)
     }
 
-    /// The NIC (for fetch-and-add and statistics).
     /// The device's own counters.
     pub fn stats(&self) -> ShmStats {
         self.stats
     }
 
+    /// The NIC (for fetch-and-add and statistics).
     pub fn nic(&self) -> &MyriNic {
         &self.nic
     }
