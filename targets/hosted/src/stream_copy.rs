@@ -24,8 +24,9 @@
 use std::time::Instant;
 
 /// Frames with at least this many payload bytes are copied by the policy (the
-/// device gathers them: `Device::gather_from`); shorter ones by the engine.
-pub const STREAM_FROM: usize = 16 * 1024;
+/// device gathers them: `Device::gather_from`); shorter ones by the engine. Below
+/// the 16 KiB slots of jobs of more than 8 ranks, so that their frames are too.
+pub const STREAM_FROM: usize = 8 * 1024;
 
 /// A `memcpy` of a long frame slower than this (bytes per nanosecond, GB/s) is slow.
 const SLOW_GBPS: f64 = 6.0;
