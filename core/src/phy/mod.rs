@@ -190,8 +190,9 @@ pub trait Device {
     /// where it lies in the program's memory, tag), for a device whose kernel copies
     /// the frame anyway (`sendmsg` with an I/O vector): it spares the copy into a
     /// transmit buffer; or for one that copies long payloads its own way (the hosted
-    /// `shm` device's non-temporal stores). `false` when there is no room now. Called only for frames with
-    /// at least [`Device::gather_from`] payload bytes, in order with earlier tokens.
+    /// `shm` device's non-temporal stores). `false` when there is no room now.
+    /// Called only for frames with at least [`Device::gather_from`] payload bytes, in
+    /// order with earlier tokens.
     fn transmit_parts(&mut self, _now: Instant, _dst: NodeAddr, _parts: &[&[u8]]) -> bool {
         false
     }
