@@ -435,6 +435,26 @@ fn region(map: &mut MmapMut) -> Result<Region, HostError> {
 const SLOT_PAD: u32 = 64;
 
 impl ShmDevice {
+    /// The device of `nic` on mapping `map`, a copy policy per node of its region.
+    fn new(
+        beacon: Option<crate::beacon::Helper>,
+        nic: MyriNic,
+        map: MmapMut,
+        copy_mode: CopyMode,
+    ) -> ShmDevice {
+        let g = nic.geometry();
+        ShmDevice {
+            beacon,
+            copy: vec![CopyPolicy::default(); g.nodes as usize],
+            written: vec![0; g.nodes as usize * g.slots as usize],
+            nic,
+            _map: map,
+            readers_checked: None,
+            copy_mode,
+            stats: ShmStats::default(),
+        }
+    }
+
     /// Creates (rank 0) or joins the job's region, then waits for every rank.
     pub fn open(boot: &Boot, opts: ShmOptions) -> Result<ShmDevice, HostError> {
         let name = job_dir_name(boot.job, boot.secret.as_ref(), "");
@@ -492,16 +512,7 @@ impl ShmDevice {
                 .map_err(|e| HostError(e.to_string()))?;
             dir.rename(&tmp, "region")?;
             (
-                ShmDevice {
-                    written: vec![0; boot.size as usize * nic.geometry().slots as usize],
-                    beacon: beacon(&file, me),
-                    nic,
-                    _map: m,
-                    readers_checked: None,
-                    copy_mode: opts.copy,
-                    copy: vec![CopyPolicy::default(); boot.size as usize],
-                    stats: ShmStats::default(),
-                },
+                ShmDevice::new(beacon(&file, me), nic, m, opts.copy),
                 Some(dir),
             )
         } else {
@@ -538,18 +549,7 @@ impl ShmDevice {
                     }
                 };
                 match MyriNic::attach(region(&mut m)?, me, boot.job, cfg) {
-                    Ok(nic) => {
-                        break ShmDevice {
-                            written: vec![0; boot.size as usize * nic.geometry().slots as usize],
-                            beacon: beacon(&file, me),
-                            nic,
-                            _map: m,
-                            readers_checked: None,
-                            copy_mode: opts.copy,
-                            copy: vec![CopyPolicy::default(); boot.size as usize],
-                            stats: ShmStats::default(),
-                        }
-                    }
+                    Ok(nic) => break ShmDevice::new(beacon(&file, me), nic, m, opts.copy),
                     Err(e @ MyriError::NotReady { .. }) => retry(&mut last, e.to_string()),
                     Err(e) => {
                         return Err(HostError(format!("{}/region: {e}", dir.path().display())))
