@@ -380,7 +380,7 @@ impl<'a> Engine<'a> {
     /// has one): only the credits change then. A new one on a data frame or a
     /// packet (`data`) is kept for the next poll (`defer_ack`). `false` for a new
     /// one on any other frame: the caller takes it at once.
-    #[inline]
+    #[inline(always)]
     fn plain_ack(&mut self, now: Instant, ci: usize, a: AckInfo, data: bool) -> bool {
         let ch = &mut self.chans[ci];
         if a.ack == ch.snd_una && a.sack == 0 && ch.ack_due.is_none() {
@@ -568,7 +568,7 @@ impl<'a> Engine<'a> {
 
     /// A new reliable frame `repr` of channel `ci`, taken: marked received, and
     /// its ack due at once or within the delay.
-    #[inline]
+    #[inline(always)]
     fn took_reliable(&mut self, now: Instant, ci: usize, repr: &Repr) {
         let ch = &mut self.chans[ci];
         ch.mark_received(repr.seq);
@@ -1134,7 +1134,7 @@ impl Engine<'_> {
     }
 
     /// [`Engine::rx_single_frame`] of a frame that [`Engine::single_fits`].
-    #[inline]
+    #[inline(always)]
     fn deliver_single(&mut self, ci: usize, repr: &Repr, payload: &[u8], reliable: bool) -> bool {
         let n = payload.len();
         let Some(p) = self.ports.get_mut(repr.ends.dst_port as usize) else {
@@ -1143,7 +1143,7 @@ impl Engine<'_> {
         let Some(dst) = p.buf.as_deref_mut().and_then(|b| b.get_mut(..n)) else {
             return false;
         };
-        dst.copy_from_slice(payload);
+        copy_short(dst, payload);
         let ch = &mut self.chans[ci];
         let next = repr.msg_id.wrapping_add(1);
         if reliable {

@@ -2032,3 +2032,17 @@ fn compact_frames_need_a_vouching_device_and_a_job_without_a_key() {
         es[1].state().iter().skip(before).any(|e| e.1 == b"after")
     });
 }
+
+#[test]
+fn short_copies_move_every_byte_and_nothing_else() {
+    let src: [u8; 40] = core::array::from_fn(|i| i as u8 + 1);
+    for n in 0..=40 {
+        let mut dst = [0xEEu8; 48];
+        super::copy_short(&mut dst[4..4 + n], &src[..n]);
+        assert_eq!(&dst[4..4 + n], &src[..n], "{n} bytes");
+        assert!(
+            dst[..4].iter().chain(&dst[4 + n..]).all(|&b| b == 0xEE),
+            "{n} bytes"
+        );
+    }
+}
