@@ -1028,7 +1028,11 @@ fn frame_around(b: &mut [u8], dst: &[u8; 6], src: &[u8; 6], len: usize) {
     b[0..6].copy_from_slice(dst);
     b[6..12].copy_from_slice(src);
     b[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
-    b[ETH_HEADER + len..].fill(0);
+    // Padding up to the 60-byte minimum; none after most Volley frames (a call to
+    // `memset` even for nothing).
+    if let Some(pad) = b.get_mut(ETH_HEADER + len..).filter(|p| !p.is_empty()) {
+        pad.fill(0);
+    }
 }
 
 impl EthDevice {
