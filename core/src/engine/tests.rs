@@ -2046,3 +2046,60 @@ fn short_copies_move_every_byte_and_nothing_else() {
         );
     }
 }
+
+/// A loopback that counts how often its capabilities are asked for.
+struct Asked<'r> {
+    lo: Loopback<'r, 64, 512>,
+    asked: core::cell::Cell<u32>,
+}
+
+impl Device for Asked<'_> {
+    type RxToken<'a>
+        = <Loopback<'static, 64, 512> as Device>::RxToken<'a>
+    where
+        Self: 'a;
+    type TxToken<'a>
+        = <Loopback<'static, 64, 512> as Device>::TxToken<'a>
+    where
+        Self: 'a;
+    fn receive(&mut self, now: Instant) -> Option<Self::RxToken<'_>> {
+        self.lo.receive(now)
+    }
+    fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<Self::TxToken<'_>> {
+        self.lo.transmit(now, dst)
+    }
+    fn capabilities(&self) -> crate::phy::Capabilities {
+        self.asked.set(self.asked.get() + 1);
+        self.lo.capabilities()
+    }
+}
+
+#[test]
+fn a_device_is_asked_its_capabilities_at_the_first_poll_only() {
+    let mut rings = rings();
+    let (mut a, mut b) = (engine(7, 0), engine(7, 1));
+    a.bind_port(1, out(1, 2)).unwrap();
+    b.bind_port(2, input(leak(64), BufferKind::GoBack, 3))
+        .unwrap();
+    let mut now = Instant::ZERO;
+    let mut asked = [0u32; 2];
+    for i in 0..200 {
+        if i == 1 {
+            a.start_send(1, &[], Body::Borrowed(b"hello"), true)
+                .unwrap();
+        }
+        for (k, e) in [&mut a, &mut b].into_iter().enumerate() {
+            let mut dev = Asked {
+                lo: view(&mut rings, k as u16),
+                asked: core::cell::Cell::new(0),
+            };
+            e.poll(now, &mut dev, None);
+            asked[k] += dev.asked.get();
+        }
+        now += Duration::from_micros(10);
+    }
+    // The message went through: the device's limits were known.
+    assert_eq!(b.state().len(), 1);
+    assert_eq!(&b.state()[0].1[..], b"hello");
+    assert_eq!(asked, [1, 1], "capabilities asked at every poll");
+}

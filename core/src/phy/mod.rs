@@ -143,7 +143,8 @@ pub trait Device {
     fn receive(&mut self, now: Instant) -> Option<Self::RxToken<'_>>;
     /// Room to send one frame to `dst`, if the device has it now.
     fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<Self::TxToken<'_>>;
-    /// The device's capabilities.
+    /// The device's capabilities. They must not change while an engine uses the
+    /// device: an engine reads them at its first poll only.
     fn capabilities(&self) -> Capabilities;
     /// Whether the device still believes `peer` is alive (a liveness word, a heartbeat,
     /// a link state). The engine asks when a retransmission timer fires and declares the

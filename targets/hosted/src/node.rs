@@ -96,6 +96,7 @@ impl Device for HostDevice {
     type RxToken<'a> = HostRx<'a>;
     type TxToken<'a> = HostTx<'a>;
 
+    #[inline]
     fn receive(&mut self, now: Instant) -> Option<HostRx<'_>> {
         match self {
             HostDevice::Shm(d) => d.receive(now).map(HostRx::Shm),
@@ -113,6 +114,7 @@ impl Device for HostDevice {
         }
     }
 
+    #[inline]
     fn capabilities(&self) -> Capabilities {
         match self {
             HostDevice::Shm(d) => d.capabilities(),
