@@ -726,8 +726,10 @@ fn a_refusal_with_nothing_new_in_its_ack_still_holds_and_wakes_the_sender() {
 /// ([`Device::transmit_parts`], joined here and counted in `gathered`; the most
 /// non-empty parts of one frame in `most_parts`).
 /// With `barrier_done_at > 0`, a barrier of its own that answers `Done` at that call.
+/// `asked` counts the calls for its capabilities.
 struct Special<'r> {
     lo: Loopback<'r, 64, 512>,
+    asked: core::cell::Cell<u32>,
     dead_1: bool,
     gather: bool,
     gathered: usize,
@@ -740,6 +742,7 @@ impl<'r> Special<'r> {
     fn new(lo: Loopback<'r, 64, 512>) -> Self {
         Special {
             lo,
+            asked: core::cell::Cell::new(0),
             dead_1: false,
             gather: false,
             gathered: 0,
@@ -766,6 +769,7 @@ impl Device for Special<'_> {
         self.lo.transmit(now, dst)
     }
     fn capabilities(&self) -> crate::phy::Capabilities {
+        self.asked.set(self.asked.get() + 1);
         self.lo.capabilities()
     }
     fn peer_alive(&mut self, _now: Instant, peer: NodeAddr) -> bool {
@@ -2047,33 +2051,6 @@ fn short_copies_move_every_byte_and_nothing_else() {
     }
 }
 
-/// A loopback that counts how often its capabilities are asked for.
-struct Asked<'r> {
-    lo: Loopback<'r, 64, 512>,
-    asked: core::cell::Cell<u32>,
-}
-
-impl Device for Asked<'_> {
-    type RxToken<'a>
-        = <Loopback<'static, 64, 512> as Device>::RxToken<'a>
-    where
-        Self: 'a;
-    type TxToken<'a>
-        = <Loopback<'static, 64, 512> as Device>::TxToken<'a>
-    where
-        Self: 'a;
-    fn receive(&mut self, now: Instant) -> Option<Self::RxToken<'_>> {
-        self.lo.receive(now)
-    }
-    fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<Self::TxToken<'_>> {
-        self.lo.transmit(now, dst)
-    }
-    fn capabilities(&self) -> crate::phy::Capabilities {
-        self.asked.set(self.asked.get() + 1);
-        self.lo.capabilities()
-    }
-}
-
 #[test]
 fn a_device_is_asked_its_capabilities_at_the_first_poll_only() {
     let mut rings = rings();
@@ -2089,10 +2066,7 @@ fn a_device_is_asked_its_capabilities_at_the_first_poll_only() {
                 .unwrap();
         }
         for (k, e) in [&mut a, &mut b].into_iter().enumerate() {
-            let mut dev = Asked {
-                lo: view(&mut rings, k as u16),
-                asked: core::cell::Cell::new(0),
-            };
+            let mut dev = Special::new(view(&mut rings, k as u16));
             e.poll(now, &mut dev, None);
             asked[k] += dev.asked.get();
         }
