@@ -1,9 +1,10 @@
 //! The `eth` fabric's cost per message in user space, without a second core: two
 //! GAMMA ranks of one job on the two ends of a veth pair this bench makes (root and
-//! `ip(8)` needed; the pair is removed at the end). A frame sent into one end is in
-//! the other end's packet ring when the send returns, so every poll finds its frame
-//! (`udp_cost` does the same on loopback). The reference row is the fabric's device
-//! alone: an 8-byte frame through the packet rings, no engine.
+//! `ip(8)` needed; the pair, named after the process, is removed at the end). A
+//! frame sent into one end is in the other end's packet ring when the send returns,
+//! so every poll finds its frame (`udp_cost` does the same on loopback). The
+//! reference row is the fabric's device alone: an 8-byte frame through the packet
+//! rings, no engine.
 //!
 //! `cargo bench -p volley-hosted --bench eth_cost [-- ITERS]` prints the median of 9
 //! rounds, nanoseconds per one-way message (system calls included; the receiver's
@@ -17,16 +18,17 @@ use volley_hosted::node;
 use volley_hosted::secret::Secret;
 use volley_hosted::Fabric;
 
-/// The veth pair's two ends.
-const VETH: (&str, &str) = ("vcost0", "vcost1");
-
-/// The veth pair, removed when the bench ends however it ends.
-struct Veth;
+/// A veth pair of this process's own (its ends named after its pid, so that no
+/// interface the bench did not make is touched), removed when the bench ends
+/// however it ends.
+struct Veth(String, String);
 
 impl Veth {
-    /// Makes the pair (one left by an earlier run is removed first) and names its
-    /// ends and their addresses to the fabric; a failure is one line and exit 2.
+    /// Makes the pair and names its ends and their addresses to the fabric; a
+    /// failure is one line and exit 2.
     fn make() -> Veth {
+        let id = std::process::id();
+        let (a, b) = (format!("vcost{id}a"), format!("vcost{id}b"));
         let ip = |args: &[&str]| {
             let out = std::process::Command::new("ip").args(args).output();
             if !out.is_ok_and(|o| o.status.success()) {
@@ -37,24 +39,19 @@ impl Veth {
                 std::process::exit(2);
             }
         };
-        let _ = std::process::Command::new("ip")
-            .args(["link", "del", VETH.0])
-            .output();
-        ip(&[
-            "link", "add", VETH.0, "type", "veth", "peer", "name", VETH.1,
-        ]);
-        let veth = Veth;
-        ip(&["link", "set", VETH.0, "up"]);
-        ip(&["link", "set", VETH.1, "up"]);
+        ip(&["link", "add", &a, "type", "veth", "peer", "name", &b]);
+        let veth = Veth(a, b);
+        ip(&["link", "set", &veth.0, "up"]);
+        ip(&["link", "set", &veth.1, "up"]);
         let mac = |i: &str| {
             std::fs::read_to_string(format!("/sys/class/net/{i}/address"))
                 .map(|m| m.trim().to_owned())
                 .unwrap_or_default()
         };
-        std::env::set_var("VOLLEY_ETH_IF", format!("{},{}", VETH.0, VETH.1));
+        std::env::set_var("VOLLEY_ETH_IF", format!("{},{}", veth.0, veth.1));
         std::env::set_var(
             "VOLLEY_ETH_MACS",
-            format!("{},{}", mac(VETH.0), mac(VETH.1)),
+            format!("{},{}", mac(&veth.0), mac(&veth.1)),
         );
         veth
     }
@@ -64,7 +61,7 @@ impl Drop for Veth {
     fn drop(&mut self) {
         // Deleting one end deletes both.
         let _ = std::process::Command::new("ip")
-            .args(["link", "del", VETH.0])
+            .args(["link", "del", &self.0])
             .output();
     }
 }
