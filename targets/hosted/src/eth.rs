@@ -1228,6 +1228,7 @@ impl Device for EthDevice {
         self.rings.status(slot).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
     }
 
+    #[inline]
     fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<EthTx<'_>> {
         let to = *self.macs.get(dst.0 as usize)?;
         let slot = self.rings.tx_slot(self.tx_next);
