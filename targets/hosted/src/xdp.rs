@@ -567,8 +567,7 @@ impl Xsk {
         // `can_send` keeps one; should it not, the frame is written and dropped, as a
         // lost one (the engine sends it again).
         let Some(addr) = self.free.pop() else {
-            let mut scratch = [0u8; MAX_FRAME];
-            return f(&mut scratch[..len]);
+            return dropped(len, f);
         };
         // SAFETY: a transmit chunk that is ours (on the free list), inside the UMEM.
         let b = unsafe { std::slice::from_raw_parts_mut(self.umem.base.add(addr as usize), len) };
@@ -726,6 +725,17 @@ fn attach(
     a[2] = &v as *const u32 as u64;
     bpf(BPF_MAP_UPDATE_ELEM, &mut a).map_err(|e| xdp_error("XSKMAP entry", e))?;
     Ok((link, prog, map, mode))
+}
+
+/// A frame [`Xsk::send`] has no chunk for: written into scratch space and dropped
+/// (as a lost one: the engine sends it again). Out of line, so that the scratch
+/// space (a whole chunk) is not in the frame of every caller that sends: it was in
+/// the engine's transmit path on every fabric, 4 KiB of stack and a probe a call.
+#[cold]
+#[inline(never)]
+fn dropped<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    let mut scratch = [0u8; MAX_FRAME];
+    f(&mut scratch[..len.min(MAX_FRAME)])
 }
 
 #[cfg(test)]
