@@ -159,6 +159,20 @@ impl<'a> Engine<'a> {
                 }
             }
         }
+        self.rx_compact_general(now, repr, payload, src, mem)
+    }
+
+    /// A compact frame that prediction did not take: the general path, cold.
+    #[cold]
+    #[inline(never)]
+    fn rx_compact_general(
+        &mut self,
+        now: Instant,
+        repr: Repr,
+        payload: &[u8],
+        src: NodeAddr,
+        mem: &mut dyn Memory,
+    ) {
         self.handle_parsed(now, repr, payload, Some(src), mem)
     }
 
