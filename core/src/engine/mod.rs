@@ -1276,7 +1276,7 @@ impl<'a> Engine<'a> {
                     if f.first() == Some(&wire::COMPACT_MAGIC) {
                         self.rx_compact(now, f, src, mem)
                     } else if !self.rx_predicted(now, f, src) {
-                        self.handle_frame_mem(now, f, src, mem)
+                        self.rx_general(now, f, src, mem)
                     }
                 } else {
                     self.handle_split_frame(now, f, body, src, mem)
@@ -1318,6 +1318,20 @@ impl<'a> Engine<'a> {
             self.tag_tx.prepare();
         }
         busy
+    }
+
+    /// A whole frame that header prediction did not take: out of line and cold, so
+    /// that the predicted path keeps its registers (`rx_compact_general` likewise).
+    #[cold]
+    #[inline(never)]
+    fn rx_general(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        source: Option<NodeAddr>,
+        mem: &mut dyn Memory,
+    ) {
+        self.handle_frame_mem(now, frame, source, mem)
     }
 
     /// Whether a poll that delivered may leave its upkeep to the next poll:
