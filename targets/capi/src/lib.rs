@@ -1,6 +1,8 @@
-//! `libvolley`: Volley's C ABI.
+//! Volley's C ABI: the entry points `libvolley` exports.
 //!
-//! Built as `libvolley.so` and `libvolley.a` (plus an rlib for Rust tests), with
+//! Linked into `libvolley.so` and `libvolley.a` by the `libvolley` package (which
+//! only re-exports this crate, so that release builds of the library get
+//! whole-program LTO: cargo skips LTO for a package that is also an rlib), with
 //! hand-written headers in `include/`: `gamma.h` (the GAMMA API of March 2004) and
 //! `linux/gamma/libgamma.h` (the later GAMMA API, `unsigned short` ports, one handler
 //! per active port). The build writes `volley.pc` next to the library for

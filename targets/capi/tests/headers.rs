@@ -12,9 +12,9 @@ use std::process::Command;
 
 use std::ffi::c_uint;
 
-use volley::cheetah;
-use volley::lfc::CUpcall;
-use volley::{CHandler, Time586};
+use volley_capi::cheetah;
+use volley_capi::lfc::CUpcall;
+use volley_capi::{CHandler, Time586};
 
 fn include() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("include")
@@ -106,7 +106,7 @@ macro_rules! signatures {
     ($($name:ident : ($($arg:ty),*) -> $ret:ty;)*) => {{
         let mut m = BTreeMap::new();
         $(
-            let _checked: unsafe extern "C" fn($($arg),*) -> $ret = volley::$name;
+            let _checked: unsafe extern "C" fn($($arg),*) -> $ret = volley_capi::$name;
             let args: Vec<String> = vec![$(c_type(stringify!($arg))),*];
             m.insert(stringify!($name).to_owned(), (c_type(stringify!($ret)), args));
         )*
@@ -243,20 +243,26 @@ fn rust_variables() -> BTreeMap<&'static str, (&'static str, usize)> {
     BTreeMap::from([
         (
             "gamma_active_port",
-            ("unsigned char", size_of_val(&volley::gamma_active_port)),
+            (
+                "unsigned char",
+                size_of_val(&volley_capi::gamma_active_port),
+            ),
         ),
         (
             "volley_libgamma_active_port",
             (
                 "unsigned short",
-                size_of_val(&volley::volley_libgamma_active_port),
+                size_of_val(&volley_capi::volley_libgamma_active_port),
             ),
         ),
         (
             "gamma_errno",
-            ("unsigned char", size_of_val(&volley::gamma_errno)),
+            ("unsigned char", size_of_val(&volley_capi::gamma_errno)),
         ),
-        ("gamma_msglen", ("long", size_of_val(&volley::gamma_msglen))),
+        (
+            "gamma_msglen",
+            ("long", size_of_val(&volley_capi::gamma_msglen)),
+        ),
     ])
 }
 
