@@ -38,11 +38,13 @@ fn hop(from: &mut G, to: &mut G, data: &[u8]) {
 #[inline(never)]
 fn ping_pong(a: &mut G, b: &mut G, iters: usize) {
     let data = [7u8; 8];
+    // Its length unknown to the compiler, as a program's messages are.
+    let data: &[u8] = black_box(&data);
     for _ in 0..iters {
         black_box(b.test(1).unwrap());
-        hop(a, b, &data);
+        hop(a, b, data);
         black_box(a.test(1).unwrap());
-        hop(b, a, &data);
+        hop(b, a, data);
     }
 }
 
