@@ -647,6 +647,8 @@ impl Device for ShmDevice {
         self.nic.receive(now)
     }
 
+    // Always: see `HostDevice::transmit`.
+    #[inline(always)]
     fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<MyriTx<'_>> {
         self.nic.transmit(now, dst)
     }
