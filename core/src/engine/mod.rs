@@ -441,6 +441,10 @@ pub struct Op<'a> {
     mem_src: bool,
     /// One-sided: the engine keeps the slot and rings `bell` when it is done.
     owned: bool,
+    /// One-sided and finished: on the list `settle_rma` takes (`Bufs::rma_head`),
+    /// followed by `settle_next`.
+    listed: bool,
+    settle_next: u16,
     local: u64,
     prefix: [u64; 2],
     bell: u64,
@@ -490,6 +494,8 @@ impl Op<'_> {
         stream: NONE,
         mem_src: false,
         owned: false,
+        listed: false,
+        settle_next: NONE,
         local: 0,
         prefix: [0; 2],
         bell: 0,
@@ -840,6 +846,10 @@ pub(crate) struct Bufs<'a> {
     pub(crate) pkts: Packets<'a>,
     /// One-sided operations finished since the last `settle_rma`.
     pub(crate) rma_done: u16,
+    /// Those operations, oldest first (through `Op::settle_next`), or `NONE`:
+    /// settling walks them instead of the whole operation table.
+    pub(crate) rma_head: u16,
+    pub(crate) rma_tail: u16,
     /// Long tree broadcasts being forwarded as they arrive.
     pub(crate) streams: [stream::Stream; stream::MAX_STREAMS],
     /// Streams whose forwards are on their channels (acks may free their chunks).
@@ -1091,6 +1101,15 @@ fn finish_op(ops: &mut [Op<'_>], bufs: &mut Bufs<'_>, i: usize, ok: bool) {
     }
     if op.owned {
         bufs.rma_done = bufs.rma_done.saturating_add(1);
+        if !op.listed {
+            op.listed = true;
+            op.settle_next = NONE;
+            match ops.get_mut(bufs.rma_tail as usize) {
+                Some(last) => last.settle_next = top as u16,
+                None => bufs.rma_head = top as u16,
+            }
+            bufs.rma_tail = top as u16;
+        }
     } else if op.detached {
         op.state = OpState::Free;
     }
@@ -1137,6 +1156,8 @@ impl<'a> Engine<'a> {
                 eager: storage.eager,
                 pkts: storage.packets,
                 rma_done: 0,
+                rma_head: NONE,
+                rma_tail: NONE,
                 streams: [stream::Stream::EMPTY; stream::MAX_STREAMS],
                 queued_streams: 0,
                 eager_free,

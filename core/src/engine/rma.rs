@@ -391,6 +391,45 @@ impl<'a> Engine<'a> {
         Some(ai)
     }
 
+    /// A put whole in one frame (`offset` 0, `LAST`), the next message of channel
+    /// `ci` to place and deliver, to memory we expose: written and its bell rung
+    /// at once, with no assembly, as [`Engine::rx_reliable_data`] takes a data
+    /// message in one frame. `false` changes nothing: anything else (a put to
+    /// refuse, say) goes the general way.
+    #[inline]
+    pub(super) fn rx_put_single(
+        &mut self,
+        ci: usize,
+        repr: &Repr,
+        payload: &[u8],
+        mem: &mut dyn Memory,
+    ) -> bool {
+        let Some((prefix, data)) = payload.split_first_chunk::<{ wire::RMA_PREFIX }>() else {
+            return false;
+        };
+        let (addr, bell) = (be64(prefix), be64(&prefix[8..]));
+        if data.len() as u64 != u64::from(repr.total_len)
+            || mem
+                .check(addr, data.len() as u64, Access::PeerWrite)
+                .is_err()
+            || !peer_bell(mem, bell)
+        {
+            return false;
+        }
+        if mem.write(addr, data).is_err() {
+            // As `place_rma`: checked, then unmapped by its owner.
+            self.stats.rma_denied += 1;
+        }
+        let ch = &mut self.chans[ci];
+        let next = repr.msg_id.wrapping_add(1);
+        ch.next_reserve = next;
+        ch.next_deliver = next;
+        self.stats.rma_landed += 1;
+        mem.ring(bell);
+        self.wake_refused();
+        true
+    }
+
     /// Writes a put or get-reply fragment to its place.
     pub(super) fn place_rma(&mut self, ai: usize, offset: u32, data: &[u8], mem: &mut dyn Memory) {
         let a = &mut self.asms[ai];
@@ -502,8 +541,11 @@ impl<'a> Engine<'a> {
     #[inline(never)]
     fn settle_rma_now(&mut self, mem: &mut dyn Memory) {
         self.bufs.rma_done = 0;
-        for oi in 0..self.ops.len() {
-            let o = &mut self.ops[oi];
+        self.bufs.rma_tail = NONE;
+        let mut next = core::mem::replace(&mut self.bufs.rma_head, NONE);
+        while let Some(o) = self.ops.get_mut(next as usize) {
+            next = core::mem::replace(&mut o.settle_next, NONE);
+            o.listed = false;
             if !o.owned || matches!(o.state, OpState::Free | OpState::Active) {
                 continue;
             }

@@ -900,6 +900,16 @@ impl<'a> Engine<'a> {
         payload: &[u8],
         mem: &mut dyn Memory,
     ) -> bool {
+        let ch = &self.chans[ci];
+        if repr.kind == Kind::Put
+            && repr.offset == 0
+            && repr.flags.contains(Flags::LAST)
+            && repr.msg_id == ch.next_reserve
+            && ch.next_deliver == ch.next_reserve
+            && self.rx_put_single(ci, repr, payload, mem)
+        {
+            return true;
+        }
         let ai = match self.assembly_for(ci, repr, |e| e.reserve_rma(ci, repr, payload, now, mem)) {
             Ok(ai) => ai,
             Err(taken) => return taken,

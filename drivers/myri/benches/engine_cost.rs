@@ -1,7 +1,7 @@
 //! The engine's own cost per message, without a second core: two GAMMA endpoints on
 //! one Myrinet-like region in one thread take turns, so every poll finds its frame
-//! and no time goes to waiting. The same for LFC and QNIX, and QNIX's barrier in NIC
-//! memory. The reference row is the same region's raw ring (a frame written and
+//! and no time goes to waiting. The same for LFC, QNIX and a Cheetah put, and
+//! QNIX's barrier in NIC memory. The reference row is the same region's raw ring (a frame written and
 //! read, no engine).
 //!
 //! `cargo bench -p volley-myri --bench engine_cost [-- ITERS]` prints the median of 9
@@ -10,9 +10,9 @@
 //! receiver makes), and of one empty poll. Under callgrind, with `ITERS ROW` as
 //! arguments, where `ROW` is
 //! `send`, `flowctl`, `keyed` (`flowctl` with frames tagged under a job key, as on
-//! `udp` and `eth`), `lfc`, `qnix`, `qnix_barrier` or `idle` (that row alone), and
-//! `--toggle-collect='*measured_gamma*'` (`measured_lfc`, `measured_qnix`,
-//! `measured_qnix_barrier`, `measured_idle`) with `--collect-atstart=no`, the
+//! `udp` and `eth`), `lfc`, `qnix`, `qnix_barrier`, `cheetah` or `idle` (that row
+//! alone), and `--toggle-collect='*measured_gamma*'` (`measured_lfc`,
+//! `measured_qnix`, `measured_qnix_barrier`, `measured_cheetah`, `measured_idle`) with `--collect-atstart=no`, the
 //! instruction count divided by `18 * ITERS` (9 rounds of `2 * ITERS` messages; of
 //! `9 * ITERS` barriers or polls) is the cost per message, both ends included.
 //! `--toggle-collect='*engine_cost::hop*'` (`*lfc_hop*`) counts a GAMMA message's
@@ -35,7 +35,7 @@ use volley_myri::MyriNic;
 
 #[path = "../tests/pair/mod.rs"]
 mod pair;
-use pair::{gammas, gammas_with, lfcs, nics, qnixes, G, L, Q};
+use pair::{cheetahs, gammas, gammas_with, lfcs, nics, qnixes, C, C_BELL, C_DATA, G, L, Q};
 
 /// One LFC packet from `from` to `to`: allocated, filled, launched, then `to` polls
 /// until its upcall ran.
@@ -79,6 +79,26 @@ fn qnix_hop(from: &mut Q, to: &mut Q, data: &[u8]) {
     let s = from.send_context(me, 1, false, 0, data.len(), d).unwrap();
     from.send_short(s).unwrap();
     to.poll_for_receive(r).unwrap();
+}
+
+/// One Cheetah put of 8 bytes from `from` to `to` that rings `to`'s bell (its
+/// `want`-th ring), then `to` polls until it has.
+#[inline(never)]
+fn cheetah_hop(from: &mut C, to: &mut C, want: i32, len: usize) {
+    let peer = to.mycontext();
+    from.put(peer, C_DATA, C_DATA, len, 0, C_BELL).unwrap();
+    to.wait(C_BELL, want).unwrap();
+}
+
+#[inline(never)]
+fn measured_cheetah(a: &mut C, b: &mut C, iters: usize) {
+    // Its length unknown to the compiler, as a program's messages are.
+    let len = black_box(8);
+    let base = a.bell(C_BELL).unwrap();
+    for i in 1..=iters as i32 {
+        cheetah_hop(a, b, base + i, len);
+        cheetah_hop(b, a, base + i, len);
+    }
 }
 
 #[inline(never)]
@@ -186,6 +206,7 @@ fn main() {
             "lfc",
             "qnix",
             "qnix_barrier",
+            "cheetah",
         ];
         rows.contains(&a.as_str())
     });
@@ -267,6 +288,26 @@ fn main() {
         println!(
             "{:<44} {:>9.1} ns  {:.2}x",
             "QNIX send_short + poll_for_receive, 8 B",
+            ns,
+            ns / raw
+        );
+    }
+    if only.is_none_or(|o| o == "cheetah") {
+        let (mut a, mut b) = cheetahs();
+        let ns = median(
+            (0..rounds)
+                .map(|_| {
+                    let t = WallInstant::now();
+                    measured_cheetah(&mut a, &mut b, iters);
+                    per_msg(t)
+                })
+                .collect(),
+        );
+        let rung = a.bell(C_BELL).unwrap() + b.bell(C_BELL).unwrap();
+        assert_eq!(rung, (2 * rounds * iters) as i32);
+        println!(
+            "{:<44} {:>9.1} ns  {:.2}x",
+            "Cheetah put (remote bell) + wait, 8 B",
             ns,
             ns / raw
         );

@@ -11,7 +11,6 @@ use volley_core::cheetah::{Cheetah, Segments};
 use volley_core::engine::{Config, Memory, NO_BELL};
 use volley_core::qnix::Region as QxRegion;
 use volley_core::time::StdClock;
-use volley_myri::MyriNic;
 
 /// Counts this thread's allocations (the test harness runs tests on threads).
 struct Counting;
@@ -48,7 +47,7 @@ unsafe impl GlobalAlloc for Counting {
 }
 
 mod pair;
-use pair::{gammas, lfcs, nics, qnixes, G, GROUPS, L, Q};
+use pair::{cheetahs, gammas, lfcs, nics, qnixes, C, C_BELL, C_DATA, G, GROUPS, L, Q};
 
 #[global_allocator]
 static COUNTING: Counting = Counting;
@@ -90,6 +89,25 @@ fn gamma_sends_allocate_nothing_once_warm() {
         );
     }
     assert_eq!(*a.state() + *b.state(), 8000);
+}
+
+#[test]
+fn cheetah_puts_allocate_nothing_once_warm() {
+    let (mut a, mut b) = cheetahs();
+    fn hop(from: &mut C, to: &mut C) {
+        let want = to.bell(C_BELL).unwrap() + 1;
+        let peer = to.mycontext();
+        from.put(peer, C_DATA, C_DATA, 8, 0, C_BELL).unwrap();
+        to.wait(C_BELL, want).unwrap();
+    }
+    let n = steady(|| {
+        for _ in 0..200 {
+            hop(&mut a, &mut b);
+            hop(&mut b, &mut a);
+        }
+    });
+    assert_eq!(n, 0, "allocations in 400 steady-state puts");
+    assert_eq!(a.bell(C_BELL).unwrap(), 400);
 }
 
 #[test]
@@ -203,8 +221,6 @@ fn qnix_short_sends_allocate_nothing_once_warm() {
         assert_eq!(n, 0, "QNIX: allocations in 2000 {what}");
     }
 }
-
-type C = Cheetah<'static, MyriNic, StdClock, Segments<'static>>;
 
 fn on_invoke(_c: &mut C, _who: u16, _tag: i32, data: &[u8]) {
     assert_eq!(data, [7u8; 8]);

@@ -6,7 +6,7 @@
 
 use std::alloc::{alloc_zeroed, Layout};
 
-use volley_core::cheetah::Segments;
+use volley_core::cheetah::{Cheetah, Segments};
 use volley_core::engine::{Config, Group, Members};
 use volley_core::gamma::{Gamma, Upcall, GO_BACK};
 use volley_core::lfc::{Keep, Lfc, Options, Received};
@@ -20,6 +20,13 @@ pub type G = Gamma<'static, MyriNic, StdClock, u64>;
 pub type L = Lfc<'static, MyriNic, StdClock, u64>;
 /// A QNIX process with a 64 KiB pool.
 pub type Q = Qnix<'static, MyriNic, StdClock, Segments<'static>>;
+/// A Cheetah context exposing a 4 KiB segment (data at [`C_DATA`], bells at
+/// [`C_BELL`]).
+pub type C = Cheetah<'static, MyriNic, StdClock, Segments<'static>>;
+/// Where each Cheetah context of [`cheetahs`] keeps data.
+pub const C_DATA: u64 = 1 << 40;
+/// A bell of each Cheetah context of [`cheetahs`].
+pub const C_BELL: u64 = C_DATA + 2048;
 
 /// The group of both endpoints.
 pub static GROUPS: &[Group<'static>] = &[Group {
@@ -175,4 +182,19 @@ pub fn qnixes() -> (Q, Q) {
     let (mut a, mut b) = (mk(a, 0), mk(b, 1));
     while !(a.registered().unwrap() & b.registered().unwrap()) {}
     (a, b)
+}
+
+/// Two Cheetah contexts, each exposing a zeroed 4 KiB segment at [`C_DATA`], their
+/// acks riding on the next frame back as on hosted `shm` (a beacon vouches).
+pub fn cheetahs() -> (C, C) {
+    let (a, b) = nics();
+    let mk = |nic, me: u16| -> C {
+        let mut mem = Segments::new();
+        assert_eq!(mem.expose(Vec::leak(vec![0u8; 4096])), C_DATA);
+        let mut cfg = Config::new(9, 1, me);
+        // As a hosted rank, whose beacon speaks for it while it computes.
+        cfg.ack_exchange_ends = false;
+        Cheetah::setup(cfg, GROUPS, 2, nic, StdClock::default(), mem).unwrap()
+    };
+    (mk(a, 0), mk(b, 1))
 }
