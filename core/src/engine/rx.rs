@@ -30,6 +30,9 @@ impl<'a> Engine<'a> {
         if frame.first() == Some(&wire::COMPACT_MAGIC) {
             return self.rx_compact(now, frame, source, mem);
         }
+        if frame.first() == Some(&wire::COMPACT_PUT_MAGIC) {
+            return self.rx_compact_put(now, frame, source, mem);
+        }
         self.stats.rx_frames += 1;
         let Some((repr, payload)) = self.parse_ours(frame) else {
             return;
@@ -87,7 +90,7 @@ impl<'a> Engine<'a> {
         let kind = if PACKET { Kind::Packet } else { Kind::Data };
         let taken =
             Repr::parse_single_cached(frame, kind, key, Some(&self.tag_rx), |repr, payload| {
-                self.predicts::<PACKET>(repr, payload.len(), source)
+                self.predicts::<PACKET, false>(repr, payload.len(), source)
             });
         let Some((repr, payload, (ci, reliable))) = taken else {
             return false;
@@ -152,7 +155,9 @@ impl<'a> Engine<'a> {
         // general way (`on_ack` with its flags).
         let plain = !repr.flags.intersects(Flags::REFUSED | Flags::RETRY);
         if plain && self.bufs.queued_streams == 0 {
-            if let Some((ci, reliable)) = self.predicts::<false>(&repr, payload.len(), source) {
+            if let Some((ci, reliable)) =
+                self.predicts::<false, false>(&repr, payload.len(), source)
+            {
                 if self.deliver_single(ci, &repr, payload, reliable) {
                     self.took_predicted(now, ci, &repr, reliable);
                     return;
@@ -160,6 +165,79 @@ impl<'a> Engine<'a> {
             }
         }
         self.rx_compact_general(now, repr, payload, src, mem)
+    }
+
+    /// A compact put ([`wire::COMPACT_PUT_MAGIC`]), vouched for as
+    /// [`Engine::rx_compact`] requires: predicted where it is the next message of
+    /// its channel, to memory we expose, else taken by the general path.
+    #[inline(never)]
+    fn rx_compact_put(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        source: Option<NodeAddr>,
+        mem: &mut dyn Memory,
+    ) {
+        self.stats.rx_frames += 1;
+        self.stats.rx_compact += 1;
+        let vouched = self.caps.compact && self.cfg.auth_key.is_none();
+        let Some(src) = source.filter(|_| vouched) else {
+            self.stats.rx_unauthenticated += 1;
+            return;
+        };
+        let c = &self.cfg;
+        let Ok((repr, payload)) = Repr::parse_compact_put(frame, c.job_key, c.group, c.node) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        let plain = !repr.flags.intersects(Flags::REFUSED | Flags::RETRY);
+        if plain
+            && self.bufs.queued_streams == 0
+            && self.rx_predicted_put(now, &repr, payload, source, mem)
+        {
+            return;
+        }
+        self.handle_parsed(now, repr, payload, Some(src), mem)
+    }
+
+    /// A compact put that header prediction takes: the next message of its
+    /// channel in order, to memory we expose. Written and its bell rung, then what
+    /// `handle_parsed` and `rx_reliable` do for such a frame: its ack taken (a new
+    /// one at once, as on any frame but data), the frame marked received and its
+    /// ack owed (at once where `Config::ack_exchange_ends`). `false` with nothing
+    /// changed: the general path takes it.
+    #[inline]
+    fn rx_predicted_put(
+        &mut self,
+        now: Instant,
+        repr: &Repr,
+        payload: &[u8],
+        source: Option<NodeAddr>,
+        mem: &mut dyn Memory,
+    ) -> bool {
+        let Some((ci, true)) = self.predicts::<false, true>(repr, payload.len(), source) else {
+            return false;
+        };
+        if !self.rx_put_single(ci, repr, payload, mem) {
+            return false;
+        }
+        self.stats.rx_predicted += 1;
+        let ch = &mut self.chans[ci];
+        ch.heard_at = now;
+        ch.silent_since = None;
+        ch.met = true;
+        if let Some(a) = repr.ack {
+            if !self.plain_ack(now, ci, a, false) {
+                self.take_due_ack(now, ci);
+                self.on_ack(now, now, ci, a, repr.flags);
+            }
+        }
+        self.took_reliable(now, ci, repr);
+        if self.cfg.ack_exchange_ends {
+            self.chans[ci].ack_now = true;
+            self.chan_work.set(true);
+        }
+        true
     }
 
     /// A compact frame that prediction did not take: the general path, cold.
@@ -181,9 +259,10 @@ impl<'a> Engine<'a> {
     /// the same name (groups are fixed: the header then names the device's
     /// sender, where it tells one), the next message of its service in order,
     /// fitting its port (a packet: reliable, unicast from its sender, with a free
-    /// receive slot). Its channel and service.
+    /// receive slot; a put (`PUT`): no port, its memory checked by the caller). Its
+    /// channel and service.
     #[inline]
-    fn predicts<const PACKET: bool>(
+    fn predicts<const PACKET: bool, const PUT: bool>(
         &self,
         repr: &Repr,
         n: usize,
@@ -220,7 +299,9 @@ impl<'a> Engine<'a> {
             && !ch.failed
             && ch.peer_group == e.src_group
             && ch.peer_node == e.src_node
-            && if PACKET {
+            && if PUT {
+                true
+            } else if PACKET {
                 self.packet_fits(repr)
             } else {
                 self.single_fits(repr, n)

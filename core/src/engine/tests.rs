@@ -1960,7 +1960,7 @@ fn short_messages_travel_compact_where_the_device_names_their_sender() {
 }
 
 /// Compact frames are never sent in a job with a key, and one that comes is
-/// refused there; garbage behind the compact magic never panics the receiver and
+/// refused there; garbage behind the compact magics (data and put) never panics the receiver and
 /// is counted.
 #[test]
 fn compact_frames_need_a_vouching_device_and_a_job_without_a_key() {
@@ -2003,6 +2003,10 @@ fn compact_frames_need_a_vouching_device_and_a_job_without_a_key() {
     b.handle_frame_from(Instant::ZERO, &f, Some(NodeAddr(0)));
     b.record();
     assert_eq!(b.stats().rx_unauthenticated, 1);
+    // A compact put likewise.
+    f[0] = wire::COMPACT_PUT_MAGIC;
+    b.handle_frame_from(Instant::ZERO, &f, Some(NodeAddr(0)));
+    assert_eq!(b.stats().rx_unauthenticated, 2);
     assert_eq!(b.state().len(), 1, "only the tagged message");
 
     // Without a key, on a vouching device: any bytes after the magic.
@@ -2019,7 +2023,11 @@ fn compact_frames_need_a_vouching_device_and_a_job_without_a_key() {
         let n = 1 + rng.below(48) as usize;
         let mut g: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
         if let Some(b0) = g.first_mut() {
-            *b0 = wire::COMPACT_MAGIC;
+            *b0 = if rng.below(2) == 0 {
+                wire::COMPACT_MAGIC
+            } else {
+                wire::COMPACT_PUT_MAGIC
+            };
         }
         d.handle_frame_from(Instant::ZERO, &g, Some(NodeAddr(rng.below(3) as u16)));
         d.record();

@@ -986,7 +986,7 @@ impl<'t, D: Device> Tx<'t, D> {
         let skip_crc = self.caps.integrity;
         let key = self.cfg.auth_key.as_ref();
         if self.caps.compact && key.is_none() && repr.compactable() {
-            return self.emit_compact(ch, repr, fill);
+            return self.emit_compact::<false, _>(ch, repr, fill);
         }
         let len = repr.buffer_len() + if key.is_some() { wire::TAG_LEN } else { 0 };
         let Some(tok) = self.dev.transmit(self.now, ch.peer) else {
@@ -1004,9 +1004,9 @@ impl<'t, D: Device> Tx<'t, D> {
     }
 
     /// [`Tx::emit_with`] of a frame under the compact header (see
-    /// [`crate::phy::Capabilities::compact`]).
+    /// [`crate::phy::Capabilities::compact`]); a put's (`PUT`) under its own magic.
     #[inline]
-    fn emit_compact<F: FnOnce(&mut [u8])>(
+    fn emit_compact<const PUT: bool, F: FnOnce(&mut [u8])>(
         &mut self,
         ch: &mut Channel,
         repr: Repr,
@@ -1016,7 +1016,14 @@ impl<'t, D: Device> Tx<'t, D> {
         let Some(tok) = self.dev.transmit(self.now, ch.peer) else {
             return false;
         };
-        if !tok.consume(len, |buf| repr.emit_compact(buf, fill).is_ok()) {
+        let ok = tok.consume(len, |buf| {
+            if PUT {
+                repr.emit_compact_put(buf, fill).is_ok()
+            } else {
+                repr.emit_compact(buf, fill).is_ok()
+            }
+        });
+        if !ok {
             return false;
         }
         self.stats.tx_compact += 1;
@@ -1169,7 +1176,7 @@ impl<'t, D: Device> Tx<'t, D> {
         if last {
             flags |= Flags::LAST;
         }
-        let repr = Repr {
+        let mut repr = Repr {
             kind: o.kind,
             flags,
             job_key: 0,
@@ -1182,7 +1189,7 @@ impl<'t, D: Device> Tx<'t, D> {
             payload_len: wire::RMA_PREFIX as u16 + len,
         };
         let mut faulted = false;
-        let ok = self.emit_with(ch, repr, |p| {
+        let fill = |p: &mut [u8]| {
             let (head, data) = p.split_at_mut(wire::RMA_PREFIX);
             head[..8].copy_from_slice(&o.prefix[0].to_be_bytes());
             head[8..].copy_from_slice(&o.prefix[1].to_be_bytes());
@@ -1190,7 +1197,17 @@ impl<'t, D: Device> Tx<'t, D> {
                 data.fill(0);
                 faulted = true;
             }
-        });
+        };
+        // A put in one frame travels compact where data frames do.
+        let compact = self.caps.compact && self.cfg.auth_key.is_none() && o.kind == Kind::Put;
+        let ok = if compact && {
+            self.address(ch, &mut repr);
+            repr.compact_put()
+        } {
+            self.emit_compact::<true, _>(ch, repr, fill)
+        } else {
+            self.emit_with(ch, repr, fill)
+        };
         if faulted {
             self.stats.rma_denied += 1;
         }

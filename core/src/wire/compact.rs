@@ -25,12 +25,15 @@
 //! | 24..26 | `window` |
 //! | 26..28 | zero |
 
-use super::{AckInfo, Endpoints, Flags, Kind, Repr, WireError};
+use super::{AckInfo, Endpoints, Flags, Kind, Repr, WireError, RMA_PREFIX};
 
 /// Bytes of the compact header.
 pub const COMPACT_LEN: usize = 28;
 /// The first byte of a compact frame.
 pub const COMPACT_MAGIC: u8 = 0xC5;
+/// The first byte of a compact put: a data frame's header, whose payload is a
+/// put's ([`RMA_PREFIX`], then the data) and whose total leaves that prefix out.
+pub const COMPACT_PUT_MAGIC: u8 = 0xC6;
 
 /// The flags a compact frame may carry (`LAST` is implied).
 const CARRIED: Flags = Flags::RELIABLE
@@ -49,6 +52,33 @@ impl Repr {
             && self.flags.contains(Flags::LAST)
             && (self.flags - Flags::LAST - CARRIED).is_empty()
             && self.ack.is_some_and(|a| a.sack == 0)
+    }
+
+    /// Whether this frame may travel as a compact put: a whole put in one frame,
+    /// with an ack that selects nothing, no flag the compact header lacks.
+    #[inline]
+    pub fn compact_put(&self) -> bool {
+        self.kind == Kind::Put
+            && self.offset == 0
+            && u64::from(self.total_len) + RMA_PREFIX as u64 == u64::from(self.payload_len)
+            && self.flags.contains(Flags::LAST)
+            && (self.flags - Flags::LAST - CARRIED).is_empty()
+            && self.ack.is_some_and(|a| a.sack == 0)
+    }
+
+    /// [`Repr::emit_compact`] of a [`Repr::compact_put`] frame: the same header
+    /// under [`COMPACT_PUT_MAGIC`].
+    #[inline]
+    pub fn emit_compact_put<F: FnOnce(&mut [u8])>(
+        &self,
+        buf: &mut [u8],
+        fill: F,
+    ) -> Result<usize, WireError> {
+        let n = self.emit_compact(buf, fill)?;
+        if let Some(b) = buf.first_mut() {
+            *b = COMPACT_PUT_MAGIC;
+        }
+        Ok(n)
     }
 
     /// Writes the compact header of a [`Repr::compactable`] frame into `buf`, then
@@ -137,6 +167,38 @@ impl Repr {
         };
         Ok((repr, payload))
     }
+
+    /// Parses an untrusted compact put as [`Repr::parse_compact`] parses a data
+    /// frame: first byte [`COMPACT_PUT_MAGIC`], a payload of at least its
+    /// [`RMA_PREFIX`], the total the rest.
+    pub fn parse_compact_put(
+        frame: &[u8],
+        job_key: u32,
+        dst_group: u16,
+        dst_node: u16,
+    ) -> Result<(Repr, &[u8]), WireError> {
+        let mut head: [u8; COMPACT_LEN] = *frame
+            .first_chunk::<COMPACT_LEN>()
+            .ok_or(WireError::Truncated)?;
+        if head[0] != COMPACT_PUT_MAGIC {
+            return Err(WireError::BadVersion);
+        }
+        let len = u16::from_le_bytes([head[10], head[11]]);
+        let total = len
+            .checked_sub(RMA_PREFIX as u16)
+            .ok_or(WireError::Malformed)?;
+        // The rest is a data frame's header: parsed as one, without its payload.
+        head[0] = COMPACT_MAGIC;
+        head[10..12].fill(0);
+        let (mut repr, _) = Repr::parse_compact(&head, job_key, dst_group, dst_node)?;
+        let payload = frame
+            .get(COMPACT_LEN..COMPACT_LEN + len as usize)
+            .ok_or(WireError::Truncated)?;
+        repr.kind = Kind::Put;
+        repr.payload_len = len;
+        repr.total_len = u32::from(total);
+        Ok((repr, payload))
+    }
 }
 
 #[cfg(test)]
@@ -209,6 +271,54 @@ mod tests {
         })));
         assert!(with(|r| r.flags |= Flags::REFUSED | Flags::RETRY));
         assert!(with(|r| r.flags -= Flags::RELIABLE | Flags::ACK_REQ));
+    }
+
+    #[test]
+    fn a_put_in_one_frame_round_trips_under_its_own_magic() {
+        let mut r = sample();
+        r.kind = Kind::Put;
+        r.payload_len = (RMA_PREFIX + 5) as u16;
+        assert!(r.compact_put() && !r.compactable());
+        assert!(!sample().compact_put());
+        let mut buf = [0u8; 64];
+        let n = r.emit_compact_put(&mut buf, |p| p.fill(3)).unwrap();
+        assert_eq!(
+            (n, buf[0]),
+            (COMPACT_LEN + RMA_PREFIX + 5, COMPACT_PUT_MAGIC)
+        );
+        let (got, payload) = Repr::parse_compact_put(&buf[..n], 0xDEAD_BEEF, 7, 2).unwrap();
+        assert_eq!((got, payload), (r, &[3u8; RMA_PREFIX + 5][..]));
+        // Not a data frame, and a data frame is not a put.
+        assert_eq!(
+            Repr::parse_compact(&buf[..n], 0, 7, 2).map(|_| ()),
+            Err(WireError::BadVersion)
+        );
+        let m = sample().emit_compact(&mut buf, |p| p.fill(1)).unwrap();
+        let parse = |b: &[u8]| Repr::parse_compact_put(b, 0, 7, 2).map(|_| ());
+        assert_eq!(parse(&buf[..m]), Err(WireError::BadVersion));
+        // A put shorter than its prefix, a cut one, bad flags, a non-zero pad.
+        let n = r.emit_compact_put(&mut buf, |p| p.fill(3)).unwrap();
+        let mut b = buf;
+        b[10..12].copy_from_slice(&(RMA_PREFIX as u16 - 1).to_le_bytes());
+        assert_eq!(parse(&b[..n]), Err(WireError::Malformed));
+        assert_eq!(parse(&buf[..n - 1]), Err(WireError::Truncated));
+        assert_eq!(parse(&buf[..COMPACT_LEN - 1]), Err(WireError::Truncated));
+        let mut b = buf;
+        b[1] |= Flags::AUTH.bits() as u8;
+        assert_eq!(parse(&b[..n]), Err(WireError::Malformed));
+        let mut b = buf;
+        b[26] = 1;
+        assert_eq!(parse(&b[..n]), Err(WireError::Malformed));
+        // Only a whole put in one frame.
+        let with = |f: fn(&mut Repr)| {
+            let mut p = r;
+            f(&mut p);
+            p.compact_put()
+        };
+        assert!(!with(|p| p.offset = 16));
+        assert!(!with(|p| p.total_len += 1));
+        assert!(!with(|p| p.flags -= Flags::LAST));
+        assert!(!with(|p| p.ack = None));
     }
 
     #[test]

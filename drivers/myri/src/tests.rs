@@ -3146,3 +3146,81 @@ fn unchecked_ring_access_stays_inside_every_valid_geometry() {
         }
     }
 }
+
+/// Cheetah puts between two contexts on the NIC: a whole put in one frame goes
+/// under the compact put header and is taken by prediction (written, bell rung, no
+/// assembly); a longer one goes in full frames; a put to memory the target does
+/// not expose is refused there, untouched, and reported here.
+#[test]
+fn cheetah_puts_in_one_frame_travel_compact_and_land_once() {
+    use volley_core::cheetah::{Cheetah, Segments};
+    use volley_core::engine::{Config, Error, Group, Members, Memory};
+    type C = Cheetah<'static, MyriNic, volley_core::time::StdClock, Segments<'static>>;
+    const DATA: u64 = 1 << 40;
+    const BELLS: u64 = 2 << 40;
+    // 4 KiB slots: every put but the 100,000-byte one fits one frame.
+    let (_mem, nics) = cluster_on(Geometry::new(2, 16, 4096).unwrap());
+    let groups: &'static [Group<'static>] = Vec::leak(vec![Group {
+        id: 1,
+        members: Members::Range { first: 0, count: 2 },
+    }]);
+    let mut cs: Vec<C> = nics
+        .into_iter()
+        .enumerate()
+        .map(|(i, nic)| {
+            let mut mem = Segments::new();
+            assert_eq!(mem.expose(Vec::leak(vec![0u8; 256 * 1024])), DATA);
+            assert_eq!(mem.expose(Vec::leak(vec![0u8; 64])), BELLS);
+            let mut cfg = Config::new(7, 1, i as u16);
+            cfg.ack_exchange_ends = false;
+            let clock = volley_core::time::StdClock::default();
+            Cheetah::setup(cfg, groups, 2, nic, clock, mem).unwrap()
+        })
+        .collect();
+    let (mut a, mut b) = {
+        let b = cs.pop().unwrap();
+        (cs.pop().unwrap(), b)
+    };
+    let pattern: Vec<u8> = (0..100_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+    a.memory_mut().write(DATA, &pattern).unwrap();
+    let (lens, mut at) = ([1usize, 8, 200, 100_000, 0, 64], 0u64);
+    for (k, &len) in lens.iter().enumerate() {
+        let to = DATA + 128 * 1024 + at;
+        a.put(1, to, DATA, len, BELLS, BELLS + 4).unwrap();
+        let rung = k as i32 + 1;
+        let (mut local, mut remote) = (0, 0);
+        for _ in 0..100_000 {
+            b.poll().unwrap();
+            a.poll().unwrap();
+            (local, remote) = (a.bell(BELLS).unwrap(), b.bell(BELLS + 4).unwrap());
+            if local == rung && remote == rung {
+                break;
+            }
+        }
+        assert_eq!((local, remote), (rung, rung), "put {k} of {len} bytes");
+        let got = &b.memory().segment(DATA).unwrap()[(to - DATA) as usize..][..len];
+        assert!(got == &pattern[..len], "put {k} of {len} bytes");
+        at += len as u64 + 8;
+    }
+    // The long put went in full frames, every other one compact and predicted.
+    let (sa, sb) = (a.engine().stats(), b.engine().stats());
+    assert_eq!(sa.tx_compact, 5, "{sa:?}");
+    assert_eq!(sb.rx_compact, 5, "{sb:?}");
+    assert!(sb.rx_predicted >= 4, "{sb:?}");
+    // Refused at the target (not exposed there), its memory untouched; the
+    // initiator hears of it and its local bell does not ring.
+    let before = b.memory().segment(DATA).unwrap().to_vec();
+    a.put(1, 7 << 40, DATA, 8, BELLS, BELLS + 4).unwrap();
+    let mut refused = false;
+    for _ in 0..100_000 {
+        b.poll().unwrap();
+        if a.poll() == Err(Error::BadAddress) {
+            refused = true;
+            break;
+        }
+    }
+    assert!(refused, "{:?}", a.engine().stats());
+    assert_eq!(a.bell(BELLS).unwrap(), lens.len() as i32);
+    assert_eq!(b.bell(BELLS + 4).unwrap(), lens.len() as i32);
+    assert!(b.memory().segment(DATA).unwrap() == &before[..]);
+}
