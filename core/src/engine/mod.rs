@@ -1026,7 +1026,8 @@ pub struct Engine<'a> {
     timer_fired: bool,
     /// A message was handed to a port during the current poll.
     delivered: bool,
-    /// A packet was stored for the program during the current poll (LFC's upcall).
+    /// A packet was stored for the program during the current poll (LFC's upcall),
+    /// or a put's bell rung: the poll drains the rest and leaves its upkeep.
     stored: bool,
     /// The last poll delivered a message and left timers and transmission to the
     /// next one.

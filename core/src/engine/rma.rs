@@ -426,6 +426,9 @@ impl<'a> Engine<'a> {
         ch.next_deliver = next;
         self.stats.rma_landed += 1;
         mem.ring(bell);
+        // Its owner probably waits on the bell: as for a stored packet, the poll's
+        // upkeep may come after it has seen it.
+        self.stored = true;
         self.wake_refused();
         true
     }

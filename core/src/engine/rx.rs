@@ -201,11 +201,11 @@ impl<'a> Engine<'a> {
     }
 
     /// A compact put that header prediction takes: the next message of its
-    /// channel in order, to memory we expose. Written and its bell rung, then what
-    /// `handle_parsed` and `rx_reliable` do for such a frame: its ack taken (a new
-    /// one at once, as on any frame but data), the frame marked received and its
-    /// ack owed (at once where `Config::ack_exchange_ends`). `false` with nothing
-    /// changed: the general path takes it.
+    /// channel in order, to memory we expose. Written and its bell rung, then taken
+    /// as a predicted data frame is (a new ack it carries kept for the next poll,
+    /// off the put's path), its own ack owed at once where
+    /// `Config::ack_exchange_ends`. `false` with nothing changed: the general path
+    /// takes it.
     #[inline]
     fn rx_predicted_put(
         &mut self,
@@ -221,18 +221,7 @@ impl<'a> Engine<'a> {
         if !self.rx_put_single(ci, repr, payload, mem) {
             return false;
         }
-        self.stats.rx_predicted += 1;
-        let ch = &mut self.chans[ci];
-        ch.heard_at = now;
-        ch.silent_since = None;
-        ch.met = true;
-        if let Some(a) = repr.ack {
-            if !self.plain_ack(now, ci, a, false) {
-                self.take_due_ack(now, ci);
-                self.on_ack(now, now, ci, a, repr.flags);
-            }
-        }
-        self.took_reliable(now, ci, repr);
+        self.took_predicted(now, ci, repr, true);
         if self.cfg.ack_exchange_ends {
             self.chans[ci].ack_now = true;
             self.chan_work.set(true);

@@ -1,13 +1,14 @@
 //! Where a one-way `shm` message's time goes when its two ends run on two cores, as
 //! the hosted fabric's ranks do: the bare flag ping-pong (`volley bench`'s `shm`
 //! reference: one word written, one read), the NIC model's ring alone (a frame
-//! written into a slot and read out, no engine), and GAMMA `send_flowctl` + `wait`
-//! through the engine on the same kind of region. `engine_cost` counts the engine's
+//! written into a slot and read out, no engine), GAMMA `send_flowctl` + `wait`
+//! through the engine on the same kind of region, and a Cheetah 8-byte put that
+//! rings the other's bell, which it waits for. `engine_cost` counts the engine's
 //! instructions on one core; this says what the line transfers and the ring add.
 //!
 //! `cargo bench -p volley-myri --bench cross_core [-- CPU_A CPU_B [ITERS]]` (default
 //! cores 0 and 1, 20000 round trips a round): two threads pinned to the two cores run
-//! 9 rounds of the three tests, interleaved so that drift of the machine shows as
+//! 9 rounds of the four tests, interleaved so that drift of the machine shows as
 //! spread, and print each test's median over the rounds (one-way nanoseconds), its
 //! spread and its ratio to the flag. `VOLLEY_BENCH_NODES=N` (2 to 64) puts the two
 //! ends on a region of `N` nodes, whose rings and boards every poll looks at.
@@ -23,18 +24,19 @@ use volley_core::time::Instant;
 use volley_core::NodeAddr;
 use volley_myri::{Geometry, MyriError, MyriNic, NicConfig, Region};
 
-// The pair's other helpers make both ends on one thread; only `gamma` and
-// `geometry` are used here.
+// The pair's other helpers make both ends on one thread; only `gamma`, `cheetah`
+// and `geometry` are used here.
 #[allow(dead_code)]
 #[path = "../tests/pair/mod.rs"]
 mod pair;
-use pair::gamma;
+use pair::{cheetah, gamma, C_BELL, C_DATA};
 
 const ROUNDS: usize = 9;
-const TESTS: [&str; 3] = [
+const TESTS: [&str; 4] = [
     "reference: bare flag ping-pong",
     "raw ring, 8 B frame",
     "GAMMA send_flowctl + wait, 8 B",
+    "Cheetah put (remote bell) + wait, 8 B",
 ];
 
 /// Zeroed, page-aligned memory that lives as long as the program (a region both
@@ -97,6 +99,7 @@ fn side(
     flag: usize,
     ring: (usize, usize),
     gam: (usize, usize),
+    chee: (usize, usize),
     geo: Geometry,
     go: &Barrier,
 ) -> Vec<Vec<f64>> {
@@ -111,6 +114,8 @@ fn side(
     };
     let mut raw = nic(ring.0, ring.1, geo, me as u32);
     let mut g = gamma(nic(gam.0, gam.1, geo, me as u32), me, None);
+    let mut c = cheetah(nic(chee.0, chee.1, geo, me as u32), me);
+    let mut rung = 0;
     let peer = NodeAddr(1 - me);
     let now = Instant::ZERO;
     let mut out = vec![Vec::new(); TESTS.len()];
@@ -154,7 +159,7 @@ fn side(
                             send(&mut raw);
                         }
                     }
-                    _ => {
+                    2 => {
                         let data = n.to_le_bytes();
                         if send_first {
                             g.send_flowctl(1, &data).unwrap();
@@ -164,6 +169,19 @@ fn side(
                             g.send_flowctl(1, &data).unwrap();
                         }
                     }
+                    _ => {
+                        rung += 1;
+                        let put = |c: &mut pair::C| {
+                            c.put(1 - me, C_DATA, C_DATA, 8, 0, C_BELL).unwrap();
+                        };
+                        if send_first {
+                            put(&mut c);
+                            c.wait(C_BELL, rung).unwrap();
+                        } else {
+                            c.wait(C_BELL, rung).unwrap();
+                            put(&mut c);
+                        }
+                    }
                 }
             }
             times.push(t0.elapsed().as_nanos() as f64 / (2 * iters) as f64);
@@ -171,6 +189,7 @@ fn side(
     }
     black_box(*g.state());
     assert_eq!(*g.state(), (ROUNDS * iters) as u64);
+    assert_eq!(c.bell(C_BELL).unwrap(), (ROUNDS * iters) as i32);
     out
 }
 
@@ -196,10 +215,11 @@ fn main() {
     let geo = pair::geometry();
     let len = geo.region_len().unwrap();
     let (flag, ring, gam) = (leaked(4096), (leaked(len), len), (leaked(len), len));
+    let chee = (leaked(len), len);
     let go = Barrier::new(2);
     let times = std::thread::scope(|s| {
-        let other = s.spawn(|| side(1, b, iters, flag, ring, gam, geo, &go));
-        let mine = side(0, a, iters, flag, ring, gam, geo, &go);
+        let other = s.spawn(|| side(1, b, iters, flag, ring, gam, chee, geo, &go));
+        let mine = side(0, a, iters, flag, ring, gam, chee, geo, &go);
         other.join().unwrap();
         mine
     });

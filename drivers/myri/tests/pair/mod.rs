@@ -184,17 +184,19 @@ pub fn qnixes() -> (Q, Q) {
     (a, b)
 }
 
-/// Two Cheetah contexts, each exposing a zeroed 4 KiB segment at [`C_DATA`], their
-/// acks riding on the next frame back as on hosted `shm` (a beacon vouches).
+/// Two Cheetah contexts as [`cheetah`] makes them.
 pub fn cheetahs() -> (C, C) {
     let (a, b) = nics();
-    let mk = |nic, me: u16| -> C {
-        let mut mem = Segments::new();
-        assert_eq!(mem.expose(Vec::leak(vec![0u8; 4096])), C_DATA);
-        let mut cfg = Config::new(9, 1, me);
-        // As a hosted rank, whose beacon speaks for it while it computes.
-        cfg.ack_exchange_ends = false;
-        Cheetah::setup(cfg, GROUPS, 2, nic, StdClock::default(), mem).unwrap()
-    };
-    (mk(a, 0), mk(b, 1))
+    (cheetah(a, 0), cheetah(b, 1))
+}
+
+/// Context `me` (0 or 1) on `nic`, exposing a zeroed 4 KiB segment at [`C_DATA`],
+/// its acks riding on the next frame back as on hosted `shm` (a beacon vouches).
+pub fn cheetah(nic: MyriNic, me: u16) -> C {
+    let mut mem = Segments::new();
+    assert_eq!(mem.expose(Vec::leak(vec![0u8; 4096])), C_DATA);
+    let mut cfg = Config::new(9, 1, me);
+    // As a hosted rank, whose beacon speaks for it while it computes.
+    cfg.ack_exchange_ends = false;
+    Cheetah::setup(cfg, GROUPS, 2, nic, StdClock::default(), mem).unwrap()
 }
