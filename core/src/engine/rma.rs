@@ -170,6 +170,23 @@ impl<'a> Engine<'a> {
         local_bell: u64,
         remote_bell: u64,
     ) -> Result<(), Error> {
+        let ci = self.put_channel(mem, group, node, local, len)?;
+        let oi = self.alloc_op()?;
+        let op = put_op(group, node, remote, local, len, local_bell, remote_bell);
+        self.enqueue(ci, oi, &op);
+        Ok(())
+    }
+
+    /// The channel a put of `len` bytes from local `local` to `node` of `group`
+    /// goes on: the bytes readable, the peer known and not failed.
+    pub(super) fn put_channel(
+        &mut self,
+        mem: &mut dyn Memory,
+        group: GroupId,
+        node: NodeId,
+        local: u64,
+        len: u32,
+    ) -> Result<usize, Error> {
         // A put of no bytes reads nothing here: it only rings `remote_bell` there.
         if len > 0 {
             mem.check(local, len as u64, Access::Read)?;
@@ -179,24 +196,7 @@ impl<'a> Engine<'a> {
         if self.chans[ci].failed {
             return Err(Error::SendFailure);
         }
-        let oi = self.alloc_op()?;
-        let mut op = Op::EMPTY;
-        op.state = OpState::Active;
-        op.reliable = true;
-        op.kind = Kind::Put;
-        op.mem_src = true;
-        op.owned = true;
-        op.local = local;
-        op.prefix = [remote, remote_bell];
-        op.bell = local_bell;
-        op.total = len;
-        op.dest = Dest {
-            group,
-            node,
-            port: 0,
-        };
-        self.enqueue(ci, oi, &op);
-        Ok(())
+        Ok(ci)
     }
 
     /// Starts reading `len` bytes at address `remote` of instance `node` of `group`
@@ -598,6 +598,36 @@ impl<'a> Engine<'a> {
         }
         p
     }
+}
+
+/// The operation of a put of `len` bytes from local `local` to `remote` of `node`
+/// in `group`, ringing `local_bell` here and `remote_bell` there (not yet on a
+/// channel).
+pub(super) fn put_op(
+    group: GroupId,
+    node: NodeId,
+    remote: u64,
+    local: u64,
+    len: u32,
+    local_bell: u64,
+    remote_bell: u64,
+) -> Op<'static> {
+    let mut op = Op::EMPTY;
+    op.state = OpState::Active;
+    op.reliable = true;
+    op.kind = Kind::Put;
+    op.mem_src = true;
+    op.owned = true;
+    op.local = local;
+    op.prefix = [remote, remote_bell];
+    op.bell = local_bell;
+    op.total = len;
+    op.dest = Dest {
+        group,
+        node,
+        port: 0,
+    };
+    op
 }
 
 /// Assembly flavours (`Assembly::rma`).

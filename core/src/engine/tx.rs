@@ -310,6 +310,79 @@ impl<'a> Engine<'a> {
         true
     }
 
+    /// [`Engine::start_put`] of a put that fits one frame, sent in this call where
+    /// its channel may take a new frame ahead of nothing (as
+    /// [`Engine::send_now_reliable`] sends a message): no queue, no transmit pass.
+    /// `Ok(false)`, nothing changed: not sent (something ahead, no credit, too long
+    /// for one frame, no free operation, the device full); `start_put` takes it.
+    /// The caller flushes the device ([`Device::flush`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_now<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        mem: &mut dyn Memory,
+        group: GroupId,
+        node: NodeId,
+        remote: u64,
+        local: u64,
+        len: u32,
+        local_bell: u64,
+        remote_bell: u64,
+    ) -> Result<bool, Error> {
+        let ci = self.put_channel(mem, group, node, local, len)?;
+        let fits = len as usize + wire::RMA_PREFIX <= max_payload(&self.cfg, &self.caps);
+        if !fits || !self.nothing_ahead() || !self.chans[ci].free_to_send_now() {
+            return Ok(false);
+        }
+        let Ok(oi) = self.alloc_op() else {
+            return Ok(false);
+        };
+        let Engine {
+            chans,
+            ops,
+            bufs,
+            cfg,
+            caps,
+            stats,
+            tag_tx,
+            timer_at,
+            ..
+        } = self;
+        let ch = &mut chans[ci];
+        let gen = ops[oi].gen;
+        ops[oi] = Op {
+            gen,
+            chan: ci as u16,
+            msg_id: ch.next_msg,
+            ..super::rma::put_op(group, node, remote, local, len, local_bell, remote_bell)
+        };
+        let seq = ch.snd_nxt;
+        let mut tx = Tx::new(dev, now, caps, cfg, tag_tx, stats, bufs);
+        if !tx.rma(ch, &ops[oi], seq, 0, len as u16, true, false, mem) {
+            ops[oi].state = OpState::Free;
+            return Ok(false);
+        }
+        ch.next_msg = ch.next_msg.wrapping_add(1);
+        ch.push_timed(
+            Slot::Data {
+                op: oi as u16,
+                offset: 0,
+                len: len as u16,
+            },
+            now,
+        );
+        let op = &mut ops[oi];
+        op.framed = len;
+        op.started = true;
+        op.unacked = 1;
+        if ch.rto_at.is_none() {
+            ch.rto_at = Some(now + ch.rto);
+            *timer_at = (*timer_at).min(now + ch.rto);
+        }
+        Ok(true)
+    }
+
     /// What [`Engine::send_now_reliable_timed`] does once its frame is out: the
     /// operation (taken before, so that the frame could not go without one) filled
     /// in, the copy for sending again, the frame's place in the channel and its
