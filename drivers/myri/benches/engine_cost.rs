@@ -1,8 +1,8 @@
 //! The engine's own cost per message, without a second core: two GAMMA endpoints on
 //! one Myrinet-like region in one thread take turns, so every poll finds its frame
-//! and no time goes to waiting. The same for LFC, QNIX and a Cheetah put, and
-//! QNIX's barrier in NIC memory. The reference row is the same region's raw ring (a frame written and
-//! read, no engine).
+//! and no time goes to waiting. The same for LFC, QNIX, a Cheetah put and a Cheetah
+//! `ainvoke`, and QNIX's barrier in NIC memory. The reference row is the same
+//! region's raw ring (a frame written and read, no engine).
 //!
 //! `cargo bench -p volley-myri --bench engine_cost [-- ITERS]` prints the median of 9
 //! rounds, nanoseconds per one-way message (send + receive + handler, and for GAMMA
@@ -10,9 +10,10 @@
 //! receiver makes), and of one empty poll. Under callgrind, with `ITERS ROW` as
 //! arguments, where `ROW` is
 //! `send`, `flowctl`, `keyed` (`flowctl` with frames tagged under a job key, as on
-//! `udp` and `eth`), `lfc`, `qnix`, `qnix_barrier`, `cheetah` or `idle` (that row
-//! alone), and `--toggle-collect='*measured_gamma*'` (`measured_lfc`,
-//! `measured_qnix`, `measured_qnix_barrier`, `measured_cheetah`, `measured_idle`) with `--collect-atstart=no`, the
+//! `udp` and `eth`), `lfc`, `qnix`, `qnix_barrier`, `cheetah`, `invoke` or `idle`
+//! (that row alone), and `--toggle-collect='*measured_gamma*'` (`measured_lfc`,
+//! `measured_qnix`, `measured_qnix_barrier`, `measured_cheetah`, `measured_invoke`,
+//! `measured_idle`) with `--collect-atstart=no`, the
 //! instruction count divided by `18 * ITERS` (9 rounds of `2 * ITERS` messages; of
 //! `9 * ITERS` barriers or polls) is the cost per message, both ends included.
 //! `--toggle-collect='*engine_cost::hop*'` (`*lfc_hop*`) counts a GAMMA message's
@@ -35,7 +36,9 @@ use volley_myri::MyriNic;
 
 #[path = "../tests/pair/mod.rs"]
 mod pair;
-use pair::{cheetahs, gammas, gammas_with, lfcs, nics, qnixes, C, C_BELL, C_DATA, G, L, Q};
+use pair::{
+    cheetahs, gammas, gammas_with, lfcs, nics, qnixes, C, C_BELL, C_DATA, C_INVOKED, C_TAG, G, L, Q,
+};
 
 /// One LFC packet from `from` to `to`: allocated, filled, launched, then `to` polls
 /// until its upcall ran.
@@ -98,6 +101,25 @@ fn measured_cheetah(a: &mut C, b: &mut C, iters: usize) {
     for i in 1..=iters as i32 {
         cheetah_hop(a, b, base + i, len);
         cheetah_hop(b, a, base + i, len);
+    }
+}
+
+/// One Cheetah `ainvoke` of 8 bytes from `from` to `to`, whose handler rings its
+/// bell (the `want`-th time); `to` polls until it has.
+#[inline(never)]
+fn invoke_hop(from: &mut C, to: &mut C, want: i32, data: &[u8]) {
+    from.ainvoke(to.mycontext(), C_TAG, data, 0).unwrap();
+    to.wait(C_INVOKED, want).unwrap();
+}
+
+#[inline(never)]
+fn measured_invoke(a: &mut C, b: &mut C, iters: usize) {
+    let data = [7u8; 8];
+    let data: &[u8] = black_box(&data);
+    let base = a.bell(C_INVOKED).unwrap();
+    for i in 1..=iters as i32 {
+        invoke_hop(a, b, base + i, data);
+        invoke_hop(b, a, base + i, data);
     }
 }
 
@@ -207,6 +229,7 @@ fn main() {
             "qnix",
             "qnix_barrier",
             "cheetah",
+            "invoke",
         ];
         rows.contains(&a.as_str())
     });
@@ -308,6 +331,26 @@ fn main() {
         println!(
             "{:<44} {:>9.1} ns  {:.2}x",
             "Cheetah put (remote bell) + wait, 8 B",
+            ns,
+            ns / raw
+        );
+    }
+    if only.is_none_or(|o| o == "invoke") {
+        let (mut a, mut b) = cheetahs();
+        let ns = median(
+            (0..rounds)
+                .map(|_| {
+                    let t = WallInstant::now();
+                    measured_invoke(&mut a, &mut b, iters);
+                    per_msg(t)
+                })
+                .collect(),
+        );
+        let rung = a.bell(C_INVOKED).unwrap() + b.bell(C_INVOKED).unwrap();
+        assert_eq!(rung, (2 * rounds * iters) as i32);
+        println!(
+            "{:<44} {:>9.1} ns  {:.2}x",
+            "Cheetah ainvoke + wait for its handler, 8 B",
             ns,
             ns / raw
         );

@@ -27,6 +27,10 @@ pub type C = Cheetah<'static, MyriNic, StdClock, Segments<'static>>;
 pub const C_DATA: u64 = 1 << 40;
 /// A bell of each Cheetah context of [`cheetahs`].
 pub const C_BELL: u64 = C_DATA + 2048;
+/// The bell [`C_TAG`]'s handler rings.
+pub const C_INVOKED: u64 = C_DATA + 2052;
+/// The tag of the handler each context of [`cheetahs`] registers.
+pub const C_TAG: i32 = 1;
 
 /// The group of both endpoints.
 pub static GROUPS: &[Group<'static>] = &[Group {
@@ -198,5 +202,13 @@ pub fn cheetah(nic: MyriNic, me: u16) -> C {
     let mut cfg = Config::new(9, 1, me);
     // As a hosted rank, whose beacon speaks for it while it computes.
     cfg.ack_exchange_ends = false;
-    Cheetah::setup(cfg, GROUPS, 2, nic, StdClock::default(), mem).unwrap()
+    let mut c = Cheetah::setup(cfg, GROUPS, 2, nic, StdClock::default(), mem).unwrap();
+    c.register(C_TAG, on_invoke);
+    c
+}
+
+/// [`C_TAG`]'s handler: rings [`C_INVOKED`].
+fn on_invoke(c: &mut C, _who: u16, _tag: i32, _data: &[u8]) {
+    use volley_core::engine::Memory;
+    c.memory_mut().ring(C_INVOKED);
 }
