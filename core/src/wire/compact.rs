@@ -8,7 +8,9 @@
 //! name, the offset (0), the total (the payload's length), the selective acks (none)
 //! and the checksum are left out. The receiver fills them in from what it knows and
 //! parses the rest as untrusted bytes. Little-endian, unlike the full header: it
-//! never leaves the host or the machines sharing its memory.
+//! never leaves the host or the machines sharing its memory. A whole put in one
+//! frame travels the same way under [`COMPACT_PUT_MAGIC`], its total the payload
+//! less the put's [`RMA_PREFIX`].
 //!
 //! | bytes | field |
 //! |---|---|
