@@ -416,6 +416,55 @@ impl<'a> Engine<'a> {
         {
             return false;
         }
+        self.landed_single(ci, repr, addr, data, bell, mem);
+        true
+    }
+
+    /// The reply to a get of ours, whole in one frame, as [`Engine::rx_put_single`]
+    /// takes a put: written where the get asked (checked when it started) and its
+    /// bell rung, the get freed. `false` changes nothing: the general path takes it
+    /// (a reply nobody waits for is dropped there).
+    #[inline]
+    pub(super) fn rx_get_reply_single(
+        &mut self,
+        ci: usize,
+        repr: &Repr,
+        payload: &[u8],
+        mem: &mut dyn Memory,
+    ) -> bool {
+        let Some((prefix, data)) = payload.split_first_chunk::<{ wire::RMA_PREFIX }>() else {
+            return false;
+        };
+        let req = (be64(prefix) >> 32) as u32;
+        let Some(g) = self.rma.gets.iter_mut().find(|g| {
+            g.state == GetState::Waiting
+                && g.chan == ci as u16
+                && g.req == req
+                && g.len == repr.total_len
+        }) else {
+            return false;
+        };
+        if data.len() as u64 != u64::from(g.len) {
+            return false;
+        }
+        g.state = GetState::Free;
+        let (local, bell) = (g.local, g.local_bell);
+        self.landed_single(ci, repr, local, data, bell, mem);
+        true
+    }
+
+    /// What taking a put or get reply in one frame leaves to do: `data` written at
+    /// `addr`, the message passed in order, `bell` rung.
+    #[inline(always)]
+    fn landed_single(
+        &mut self,
+        ci: usize,
+        repr: &Repr,
+        addr: u64,
+        data: &[u8],
+        bell: u64,
+        mem: &mut dyn Memory,
+    ) {
         if mem.write(addr, data).is_err() {
             // As `place_rma`: checked, then unmapped by its owner.
             self.stats.rma_denied += 1;
@@ -430,7 +479,6 @@ impl<'a> Engine<'a> {
         // upkeep may come after it has seen it.
         self.stored = true;
         self.wake_refused();
-        true
     }
 
     /// Writes a put or get-reply fragment to its place.

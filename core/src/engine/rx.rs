@@ -971,12 +971,15 @@ impl<'a> Engine<'a> {
         mem: &mut dyn Memory,
     ) -> bool {
         let ch = &self.chans[ci];
-        if repr.kind == Kind::Put
-            && repr.offset == 0
+        if repr.offset == 0
             && repr.flags.contains(Flags::LAST)
             && repr.msg_id == ch.next_reserve
             && ch.next_deliver == ch.next_reserve
-            && self.rx_put_single(ci, repr, payload, mem)
+            && if repr.kind == Kind::Put {
+                self.rx_put_single(ci, repr, payload, mem)
+            } else {
+                self.rx_get_reply_single(ci, repr, payload, mem)
+            }
         {
             return true;
         }

@@ -1,6 +1,6 @@
 //! The engine's own cost per message, without a second core: two GAMMA endpoints on
 //! one Myrinet-like region in one thread take turns, so every poll finds its frame
-//! and no time goes to waiting. The same for LFC, QNIX, a Cheetah put and a Cheetah
+//! and no time goes to waiting. The same for LFC, QNIX, a Cheetah put, get and
 //! `ainvoke`, and QNIX's barrier in NIC memory. The reference row is the same
 //! region's raw ring (a frame written and read, no engine).
 //!
@@ -10,10 +10,10 @@
 //! receiver makes), and of one empty poll. Under callgrind, with `ITERS ROW` as
 //! arguments, where `ROW` is
 //! `send`, `flowctl`, `keyed` (`flowctl` with frames tagged under a job key, as on
-//! `udp` and `eth`), `lfc`, `qnix`, `qnix_barrier`, `cheetah`, `invoke` or `idle`
-//! (that row alone), and `--toggle-collect='*measured_gamma*'` (`measured_lfc`,
-//! `measured_qnix`, `measured_qnix_barrier`, `measured_cheetah`, `measured_invoke`,
-//! `measured_idle`) with `--collect-atstart=no`, the
+//! `udp` and `eth`), `lfc`, `qnix`, `qnix_barrier`, `cheetah`, `invoke`, `get` or
+//! `idle` (that row alone), and `--toggle-collect='*measured_gamma*'`
+//! (`measured_lfc`, `measured_qnix`, `measured_qnix_barrier`, `measured_cheetah`,
+//! `measured_invoke`, `measured_get`, `measured_idle`) with `--collect-atstart=no`, the
 //! instruction count divided by `18 * ITERS` (9 rounds of `2 * ITERS` messages; of
 //! `9 * ITERS` barriers or polls) is the cost per message, both ends included.
 //! `--toggle-collect='*engine_cost::hop*'` (`*lfc_hop*`) counts a GAMMA message's
@@ -120,6 +120,28 @@ fn measured_invoke(a: &mut C, b: &mut C, iters: usize) {
     for i in 1..=iters as i32 {
         invoke_hop(a, b, base + i, data);
         invoke_hop(b, a, base + i, data);
+    }
+}
+
+/// One Cheetah get of 8 bytes by `from` from `to`, ringing `from`'s bell (the
+/// `want`-th time) once they have landed; both poll until it has.
+#[inline(never)]
+fn get_hop(from: &mut C, to: &mut C, want: i32, len: usize) {
+    from.get(to.mycontext(), C_DATA + 64, C_DATA, len, C_BELL, 0)
+        .unwrap();
+    while from.bell(C_BELL).unwrap() < want {
+        to.poll().unwrap();
+        from.poll().unwrap();
+    }
+}
+
+#[inline(never)]
+fn measured_get(a: &mut C, b: &mut C, iters: usize) {
+    let len = black_box(8);
+    let base = a.bell(C_BELL).unwrap();
+    for i in 1..=iters as i32 {
+        get_hop(a, b, base + i, len);
+        get_hop(b, a, base + i, len);
     }
 }
 
@@ -230,6 +252,7 @@ fn main() {
             "qnix_barrier",
             "cheetah",
             "invoke",
+            "get",
         ];
         rows.contains(&a.as_str())
     });
@@ -351,6 +374,26 @@ fn main() {
         println!(
             "{:<44} {:>9.1} ns  {:.2}x",
             "Cheetah ainvoke + wait for its handler, 8 B",
+            ns,
+            ns / raw
+        );
+    }
+    if only.is_none_or(|o| o == "get") {
+        let (mut a, mut b) = cheetahs();
+        let ns = median(
+            (0..rounds)
+                .map(|_| {
+                    let t = WallInstant::now();
+                    measured_get(&mut a, &mut b, iters);
+                    per_msg(t)
+                })
+                .collect(),
+        );
+        let rung = a.bell(C_BELL).unwrap() + b.bell(C_BELL).unwrap();
+        assert_eq!(rung, (2 * rounds * iters) as i32);
+        println!(
+            "{:<44} {:>9.1} ns  {:.2}x",
+            "Cheetah get (round trip, local bell), 8 B",
             ns,
             ns / raw
         );
