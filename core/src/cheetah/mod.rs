@@ -366,12 +366,13 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             return Ok(());
         }
         let group = self.engine.config().group;
-        if put {
-            // A put in one frame leaves in this call where its channel is free.
-            self.check_failure()?;
-            let now = self.clock.now();
-            let (e, dev, mem) = (&mut self.engine, &mut self.dev, &mut self.mem);
-            if e.put_now(
+        // A put in one frame, or a get's request, leaves in this call where its
+        // channel is free.
+        self.check_failure()?;
+        let now = self.clock.now();
+        let (e, dev, mem) = (&mut self.engine, &mut self.dev, &mut self.mem);
+        let sent = if put {
+            e.put_now(
                 now,
                 dev,
                 mem,
@@ -382,10 +383,24 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
                 len,
                 local_bell,
                 remote_bell,
-            )? {
-                self.dev.flush(now);
-                return Ok(());
-            }
+            )?
+        } else {
+            e.get_now(
+                now,
+                dev,
+                mem,
+                group,
+                context,
+                remote,
+                local,
+                len,
+                local_bell,
+                remote_bell,
+            )?
+        };
+        if sent {
+            self.dev.flush(now);
+            return Ok(());
         }
         let start = if put {
             Engine::start_put

@@ -214,19 +214,8 @@ impl<'a> Engine<'a> {
         local_bell: u64,
         remote_bell: u64,
     ) -> Result<(), Error> {
-        mem.check(local, len as u64, Access::Write)?;
-        let addr = self.addr_of(group, node)?;
-        let gi = self
-            .rma
-            .gets
-            .iter()
-            .position(|g| g.state == GetState::Free)
-            .ok_or(Error::NoResources)?;
-        let ci = self.channel_for(addr, group, node)?;
+        let (gi, ci) = self.get_slot(mem, group, node, local, len)?;
         let ch = &mut self.chans[ci];
-        if ch.failed {
-            return Err(Error::SendFailure);
-        }
         let req = self.rma.next_req;
         self.chan_work.set(true);
         if !ch.queue_ctrl(Slot::GetRequest {
@@ -247,6 +236,32 @@ impl<'a> Engine<'a> {
             len,
         };
         Ok(())
+    }
+
+    /// A free slot of the get table and the channel for a get of `len` bytes into
+    /// local `local` from `node` of `group`: the local range writable, the peer
+    /// known and not failed (`NoResources`: no free slot).
+    pub(super) fn get_slot(
+        &mut self,
+        mem: &mut dyn Memory,
+        group: GroupId,
+        node: NodeId,
+        local: u64,
+        len: u32,
+    ) -> Result<(usize, usize), Error> {
+        mem.check(local, len as u64, Access::Write)?;
+        let addr = self.addr_of(group, node)?;
+        let gi = self
+            .rma
+            .gets
+            .iter()
+            .position(|g| g.state == GetState::Free)
+            .ok_or(Error::NoResources)?;
+        let ci = self.channel_for(addr, group, node)?;
+        if self.chans[ci].failed {
+            return Err(Error::SendFailure);
+        }
+        Ok((gi, ci))
     }
 
     /// One-sided operations still in flight (puts not acked, gets not answered).

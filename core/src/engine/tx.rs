@@ -383,6 +383,75 @@ impl<'a> Engine<'a> {
         Ok(true)
     }
 
+    /// [`Engine::start_get`] with its request sent in this call where its channel
+    /// may take a new frame ahead of nothing (as [`Engine::put_now`]). `Ok(false)`,
+    /// nothing changed: not sent (something ahead, no credit, no free get slot, the
+    /// device full); `start_get` takes it. The caller flushes the device.
+    #[allow(clippy::too_many_arguments)]
+    pub fn get_now<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        mem: &mut dyn Memory,
+        group: GroupId,
+        node: NodeId,
+        remote: u64,
+        local: u64,
+        len: u32,
+        local_bell: u64,
+        remote_bell: u64,
+    ) -> Result<bool, Error> {
+        let (gi, ci) = match self.get_slot(mem, group, node, local, len) {
+            Ok(s) => s,
+            Err(Error::NoResources) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let open = max_payload(&self.cfg, &self.caps) >= wire::GET_REQUEST_LEN;
+        if !open || !self.nothing_ahead() || !self.chans[ci].free_to_send_now() {
+            return Ok(false);
+        }
+        let Engine {
+            chans,
+            bufs,
+            cfg,
+            caps,
+            stats,
+            tag_tx,
+            rma,
+            timer_at,
+            ..
+        } = self;
+        let ch = &mut chans[ci];
+        let req = rma.next_req;
+        rma.gets[gi] = rma::Get {
+            state: rma::GetState::Waiting,
+            chan: ci as u16,
+            req,
+            local,
+            local_bell,
+            remote,
+            remote_bell,
+            len,
+        };
+        let slot = Slot::GetRequest {
+            get: gi as u16,
+            req,
+        };
+        let seq = ch.snd_nxt;
+        let mut tx = Tx::new(dev, now, caps, cfg, tag_tx, stats, bufs);
+        if !tx.slot(ch, seq, slot, &rma.gets) {
+            rma.gets[gi].state = rma::GetState::Free;
+            return Ok(false);
+        }
+        rma.next_req = req.wrapping_add(1);
+        ch.push_timed(slot, now);
+        if ch.rto_at.is_none() {
+            ch.rto_at = Some(now + ch.rto);
+            *timer_at = (*timer_at).min(now + ch.rto);
+        }
+        Ok(true)
+    }
+
     /// What [`Engine::send_now_reliable_timed`] does once its frame is out: the
     /// operation (taken before, so that the frame could not go without one) filled
     /// in, the copy for sending again, the frame's place in the channel and its
