@@ -236,6 +236,28 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The median over `rounds` runs of `f` of the nanoseconds per unit, where a run
+/// does `units` of them (messages, barriers or polls).
+fn timed(rounds: usize, units: usize, mut f: impl FnMut()) -> f64 {
+    median(
+        (0..rounds)
+            .map(|_| {
+                let t = WallInstant::now();
+                f();
+                t.elapsed().as_nanos() as f64 / units as f64
+            })
+            .collect(),
+    )
+}
+
+/// A row's measured loop: two endpoints, `ITERS`.
+type Measured<E> = fn(&mut E, &mut E, usize);
+
+/// One row: its name, nanoseconds and ratio to the raw ring's.
+fn report(name: &str, ns: f64, raw: f64) {
+    println!("{:<44} {:>9.1} ns  {:.2}x", name, ns, ns / raw);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let iters: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(20_000);
@@ -256,24 +278,16 @@ fn main() {
         ];
         rows.contains(&a.as_str())
     });
+    let row = |name: &str| only.is_none_or(|o| o == name);
     let rounds = 9;
-    let per_msg = |t: WallInstant| t.elapsed().as_nanos() as f64 / (2 * iters) as f64;
+    // Messages in a round of a ping-pong row, and what they all add up to.
+    let msgs = 2 * iters;
+    let total = 2 * rounds * iters;
 
     let (mut ra, mut rb) = nics();
-    let raw = median(
-        (0..rounds)
-            .map(|_| {
-                let t = WallInstant::now();
-                measured_raw(&mut ra, &mut rb, iters);
-                per_msg(t)
-            })
-            .collect(),
-    );
-    println!(
-        "{:<44} {:>9.1} ns  1.00x",
-        "reference: raw ring, write + read, 8 B", raw
-    );
-    for (reliable, key, row, name) in [
+    let raw = timed(rounds, msgs, || measured_raw(&mut ra, &mut rb, iters));
+    report("reference: raw ring, write + read, 8 B", raw, raw);
+    for (reliable, key, name, title) in [
         (false, None, "send", "GAMMA send, 8 B"),
         (true, None, "flowctl", "GAMMA send_flowctl, 8 B"),
         (
@@ -283,157 +297,72 @@ fn main() {
             "GAMMA send_flowctl, 8 B, tagged",
         ),
     ] {
-        if only.is_some_and(|o| o != row) {
+        if !row(name) {
             continue;
         }
         let (mut a, mut b) = gammas_with(key);
-        let ns = median(
-            (0..rounds)
-                .map(|_| {
-                    let t = WallInstant::now();
-                    measured_gamma(&mut a, &mut b, iters, reliable);
-                    per_msg(t)
-                })
-                .collect(),
-        );
-        assert_eq!(*a.state() + *b.state(), (2 * rounds * iters) as u64);
-        println!("{:<44} {:>9.1} ns  {:.2}x", name, ns, ns / raw);
+        let ns = timed(rounds, msgs, || {
+            measured_gamma(&mut a, &mut b, iters, reliable)
+        });
+        assert_eq!(*a.state() + *b.state(), total as u64);
+        report(title, ns, raw);
     }
-    if only.is_none_or(|o| o == "lfc") {
+    if row("lfc") {
         let (mut a, mut b) = lfcs();
-        let ns = median(
-            (0..rounds)
-                .map(|_| {
-                    let t = WallInstant::now();
-                    measured_lfc(&mut a, &mut b, iters);
-                    per_msg(t)
-                })
-                .collect(),
-        );
-        assert_eq!(*a.state() + *b.state(), (2 * rounds * iters) as u64);
-        println!(
-            "{:<44} {:>9.1} ns  {:.2}x",
-            "LFC ucast_launch + poll, 8 B",
-            ns,
-            ns / raw
-        );
+        let ns = timed(rounds, msgs, || measured_lfc(&mut a, &mut b, iters));
+        assert_eq!(*a.state() + *b.state(), total as u64);
+        report("LFC ucast_launch + poll, 8 B", ns, raw);
     }
-    if only.is_none_or(|o| o == "qnix") {
+    if row("qnix") {
         let (mut a, mut b) = qnixes();
-        let ns = median(
-            (0..rounds)
-                .map(|_| {
-                    let t = WallInstant::now();
-                    measured_qnix(&mut a, &mut b, iters);
-                    per_msg(t)
-                })
-                .collect(),
-        );
+        let ns = timed(rounds, msgs, || measured_qnix(&mut a, &mut b, iters));
         let got = a.stats().messages_received + b.stats().messages_received;
-        assert_eq!(got, (2 * rounds * iters) as u64);
-        println!(
-            "{:<44} {:>9.1} ns  {:.2}x",
-            "QNIX send_short + poll_for_receive, 8 B",
-            ns,
-            ns / raw
-        );
+        assert_eq!(got, total as u64);
+        report("QNIX send_short + poll_for_receive, 8 B", ns, raw);
     }
-    if only.is_none_or(|o| o == "cheetah") {
-        let (mut a, mut b) = cheetahs();
-        let ns = median(
-            (0..rounds)
-                .map(|_| {
-                    let t = WallInstant::now();
-                    measured_cheetah(&mut a, &mut b, iters);
-                    per_msg(t)
-                })
-                .collect(),
-        );
-        let rung = a.bell(C_BELL).unwrap() + b.bell(C_BELL).unwrap();
-        assert_eq!(rung, (2 * rounds * iters) as i32);
-        println!(
-            "{:<44} {:>9.1} ns  {:.2}x",
+    // Cheetah: what each row's bell counts, both contexts together.
+    let cheetah_rows: [(&str, &str, Measured<C>, u64); 3] = [
+        (
+            "cheetah",
             "Cheetah put (remote bell) + wait, 8 B",
-            ns,
-            ns / raw
-        );
-    }
-    if only.is_none_or(|o| o == "invoke") {
-        let (mut a, mut b) = cheetahs();
-        let ns = median(
-            (0..rounds)
-                .map(|_| {
-                    let t = WallInstant::now();
-                    measured_invoke(&mut a, &mut b, iters);
-                    per_msg(t)
-                })
-                .collect(),
-        );
-        let rung = a.bell(C_INVOKED).unwrap() + b.bell(C_INVOKED).unwrap();
-        assert_eq!(rung, (2 * rounds * iters) as i32);
-        println!(
-            "{:<44} {:>9.1} ns  {:.2}x",
+            measured_cheetah,
+            C_BELL,
+        ),
+        (
+            "invoke",
             "Cheetah ainvoke + wait for its handler, 8 B",
-            ns,
-            ns / raw
-        );
-    }
-    if only.is_none_or(|o| o == "get") {
-        let (mut a, mut b) = cheetahs();
-        let ns = median(
-            (0..rounds)
-                .map(|_| {
-                    let t = WallInstant::now();
-                    measured_get(&mut a, &mut b, iters);
-                    per_msg(t)
-                })
-                .collect(),
-        );
-        let rung = a.bell(C_BELL).unwrap() + b.bell(C_BELL).unwrap();
-        assert_eq!(rung, (2 * rounds * iters) as i32);
-        println!(
-            "{:<44} {:>9.1} ns  {:.2}x",
+            measured_invoke,
+            C_INVOKED,
+        ),
+        (
+            "get",
             "Cheetah get (round trip, local bell), 8 B",
-            ns,
-            ns / raw
-        );
+            measured_get,
+            C_BELL,
+        ),
+    ];
+    for (name, title, measured, bell) in cheetah_rows {
+        if !row(name) {
+            continue;
+        }
+        let (mut a, mut b) = cheetahs();
+        let ns = timed(rounds, msgs, || measured(&mut a, &mut b, iters));
+        let rung = a.bell(bell).unwrap() + b.bell(bell).unwrap();
+        assert_eq!(rung, total as i32);
+        report(title, ns, raw);
     }
-    if only.is_none_or(|o| o == "qnix_barrier") {
+    if row("qnix_barrier") {
         let (mut a, mut b) = qnixes();
-        let ns = median(
-            (0..rounds)
-                .map(|_| {
-                    let t = WallInstant::now();
-                    measured_qnix_barrier(&mut a, &mut b, iters);
-                    t.elapsed().as_nanos() as f64 / iters as f64
-                })
-                .collect(),
-        );
+        let ns = timed(rounds, iters, || {
+            measured_qnix_barrier(&mut a, &mut b, iters)
+        });
         assert_eq!(a.stats().engine_barriers, (rounds * iters) as u64);
-        println!(
-            "{:<44} {:>9.1} ns  {:.2}x",
-            "QNIX qx_barrier, 2 processes (both)",
-            ns,
-            ns / raw
-        );
+        report("QNIX qx_barrier, 2 processes (both)", ns, raw);
     }
-    if only.is_some_and(|o| o != "idle") {
+    if !row("idle") {
         return;
     }
     let (mut a, _b) = gammas();
-    let ns = median(
-        (0..rounds)
-            .map(|_| {
-                let t = WallInstant::now();
-                measured_idle(&mut a, iters);
-                t.elapsed().as_nanos() as f64 / iters as f64
-            })
-            .collect(),
-    );
-    println!(
-        "{:<44} {:>9.1} ns  {:.2}x",
-        "GAMMA test, nothing arrived (one poll)",
-        ns,
-        ns / raw
-    );
+    let ns = timed(rounds, iters, || measured_idle(&mut a, iters));
+    report("GAMMA test, nothing arrived (one poll)", ns, raw);
 }
