@@ -532,6 +532,28 @@ fn a_computing_target_owing_an_ack_lives_by_its_beacon() {
     }
 }
 
+/// Every context `h` holds, in its 64-byte slot `k` of each other context `o`
+/// (at `DATA + 1024`), the first `len(k, h, o)` bytes of `o`'s pattern and zeros
+/// after them.
+fn assert_landed(sim: &Sim<Node>, seed: u64, per_peer: u64, len: impl Fn(u64, u16, u16) -> usize) {
+    let n = sim.nodes.len() as u16;
+    for h in 0..n {
+        for o in (0..n).filter(|&o| o != h) {
+            let p = pattern(seed ^ u64::from(o), 64);
+            for k in 0..per_peer {
+                let len = len(k, h, o);
+                let at = 1024 + ((u64::from(o) * per_peer + k) * 64) as usize;
+                let got = &data(&sim.nodes[h as usize])[at..at + 64];
+                assert!(got[..len] == p[..len], "seed {seed:#x}: {k} of {o} at {h}");
+                assert!(
+                    got[len..].iter().all(|&b| b == 0),
+                    "seed {seed:#x}: past {k} of {o} at {h}"
+                );
+            }
+        }
+    }
+}
+
 /// Short puts, each whole in one frame (taken at the target without an assembly),
 /// from every context to every other, many in flight, under loss: every byte lands,
 /// every remote bell rings once per put and every local bell once per put, however
@@ -572,24 +594,10 @@ fn many_short_puts_in_flight_ring_every_bell_exactly_once() {
             assert_eq!(bell_of(c, 3), want, "seed {seed:#x}: remote bells of {j}");
             assert_eq!(c.engine().rma_pending(), 0, "seed {seed:#x}");
         }
-        for j in 0..n {
-            for i in (0..n).filter(|&i| i != j) {
-                let p = pattern(seed ^ u64::from(i), 64);
-                for k in 0..per_peer {
-                    let len = 1 + ((k as usize * 7 + j as usize) % 64);
-                    let at = 1024 + ((u64::from(i) * per_peer + k) * 64) as usize;
-                    let got = &data(&sim.nodes[j as usize])[at..at + 64];
-                    assert!(
-                        got[..len] == p[..len],
-                        "seed {seed:#x}: put {k} from {i} to {j}"
-                    );
-                    assert!(
-                        got[len..].iter().all(|&b| b == 0),
-                        "seed {seed:#x}: past put {k}"
-                    );
-                }
-            }
-        }
+        // Context `i`'s puts to `j` lie in `j`'s slots of `i`.
+        assert_landed(&sim, seed, per_peer, |k, j, _| {
+            1 + (k as usize * 7 + j as usize) % 64
+        });
     }
 }
 
@@ -627,23 +635,9 @@ fn many_short_gets_in_flight_ring_every_bell_exactly_once() {
             assert_eq!(bell_of(c, 4), want, "seed {seed:#x}: local bells of {i}");
             assert_eq!(c.engine().rma_pending(), 0, "seed {seed:#x}");
         }
-        for i in 0..n {
-            for j in (0..n).filter(|&j| j != i) {
-                let p = pattern(seed ^ u64::from(j), 64);
-                for k in 0..per_peer {
-                    let len = 1 + ((k as usize * 5 + j as usize) % 64);
-                    let at = 1024 + ((u64::from(j) * per_peer + k) * 64) as usize;
-                    let got = &data(&sim.nodes[i as usize])[at..at + 64];
-                    assert!(
-                        got[..len] == p[..len],
-                        "seed {seed:#x}: get {k} by {i} from {j}"
-                    );
-                    assert!(
-                        got[len..].iter().all(|&b| b == 0),
-                        "seed {seed:#x}: past get {k}"
-                    );
-                }
-            }
-        }
+        // Context `i`'s gets from `j` lie in `i`'s slots of `j`.
+        assert_landed(&sim, seed, per_peer, |k, _, j| {
+            1 + (k as usize * 5 + j as usize) % 64
+        });
     }
 }
