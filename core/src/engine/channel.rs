@@ -315,6 +315,16 @@ impl Channel {
             && self.can_send_new()
     }
 
+    /// Starts the retransmission timer where none runs, bringing the engine's next
+    /// timer (`timer_at`) forward to it.
+    #[inline]
+    pub(crate) fn arm_rto(&mut self, now: Instant, timer_at: &mut Instant) {
+        if self.rto_at.is_none() {
+            self.rto_at = Some(now + self.rto);
+            *timer_at = (*timer_at).min(now + self.rto);
+        }
+    }
+
     /// Takes the next sequence number for `slot`.
     pub(crate) fn push(&mut self, slot: Slot) -> u32 {
         let seq = self.snd_nxt;

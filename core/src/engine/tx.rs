@@ -376,10 +376,7 @@ impl<'a> Engine<'a> {
         op.framed = len;
         op.started = true;
         op.unacked = 1;
-        if ch.rto_at.is_none() {
-            ch.rto_at = Some(now + ch.rto);
-            *timer_at = (*timer_at).min(now + ch.rto);
-        }
+        ch.arm_rto(now, timer_at);
         Ok(true)
     }
 
@@ -445,10 +442,7 @@ impl<'a> Engine<'a> {
         }
         rma.next_req = req.wrapping_add(1);
         ch.push_timed(slot, now);
-        if ch.rto_at.is_none() {
-            ch.rto_at = Some(now + ch.rto);
-            *timer_at = (*timer_at).min(now + ch.rto);
-        }
+        ch.arm_rto(now, timer_at);
         Ok(true)
     }
 
@@ -505,10 +499,7 @@ impl<'a> Engine<'a> {
         op.started = true;
         op.unacked = 1;
         op.detached = true;
-        if ch.rto_at.is_none() {
-            ch.rto_at = Some(now + ch.rto);
-            self.timer_at = self.timer_at.min(now + ch.rto);
-        }
+        ch.arm_rto(now, &mut self.timer_at);
         // The next send's slot, looked for now rather than before its frame.
         self.hint_free_op();
     }
@@ -633,10 +624,7 @@ impl<'a> Engine<'a> {
         op.framed = len as u32;
         op.started = true;
         op.unacked = 1;
-        if ch.rto_at.is_none() {
-            ch.rto_at = Some(now + ch.rto);
-            self.timer_at = self.timer_at.min(now + ch.rto);
-        }
+        ch.arm_rto(now, &mut self.timer_at);
         Ok(true)
     }
 
@@ -902,9 +890,8 @@ impl<'a> Engine<'a> {
         if ch.ack_now {
             tx.ack(ch);
         }
-        if ch.outstanding() > 0 && ch.rto_at.is_none() {
-            ch.rto_at = Some(now + ch.rto);
-            self.timer_at = self.timer_at.min(now + ch.rto);
+        if ch.outstanding() > 0 {
+            ch.arm_rto(now, &mut self.timer_at);
         }
         tx.sent
     }
