@@ -277,6 +277,17 @@ impl<'a> Engine<'a> {
                 // A slot the device no longer has: the packet fails.
                 _ => true,
             }
+        } else if head.len() + tail.len() >= dev.gather_from() {
+            // The device copies a long payload its own way, from where it lies.
+            match repr.frame_parts(skip_crc, key, [prefix, head, tail]) {
+                Ok((h, t)) => {
+                    ok = !bad;
+                    let tag = if key.is_some() { &t[..] } else { &[] };
+                    dev.board_transmit_parts(now, &[&h, prefix, head, tail, tag])
+                }
+                // Never (the lengths are the header's): the broadcast fails.
+                Err(_) => true,
+            }
         } else {
             dev.board_transmit(now, frame_len, &mut |buf| {
                 ok = repr

@@ -210,6 +210,23 @@ pub trait Device {
     ) -> bool {
         false
     }
+    /// [`Device::board_transmit`] of a frame given as `parts` laid end to end
+    /// (header, the payload's pieces where they lie, tag), for a device that copies
+    /// long payloads its own way (the hosted `shm` device's non-temporal stores, as
+    /// [`Device::transmit_parts`]). Called only for frames with at least
+    /// [`Device::gather_from`] payload bytes.
+    fn board_transmit_parts(&mut self, now: Instant, parts: &[&[u8]]) -> bool {
+        let len = parts.iter().map(|p| p.len()).sum();
+        self.board_transmit(now, len, &mut |buf| {
+            let mut rest = buf;
+            for p in parts {
+                let n = p.len().min(rest.len());
+                let (d, tail) = rest.split_at_mut(n);
+                d.copy_from_slice(&p[..n]);
+                rest = tail;
+            }
+        })
+    }
     /// Send slot `i` of the device's own memory (`i` below
     /// [`Capabilities::pool_slots`]), read-only.
     fn pool_slot(&self, _i: usize) -> Option<&[u8]> {
@@ -342,6 +359,9 @@ impl<D: Device> Device for &mut D {
     ) -> bool {
         (**self).board_transmit(now, len, fill)
     }
+    fn board_transmit_parts(&mut self, now: Instant, parts: &[&[u8]]) -> bool {
+        (**self).board_transmit_parts(now, parts)
+    }
     fn board_receive(
         &mut self,
         now: Instant,
@@ -384,5 +404,77 @@ impl<D: Device> Device for &mut D {
         tail: &[u8],
     ) -> bool {
         (**self).board_transmit_pooled(now, head, slot, len, tail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use std::vec::Vec;
+
+    use super::loopback::{Loopback, Ring};
+    use super::*;
+
+    /// A loopback with a one-frame board that keeps what is written, `full` when
+    /// it has no room.
+    struct Board<'r> {
+        lo: Loopback<'r, 4, 256>,
+        frame: Vec<u8>,
+        full: bool,
+    }
+
+    impl Device for Board<'_> {
+        type RxToken<'a>
+            = <Loopback<'static, 4, 256> as Device>::RxToken<'a>
+        where
+            Self: 'a;
+        type TxToken<'a>
+            = <Loopback<'static, 4, 256> as Device>::TxToken<'a>
+        where
+            Self: 'a;
+        fn receive(&mut self, now: Instant) -> Option<Self::RxToken<'_>> {
+            self.lo.receive(now)
+        }
+        fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<Self::TxToken<'_>> {
+            self.lo.transmit(now, dst)
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.lo.capabilities()
+        }
+        fn board_transmit(
+            &mut self,
+            _now: Instant,
+            len: usize,
+            fill: &mut dyn FnMut(&mut [u8]),
+        ) -> bool {
+            if self.full {
+                return false;
+            }
+            self.frame = std::vec![0xEE; len];
+            fill(&mut self.frame);
+            true
+        }
+    }
+
+    /// A device that copies long board frames no way of its own gets them through
+    /// its `board_transmit`, the parts laid end to end, and says so when it is full,
+    /// through a `&mut` too.
+    #[test]
+    fn board_parts_are_written_end_to_end_by_default() {
+        let mut rings: Vec<Ring<4, 256>> = (0..2).map(|_| Ring::new()).collect();
+        let mut b = Board {
+            lo: Loopback::new(&mut rings, NodeAddr(0)),
+            frame: Vec::new(),
+            full: false,
+        };
+        let parts: [&[u8]; 5] = [b"head", b"", b"prefix", &[7; 300], b"tag"];
+        let mut through = &mut b;
+        assert!(Device::board_transmit_parts(&mut through, Instant::ZERO, &parts));
+        assert_eq!(b.frame, parts.concat());
+        b.full = true;
+        b.frame.clear();
+        assert!(!b.board_transmit_parts(Instant::ZERO, &parts));
+        assert!(b.frame.is_empty());
     }
 }

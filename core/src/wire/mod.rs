@@ -806,13 +806,13 @@ impl Repr {
     /// The header and tag (zeros without `key`) of the frame [`Repr::emit_frame_with`]
     /// would write with `pieces` as its payload, for a device that sends the parts
     /// where they lie ([`crate::phy::Device::transmit_parts`]).
-    pub fn frame_parts(
+    pub fn frame_parts<const N: usize>(
         &self,
         skip_crc: bool,
         key: Option<&AuthKey>,
-        pieces: [&[u8]; 2],
+        pieces: [&[u8]; N],
     ) -> Result<([u8; HEADER_LEN], [u8; TAG_LEN]), WireError> {
-        if pieces[0].len() + pieces[1].len() != self.payload_len as usize {
+        if pieces.iter().map(|p| p.len()).sum::<usize>() != self.payload_len as usize {
             return Err(WireError::Malformed);
         }
         let skip_crc = skip_crc || key.is_some();
@@ -821,8 +821,9 @@ impl Repr {
             let mut d = CRC32C.digest();
             d.update(&h[..field::CRC.start]);
             d.update(&[0; 4]);
-            d.update(pieces[0]);
-            d.update(pieces[1]);
+            for p in pieces {
+                d.update(p);
+            }
             h[field::CRC].copy_from_slice(&d.finalize().to_be_bytes());
         }
         let t = match key {

@@ -1218,6 +1218,12 @@ impl MyriNic {
         BOARD_SLOTS - tail.wrapping_sub(self.board_low)
     }
 
+    /// The index of the next frame written into our board (its slot: the index
+    /// modulo [`BOARD_SLOTS`]).
+    pub fn board_next(&self) -> u64 {
+        self.board_tail
+    }
+
     /// The reader furthest behind on our board while it is full (a launcher may
     /// find its process gone and [`MyriNic::mark_dead`] it).
     pub fn board_laggard(&self) -> Option<u32> {

@@ -329,6 +329,32 @@ fn shm_long_frames_arrive_intact_however_they_are_copied() {
     }
 }
 
+/// Long broadcasts on `shm` go through the root's board, whose frames the device
+/// copies as it copies long frames into a peer's ring (a member in another core
+/// complex reads them as it would read a ring): every member still gets every
+/// broadcast whole and in order, however they are copied.
+#[test]
+fn shm_long_broadcasts_arrive_intact_however_they_are_copied() {
+    let _g = serial();
+    for (mode, salt) in [("streaming", 16), ("cached", 17)] {
+        let env = [("VOLLEY_SHM_COPY", mode)];
+        let (out, took) = launch("4", "shm", job_id(salt), &["suite"], &env);
+        let t = text(&out);
+        assert!(out.status.success(), "{mode}, after {took:?}:\n{t}");
+        assert!(t.contains("suite ok: 4 ranks"), "{mode}: {t}");
+        let cached = number_after(&t, "shm long frames: ");
+        let streamed = number_after(&t, "through the cache, ");
+        let board = number_after(&t, "non-temporal stores, ");
+        let other = if mode == "streaming" {
+            cached
+        } else {
+            streamed
+        };
+        // 100,000 bytes in two board frames, then two of 600,000 in ten each.
+        assert!(board >= 22 && other == 0, "{mode}: {t}");
+    }
+}
+
 /// The number after `prefix` in `t` (up to a space or comma).
 fn number_after(t: &str, prefix: &str) -> u64 {
     t.split(prefix)

@@ -184,6 +184,13 @@ impl Device for HostDevice {
         }
     }
 
+    fn board_transmit_parts(&mut self, now: Instant, parts: &[&[u8]]) -> bool {
+        match self {
+            HostDevice::Shm(d) => d.board_transmit_parts(now, parts),
+            HostDevice::Udp(_) | HostDevice::Eth(_) => false,
+        }
+    }
+
     fn board_receive(
         &mut self,
         now: Instant,

@@ -320,6 +320,7 @@ pub fn suite(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
             "suite ok: {n} ranks on {}, ping-pong up to 16 MiB, 20 barriers, broadcasts in order",
             fabric.name()
         );
+        print_shm_copies(&g);
     }
     if let crate::HostDevice::Eth(d) = g.device() {
         println!("rank {me} path: {}", d.path());
@@ -543,12 +544,8 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
             "flowctl-exact sender: {gathered} frames sent from where their payload lay, {segmented} sends of several datagrams"
         );
     }
-    if let (0, crate::HostDevice::Shm(d)) = (me, g.device()) {
-        let s = d.stats();
-        println!(
-            "shm long frames: {} copied through the cache, {} with non-temporal stores",
-            s.cached_frames, s.streamed_frames
-        );
+    if me == 0 {
+        print_shm_copies(&g);
     }
     if me == 1 {
         let s = g.engine().stats();
@@ -567,6 +564,17 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     }
     g.exit();
     Ok(())
+}
+
+/// On `shm`, how this rank's long frames were copied (`VOLLEY_SHM_COPY`).
+fn print_shm_copies(g: &HostGamma<State>) {
+    if let crate::HostDevice::Shm(d) = g.device() {
+        let s = d.stats();
+        println!(
+            "shm long frames: {} copied through the cache, {} with non-temporal stores, {} into the board",
+            s.cached_frames, s.streamed_frames, s.board_frames
+        );
+    }
 }
 
 // ----------------------------------------------------------------- compute

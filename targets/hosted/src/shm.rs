@@ -380,6 +380,10 @@ pub struct ShmDevice {
     /// policy, one into fresh pages is not (their first-touch faults would read as
     /// slow copies).
     written: Vec<u32>,
+    /// The copy of long frames into our broadcast board, and per board slot how
+    /// many bytes this process has written (as `written`).
+    board_copy: CopyPolicy,
+    board_written: [u32; volley_myri::BOARD_SLOTS as usize],
     stats: ShmStats,
 }
 
@@ -390,8 +394,56 @@ pub struct ShmStats {
     pub cached_frames: u64,
     /// Long frames copied with non-temporal stores.
     pub streamed_frames: u64,
-    /// Times a peer's copies turned to non-temporal stores.
+    /// Times a peer's copies (or the board's) turned to non-temporal stores.
     pub turned_streaming: u64,
+    /// Frames of 8 KiB or more ([`STREAM_FROM`]) written into our broadcast board,
+    /// each also counted as copied through the cache or with non-temporal stores.
+    pub board_frames: u64,
+}
+
+/// Whether a copy of `len` bytes goes into pages this process wrote before, of
+/// which `written` bytes from the slot's start are (then counting these): only such
+/// copies are timed for the policy, since first-touch faults would read as slow.
+fn warm(written: &mut u32, len: usize) -> bool {
+    let warm = len <= *written as usize;
+    *written = (*written).max(len as u32);
+    warm
+}
+
+/// Copies `parts` laid end to end into `slot`, those of [`STREAM_FROM`] bytes or more
+/// as `policy` says (and teaching it by their speed); a frame longer than the slot is
+/// cut, as a token cuts it (never: the engine keeps frames to the MTU).
+fn copy_parts(
+    slot: &mut [u8],
+    parts: &[&[u8]],
+    policy: &mut CopyPolicy,
+    mode: CopyMode,
+    warm: bool,
+    stats: &mut ShmStats,
+) {
+    let streams = policy.streams(mode);
+    let mut rest = slot;
+    for p in parts {
+        let n = p.len().min(rest.len());
+        let (d, tail) = rest.split_at_mut(n);
+        if n < STREAM_FROM {
+            d.copy_from_slice(&p[..n]);
+        } else if streams {
+            streaming_copy(d, &p[..n]);
+            policy.streamed();
+            stats.streamed_frames += 1;
+        } else if warm {
+            let ns = timed_copy(d, &p[..n]);
+            stats.cached_frames += 1;
+            if policy.copied(n, ns) {
+                stats.turned_streaming += 1;
+            }
+        } else {
+            d.copy_from_slice(&p[..n]);
+            stats.cached_frames += 1;
+        }
+        rest = tail;
+    }
 }
 
 fn map(file: &File) -> std::io::Result<MmapMut> {
@@ -447,6 +499,8 @@ impl ShmDevice {
             beacon,
             copy: vec![CopyPolicy::default(); g.nodes as usize],
             written: vec![0; g.nodes as usize * g.slots as usize],
+            board_copy: CopyPolicy::default(),
+            board_written: [0; volley_myri::BOARD_SLOTS as usize],
             nic,
             _map: map,
             readers_checked: None,
@@ -675,39 +729,41 @@ impl Device for ShmDevice {
             return false;
         };
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        let streams = policy.streams(self.copy_mode);
-        let stats = &mut self.stats;
         let at = dst.0 as usize * slots as usize + (tok.index() % slots) as usize;
-        let written = &mut self.written[at];
-        // Timed only over pages this process has written before.
-        let warm = len <= *written as usize;
-        *written = (*written).max(len as u32);
+        let warm = warm(&mut self.written[at], len);
+        let (mode, stats) = (self.copy_mode, &mut self.stats);
         tok.consume(len, |slot| {
-            // The engine keeps frames to the MTU: a longer one is cut as a token cuts it.
-            let mut rest = slot;
-            for p in parts {
-                let n = p.len().min(rest.len());
-                let (d, tail) = rest.split_at_mut(n);
-                if n < STREAM_FROM {
-                    d.copy_from_slice(&p[..n]);
-                } else if streams {
-                    streaming_copy(d, &p[..n]);
-                    policy.streamed();
-                    stats.streamed_frames += 1;
-                } else if warm {
-                    let ns = timed_copy(d, &p[..n]);
-                    stats.cached_frames += 1;
-                    if policy.copied(n, ns) {
-                        stats.turned_streaming += 1;
-                    }
-                } else {
-                    d.copy_from_slice(&p[..n]);
-                    stats.cached_frames += 1;
-                }
-                rest = tail;
-            }
+            copy_parts(slot, parts, policy, mode, warm, stats)
         });
         true
+    }
+
+    /// A long frame, copied into our broadcast board by the board's [`CopyPolicy`]:
+    /// a member in another core complex reads it as a peer's ring would be read.
+    fn board_transmit_parts(&mut self, now: Instant, parts: &[&[u8]]) -> bool {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        for retry in [false, true] {
+            // Full: as in `board_transmit`.
+            if retry
+                && !matches!(self.nic.board_laggard(),
+                    Some(d) if self.readers_due(now) && self.reap(d))
+            {
+                return false;
+            }
+            let at = (self.nic.board_next() % volley_myri::BOARD_SLOTS) as usize;
+            let mut seen = self.board_written[at];
+            let warm = warm(&mut seen, len);
+            let (mode, policy, stats) = (self.copy_mode, &mut self.board_copy, &mut self.stats);
+            let sent = self.nic.board_transmit(now, len, &mut |slot| {
+                copy_parts(slot, parts, policy, mode, warm, stats);
+                stats.board_frames += 1;
+            });
+            if sent {
+                self.board_written[at] = seen;
+                return true;
+            }
+        }
+        false
     }
 
     fn rx_pending(&self) -> bool {
