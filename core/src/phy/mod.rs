@@ -470,7 +470,11 @@ mod tests {
         };
         let parts: [&[u8]; 5] = [b"head", b"", b"prefix", &[7; 300], b"tag"];
         let mut through = &mut b;
-        assert!(Device::board_transmit_parts(&mut through, Instant::ZERO, &parts));
+        assert!(Device::board_transmit_parts(
+            &mut through,
+            Instant::ZERO,
+            &parts
+        ));
         assert_eq!(b.frame, parts.concat());
         b.full = true;
         b.frame.clear();
