@@ -101,6 +101,40 @@ fn launch(
     run(&args, env)
 }
 
+/// The main job (`volley demo`, what `cargo run --release` runs) on its default
+/// fabric and on `udp`: every check passes and the table has every row.
+#[test]
+fn the_main_job_checks_itself() {
+    for fabric in [None, Some("udp")] {
+        let _g = serial();
+        let mut args = vec!["demo"];
+        args.extend(fabric.iter().flat_map(|f| ["--fabric", *f]));
+        let t0 = Instant::now();
+        let out = Command::new(VOLLEY)
+            .args(&args)
+            .env_remove("VOLLEY_FABRIC")
+            .env_remove("VOLLEY_RANK")
+            .output()
+            .expect("volley runs");
+        let t = text(&out);
+        assert!(
+            out.status.success(),
+            "{args:?} after {:?}:\n{t}",
+            t0.elapsed()
+        );
+        let name = fabric.unwrap_or("shm");
+        assert!(t.contains(&format!("4 ranks on the {name} fabric")), "{t}");
+        let rows: Vec<&str> = t
+            .lines()
+            .filter(|l| {
+                l.contains("ping-pong") || l.contains("barrier,") || l.contains("broadcast")
+            })
+            .collect();
+        assert_eq!(rows.len(), 6, "{t}");
+        assert!(rows.iter().all(|r| r.contains(" ok ")), "{t}");
+    }
+}
+
 fn suite_via_launcher(fabric: &str, salt: u64) {
     let _g = serial();
     let before = shm_dirs();
