@@ -107,10 +107,11 @@ fn launch(
 fn the_main_job_checks_itself() {
     for fabric in [None, Some("udp")] {
         let _g = serial();
-        let mut args = vec!["demo"];
+        // Its launcher gives up after 15 minutes; a test, sooner.
+        let mut args = vec!["180", VOLLEY, "demo"];
         args.extend(fabric.iter().flat_map(|f| ["--fabric", *f]));
         let t0 = Instant::now();
-        let out = Command::new(VOLLEY)
+        let out = Command::new("timeout")
             .args(&args)
             .env_remove("VOLLEY_FABRIC")
             .env_remove("VOLLEY_RANK")
