@@ -230,7 +230,24 @@ fn two_groups_send_to_each_other() {
 /// udp (`salts[1]`): the launcher must fail within 20 s, every rank in `survivors`
 /// must print `rank R: SENDFAILURE {what}`, and nothing may be left behind.
 fn victim_job(n: &str, salts: [u64; 2], env: &[(&str, &str)], survivors: &[u16], what: &str) {
-    for (fabric, salt) in [("shm", salts[0]), ("udp", salts[1])] {
+    victim_on(
+        &[("shm", salts[0]), ("udp", salts[1])],
+        n,
+        env,
+        survivors,
+        what,
+    );
+}
+
+/// [`victim_job`] on the fabrics given, each with its job salt.
+fn victim_on(
+    fabrics: &[(&str, u64)],
+    n: &str,
+    env: &[(&str, &str)],
+    survivors: &[u16],
+    what: &str,
+) {
+    for &(fabric, salt) in fabrics {
         let _g = serial();
         let before = shm_dirs();
         let (out, took) = launch(n, fabric, job_id(salt), &["victim"], env);
@@ -252,6 +269,17 @@ fn victim_job(n: &str, salts: [u64; 2], env: &[(&str, &str)], survivors: &[u16],
         }
         assert_nothing_left(&before, fabric);
     }
+}
+
+/// A member that dies while the root broadcasts long messages through its board
+/// (`shm`) stops reading it: the board fills behind it, the root finds its process
+/// gone and passes it over, the survivors get all 40 broadcasts whole and in order
+/// (each checked), and the next barrier reports the death.
+#[test]
+fn broadcasts_through_the_board_go_past_a_dead_member() {
+    let env = [("VOLLEY_VICTIM_MODE", "bcast")];
+    let what = "in sync after the broadcasts";
+    victim_on(&[("shm", 25)], "4", &env, &[0, 1, 2], what);
 }
 
 #[test]

@@ -411,7 +411,8 @@ pub fn intergroup(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
 
 /// Rank `VOLLEY_VICTIM` (default: the last) kills itself mid-run; every other rank
 /// keeps sending to it (or, with `VOLLEY_VICTIM_MODE=sync`, keeps entering barriers)
-/// and must get `SENDFAILURE` (exit code 4, GAMMA's number).
+/// and must get `SENDFAILURE` (exit code 4, GAMMA's number). With
+/// `VOLLEY_VICTIM_MODE=bcast`, see [`bcast_past_a_death`].
 pub fn victim(boot: &Boot, fabric: Fabric) -> Result<i32, HostError> {
     let victim: u16 = std::env::var("VOLLEY_VICTIM")
         .ok()
@@ -426,6 +427,10 @@ pub fn victim(boot: &Boot, fabric: Fabric) -> Result<i32, HostError> {
     let mut g = node::gamma(boot, fabric, State::default())?;
     let me = g.my_node();
     let pid = g.my_par_pid();
+    if mode == "bcast" {
+        bcast_past_a_death(&mut g, victim)?;
+        return until_failure(&mut g, "in sync after the broadcasts", &mut |g| g.sync());
+    }
     if me == victim && early {
         // SAFETY: raising SIGKILL on ourselves has no memory-safety preconditions.
         unsafe { libc::raise(libc::SIGKILL) };
@@ -463,38 +468,79 @@ pub fn victim(boot: &Boot, fabric: Fabric) -> Result<i32, HostError> {
         unsafe { libc::raise(libc::SIGKILL) };
         unreachable!("SIGKILL returned");
     }
-    // Repeat `step` until it reports SENDFAILURE (exit code 4), or give up after 60 s.
-    let start = StdInstant::now();
-    let mut until_failure =
-        |what: &str, step: &mut dyn FnMut(&mut HostGamma<State>) -> Result<(), GammaError>| loop {
-            match step(&mut g) {
-                Ok(()) => {}
-                Err(GammaError::SendFailure) => {
-                    println!(
-                        "rank {me}: SENDFAILURE {what} after {:.2} s",
-                        start.elapsed().as_secs_f64()
-                    );
-                    return Ok(4);
-                }
-                Err(e) => return Err(e.into()),
-            }
-            if start.elapsed() > StdDuration::from_secs(60) {
-                return Err(fail("the victim never died"));
-            }
-        };
     if in_sync {
-        return until_failure("in sync", &mut |g| g.sync());
+        return until_failure(&mut g, "in sync", &mut |g| g.sync());
     }
     if mode == "wait" {
-        return until_failure(&format!("waiting for rank {victim}"), &mut |g| {
+        return until_failure(&mut g, &format!("waiting for rank {victim}"), &mut |g| {
             g.wait(4, 1).map(|_| ())
         });
     }
     let data = vec![7u8; 10_000];
-    until_failure(&format!("sending to rank {victim}"), &mut |g| {
+    until_failure(&mut g, &format!("sending to rank {victim}"), &mut |g| {
         g.send_flowctl(4, &data).map(|_| ())
     })
 }
+
+/// Repeats `step` until it reports SENDFAILURE (exit code 4), or gives up after 60 s.
+fn until_failure(
+    g: &mut HostGamma<State>,
+    what: &str,
+    step: &mut dyn FnMut(&mut HostGamma<State>) -> Result<(), GammaError>,
+) -> Result<i32, HostError> {
+    let start = StdInstant::now();
+    let me = g.my_node();
+    loop {
+        match step(g) {
+            Ok(()) => {}
+            Err(GammaError::SendFailure) => {
+                println!(
+                    "rank {me}: SENDFAILURE {what} after {:.2} s",
+                    start.elapsed().as_secs_f64()
+                );
+                return Ok(4);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        if start.elapsed() > StdDuration::from_secs(60) {
+            return Err(fail("the victim never died"));
+        }
+    }
+}
+
+/// `VOLLEY_VICTIM_MODE=bcast`: instance 0 broadcasts [`PAST_DEATH`] messages of
+/// 100,000 bytes (on `shm` two frames each through its board) while the victim,
+/// which takes the first, dies without reading the rest. The board fills up behind
+/// it, the root finds its process gone and passes it over, and every survivor still
+/// gets every broadcast, whole and in order. The victim never returns.
+fn bcast_past_a_death(g: &mut HostGamma<State>, victim: u16) -> Result<(), HostError> {
+    const LEN: usize = 100_000;
+    let me = g.my_node();
+    bcast_port(g, 2, LEN)?;
+    g.sync()?;
+    for k in 0..PAST_DEATH {
+        let data = pattern(0, k, LEN);
+        if me == 0 {
+            g.send_flowctl(2, &data)?;
+            continue;
+        }
+        wait1(g, 2, 60)?;
+        if g.buffer(2).map(|b| &b[..LEN]) != Some(&data[..]) {
+            return Err(fail(format!("broadcast {k} arrived with wrong contents")));
+        }
+        if me == victim {
+            // SAFETY: raising SIGKILL on ourselves has no memory-safety preconditions.
+            unsafe { libc::raise(libc::SIGKILL) };
+            unreachable!("SIGKILL returned");
+        }
+    }
+    println!("rank {me}: {PAST_DEATH} broadcasts past the death");
+    Ok(())
+}
+
+/// How many broadcasts [`bcast_past_a_death`] sends: enough to fill the root's
+/// board (16 frames) several times over.
+const PAST_DEATH: u64 = 40;
 
 // ----------------------------------------------------------- flowctl-exact
 
