@@ -396,8 +396,9 @@ pub struct ShmStats {
     pub streamed_frames: u64,
     /// Times a peer's copies (or the board's) turned to non-temporal stores.
     pub turned_streaming: u64,
-    /// Frames of 8 KiB or more ([`STREAM_FROM`]) written into our broadcast board,
-    /// each also counted as copied through the cache or with non-temporal stores.
+    /// Frames written into our broadcast board by the device's copy (those with
+    /// [`STREAM_FROM`] payload bytes or more; their long parts are also counted
+    /// above, as copied through the cache or with non-temporal stores).
     pub board_frames: u64,
 }
 
