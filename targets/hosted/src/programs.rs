@@ -515,6 +515,11 @@ fn until_failure(
 /// gets every broadcast, whole and in order. The victim never returns.
 fn bcast_past_a_death(g: &mut HostGamma<State>, victim: u16) -> Result<(), HostError> {
     const LEN: usize = 100_000;
+    if victim == 0 {
+        return Err(fail(
+            "VOLLEY_VICTIM_MODE=bcast: the victim must be a member, not the root (0)",
+        ));
+    }
     let me = g.my_node();
     bcast_port(g, 2, LEN)?;
     g.sync()?;
