@@ -1,5 +1,6 @@
-//! How the `shm` fabric copies long frames into a peer's ring: through the cache (a
-//! plain `memcpy`), or with non-temporal stores that write whole lines to memory.
+//! How the `shm` fabric copies long frames into a peer's ring (and into its own
+//! broadcast board, which every member reads): through the cache (a plain `memcpy`),
+//! or with non-temporal stores that write whole lines to memory.
 //!
 //! Which is faster depends on where the peer's core sits. Measured on a 2-core AMD EPYC
 //! (Zen 4) VM whose two vCPUs land now in one core complex and now in two, streaming
