@@ -510,6 +510,23 @@ impl ShmDevice {
         }
     }
 
+    /// `write` (a frame into our board), tried again once if the board was full and
+    /// its reader furthest behind turns out to be a process that is gone: such a
+    /// reader would hold the board full until its heartbeat timed out.
+    fn board_room_or_reap(
+        &mut self,
+        now: Instant,
+        mut write: impl FnMut(&mut ShmDevice) -> bool,
+    ) -> bool {
+        if write(self) {
+            return true;
+        }
+        match self.nic.board_laggard() {
+            Some(d) if self.readers_due(now) && self.reap(d) => write(self),
+            _ => false,
+        }
+    }
+
     /// Creates (rank 0) or joins the job's region, then waits for every rank.
     pub fn open(boot: &Boot, opts: ShmOptions) -> Result<ShmDevice, HostError> {
         let name = job_dir_name(boot.job, boot.secret.as_ref(), "");
@@ -743,28 +760,20 @@ impl Device for ShmDevice {
     /// a member in another core complex reads it as a peer's ring would be read.
     fn board_transmit_parts(&mut self, now: Instant, parts: &[&[u8]]) -> bool {
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        for retry in [false, true] {
-            // Full: as in `board_transmit`.
-            if retry
-                && !matches!(self.nic.board_laggard(),
-                    Some(d) if self.readers_due(now) && self.reap(d))
-            {
-                return false;
-            }
-            let at = (self.nic.board_next() % volley_myri::BOARD_SLOTS) as usize;
-            let mut seen = self.board_written[at];
+        self.board_room_or_reap(now, |d| {
+            let at = (d.nic.board_next() % volley_myri::BOARD_SLOTS) as usize;
+            let mut seen = d.board_written[at];
             let warm = warm(&mut seen, len);
-            let (mode, policy, stats) = (self.copy_mode, &mut self.board_copy, &mut self.stats);
-            let sent = self.nic.board_transmit(now, len, &mut |slot| {
+            let (mode, policy, stats) = (d.copy_mode, &mut d.board_copy, &mut d.stats);
+            let sent = d.nic.board_transmit(now, len, &mut |slot| {
                 copy_parts(slot, parts, policy, mode, warm, stats);
                 stats.board_frames += 1;
             });
             if sent {
-                self.board_written[at] = seen;
-                return true;
+                d.board_written[at] = seen;
             }
-        }
-        false
+            sent
+        })
     }
 
     fn rx_pending(&self) -> bool {
@@ -785,17 +794,7 @@ impl Device for ShmDevice {
         len: usize,
         fill: &mut dyn FnMut(&mut [u8]),
     ) -> bool {
-        if self.nic.board_transmit(now, len, fill) {
-            return true;
-        }
-        // Full: a reader whose process is gone would hold it so until its heartbeat
-        // times out.
-        match self.nic.board_laggard() {
-            Some(d) if self.readers_due(now) && self.reap(d) => {
-                self.nic.board_transmit(now, len, fill)
-            }
-            _ => false,
-        }
+        self.board_room_or_reap(now, |d| d.nic.board_transmit(now, len, fill))
     }
 
     fn board_receive(
