@@ -47,7 +47,9 @@ use std::time::{Duration, Instant};
 
 use volley_core::cheetah::{Invocation, AINVOKE_MAX};
 use volley_core::engine::Error;
+use volley_core::idle::Idle;
 use volley_hosted::cheetah::{self as hosted, HostCheetah, Start};
+use volley_hosted::clock::HostClock;
 use volley_hosted::direct;
 use volley_hosted::image::{self, Image};
 use volley_hosted::procmem::ProcessMemory;
@@ -72,6 +74,8 @@ static IMAGES: Mutex<Vec<Option<Option<Image>>>> = Mutex::new(Vec::new());
 /// The library's own invocations sent and taken (left out of the counters).
 static LIBRARY_SENT: AtomicU64 = AtomicU64::new(0);
 static LIBRARY_TAKEN: AtomicU64 = AtomicU64::new(0);
+/// How many times the library's waiting loops gave the processor away.
+static YIELDS: AtomicU64 = AtomicU64::new(0);
 /// How long a put or get waits for its target's static data before it takes the
 /// addresses as given (a context that is not a C program never tells).
 const IMAGE_WAIT: Duration = Duration::from_secs(10);
@@ -94,6 +98,38 @@ fn with<R>(call: &str, f: impl FnOnce(&mut HostCheetah<ProcessMemory>) -> R) -> 
             "called before cheetah_core_setup or after cheetah_core_finalize",
         ),
     }
+}
+
+/// When the library's waiting loops (`cheetah_core_wait`, the barrier, the wait for
+/// a peer's static data) give the processor away: as the core's own waits do
+/// ([`Idle`]), after a run of empty rounds, never at each one. A `sched_yield` per
+/// empty round made a put's remote bell, rung a few hundred nanoseconds later, wait
+/// for the system call (and, where the ranks share cores, for the scheduler).
+struct Waiting {
+    idle: Idle,
+    clock: HostClock,
+}
+
+impl Waiting {
+    fn new(call: &str) -> Waiting {
+        let mut idle = Idle::new();
+        idle.set_hook(Some(give_away));
+        Waiting {
+            idle,
+            clock: with(call, |c| *c.clock()),
+        }
+    }
+
+    /// After each round: `busy` if it did anything.
+    fn step(&mut self, busy: bool) {
+        self.idle.step(busy, &self.clock);
+    }
+}
+
+/// The waiting loops' idle hook: `sched_yield`, counted.
+fn give_away() {
+    YIELDS.fetch_add(1, Ordering::Relaxed);
+    std::thread::yield_now();
 }
 
 /// `void cheetah_core_setup(int *argc, char ***argv)`: takes `-np N` out of the
@@ -156,7 +192,11 @@ pub extern "C" fn cheetah_core_finalize() {
                     LIBRARY_SENT.load(Ordering::Relaxed),
                     LIBRARY_TAKEN.load(Ordering::Relaxed),
                 );
-                eprintln!("volley: cheetah: {}", hosted::describe_stats(c, library));
+                eprintln!(
+                    "volley: cheetah: {}; waits gave the processor away {} times",
+                    hosted::describe_stats(c, library),
+                    YIELDS.load(Ordering::Relaxed)
+                );
             }
         });
         *lock(&STATE) = None;
@@ -293,6 +333,7 @@ fn transfer(
 /// included); `None` if it has none, or has not told within [`IMAGE_WAIT`].
 fn peer_image(call: &str, n: u16) -> Option<Image> {
     let start = Instant::now();
+    let mut waiting = Waiting::new(call);
     loop {
         if let Some(told) = lock(&IMAGES).get(usize::from(n)).copied().flatten() {
             return told;
@@ -310,9 +351,7 @@ fn peer_image(call: &str, n: u16) -> Option<Image> {
             }
             return None;
         }
-        if !progress(call, true) {
-            std::thread::yield_now();
-        }
+        waiting.step(progress(call, true));
     }
 }
 
@@ -470,6 +509,7 @@ pub unsafe extern "C" fn cheetah_core_wait(bell: *mut c_int, value: c_int) {
         if bell.is_null() {
             fatal(CALL, "null bell");
         }
+        let mut waiting = Waiting::new(CALL);
         loop {
             // SAFETY: the caller's contract; the engine rings it atomically.
             let v = unsafe { std::ptr::read_volatile(bell) };
@@ -479,9 +519,7 @@ pub unsafe extern "C" fn cheetah_core_wait(bell: *mut c_int, value: c_int) {
             if let Some(n) = with(CALL, |c| c.dead_context()) {
                 fatal(CALL, format!("context {n} died"));
             }
-            if !progress(CALL, true) {
-                std::thread::yield_now();
-            }
+            waiting.step(progress(CALL, true));
         }
     })
 }
@@ -493,6 +531,7 @@ fn barrier(call: &str, handlers: bool) {
             fatal(call, e);
         }
     });
+    let mut waiting = Waiting::new(call);
     loop {
         let done = with(call, |c| c.engine().barrier_done());
         match done {
@@ -500,9 +539,7 @@ fn barrier(call: &str, handlers: bool) {
             Ok(false) => {}
             Err(e) => fatal(call, format!("barrier failed: {e}")),
         }
-        if !progress(call, handlers) {
-            std::thread::yield_now();
-        }
+        waiting.step(progress(call, handlers));
     }
 }
 
