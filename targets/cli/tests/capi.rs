@@ -451,6 +451,73 @@ fn lfc_bad_options_are_one_line() {
     one_line_errors(&prog, &cases);
 }
 
+/// Misuse of LFC's calls (`lfc_misuse.c`, one case a run, on 2 ranks): each stops
+/// every rank with one line naming the call and what was wrong, exit status 1, no
+/// panic and no hang; a packet to oneself and an extra `lfc_intr_enable` go on.
+#[test]
+fn lfc_misuse_is_one_line_naming_the_call() {
+    let prog = program("lfc_misuse");
+    let _g = serial();
+    let fatal: [(&str, &str); 12] = [
+        ("before_init", "lfc_poll: called before lfc_init"),
+        (
+            "group_after_start",
+            "lfc_group_create: groups must be created before lfc_start",
+        ),
+        ("bogus_launch", "is not an LFC packet"),
+        (
+            "too_big",
+            "lfc_ucast_launch: size larger than lfc_packet_size()",
+        ),
+        (
+            "bad_dest",
+            "lfc_ucast_launch: destination instance not in its group",
+        ),
+        ("bad_group", "lfc_mcast_launch: unknown destination group"),
+        ("neg_group", "lfc_mcast_launch: no group -3"),
+        (
+            "launch_twice",
+            "lfc_ucast_launch: packet not from lfc_send_alloc, or launched already",
+        ),
+        ("bogus_free", "lfc_packet_free: 0x1234 is not an LFC packet"),
+        ("null_free", "lfc_packet_free: 0x0 is not an LFC packet"),
+        (
+            "free_twice",
+            "lfc_packet_free: packet not held by the program (freed twice?)",
+        ),
+        ("exit_in_upcall", "lfc_exit: not allowed inside lfc_upcall"),
+    ];
+    for (case, line) in fatal {
+        let o = launch("2", "shm", &prog, &[case]);
+        let t = text(&o);
+        assert!(!o.status.success(), "{case} went on:\n{t}");
+        assert!(!t.contains("panick"), "{case}:\n{t}");
+        for r in 0..2 {
+            let said: Vec<&str> = t
+                .lines()
+                .filter(|l| l.starts_with(&format!("[{r}] ")))
+                .collect();
+            assert_eq!(said.len(), 1, "{case}, rank {r}:\n{t}");
+            assert!(said[0].contains(line), "{case}, rank {r}:\n{t}");
+            assert!(
+                t.contains(&format!("rank {r} failed (exit code 1)")),
+                "{case}:\n{t}"
+            );
+        }
+    }
+    for case in ["self_dest", "extra_enable"] {
+        let o = launch("2", "shm", &prog, &[case]);
+        let t = text(&o);
+        assert!(o.status.success(), "{case}:\n{t}");
+        for r in 0..2 {
+            assert!(
+                t.contains(&format!("[{r}] rank {r}: {case} went on")),
+                "{t}"
+            );
+        }
+    }
+}
+
 /// Multicast trees, broadcast and fetch-and-add through a relay that drops 10% of
 /// the datagrams and duplicates and reorders others: every packet still reaches
 /// every member exactly once and in order (the program checks), every value once.
