@@ -1067,6 +1067,137 @@ fn handlers_send_and_repost_owned_buffers() {
     assert_eq!(sim.nodes[1].state().errors, 0, "seed {seed}");
 }
 
+// Handlers' replies leave when the handler returns, in order.
+
+#[derive(Default)]
+struct Replies {
+    /// Node 1: whether its handler answers best-effort.
+    best_effort: bool,
+    /// Node 1: how long the middle one of its three answers is (by ping).
+    middle: Vec<usize>,
+    /// Node 0: what came back, in order.
+    got: Vec<Vec<u8>>,
+    errors: u32,
+}
+
+/// Node 1: answers ping `k` with three messages from inside its handler: a short
+/// one, one `middle[k]` bytes long, another short one.
+fn on_ping(u: &mut Upcall<'_, '_, Replies>) {
+    let k = u.data()[0] as usize;
+    let port = u.active_port();
+    let middle = u.state().middle.get(k).copied().unwrap_or(8);
+    for (i, len) in [8, middle, 8].into_iter().enumerate() {
+        let m = pattern(1, 3 * k + i, len);
+        let r = if u.state().best_effort {
+            u.send(port, &[], &m)
+        } else {
+            u.send_flowctl(port, &[], &m)
+        };
+        if r.is_err() {
+            u.state().errors += 1;
+        }
+    }
+}
+
+fn on_reply(u: &mut Upcall<'_, '_, Replies>) {
+    let m = u.data().to_vec();
+    u.state().got.push(m);
+}
+
+/// A pair whose node 1 answers node 0's pings from its handler (`on_ping`).
+fn replies_pair(
+    sc: SimConfig,
+    best_effort: bool,
+    middle: Vec<usize>,
+) -> Sim<SimGamma<'static, Replies>> {
+    let g = groups(2);
+    // Eager buffers for a ping's three answers and the three before them, whose
+    // ack the ping carries (taken at the poll after its handler).
+    let mut sim = Sim::new(2, sc, |i, dev, clock| {
+        let st = sized(2, 2, 256, 8, 16);
+        SimGamma::init(
+            cfg(1, i as u16),
+            g,
+            st,
+            handlers(),
+            dev,
+            clock,
+            Replies::default(),
+        )
+        .unwrap()
+    });
+    sim.nodes[0]
+        .set_active_port(1, 1, 1, 1, Some(on_reply), None, 1, GO_BACK, None)
+        .unwrap();
+    sim.nodes[0].post_recv(1, vec![0u8; 8192]).unwrap();
+    sim.nodes[1]
+        .set_active_port(1, 0, 1, 1, Some(on_ping), None, 1, GO_BACK, None)
+        .unwrap();
+    sim.nodes[1].post_recv(1, vec![0u8; 64]).unwrap();
+    sim.nodes[1].state_mut().best_effort = best_effort;
+    sim.nodes[1].state_mut().middle = middle;
+    sim
+}
+
+/// Pings `0..n` one at a time; checks the three answers to each, in order.
+fn ping_and_check(sim: &mut Sim<SimGamma<'static, Replies>>, n: usize, seed: u64) {
+    for k in 0..n {
+        sim.nodes[0].send_flowctl(1, &[k as u8]).unwrap();
+        let want = 3 * (k + 1);
+        sim.run_until(sim.now() + Duration::from_secs(5), |nodes, _| {
+            nodes[0].state().got.len() >= want
+        })
+        .unwrap_or_else(|e| panic!("seed {seed}: answers to ping {k}: {e:?}"));
+    }
+    // Anything late, twice or out of order would show here.
+    sim.run_until(sim.now() + Duration::from_millis(200), |_, _| false)
+        .ok();
+    let middle = sim.nodes[1].state().middle.clone();
+    let got = &sim.nodes[0].state().got;
+    assert_eq!(got.len(), 3 * n, "seed {seed}");
+    for (j, m) in got.iter().enumerate() {
+        let (k, i) = (j / 3, j % 3);
+        let len = if i == 1 {
+            middle.get(k).copied().unwrap_or(8)
+        } else {
+            8
+        };
+        assert_eq!(
+            m,
+            &pattern(1, j, len),
+            "seed {seed}: answer {i} to ping {k}"
+        );
+    }
+    assert_eq!(sim.nodes[1].state().errors, 0, "seed {seed}");
+}
+
+#[test]
+fn handlers_answers_leave_when_the_handler_returns() {
+    let seed = seed();
+    // Lossless, short answers: every one leaves at once, best-effort or reliable.
+    for best_effort in [false, true] {
+        let mut sim = replies_pair(SimConfig::lan(seed), best_effort, vec![8; 20]);
+        ping_and_check(&mut sim, 20, seed);
+        assert_eq!(
+            sim.nodes[1].engine().stats().tx_queued_at_once,
+            60,
+            "seed {seed}, best effort {best_effort}"
+        );
+    }
+    // A long middle answer (over 1 KiB, or over a frame) waits for the transmit
+    // pass, and the short one after it behind it: order kept, under loss too.
+    let middle: Vec<usize> = (0..30).map(|k| [8, 1500, 5000, 20][k % 4]).collect();
+    let mut sc = SimConfig::lan(seed);
+    sc.faults = FaultConfig {
+        loss: 0.05,
+        ..FaultConfig::default()
+    };
+    let mut sim = replies_pair(sc, false, middle);
+    ping_and_check(&mut sim, 30, seed);
+    let at_once = sim.nodes[1].engine().stats().tx_queued_at_once;
+    assert!(at_once < 90, "seed {seed}: {at_once} of 90 at once");
+}
+
 // ------------------------------------------- failure judged by time (issue 8)
 
 #[derive(Default)]

@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// Longest handler's send that [`Engine::send_queued_at_once`] sends at once
+/// (copied to the stack on the way): an active message's reply, say.
+const QUEUED_AT_ONCE: usize = 1024;
+
 impl<'a> Engine<'a> {
     // --------------------------------------------------------------- sending
 
@@ -29,6 +33,64 @@ impl<'a> Engine<'a> {
                 }
             }
         }
+    }
+
+    /// Sends the handlers' queued sends at once, in order, each as the program's
+    /// own send would leave when nothing is ahead of it (one frame, no queue, no
+    /// pass over the channels): an active message's reply, sent from its handler,
+    /// leaves as soon as the handler returns. Stops at the first that cannot (a
+    /// broadcast, longer than 1 KiB, a channel with something queued or no room);
+    /// it and those after it stay queued, in order, for the next transmit pass.
+    /// Returns the frames sent.
+    pub fn send_queued_at_once<D: Device>(&mut self, now: Instant, dev: &mut D) -> usize {
+        // Taken while they go: a send at once needs nothing queued ahead of it.
+        let mut queued = core::mem::take(&mut self.outbox);
+        let n = queued.len;
+        let mut sent = 0;
+        while sent < n && self.send_queued_now(now, dev, &queued.items[sent]) {
+            sent += 1;
+        }
+        queued.items.copy_within(sent..n, 0);
+        queued.len = n - sent;
+        self.outbox = queued;
+        sent
+    }
+
+    /// One handler's send of [`Engine::send_queued_at_once`], its outbox copy given
+    /// back once it has left. `false`, nothing changed: it does not apply.
+    fn send_queued_now<D: Device>(&mut self, now: Instant, dev: &mut D, q: &Queued) -> bool {
+        let len = q.len as usize;
+        if len > QUEUED_AT_ONCE || self.open_channel(q.port, &[]).is_none() {
+            return false;
+        }
+        // Copied out: the send paths copy from the caller's bytes (a reliable one
+        // into an eager buffer of its own, which is then this one).
+        let mut copy = [0u8; QUEUED_AT_ONCE];
+        let Some(data) = self
+            .bufs
+            .eager
+            .get(q.eager as usize)
+            .map(|b| &b.data[..len])
+        else {
+            return false;
+        };
+        copy[..len].copy_from_slice(data);
+        let body = &copy[..len];
+        // Given back first: a reliable send needs a free buffer, and takes the one
+        // given back last.
+        self.bufs.give_eager(q.eager);
+        let sent = if q.reliable {
+            self.send_now_reliable_timed(dev, q.port, &[], body, || now)
+        } else {
+            self.send_now_timed(dev, q.port, &[], body, || now)
+        };
+        if sent {
+            self.stats.tx_queued_at_once += 1;
+        } else {
+            // Nothing happened: the same buffer, its bytes unchanged, taken again.
+            self.bufs.take_eager(q.eager);
+        }
+        sent
     }
 
     /// Sends what the windows and credits allow. `ext` is the payload of the

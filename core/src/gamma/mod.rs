@@ -889,8 +889,22 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             }
         }
         if self.engine.outbox_pending() > 0 {
-            self.engine.poll_transmit(now, &mut self.dev, ext);
+            // Replies go now, as the program's own sends do; what cannot waits for
+            // the pass, in order.
+            self.send_queued_at_once(now);
+            if self.engine.outbox_pending() > 0 {
+                self.engine.poll_transmit(now, &mut self.dev, ext);
+            }
         }
+    }
+
+    /// [`Engine::send_queued_at_once`], out of line and cold: a receive path whose
+    /// handlers send nothing does not carry it (inline, LFC's path in `engine_cost`
+    /// cost 47 instructions more, for the inliner's sake).
+    #[cold]
+    #[inline(never)]
+    fn send_queued_at_once(&mut self, now: Instant) {
+        self.engine.send_queued_at_once(now, &mut self.dev);
     }
 
     /// When the engine next needs a poll (see [`Engine::poll_at`]).
