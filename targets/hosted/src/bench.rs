@@ -709,6 +709,18 @@ fn on_count(u: &mut volley_core::gamma::Upcall<'_, '_, State>) {
     u.state().handled += 1;
 }
 
+/// Rank 1's port 3: answers each message from inside the handler, as an active
+/// message's reply (a send it cannot queue is counted as an error).
+fn on_echo(u: &mut volley_core::gamma::Upcall<'_, '_, State>) {
+    let mut b = [0u8; 64];
+    let n = u.len().min(b.len());
+    b[..n].copy_from_slice(&u.data()[..n]);
+    let port = u.active_port();
+    if u.send_flowctl(port, &[], &b[..n]).is_err() {
+        u.state().bad.push("echo not queued".into());
+    }
+}
+
 /// The 2-rank part of the sweep. Rank 0 returns the rows.
 pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostError> {
     pin(boot.rank);
@@ -860,6 +872,21 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
             }
         }
     }
+    progress("latency, reply from the handler");
+    let samples = handler_echo(&mut g, sw.iters(20_000))?;
+    if me == 0 {
+        let (m, p90, p99) = stats(samples);
+        rows.push(Row {
+            fabric: name.into(),
+            test: "latency, one-way, reply from the handler".into(),
+            bytes: 8,
+            unit: "us".into(),
+            median: m,
+            p90,
+            p99,
+            ratio: Some(m / lm),
+        });
+    }
     for &len in &[4096usize, 65_536, 1 << 20] {
         progress(&format!("bandwidth {len} B"));
         let rounds = sw.rounds(if len >= 1 << 20 { 20 } else { 50 });
@@ -892,13 +919,18 @@ fn gamma_pair(boot: &Boot, fabric: Fabric) -> Result<HostGamma<State>, HostError
     let mut g: HostGamma<State> = node::gamma(boot, fabric, State::default())?;
     let peer = 1 - g.my_node();
     let pid = g.my_par_pid();
-    for (port, size) in [(1u16, 1usize << 20), (2, 64)] {
+    for (port, size) in [(1u16, 1usize << 20), (2, 64), (3, 64)] {
+        let h = if port == 3 && g.my_node() == 1 {
+            on_echo
+        } else {
+            on_count
+        };
         g.set_active_port(
             port,
             peer,
             pid,
             port,
-            Some(on_count),
+            Some(h),
             None,
             port,
             GO_BACK,
@@ -940,6 +972,32 @@ fn gamma_latency(
                 g.send(1, &data)?
             };
         }
+    }
+    Ok(samples)
+}
+
+/// One-way latency of an active message answered from its handler: rank 0 sends 8
+/// bytes to port 3 (`send_flowctl`) and waits for the answer, which rank 1's
+/// handler sends while rank 1 waits for all of them (half of each round trip after
+/// a tenth as warm-up, microseconds, on rank 0).
+fn handler_echo(g: &mut HostGamma<State>, iters: usize) -> Result<Vec<f64>, HostError> {
+    let total = iters + iters / 10;
+    let data = pattern(g.my_node(), 0, 8);
+    let mut samples = Vec::with_capacity(iters);
+    if g.my_node() == 1 {
+        g.wait(3, total as u32)?;
+    } else {
+        for i in 0..total {
+            let t0 = g.time();
+            g.send_flowctl(3, &data)?;
+            g.wait(3, 1)?;
+            if i >= iters / 10 {
+                samples.push(Gamma::<HostDevice, HostClock, State>::time_diff(g.time(), t0) / 2.0);
+            }
+        }
+    }
+    if let Some(b) = g.state().bad.first() {
+        return Err(HostError(format!("bench: {b}")));
     }
     Ok(samples)
 }
