@@ -1316,6 +1316,89 @@ fn a_dead_peer_fails_by_the_time_budget() {
     );
 }
 
+/// A short reliable non-blocking send with nothing ahead of it leaves in the
+/// `isend_flowctl` call, as a blocking one does: its handle reports it done at
+/// once, and the receiver gets every one, in order; a long one waits for its ack.
+#[test]
+fn a_short_isend_leaves_in_the_call() {
+    use volley_core::engine::SendStatus;
+    let seed = seed();
+    let mut sim = quiet_pair(seed, false);
+    for k in 0..20u32 {
+        let h = sim.nodes[0]
+            .isend_flowctl(1, leak(vec![k as u8; 8]))
+            .unwrap();
+        // The first finds no channel open yet (and the device's size unknown
+        // before a poll): it goes the general way.
+        if k > 0 {
+            assert_eq!(
+                sim.nodes[0].engine().send_status(h),
+                Ok(SendStatus::Done),
+                "seed {seed}: message {k}"
+            );
+        }
+        // Delivered and acked (its eager copy back: this pair has four); only
+        // then waited for, as `wsend` here polls this node alone.
+        sim.run_until(sim.now() + Duration::from_secs(1), |n, _| {
+            n[1].state().got == k + 1 && n[0].engine().is_quiescent()
+        })
+        .unwrap_or_else(|e| panic!("seed {seed}: message {k}: {e:?}"));
+        assert_eq!(sim.nodes[0].wsend(h), Ok(()), "seed {seed}");
+    }
+    let h = sim.nodes[0]
+        .isend_flowctl(1, leak(vec![9u8; 1 << 16]))
+        .unwrap();
+    assert_eq!(
+        sim.nodes[0].engine().send_status(h),
+        Ok(SendStatus::Pending),
+        "seed {seed}"
+    );
+    sim.run_until(sim.now() + Duration::from_secs(5), |n, _| {
+        n[1].state().got == 21 && n[0].engine().is_quiescent()
+    })
+    .unwrap_or_else(|e| panic!("seed {seed}: the long one: {e:?}"));
+    assert_eq!(sim.nodes[0].wsend(h), Ok(()), "seed {seed}");
+    assert!(sim.nodes[0].state().errors.is_empty(), "seed {seed}");
+}
+
+/// A short reliable non-blocking send is a copy, complete once it is on the wire
+/// (as a blocking `send_flowctl` returns then): it is complete at once, and a
+/// peer found dead afterwards is reported on the port's error handler, as for a
+/// blocking send. A send to a peer already known dead fails at its `wsend`.
+#[test]
+fn a_short_isend_completes_on_the_wire_and_a_later_death_reaches_the_handler() {
+    use volley_core::gamma::{ERR_SENDFAILURE, ISEND_COPY_MAX};
+    let seed = seed();
+    let mut sim = quiet_pair(seed, false);
+    sim.net.kill(1);
+    let h = sim.nodes[0]
+        .isend_flowctl(1, leak(vec![3u8; ISEND_COPY_MAX]))
+        .unwrap();
+    let start = sim.now();
+    // `tsend`, which does not wait (a `wsend` here would poll this node alone).
+    assert_eq!(sim.nodes[0].tsend(h), Ok(true), "seed {seed}");
+    sim.run_until(start + Duration::from_secs(60), |n, _| {
+        !n[0].state().errors.is_empty()
+    })
+    .unwrap_or_else(|e| panic!("seed {seed}: no failure reported: {e:?}"));
+    assert_eq!(
+        sim.nodes[0].state().errors,
+        vec![(1, ERR_SENDFAILURE)],
+        "seed {seed}"
+    );
+    assert!(
+        sim.now() - start <= Duration::from_millis(30_500),
+        "seed {seed}"
+    );
+    // Known dead now: the next one fails, and its `wsend` says so.
+    let h = sim.nodes[0].isend_flowctl(1, leak(vec![3u8; 64])).unwrap();
+    assert_eq!(
+        sim.nodes[0].wsend(h),
+        Err(volley_core::engine::Error::SendFailure),
+        "seed {seed}"
+    );
+}
+
 /// A receiver that takes a message (its ack left to ride on a reply) and then
 /// computes for longer than the peer timeout without calling in: with nothing but
 /// silence to go by, its sender takes it for dead; where the device vouches for the
@@ -1354,9 +1437,13 @@ fn a_receiver_that_computes_is_waited_for_where_its_host_vouches_for_it() {
         })
         .unwrap_or_else(|e| panic!("seed {seed}: the answer did not come: {e:?}"));
         assert!(sim.nodes[0].state().errors.is_empty(), "seed {seed}");
-        // A peer that is really gone is not vouched for.
+        // A peer that is really gone is not vouched for. (A send longer than
+        // `ISEND_COPY_MAX`, which the receiver's ack completes: its `wsend` gives
+        // the failure.)
         sim.net.kill(1);
-        let h = sim.nodes[0].isend_flowctl(1, leak(vec![3u8; 64])).unwrap();
+        let h = sim.nodes[0]
+            .isend_flowctl(1, leak(vec![3u8; 1 << 16]))
+            .unwrap();
         let start = sim.now();
         let at = sim
             .run_until(start + Duration::from_secs(60), |n, _| {

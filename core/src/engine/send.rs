@@ -405,6 +405,13 @@ impl<'a> Engine<'a> {
         Ok(st != SendStatus::Pending || copied || (op.started && op.framed == op.total))
     }
 
+    /// True if the send works from a copy in an eager buffer (the caller's
+    /// bytes are no longer needed), as [`Engine::start_send_eager`]'s do.
+    pub fn copied(&self, h: SendHandle) -> Result<bool, Error> {
+        self.send_status(h)?;
+        Ok(self.ops[h.idx()].eager != NONE)
+    }
+
     /// Lets go of a send: its slot frees itself when it finishes. A failure is still
     /// reported through the port's error handler or error semaphore.
     pub fn detach(&mut self, h: SendHandle) -> Result<(), Error> {

@@ -93,6 +93,34 @@ impl<'a> Engine<'a> {
         sent
     }
 
+    /// [`Engine::send_now_reliable_timed`] for a non-blocking send: when the message
+    /// left in this call, a handle of its own that reports it done (the message
+    /// goes on detached, as a blocking send's: a failure later reaches the port's
+    /// error handler or error semaphore). `None`, nothing changed: it did not leave.
+    pub fn isend_now_reliable<D: Device>(
+        &mut self,
+        dev: &mut D,
+        port: PortId,
+        head: &[u8],
+        body: &[u8],
+        now: impl FnMut() -> Instant,
+    ) -> Option<SendHandle> {
+        // The handle's slot, taken first: the message must not leave without one.
+        let token = self.alloc_op().ok()?;
+        let gen = self.ops[token].gen;
+        self.ops[token] = Op {
+            gen,
+            state: OpState::Done,
+            ..Op::EMPTY
+        };
+        if self.send_now_reliable_timed(dev, port, head, body, now) {
+            Some(SendHandle::new(token, gen))
+        } else {
+            self.ops[token].state = OpState::Free;
+            None
+        }
+    }
+
     /// Sends what the windows and credits allow. `ext` is the payload of the
     /// [`Body::External`] send in progress, if any. Returns frames sent.
     pub fn poll_transmit<D: Device>(

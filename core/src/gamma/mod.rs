@@ -75,6 +75,9 @@ pub const BROADCAST_PORT: PortId = crate::engine::BROADCAST_PORT;
 pub const BARRIER_PORT: PortId = crate::engine::BARRIER_PORT;
 /// Store each message after the previous one.
 pub const GO_AHEAD: BufferKind = BufferKind::GoAhead;
+/// Longest reliable non-blocking send (`isend_flowctl`, `isend_2p_flowctl`) copied
+/// into the engine as a blocking one is, and complete once on the wire.
+pub const ISEND_COPY_MAX: usize = 1024;
 /// Store each message at the start of the buffer.
 pub const GO_BACK: BufferKind = BufferKind::GoBack;
 /// `gamma_errno` value: a chunk of a message was lost.
@@ -559,14 +562,49 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         reliable: bool,
     ) -> Result<SendHandle, Error> {
         user_port(port)?;
-        let h = self
-            .engine
-            .start_send(port, head, Body::Borrowed(body), reliable)?;
-        // Start the first frames now, as GAMMA's trap into the driver did.
+        // A short reliable message is copied, as a blocking send's is: complete once
+        // on the wire (see `wsend`), rather than when the receiver's ack comes back,
+        // which in a ping-pong rides on the next message the other way.
+        let copy = reliable && head.len() + body.len() <= ISEND_COPY_MAX;
+        if copy {
+            // Sent in this call where nothing is ahead of it, as a blocking send is.
+            let clock = &self.clock;
+            let at_once = self
+                .engine
+                .isend_now_reliable(&mut self.dev, port, head, body, || clock.now());
+            if let Some(h) = at_once {
+                return Ok(h);
+            }
+        }
+        let h = match copy.then(|| self.engine.start_send_eager(port, head, body)) {
+            Some(Ok(h)) => h,
+            _ => self
+                .engine
+                .start_send(port, head, Body::Borrowed(body), reliable)?,
+        };
+        // Start the first frames now, as GAMMA's trap into the driver did: only this
+        // send's channel (and what handlers queued before it).
         let now = self.clock.now();
-        self.engine.poll_transmit(now, &mut self.dev, None);
+        self.engine.transmit_send(now, &mut self.dev, h, None);
         self.run_handlers(now, None);
         Ok(h)
+    }
+
+    /// How a send of [`Gamma::start`] ended, its handle freed, once it has done its
+    /// part: finished, or a copy whose every byte is on the wire (then let go: the
+    /// engine delivers it, and a failure later reaches the port's error handler or
+    /// error semaphore). `None` while it runs.
+    fn send_done(&mut self, handle: SendHandle) -> Result<Option<Result<(), Error>>, Error> {
+        match self.engine.send_status(handle)? {
+            SendStatus::Pending
+                if self.engine.copied(handle)? && self.engine.handed_off(handle)? =>
+            {
+                self.engine.detach(handle)?;
+                Ok(Some(Ok(())))
+            }
+            SendStatus::Pending => Ok(None),
+            _ => Ok(Some(status_result(self.engine.release(handle)?))),
+        }
     }
 
     /// `gamma_isend`: non-blocking best-effort send; `data` stays lent to the engine.
@@ -600,27 +638,28 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     }
 
     /// `gamma_wsend`: waits for a non-blocking send to complete and frees its handle.
+    /// A short reliable one (a copy, up to [`ISEND_COPY_MAX`] bytes) completes once
+    /// it is on the wire, as a blocking `gamma_send_flowctl` returns then.
     pub fn wsend(&mut self, handle: SendHandle) -> Result<(), Error> {
         loop {
-            match self.engine.send_status(handle)? {
-                SendStatus::Pending => {
-                    let busy = self.poll();
-                    self.idle_step(busy);
-                }
-                _ => {
-                    return status_result(self.engine.release(handle)?);
-                }
+            if let Some(r) = self.send_done(handle)? {
+                return r;
             }
+            let busy = self.poll();
+            self.idle_step(busy);
         }
     }
 
     /// `gamma_tsend`: `true` (and the handle freed) once the send completed; `false`
     /// while it runs.
     pub fn tsend(&mut self, handle: SendHandle) -> Result<bool, Error> {
+        if let Some(r) = self.send_done(handle)? {
+            return r.map(|()| true);
+        }
         self.poll();
-        match self.engine.send_status(handle)? {
-            SendStatus::Pending => Ok(false),
-            _ => status_result(self.engine.release(handle)?).map(|()| true),
+        match self.send_done(handle)? {
+            Some(r) => r.map(|()| true),
+            None => Ok(false),
         }
     }
 
