@@ -84,10 +84,32 @@ fn text(o: &Output) -> String {
 }
 
 fn launch(n: &str, fabric: &str, prog: &Path, args: &[&str]) -> Output {
+    launch_env(n, fabric, "120", prog, args, &[])
+}
+
+/// [`launch`] with a time limit (seconds) and settings in the environment.
+fn launch_env(
+    n: &str,
+    fabric: &str,
+    timeout: &str,
+    prog: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
     Command::new(VOLLEY)
-        .args(["run", "-n", n, "--fabric", fabric, "--timeout", "120", "--"])
+        .args([
+            "run",
+            "-n",
+            n,
+            "--fabric",
+            fabric,
+            "--timeout",
+            timeout,
+            "--",
+        ])
         .arg(prog)
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("volley runs")
 }
@@ -607,23 +629,11 @@ fn cheetah_waits_poll_rather_than_yield_while_a_reply_is_near() {
     let _g = serial();
     let rounds = 20_000;
     for direct in ["0", "1"] {
-        let o = Command::new(VOLLEY)
-            .args([
-                "run",
-                "-n",
-                "2",
-                "--fabric",
-                "shm",
-                "--timeout",
-                "120",
-                "--",
-            ])
-            .arg(&prog)
-            .arg(rounds.to_string())
-            .env("VOLLEY_CHEETAH_DIRECT", direct)
-            .env("VOLLEY_CHEETAH_STATS", "1")
-            .output()
-            .expect("volley runs");
+        let env = [
+            ("VOLLEY_CHEETAH_DIRECT", direct),
+            ("VOLLEY_CHEETAH_STATS", "1"),
+        ];
+        let o = launch_env("2", "shm", "120", &prog, &[&rounds.to_string()], &env);
         let t = text(&o);
         assert!(o.status.success(), "direct={direct}:\n{t}");
         for c in 0..2 {
@@ -653,22 +663,11 @@ fn cheetah_static_variables_name_the_same_variable_in_every_context() {
     let prog = program("cheetah_statics");
     let _g = serial();
     for (fabric, direct) in [("shm", "1"), ("udp", "1"), ("shm", "0"), ("udp", "0")] {
-        let o = Command::new(VOLLEY)
-            .args([
-                "run",
-                "-n",
-                "3",
-                "--fabric",
-                fabric,
-                "--timeout",
-                "60",
-                "--",
-            ])
-            .arg(&prog)
-            .env("VOLLEY_CHEETAH_DIRECT", direct)
-            .env("VOLLEY_CHEETAH_STATS", "1")
-            .output()
-            .expect("volley runs");
+        let env = [
+            ("VOLLEY_CHEETAH_DIRECT", direct),
+            ("VOLLEY_CHEETAH_STATS", "1"),
+        ];
+        let o = launch_env("3", fabric, "60", &prog, &[], &env);
         let t = text(&o);
         let at = format!("{fabric}, direct copies {direct}");
         assert!(o.status.success(), "{at}: {t}");
@@ -727,23 +726,8 @@ fn cheetah_contexts_that_compute_past_the_peer_timeout_are_not_taken_for_dead() 
     let prog = program("cheetah_compute");
     let _g = serial();
     for fabric in ["shm", "udp"] {
-        let o = Command::new(VOLLEY)
-            .args([
-                "run",
-                "-n",
-                "2",
-                "--fabric",
-                fabric,
-                "--timeout",
-                "60",
-                "--",
-            ])
-            .arg(&prog)
-            .arg("2000")
-            .env("VOLLEY_CHEETAH_DIRECT", "0")
-            .env("VOLLEY_PEER_TIMEOUT", "1")
-            .output()
-            .expect("volley runs");
+        let env = [("VOLLEY_CHEETAH_DIRECT", "0"), ("VOLLEY_PEER_TIMEOUT", "1")];
+        let o = launch_env("2", fabric, "60", &prog, &["2000"], &env);
         let t = text(&o);
         assert!(o.status.success(), "{fabric}: {t}");
         assert!(
@@ -765,21 +749,8 @@ fn cheetah_puts_and_gets_complete_while_the_target_never_polls() {
     let _g = serial();
     // On shm the target publishes in the region; on udp in a memfd page of its own.
     for fabric in ["shm", "udp"] {
-        let o = Command::new(VOLLEY)
-            .args([
-                "run",
-                "-n",
-                "2",
-                "--fabric",
-                fabric,
-                "--timeout",
-                "60",
-                "--",
-            ])
-            .arg(&prog)
-            .env("VOLLEY_CHEETAH_STATS", "1")
-            .output()
-            .expect("volley runs");
+        let env = [("VOLLEY_CHEETAH_STATS", "1")];
+        let o = launch_env("2", fabric, "60", &prog, &[], &env);
         let t = text(&o);
         assert!(o.status.success(), "{fabric}: {t}");
         assert!(

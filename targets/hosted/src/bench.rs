@@ -858,34 +858,16 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
             });
             let samples = gamma_latency(&mut g, len, iters, reliable)?;
             if me == 0 {
-                let (m, p90, p99) = stats(samples);
-                rows.push(Row {
-                    fabric: name.into(),
-                    test: format!("latency, one-way, {label}"),
-                    bytes: len,
-                    unit: "us".into(),
-                    median: m,
-                    p90,
-                    p99,
-                    ratio: Some(m / lm),
-                });
+                let test = format!("latency, one-way, {label}");
+                rows.push(latency_row(name, &test, len, samples, lm));
             }
         }
     }
     progress("latency, reply from the handler");
     let samples = handler_echo(&mut g, sw.iters(20_000))?;
     if me == 0 {
-        let (m, p90, p99) = stats(samples);
-        rows.push(Row {
-            fabric: name.into(),
-            test: "latency, one-way, reply from the handler".into(),
-            bytes: 8,
-            unit: "us".into(),
-            median: m,
-            p90,
-            p99,
-            ratio: Some(m / lm),
-        });
+        let test = "latency, one-way, reply from the handler";
+        rows.push(latency_row(name, test, 8, samples, lm));
     }
     for &len in &[4096usize, 65_536, 1 << 20] {
         progress(&format!("bandwidth {len} B"));
