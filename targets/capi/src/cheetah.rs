@@ -509,7 +509,8 @@ pub unsafe extern "C" fn cheetah_core_wait(bell: *mut c_int, value: c_int) {
         if bell.is_null() {
             fatal(CALL, "null bell");
         }
-        let mut waiting = Waiting::new(CALL);
+        // Made at the first empty round: a bell already there costs no lock for it.
+        let mut waiting: Option<Waiting> = None;
         loop {
             // SAFETY: the caller's contract; the engine rings it atomically.
             let v = unsafe { std::ptr::read_volatile(bell) };
@@ -519,7 +520,8 @@ pub unsafe extern "C" fn cheetah_core_wait(bell: *mut c_int, value: c_int) {
             if let Some(n) = with(CALL, |c| c.dead_context()) {
                 fatal(CALL, format!("context {n} died"));
             }
-            waiting.step(progress(CALL, true));
+            let busy = progress(CALL, true);
+            waiting.get_or_insert_with(|| Waiting::new(CALL)).step(busy);
         }
     })
 }
