@@ -67,6 +67,8 @@ use crate::NodeId;
 
 /// Entries in each of the send and receive context lists.
 pub const CONTEXTS: usize = 64;
+// One bit a context in `Qnix::changed`.
+const _: () = assert!(CONTEXTS <= 64);
 /// Entries in the command queue.
 pub const QUEUE: usize = 64;
 /// Longest short message (it is copied into the context region).
@@ -676,6 +678,9 @@ pub struct Qnix<'a, D, C, M> {
     /// The send and receive context lists ([`SEND`], [`RECV`]).
     ctxs: [Vec<Ctx>; 2],
     bells: [[i32; CONTEXTS]; 2],
+    /// Per side, the contexts whose doorbell was written since
+    /// [`Qnix::take_changed_bells`] last took them (bit `i`: context `i`).
+    changed: [u64; 2],
     queue: VecDeque<Command>,
     tx: VecDeque<TxJob>,
     /// Buffers of finished sends and receives, reused by the next ones.
@@ -871,6 +876,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             dead: alloc::vec![false; fabric_nodes],
             ctxs: [list(), list()],
             bells: [[FREE; CONTEXTS]; 2],
+            changed: [0; 2],
             queue: VecDeque::with_capacity(QUEUE),
             tx: VecDeque::new(),
             spares: Spares::default(),
@@ -1233,7 +1239,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             region,
             ..Ctx::default()
         };
-        self.bells[side][i] = FREE;
+        self.set_bell(side, i, FREE);
         Ok(i)
     }
 
@@ -1309,6 +1315,20 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             return Err(QxError::Busy);
         }
         Ok(())
+    }
+
+    /// Writes the doorbell of context `ctx` of `side` and notes it changed.
+    fn set_bell(&mut self, side: usize, ctx: usize, v: i32) {
+        self.bells[side][ctx] = v;
+        self.changed[side] |= 1 << ctx;
+    }
+
+    /// The contexts whose doorbells were written since the last call, per side
+    /// (`[send, receive]`, bit `i` for context `i`), forgotten here: a facade that
+    /// mirrors the doorbells into the program's memory (QNIX's HPS) copies only
+    /// those.
+    pub fn take_changed_bells(&mut self) -> [u64; 2] {
+        core::mem::take(&mut self.changed)
     }
 
     /// A send context's doorbell.
@@ -1391,7 +1411,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         fan: bool,
     ) -> Result<(), QxError> {
         let data = self.prepare_send(ctx, short)?;
-        self.bells[SEND][ctx] = BUSY;
+        self.set_bell(SEND, ctx, BUSY);
         self.post(Command::Send { ctx, to, data, fan });
         Ok(())
     }
@@ -1481,7 +1501,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         self.posts_since_step += 1;
         self.stats.commands += 1;
         self.stats.messages_sent += 1;
-        self.bells[SEND][ctx] = BUSY;
+        self.set_bell(SEND, ctx, BUSY);
         self.parts[ctx] += 1;
         self.part_done(ctx, Ok(()));
         if !left || started {
@@ -1559,7 +1579,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         c.region = region;
         let old = core::mem::replace(&mut c.segs, segs?);
         self.spares.give_segs(old);
-        self.bells[RECV][ctx] = BUSY;
+        self.set_bell(RECV, ctx, BUSY);
         self.post(Command::Receive { ctx });
         Ok(())
     }
@@ -1582,7 +1602,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         {
             return Err(QxError::Exists);
         }
-        self.bells[SEND][ctx] = BUSY;
+        self.set_bell(SEND, ctx, BUSY);
         self.post(Command::Join { ctx, group, size });
         Ok(())
     }
@@ -1604,7 +1624,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             return Err(QxError::Busy);
         }
         self.groups[gi].barrier_active = true;
-        self.bells[SEND][ctx] = BUSY;
+        self.set_bell(SEND, ctx, BUSY);
         self.post(Command::Barrier { ctx, group: gi });
         Ok(())
     }
@@ -1659,7 +1679,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         let old = core::mem::take(&mut self.ctxs[side][ctx]);
         self.spares.give_segs(old.segs);
         self.spares.give_region(old.region);
-        self.bells[side][ctx] = FREE;
+        self.set_bell(side, ctx, FREE);
     }
 
     /// Rings the doorbell of `ctx` of `side`, or frees a context without one.
@@ -1669,7 +1689,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             return;
         }
         self.ctxs[side][ctx].got = got;
-        self.bells[side][ctx] = r.map_or_else(QxError::code, |()| DONE);
+        self.set_bell(side, ctx, r.map_or_else(QxError::code, |()| DONE));
     }
 
     // ------------------------------------------------------------ the NIC
@@ -3283,6 +3303,42 @@ mod tests {
         assert_eq!(sim.nodes[0].poll_for_send(s), Err(QxError::Fault));
         assert_eq!(sim.nodes[1].poll_for_receive(r), Err(QxError::Fault));
         assert!(sim.nodes[1].armed.is_empty());
+    }
+
+    /// Every doorbell write is in the changed masks once, until taken: a facade
+    /// that copies only those (the C ABI's HPS) misses no change.
+    #[test]
+    fn changed_bells_name_every_doorbell_written() {
+        let len = 64;
+        let mut sim = sim_app(2, len, 0xbe11);
+        let data = Region::Data(alloc::vec![9; len]);
+        let seg = Region::Segments(alloc::vec![(1u64 << 40, len)]);
+        for n in &mut sim.nodes {
+            n.take_changed_bells();
+        }
+        let r = sim.nodes[1].recv_context(Name::new(5, 0), 3, true, 1, len, seg);
+        let r = r.unwrap();
+        assert_eq!(sim.nodes[1].take_changed_bells(), [0, 1 << r], "made FREE");
+        sim.nodes[1].receive(r).unwrap();
+        assert_eq!(sim.nodes[1].take_changed_bells(), [0, 1 << r], "BUSY");
+        assert_eq!(sim.nodes[1].take_changed_bells(), [0, 0], "taken");
+        let s = sim.nodes[0].send_context(Name::new(5, 1), 3, true, 1, len, data);
+        let s = s.unwrap();
+        sim.nodes[0].send_short(s).unwrap();
+        assert_eq!(sim.nodes[0].take_changed_bells(), [1 << s, 0]);
+        // A short send may be done by the time the call returns.
+        let rung = sim.nodes[0].send_doorbell(s) == DONE;
+        let limit = sim.now() + Duration::from_secs(10);
+        sim.run_until(limit, |n, _| {
+            n[0].send_doorbell(s) == DONE && n[1].recv_doorbell(r) == DONE
+        })
+        .unwrap();
+        let changed = [if rung { 0 } else { 1 << s }, 0];
+        assert_eq!(sim.nodes[0].take_changed_bells(), changed, "DONE");
+        assert_eq!(sim.nodes[1].take_changed_bells(), [0, 1 << r], "DONE");
+        assert_eq!(sim.nodes[1].poll_for_receive(r), Ok(len));
+        assert_eq!(sim.nodes[1].take_changed_bells(), [0, 1 << r], "FREE again");
+        assert_eq!(sim.nodes[1].recv_doorbell(r), FREE);
     }
 
     /// A peer of the application that sends packets with random heads (every kind,

@@ -146,18 +146,38 @@ fn with(f: impl FnOnce(&mut State) -> Result<c_int, QxError>) -> c_int {
 }
 
 impl State {
+    /// Copies the doorbells written since the last copy into the HPS.
     fn sync(&mut self) {
+        let [send, recv] = self.q.take_changed_bells();
+        self.copy_bells(send, recv);
+    }
+
+    /// Copies the doorbells of the contexts in the masks (bit `i`: context `i`) into
+    /// the HPS.
+    fn copy_bells(&mut self, send: u64, recv: u64) {
         let h = self.hps;
-        for i in 0..CONTEXTS {
-            let (s, r) = (self.q.send_doorbell(i), self.q.recv_doorbell(i));
-            // SAFETY: `h` is the live, leaked HPS, whose `int`s are aligned. Atomic
-            // release stores: the program polls these fields (from the NIC thread's
-            // point of view, concurrently) and then reads the data they announce.
-            unsafe {
-                let sb = std::ptr::addr_of_mut!((*h).send_doorbell[i]);
-                let rb = std::ptr::addr_of_mut!((*h).recv_doorbell[i]);
-                AtomicI32::from_ptr(sb).store(s, Ordering::Release);
-                AtomicI32::from_ptr(rb).store(r, Ordering::Release);
+        for (mut mask, side) in [(send, 0), (recv, 1)] {
+            while mask != 0 {
+                let i = mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                let v = if side == 0 {
+                    self.q.send_doorbell(i)
+                } else {
+                    self.q.recv_doorbell(i)
+                };
+                // SAFETY: `h` is the live, leaked HPS, whose `int`s are aligned, and
+                // `i < CONTEXTS` (a bit of a `u64` mask the core keeps per context).
+                // Atomic release stores: the program polls these fields (from the NIC
+                // thread's point of view, concurrently) and then reads the data they
+                // announce.
+                unsafe {
+                    let b = if side == 0 {
+                        std::ptr::addr_of_mut!((*h).send_doorbell[i])
+                    } else {
+                        std::ptr::addr_of_mut!((*h).recv_doorbell[i])
+                    };
+                    AtomicI32::from_ptr(b).store(v, Ordering::Release);
+                }
             }
         }
     }
@@ -320,6 +340,12 @@ fn init(
         recv_reg: [0; CONTEXTS],
         generation,
     });
+    if let Some(s) = g.as_mut() {
+        // Every doorbell once, as the core holds them; from now on the changed ones.
+        s.q.take_changed_bells();
+        let all = u64::MAX >> (64 - CONTEXTS);
+        s.copy_bells(all, all);
+    }
     if nic {
         start_nic(generation).map_err(|e| {
             say(&format!("qx_init: no NIC thread: {e}"));
