@@ -641,3 +641,37 @@ fn many_short_gets_in_flight_ring_every_bell_exactly_once() {
         });
     }
 }
+
+/// `invocations_waiting` (which lets the C ABI skip its handler loop's lock) is
+/// true whenever `next_invocation` may find one: an invocation of oneself, and a
+/// peer's packet that the network poll took and no handler has run yet.
+#[test]
+fn invocations_waiting_tells_when_one_may_be_there() {
+    let mut sim = make_sim(2, 0x1a17, FaultConfig::default());
+    let c = &mut sim.nodes[0];
+    assert!(!c.invocations_waiting());
+    c.ainvoke(0, 2, b"own", 0).unwrap();
+    assert!(c.invocations_waiting(), "an invocation of oneself");
+    let inv = c.next_invocation().unwrap();
+    c.invocation_done(inv);
+    assert!(!c.invocations_waiting());
+    sim.nodes[1].ainvoke(0, 2, b"peer", 0).unwrap();
+    let mut seen = false;
+    for _ in 0..10_000 {
+        sim.nodes[1].poll_network();
+        sim.nodes[0].poll_network();
+        if sim.nodes[0].invocations_waiting() {
+            seen = true;
+            break;
+        }
+        let t = sim.now() + Duration::from_micros(1);
+        sim.clock.set(t);
+    }
+    assert!(seen, "the peer's invocation never waited");
+    let inv = sim.nodes[0]
+        .next_invocation()
+        .expect("the peer's invocation");
+    assert_eq!(sim.nodes[0].invocation_data(&inv), b"peer");
+    sim.nodes[0].invocation_done(inv);
+    assert!(!sim.nodes[0].invocations_waiting());
+}

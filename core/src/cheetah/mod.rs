@@ -657,6 +657,14 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
         self.invocation_done(inv);
     }
 
+    /// Whether [`Cheetah::next_invocation`] may find one: an own invocation is
+    /// queued or a packet is waiting (perhaps only part of a long invocation). A
+    /// deployment whose handler loop costs a lock asks this first.
+    #[inline]
+    pub fn invocations_waiting(&self) -> bool {
+        !self.own.is_empty() || self.engine.deliveries_pending() > 0
+    }
+
     /// The next invocation that has arrived whole (for a deployment that runs the
     /// handler itself); `None` if none.
     pub fn next_invocation(&mut self) -> Option<Invocation> {

@@ -306,27 +306,50 @@ fn transfer(
     local_bell: *mut c_int,
     remote_bell: *mut c_int,
 ) {
-    guard(call, (), || {
+    // A panic caught: the handlers run anyway.
+    let invocations = guard(call, true, || {
         let len = length(call, len);
-        let (mut remote, mut rb) = (remote as u64, remote_bell as u64);
-        if let Some(mine) = MINE.get().copied().flatten() {
-            if mine.holds(remote) || mine.holds(rb) {
-                let n = with(call, |c| context(call, c, ctx));
-                if let Some(theirs) = peer_image(call, n) {
-                    remote = symmetric(call, n, remote, &mine, &theirs);
-                    rb = symmetric(call, n, rb, &mine, &theirs);
+        let (local, lb) = (local as u64, local_bell as u64);
+        let (remote, rb) = (remote as u64, remote_bell as u64);
+        let mine = MINE
+            .get()
+            .copied()
+            .flatten()
+            .filter(|m| m.holds(remote) || m.holds(rb));
+        loop {
+            // One lock for the translation and the transfer, once the target has
+            // told where its static data lies (its first put or get waits for it).
+            let done = with(call, |c| {
+                let n = context(call, c, ctx);
+                let (mut remote, mut rb) = (remote, rb);
+                if let Some(mine) = &mine {
+                    match lock(&IMAGES).get(usize::from(n)).copied() {
+                        Some(None) => return Err(n),
+                        Some(Some(Some(theirs))) => {
+                            remote = symmetric(call, n, remote, mine, &theirs);
+                            rb = symmetric(call, n, rb, mine, &theirs);
+                        }
+                        // None of its own, or a context the list does not hold:
+                        // the addresses go as given.
+                        _ => {}
+                    }
+                }
+                if let Err(e) = direct::transfer(c, put, n, remote, local, len, lb, rb) {
+                    report(call, c, e);
+                }
+                Ok(c.invocations_waiting())
+            });
+            match done {
+                Ok(invocations) => return invocations,
+                Err(n) => {
+                    peer_image(call, n);
                 }
             }
         }
-        with(call, |c| {
-            let n = context(call, c, ctx);
-            let (local, lb) = (local as u64, local_bell as u64);
-            if let Err(e) = direct::transfer(c, put, n, remote, local, len, lb, rb) {
-                report(call, c, e);
-            }
-        })
     });
-    run_handlers();
+    if invocations {
+        run_handlers();
+    }
 }
 
 /// Context `n`'s static data, once it has told (polling meanwhile, handlers
@@ -402,7 +425,7 @@ pub unsafe extern "C" fn cheetah_core_ainvoke(
     local_bell: *mut c_int,
 ) {
     const CALL: &str = "cheetah_core_ainvoke";
-    guard(CALL, (), || {
+    let invocations = guard(CALL, true, || {
         if tag == IMAGE_TAG {
             fatal(CALL, format!("tag {tag} is the library's own"));
         }
@@ -426,9 +449,12 @@ pub unsafe extern "C" fn cheetah_core_ainvoke(
             if let Err(e) = c.ainvoke(n, tag, data, local_bell as u64) {
                 report(CALL, c, e);
             }
+            c.invocations_waiting()
         })
     });
-    run_handlers();
+    if invocations {
+        run_handlers();
+    }
 }
 
 /// Runs the C handlers of the invocations that have arrived, without the lock.
@@ -480,14 +506,26 @@ fn run_handlers() -> usize {
 /// invocations that came (without, they wait for a later round). Whether anything
 /// happened.
 fn progress(call: &str, handlers: bool) -> bool {
-    let busy = with(call, |c| {
+    progress_checking(call, handlers, false)
+}
+
+/// [`progress`], which with `dead_fatal` first ends the program if a context died
+/// (a wait for a bell it may never ring): one lock a round, the handler loop's
+/// only when an invocation may be there.
+fn progress_checking(call: &str, handlers: bool, dead_fatal: bool) -> bool {
+    let (busy, waiting) = with(call, |c| {
+        if dead_fatal {
+            if let Some(n) = c.dead_context() {
+                fatal(call, format!("context {n} died"));
+            }
+        }
         let busy = c.poll_network();
         if let Err(e) = c.check_failure() {
             report(call, c, e);
         }
-        busy
+        (busy, c.invocations_waiting())
     });
-    (handlers && run_handlers() > 0) || busy
+    (handlers && waiting && run_handlers() > 0) || busy
 }
 
 /// `void cheetah_core_poll(void)`.
@@ -517,10 +555,7 @@ pub unsafe extern "C" fn cheetah_core_wait(bell: *mut c_int, value: c_int) {
             if v >= value {
                 return;
             }
-            if let Some(n) = with(CALL, |c| c.dead_context()) {
-                fatal(CALL, format!("context {n} died"));
-            }
-            let busy = progress(CALL, true);
+            let busy = progress_checking(CALL, true, true);
             waiting.get_or_insert_with(|| Waiting::new(CALL)).step(busy);
         }
     })
