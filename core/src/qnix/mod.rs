@@ -1318,6 +1318,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     }
 
     /// Writes the doorbell of context `ctx` of `side` and notes it changed.
+    #[inline(always)]
     fn set_bell(&mut self, side: usize, ctx: usize, v: i32) {
         self.bells[side][ctx] = v;
         self.changed[side] |= 1 << ctx;
