@@ -341,9 +341,7 @@ fn transfer(
             });
             match done {
                 Ok(invocations) => return invocations,
-                Err(n) => {
-                    peer_image(call, n);
-                }
+                Err(n) => await_image(call, n),
             }
         }
     });
@@ -352,17 +350,18 @@ fn transfer(
     }
 }
 
-/// Context `n`'s static data, once it has told (polling meanwhile, handlers
-/// included); `None` if it has none, or has not told within [`IMAGE_WAIT`].
-fn peer_image(call: &str, n: u16) -> Option<Image> {
+/// Waits (polling, handlers included) until context `n` has told where its static
+/// data lies, or for [`IMAGE_WAIT`]; then notes that it has none, so that its
+/// addresses go as given.
+fn await_image(call: &str, n: u16) {
     let start = Instant::now();
     let mut waiting = Waiting::new(call);
     loop {
-        if let Some(told) = lock(&IMAGES).get(usize::from(n)).copied().flatten() {
-            return told;
-        }
-        if let Some(d) = with(call, |c| c.dead_context()) {
-            fatal(call, format!("context {d} died"));
+        if lock(&IMAGES)
+            .get(usize::from(n))
+            .is_none_or(|told| told.is_some())
+        {
+            return;
         }
         if start.elapsed() > IMAGE_WAIT {
             eprintln!(
@@ -372,9 +371,9 @@ fn peer_image(call: &str, n: u16) -> Option<Image> {
             if let Some(slot) = lock(&IMAGES).get_mut(usize::from(n)) {
                 *slot = Some(None);
             }
-            return None;
+            return;
         }
-        waiting.step(progress(call, true));
+        waiting.step(progress_checking(call, true, true));
     }
 }
 
