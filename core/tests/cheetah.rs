@@ -233,7 +233,11 @@ fn ainvoke_ping_pong_long_buffers_and_a_handler_that_puts() {
     let huge = vec![0u8; AINVOKE_MAX + 1];
     assert_eq!(
         sim.nodes[0].ainvoke(1, 1, &huge, 0),
-        Err(Error::MessageTooLong)
+        Err(Error::LongerThan(AINVOKE_MAX))
+    );
+    assert_eq!(
+        Error::LongerThan(AINVOKE_MAX).to_string(),
+        "longer than 1048576 bytes, the most this call takes"
     );
     // Handler that puts: node 1 puts 1000 bytes of its data into node 0 at +50_000.
     let src = pattern(77, 1000);

@@ -1067,6 +1067,48 @@ fn handlers_send_and_repost_owned_buffers() {
     assert_eq!(sim.nodes[1].state().errors, 0, "seed {seed}");
 }
 
+/// Node 1's handler tries to answer with one byte more than a handler may send.
+fn on_too_long(u: &mut Upcall<'_, '_, Vec<Result<usize, volley_core::engine::Error>>>) {
+    let port = u.active_port();
+    let big = vec![7u8; volley_core::engine::EAGER_MAX + 1];
+    let r = u.send_flowctl(port, &[], &big);
+    u.state().push(r);
+    let r = u.send(port, &[], &big[..16]);
+    u.state().push(r);
+}
+
+/// A handler's send over 16 KiB is refused with an error that names that limit,
+/// and the handler's next, shorter send still goes.
+#[test]
+fn a_handlers_send_over_the_limit_names_the_limit() {
+    use volley_core::engine::{Error, EAGER_MAX};
+    let seed = seed();
+    let g = groups(2);
+    let mut sim = Sim::new(2, SimConfig::lan(seed), |i, dev, clock| {
+        gamma(g, cfg(1, i as u16), 2, 2, dev, clock, Vec::new())
+    });
+    sim.nodes[0]
+        .set_passive_port(1, 1, 1, 1, 1, GO_BACK, Some(leak(vec![0; 64])))
+        .unwrap();
+    sim.nodes[1]
+        .set_active_port(1, 0, 1, 1, Some(on_too_long), None, 1, GO_BACK, None)
+        .unwrap();
+    sim.nodes[1].post_recv(1, vec![0u8; 64]).unwrap();
+    sim.nodes[0].send_flowctl(1, b"ping").unwrap();
+    sim.run_until(sim.now() + Duration::from_secs(2), |nodes, _| {
+        nodes[0].engine().semaphore(1).is_ok_and(|s| s.count == 1)
+    })
+    .unwrap_or_else(|e| panic!("seed {seed}: the short answer never came: {e:?}"));
+    let got = sim.nodes[1].state();
+    assert_eq!(
+        got[..],
+        [Err(Error::LongerThan(EAGER_MAX)), Ok(16)],
+        "seed {seed}"
+    );
+    let text = Error::LongerThan(EAGER_MAX).to_string();
+    assert!(text.contains("16384 bytes"), "{text}");
+}
+
 // Handlers' replies leave when the handler returns, in order.
 
 #[derive(Default)]
@@ -1922,6 +1964,77 @@ fn flat_broadcasts_wait_for_the_roots_tree_ones_under_loss() {
             n as usize * 4 * binomial_inner(n as usize),
             "seed {seed}: n={n}: every inner member forwards every tree broadcast once"
         );
+    }
+}
+
+/// A root's best-effort broadcasts keep their place among its reliable ones
+/// whichever way each goes: short reliable ones down the tree through relays, long
+/// ones straight from the root, best-effort ones straight from the root too (held
+/// in the gate behind the tree ones, as a flat reliable one is). On a lossless
+/// fabric every member gets every one, in the order sent.
+#[test]
+fn best_effort_broadcasts_keep_their_place_among_reliable_ones() {
+    let seed = seed() ^ 0xbe;
+    let n = 8u16;
+    let g = groups(n);
+    // (length, reliable): 4 eager buffers, so 200,000 bytes go flat.
+    let plan = [
+        (8usize, true),
+        (500, false),
+        (1000, true),
+        (200_000, true),
+        (300, false),
+        (8, true),
+        (3000, false),
+        (100, true),
+        (1, false),
+    ];
+    let sizes: Vec<usize> = plan.iter().map(|p| p.0).collect();
+    let mut sim = Sim::new(n as usize, SimConfig::lan(seed), |i, dev, clock| {
+        let mut st = Check::default();
+        st.plan.insert(0, sizes.clone());
+        let store = sized(n as usize, n as usize, 256, 8, 4);
+        SimGamma::init(cfg(1, i as u16), g, store, handlers(), dev, clock, st).unwrap()
+    });
+    for node in sim.nodes.iter_mut() {
+        let buf = Some(leak(vec![0; 256 * 1024]));
+        node.set_active_port(5, BROADCAST, 1, 5, Some(on_message), None, 0, GO_BACK, buf)
+            .unwrap();
+    }
+    let mut hs = Vec::new();
+    for (k, &(len, reliable)) in plan.iter().enumerate() {
+        let body: &'static [u8] = leak(pattern(0, k, len));
+        let root = &mut sim.nodes[0];
+        hs.push(if reliable {
+            root.isend_flowctl(5, body).unwrap()
+        } else {
+            root.isend(5, body).unwrap()
+        });
+    }
+    let r = sim.run_until(Instant::from_millis(10_000), |nodes, _| {
+        nodes[1..]
+            .iter()
+            .all(|x| x.state().got.get(&0) == Some(&plan.len()))
+    });
+    for (i, node) in sim.nodes.iter().enumerate().skip(1) {
+        let st = node.state();
+        assert!(
+            st.errors.is_empty(),
+            "seed {seed}: member {i}: {:?}",
+            st.errors
+        );
+    }
+    assert!(r.is_ok(), "seed {seed}: broadcasts did not all arrive");
+    assert!(
+        sim.nodes
+            .iter()
+            .map(|x| x.engine().stats().forwarded)
+            .sum::<u64>()
+            > 0,
+        "seed {seed}: some went down the tree"
+    );
+    for h in hs {
+        assert_eq!(sim.nodes[0].tsend(h), Ok(true), "seed {seed}");
     }
 }
 

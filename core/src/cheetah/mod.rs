@@ -486,7 +486,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
     ) -> Result<(), Error> {
         self.usable(context)?;
         if buf.len() > AINVOKE_MAX {
-            return Err(Error::MessageTooLong);
+            return Err(Error::LongerThan(AINVOKE_MAX));
         }
         self.check_failure()?;
         if self.dead.get(context as usize) == Some(&true) {

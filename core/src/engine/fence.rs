@@ -19,6 +19,10 @@
 //! order (the gate), their frames not yet on any channel. A member that fails
 //! counts as answered. A member below a relay that died answers once it finds
 //! the relay dead (see `orphan`): what the relay did not pass on never comes.
+//!
+//! A best-effort broadcast has no number (a lost one would leave a gap that
+//! members wait on forever), so the gate orders it: it is fenced like a flat
+//! one, and the broadcasts after it wait until its copies have left the root.
 
 use super::mcast::{BOARD, FLAT};
 use super::*;
@@ -115,11 +119,21 @@ impl<'a> Engine<'a> {
                 self.gate.pop();
                 continue;
             }
+            if !o.tree && o.next == NONE {
+                // A best-effort one on its way: members have no number to order
+                // it by, so what follows waits until its copies have left.
+                return;
+            }
             if o.aux == FLAT && self.gate.need.is_some() {
                 if !self.fence_answered(o.bseq) {
                     return;
                 }
                 self.gate.need = None;
+            }
+            if !o.tree {
+                // Best-effort: released, but it stays at the front (see above).
+                self.queue_forwards(pi as usize);
+                continue;
             }
             self.gate.pop();
             if o.aux == BOARD {

@@ -321,16 +321,42 @@ pub enum Error {
     InvalidCounter,
     /// The address range is not memory its owner lets peers reach.
     BadAddress,
+    /// The destination process has left the job (it said goodbye on its way out:
+    /// [`Engine::say_goodbye`]); nothing sent to it can arrive.
+    PeerLeft,
+    /// Longer than the most this call takes, in bytes (a handler's send: 16 KiB;
+    /// a packet: its size; an invocation: its limit).
+    LongerThan(usize),
 }
 
 impl Error {
-    /// The negative value a C facade returns; GAMMA's own numbers where GAMMA has one.
+    /// The negative value a C facade returns; GAMMA's own numbers where GAMMA has one
+    /// (a message the receiver discarded is a failed send to GAMMA).
     pub fn code(self) -> i32 {
-        match self {
-            Error::SendFailure => -(Errno::SendFailure as i32),
-            Error::BufferTooSmall => -(Errno::MsgTooLong as i32),
-            other => -(10 + other as i32),
-        }
+        let n = match self {
+            Error::SendFailure | Error::PortClosed => return -(Errno::SendFailure as i32),
+            Error::BufferTooSmall => return -(Errno::MsgTooLong as i32),
+            Error::InvalidPort => 0,
+            Error::ReservedPort => 1,
+            Error::NotBound => 2,
+            Error::SelfConnect => 3,
+            Error::InvalidSemaphore => 4,
+            Error::UnknownGroup => 5,
+            Error::UnknownNode => 6,
+            Error::NoResources => 7,
+            Error::InvalidHandle => 8,
+            Error::FirstPieceTooLong => 9,
+            Error::MessageTooLong | Error::LongerThan(_) => 10,
+            Error::PortBusy => 13,
+            Error::BarrierInProgress => 14,
+            Error::BadConfig => 15,
+            Error::Timeout => 16,
+            Error::InHandler => 18,
+            Error::InvalidCounter => 19,
+            Error::BadAddress => 20,
+            Error::PeerLeft => 21,
+        };
+        -(10 + n)
     }
 }
 
@@ -358,6 +384,10 @@ impl core::fmt::Display for Error {
             Error::InHandler => "not allowed inside a handler",
             Error::InvalidCounter => "no such counter",
             Error::BadAddress => "address not in memory its owner exposes",
+            Error::PeerLeft => "the destination process has left the job",
+            Error::LongerThan(max) => {
+                return write!(f, "longer than {max} bytes, the most this call takes");
+            }
         })
     }
 }

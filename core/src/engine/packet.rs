@@ -419,7 +419,7 @@ impl<'a> Engine<'a> {
             return Err(Error::InvalidHandle);
         }
         if len > self.packet_size() {
-            return Err(Error::MessageTooLong);
+            return Err(Error::LongerThan(self.packet_size()));
         }
         Ok(())
     }

@@ -354,7 +354,7 @@ impl<'a> HandlerView<'_, 'a> {
         }
         let len = head.len() + body.len();
         if len > EAGER_MAX {
-            return Err(Error::MessageTooLong);
+            return Err(Error::LongerThan(EAGER_MAX));
         }
         if self.outbox.len >= OUTBOX {
             return Err(Error::NoResources);

@@ -162,7 +162,16 @@ impl<'a> Engine<'a> {
         // broadcasts waiting in the gate (see `fence`): a short copy in one frame,
         // or the caller's bytes in as many frames as they take.
         let copy_fits = bcast_copy.is_some() && self.board_fits(&g, total);
-        let board = numbered && (copy_fits || (bcast_copy.is_none() && self.board_takes(&g)));
+        // A best-effort one to our group takes the board too where reliable ones do
+        // (the board loses nothing), numbered among them: it keeps its place in the
+        // root's order. Elsewhere it waits in the gate like a flat one (below).
+        let be_board = own
+            && !reliable
+            && (me as usize) < self.bcast_seq.len()
+            && bcast_copy.is_none()
+            && self.board_takes(&g);
+        let board =
+            be_board || (numbered && (copy_fits || (bcast_copy.is_none() && self.board_takes(&g))));
         if board {
             let held = self.must_hold(false);
             if held && !self.gate_room() {
@@ -218,8 +227,12 @@ impl<'a> Engine<'a> {
             return Err(Error::NoResources);
         }
         // A flat one after one by board or tree, and anything after one waiting,
-        // waits in the gate with its forwards on no channel yet (see `fence`).
-        let held = numbered && members > 0 && self.must_hold(tree.is_none());
+        // waits in the gate with its forwards on no channel yet (see `fence`). So
+        // does every best-effort one to our group: unnumbered, members cannot
+        // order it, so the gate does (fenced behind our earlier board and tree
+        // ones, and holding later ones until its copies have left).
+        let be_gated = own && !reliable && (me as usize) < self.bcast_seq.len();
+        let held = members > 0 && (be_gated || (numbered && self.must_hold(tree.is_none())));
         if held && !self.gate_room() {
             return Err(Error::NoResources);
         }
@@ -233,6 +246,10 @@ impl<'a> Engine<'a> {
             op.aux = tree.map_or(FLAT, |t| t as u8);
             op.bseq = self.bcast_next;
             self.bcast_next = self.bcast_next.wrapping_add(1);
+        } else if be_gated {
+            // Its fence asks for every numbered one before the next number.
+            op.aux = FLAT;
+            op.bseq = self.bcast_next;
         }
         let mut parent = op;
         parent.children = members;

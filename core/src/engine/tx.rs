@@ -177,6 +177,12 @@ impl<'a> Engine<'a> {
                 "a channel was given work without `chan_work`"
             );
         }
+        if self.gate.len > 0 {
+            // A best-effort broadcast whose copies left in this pass lets what
+            // waits behind it go (their frames at the next pass, which their
+            // channels' work asks for).
+            self.release_gate();
+        }
         if sent > 0 {
             dev.flush(now);
         }

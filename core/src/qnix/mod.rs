@@ -243,7 +243,7 @@ impl From<Error> for QxError {
         match e {
             Error::SendFailure => QxError::Dead,
             Error::BadAddress => QxError::Fault,
-            Error::MessageTooLong => QxError::TooLong,
+            Error::MessageTooLong | Error::LongerThan(_) => QxError::TooLong,
             Error::UnknownNode | Error::UnknownGroup => QxError::Unknown,
             Error::BadConfig => QxError::Invalid,
             Error::Timeout => QxError::TimedOut,

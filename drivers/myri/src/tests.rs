@@ -3224,3 +3224,60 @@ fn cheetah_puts_in_one_frame_travel_compact_and_land_once() {
     assert_eq!(b.bell(BELLS + 4).unwrap(), lens.len() as i32);
     assert!(b.memory().segment(DATA).unwrap() == &before[..]);
 }
+
+/// Reliable and best-effort broadcasts from one port, short and long, reach each
+/// member's handler in the order the root sent them (members poll in threads of
+/// their own, as processes would, so that the root's blocking sends return).
+#[test]
+fn best_effort_broadcasts_keep_their_place_behind_reliable_ones() {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use volley_core::gamma::GO_BACK;
+    let (_mem, mut gs) = bcast_group(3);
+    let long: &'static [u8] = Vec::leak(vec![150u8; 150_000]);
+    let mut sent = Vec::new();
+    for k in 0..6u8 {
+        sent.push((1000, k));
+        sent.push((long.len(), 150));
+        sent.push((500, k + 100));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let members: Vec<_> = gs
+        .drain(1..)
+        .map(|mut g| {
+            let (want, stop) = (sent.len(), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let buf = Vec::leak(vec![0u8; 1 << 20]);
+                g.set_active_port(5, 0, 1, 5, Some(on_bcast), None, 5, GO_BACK, Some(buf))
+                    .unwrap();
+                let t0 = std::time::Instant::now();
+                while g.state().len() < want && !stop.load(Ordering::Relaxed) {
+                    assert!(t0.elapsed().as_secs() < 30, "broadcasts stuck");
+                    g.poll();
+                }
+                // Stay for the root's last acks.
+                let t1 = std::time::Instant::now();
+                while t1.elapsed().as_millis() < 200 {
+                    g.poll();
+                }
+                g
+            })
+        })
+        .collect();
+    // Every member has bound its port before the first broadcast.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    for k in 0..6u8 {
+        gs[0].send_flowctl(5, &[k; 1000]).unwrap();
+        gs[0].send_flowctl(5, long).unwrap();
+        gs[0].send(5, &[k + 100; 500]).unwrap();
+    }
+    let t0 = std::time::Instant::now();
+    while t0.elapsed().as_millis() < 500 {
+        gs[0].poll();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for (i, m) in members.into_iter().enumerate() {
+        let g = m.join().expect("a member failed");
+        assert_eq!(g.state(), &sent, "member {}'s broadcasts", i + 1);
+    }
+}

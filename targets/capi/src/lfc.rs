@@ -315,7 +315,9 @@ fn launched(call: &str, r: Result<(), Error>) {
         Err(Error::InvalidHandle) => {
             fatal(call, "packet not from lfc_send_alloc, or launched already")
         }
-        Err(Error::MessageTooLong) => fatal(call, "size larger than lfc_packet_size()"),
+        Err(Error::LongerThan(_) | Error::MessageTooLong) => {
+            fatal(call, "size larger than lfc_packet_size()")
+        }
         Err(Error::SendFailure) => fatal(call, "a destination process died"),
         Err(e) => fatal(call, e),
     }
