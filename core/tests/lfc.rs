@@ -417,6 +417,61 @@ fn a_dead_peer_is_an_error_for_a_waiting_receiver() {
     assert_eq!(l.poll(), Err(volley_core::engine::Error::SendFailure));
 }
 
+/// A process that says goodbye before it goes (`lfc_exit`) is not a process that
+/// died: the others stop probing it, never report it, and refuse packets to it
+/// ([`Error::PeerLeft`]); one that dies without a word is still reported.
+#[test]
+fn a_process_that_said_goodbye_is_not_taken_for_dead() {
+    use volley_core::engine::Error;
+    let seed = 0xb1e;
+    let mut sim = make_sim(4, seed, FaultConfig::default(), Options::default());
+    start_all(&mut sim, seed);
+    // Process 2 says goodbye and stays until every goodbye is acknowledged.
+    assert!(sim.nodes[2].engine_mut().say_goodbye());
+    sim.run_until(sim.now() + Duration::from_secs(1), |nodes, _| {
+        nodes[2].engine().is_quiescent()
+            && nodes
+                .iter()
+                .enumerate()
+                .all(|(i, n)| i == 2 || n.engine().stats().peers_left == 1)
+    })
+    .unwrap_or_else(|e| panic!("seed {seed}: goodbyes: {e:?}"));
+    sim.net.kill(2);
+    sim.net.kill(3);
+    let timeout = Config::new(7, 1, 0).peer_timeout;
+    let until = sim.now() + timeout + timeout;
+    let mut t = sim.now();
+    let mut reported = Vec::new();
+    while t < until {
+        t += Duration::from_millis(20);
+        sim.clock.set(t);
+        for i in 0..2 {
+            if sim.nodes[i].poll().is_err() {
+                reported.push((i, sim.nodes[i].failed_process()));
+            }
+        }
+    }
+    reported.sort();
+    assert_eq!(
+        reported,
+        [(0, Some(3)), (1, Some(3))],
+        "seed {seed}: only the silent death is reported"
+    );
+    for i in 0..2 {
+        let l = &mut sim.nodes[i];
+        let p = l.send_alloc(false).unwrap();
+        assert_eq!(l.ucast_launch(2, p, 4, false), Err(Error::PeerLeft));
+        assert_eq!(
+            l.mcast_launch(volley_core::engine::MCAST_ALL, p, 4, false),
+            Err(Error::PeerLeft)
+        );
+        assert_eq!(l.fetch_and_add(2, false), Err(Error::PeerLeft));
+        // The packet is still the program's: it goes to the live peer.
+        let peer = 1 - i as u16;
+        assert_eq!(l.ucast_launch(peer, p, 4, false), Ok(()), "seed {seed}");
+    }
+}
+
 /// The personality's own packets (statistics) are found wherever they wait in the
 /// delivery queue, so they never wait behind the program's packets; the program's
 /// keep their order.

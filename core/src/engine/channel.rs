@@ -74,6 +74,8 @@ pub(crate) enum Slot {
     Abort {
         msg: u32,
     },
+    /// "I am leaving the job" ([`crate::engine::Engine::say_goodbye`]).
+    Bye,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -117,6 +119,10 @@ pub struct Channel {
     /// Failed, and a personality of packets (which have no port to tell) has not
     /// been told yet ([`crate::engine::Engine::take_packet_failure`]).
     pub(crate) unreported: bool,
+    /// The peer said goodbye: it left the job on purpose.
+    pub(crate) left: bool,
+    /// Our goodbye is queued on this channel.
+    pub(crate) bye_queued: bool,
 
     // Sending side.
     pub(crate) snd_una: u32,
@@ -192,6 +198,8 @@ impl Channel {
         peer_node: 0,
         failed: false,
         unreported: false,
+        left: false,
+        bye_queued: false,
         snd_una: 0,
         snd_nxt: 0,
         peer_window: 0,

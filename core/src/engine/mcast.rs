@@ -284,6 +284,20 @@ impl<'a> Engine<'a> {
         Ok(gid as u16)
     }
 
+    /// A member of multicast group `gid` ([`MCAST_ALL`]: every instance) other than
+    /// this process that said goodbye ([`Engine::say_goodbye`]), if any: a packet
+    /// to the group cannot reach it, nor the members it would forward to.
+    pub fn left_member(&self, gid: u16) -> Option<NodeId> {
+        if self.stats.peers_left == 0 {
+            return None;
+        }
+        let me = self.cfg.node;
+        let members = self.mcast_members(gid)?;
+        (0..members.len())
+            .map(|i| members.get(i))
+            .find(|&m| m != me && self.peer_left(m))
+    }
+
     /// Members of multicast group `gid` ([`MCAST_ALL`]: every instance).
     pub(super) fn mcast_members(&self, gid: u16) -> Option<MemberList<'_>> {
         if gid == MCAST_ALL {

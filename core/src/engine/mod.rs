@@ -103,6 +103,9 @@ const CONTROL_FENCE_OK: u32 = 5;
 /// `offset` of a CONTROL frame saying the rest of message `msg_id` will not come
 /// (see `orphan`).
 const CONTROL_ABORT: u32 = 6;
+/// `offset` of a CONTROL frame saying the sender is leaving the job on purpose
+/// (see [`Engine::say_goodbye`]): not a death.
+const CONTROL_BYE: u32 = 7;
 
 /// Tunables of one engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -750,6 +753,8 @@ pub struct Stats {
     pub timeouts: u64,
     /// Peers declared dead.
     pub peers_failed: u64,
+    /// Peers that said goodbye ([`Engine::say_goodbye`]).
+    pub peers_left: u64,
     /// Times a peer silent for the whole peer timeout was waited for again because
     /// the device had seen its process alive ([`crate::phy::Device::peer_vouched`]).
     pub peers_vouched: u64,

@@ -687,7 +687,7 @@ impl<'a> Engine<'a> {
     /// A control frame: REJECT fails our message `msg_id` sent from `dst_port`;
     /// DENY_PUT and DENY_GET fail a one-sided operation; FENCE and FENCE_OK order
     /// broadcasts (see `fence`); ABORT drops a message whose sender's upstream died
-    /// (see `orphan`). False: refused for now.
+    /// (see `orphan`); BYE marks the peer as gone on purpose. False: refused for now.
     pub(super) fn rx_control(&mut self, ci: usize, repr: &Repr) -> bool {
         match repr.offset {
             CONTROL_DENY_PUT | CONTROL_DENY_GET => {
@@ -698,6 +698,13 @@ impl<'a> Engine<'a> {
             CONTROL_ABORT => return self.rx_abort(ci, repr),
             CONTROL_FENCE_OK => {
                 self.rx_fence_ok(ci, repr);
+                return true;
+            }
+            CONTROL_BYE => {
+                if !self.chans[ci].left {
+                    self.chans[ci].left = true;
+                    self.stats.peers_left += 1;
+                }
                 return true;
             }
             CONTROL_REJECT => {}

@@ -147,9 +147,11 @@ impl<'a> Engine<'a> {
         self.stats.peers_failed += 1;
         // Packets have no port to tell: the personality reports the peer, and its
         // packets in flight with it.
+        // A peer that said goodbye is not reported: silence is what it promised
+        // (a packet lost to it still is, through `packet_send_failed`).
         let packets = !self.bufs.pkts.rx.is_empty();
         let ch = &mut self.chans[ci];
-        if packets && !ch.failed && !ch.unreported {
+        if packets && !ch.failed && !ch.unreported && !ch.left {
             ch.unreported = true;
             self.unreported += 1;
         }
@@ -262,8 +264,54 @@ impl<'a> Engine<'a> {
     pub fn keepalive_all(&mut self, now: Instant) {
         let (group, me) = (self.cfg.group, self.cfg.node);
         for node in (0..self.size).filter(|&n| n != me) {
-            self.probe_if_silent(now, group, node);
+            if !self.peer_left(node) {
+                self.probe_if_silent(now, group, node);
+            }
         }
+    }
+
+    /// Tells every other member of this process's group that it is leaving on
+    /// purpose (LFC's `lfc_exit`): a reliable BYE each, which the leaver's last
+    /// polls see acknowledged. A member that got it stops probing this process
+    /// ([`Engine::keepalive_all`]), does not report its silence as a death, and
+    /// refuses packets to it ([`Error::PeerLeft`]). Queues what the control
+    /// queues take; `true` once every goodbye is queued (call again until then).
+    pub fn say_goodbye(&mut self) -> bool {
+        let (group, me) = (self.cfg.group, self.cfg.node);
+        let mut all = true;
+        for node in (0..self.size).filter(|&n| n != me) {
+            let Ok(ci) = self
+                .addr_of(group, node)
+                .and_then(|a| self.channel_for(a, group, node))
+            else {
+                continue;
+            };
+            let ch = &mut self.chans[ci];
+            if ch.failed || ch.left || ch.bye_queued {
+                continue;
+            }
+            if ch.queue_ctrl(Slot::Bye) {
+                ch.bye_queued = true;
+                self.chan_work.set(true);
+            } else {
+                all = false;
+            }
+        }
+        all
+    }
+
+    /// Whether instance `node` of this process's group said goodbye
+    /// ([`Engine::say_goodbye`]).
+    #[inline]
+    pub fn peer_left(&self, node: NodeId) -> bool {
+        if self.stats.peers_left == 0 {
+            return false;
+        }
+        self.addr_of(self.cfg.group, node)
+            .ok()
+            .and_then(|a| self.peer_map.get(a.0 as usize).copied())
+            .and_then(|c| self.chans.get(c as usize))
+            .is_some_and(|c| c.in_use && c.left)
     }
 
     pub(super) fn probe_if_silent(&mut self, now: Instant, group: GroupId, node: NodeId) {

@@ -864,7 +864,8 @@ impl<'a> Engine<'a> {
                     | Slot::Deny { .. }
                     | Slot::Fence { .. }
                     | Slot::FenceOk { .. }
-                    | Slot::Abort { .. }) => tx.slot(ch, s, ctrl, gets),
+                    | Slot::Abort { .. }
+                    | Slot::Bye) => tx.slot(ch, s, ctrl, gets),
                     Slot::Free => true,
                 };
                 if !ok {
@@ -1524,6 +1525,7 @@ impl<'t, D: Device> Tx<'t, D> {
                 self.control(ch, seq, Kind::Control, bseq, CONTROL_FENCE_OK, 0)
             }
             Slot::Abort { msg } => self.control(ch, seq, Kind::Control, msg, CONTROL_ABORT, 0),
+            Slot::Bye => self.control(ch, seq, Kind::Control, 0, CONTROL_BYE, 0),
             Slot::GetRequest { get, req } => {
                 let payload = Engine::get_request_payload(gets, get, req);
                 let repr = Repr {

@@ -354,17 +354,22 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         }
     }
 
-    /// `lfc_exit`: finishes the packets still in flight (at most 10 s) and hands back
-    /// the device and the program's state.
+    /// `lfc_exit`: finishes the packets still in flight (at most 10 s), tells the
+    /// other processes that this one is leaving (so that those still working do not
+    /// take its silence for a death: [`Engine::say_goodbye`]) and hands back the
+    /// device and the program's state. Not collective: a process with nothing more
+    /// to do may leave while others go on.
     pub fn exit(mut self) -> (D, S) {
         let start = self.clock.now();
         let deadline = start + Duration::from_secs(10);
+        let mut told = false;
         // Besides our own packets, peers may still wait on acks for theirs (the last
         // barrier or gather): stay and answer until the network has been quiet for
         // 20 ms, so that a process leaving first does not look dead to them.
         let (mut heard, mut seen) = (start, self.engine.stats().rx_frames);
         loop {
             let now = self.clock.now();
+            told = told || self.engine.say_goodbye();
             self.engine.flush_acks();
             self.engine.poll(now, &mut self.dev, None);
             let rx = self.engine.stats().rx_frames;
@@ -372,7 +377,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
                 (heard, seen) = (now, rx);
             }
             let quiet = now >= heard + Duration::from_millis(20);
-            if (self.engine.is_quiescent() && quiet) || now >= deadline {
+            if (told && self.engine.is_quiescent() && quiet) || now >= deadline {
                 break;
             }
             self.idle_step(false);
@@ -421,6 +426,9 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         size: usize,
         upcalls_allowed: bool,
     ) -> Result<(), Error> {
+        if self.engine.peer_left(dest) {
+            return Err(Error::PeerLeft);
+        }
         // Out in this call where nothing waits before it on its channel, with the
         // clock read after the frame where the device allows.
         let clock = &self.clock;
@@ -450,6 +458,9 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         size: usize,
         upcalls_allowed: bool,
     ) -> Result<(), Error> {
+        if self.engine.left_member(gid).is_some() {
+            return Err(Error::PeerLeft);
+        }
         let tree = self.opts.tree;
         // Through the board, written in this call where nothing of ours waits.
         self.launch(upcalls_allowed, None, |e, dev, now| {
@@ -727,6 +738,9 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     /// before. Drains the network while waiting, with upcalls if allowed.
     pub fn fetch_and_add(&mut self, dest: NodeId, upcalls_allowed: bool) -> Result<u32, Error> {
         self.stats.fetch_adds += 1;
+        if self.engine.peer_left(dest) {
+            return Err(Error::PeerLeft);
+        }
         let group = self.engine.config().group;
         let addr = self.engine.address(group, dest)?;
         if let Some(v) = self.dev.fetch_add(addr, 0, 1) {

@@ -319,6 +319,10 @@ fn launched(call: &str, r: Result<(), Error>) {
             fatal(call, "size larger than lfc_packet_size()")
         }
         Err(Error::SendFailure) => fatal(call, "a destination process died"),
+        Err(Error::PeerLeft) => fatal(
+            call,
+            "a destination process has left (it called lfc_exit): nothing sent to it can arrive",
+        ),
         Err(e) => fatal(call, e),
     }
 }
@@ -336,6 +340,12 @@ pub extern "C" fn lfc_ucast_launch(
             let id = packet_of(l, "lfc_ucast_launch", packet);
             let dest = u16::try_from(dest).unwrap_or(u16::MAX);
             let r = l.ucast_launch(dest, id, size as usize, upcalls_allowed != 0);
+            if r == Err(Error::PeerLeft) {
+                fatal(
+                    "lfc_ucast_launch",
+                    format!("process {dest} has left (it called lfc_exit)"),
+                );
+            }
             launched("lfc_ucast_launch", r)
         })
     })

@@ -540,6 +540,42 @@ fn lfc_misuse_is_one_line_naming_the_call() {
     }
 }
 
+/// Processes with nothing to do call `lfc_exit` and return 0 while others still
+/// work (`lfc_leave.c`; the guide's latency program on 4 processes, whose 2 and 3
+/// only start and exit): the leavers' goodbyes keep their silence from being taken
+/// for deaths, so every process exits 0, on both fabrics and under `mpiexec`. A
+/// packet to a process that left stops the sender with one line naming the call.
+#[test]
+fn lfc_processes_that_leave_early_are_not_taken_for_dead() {
+    let prog = program("lfc_leave");
+    let latency = seed_program("latency");
+    let _g = serial();
+    for fabric in ["shm", "udp"] {
+        let o = launch("4", fabric, &prog, &[]);
+        let t = text(&o);
+        assert!(o.status.success(), "{fabric}:\n{t}");
+        for r in 0..2 {
+            assert!(t.contains(&format!("lfc_leave ok: process {r}")), "{t}");
+        }
+        assert!(!t.contains("died"), "{fabric}:\n{t}");
+        let o = launch("4", fabric, &latency, &["-nsend", "3000"]);
+        let t = text(&o);
+        assert!(o.status.success(), "latency on 4, {fabric}:\n{t}");
+        assert_eq!(t.matches("polling 1 latency").count(), 1, "{t}");
+    }
+    let o = mpiexec("5", "udp", &prog);
+    let t = text(&o);
+    assert!(o.status.success(), "mpiexec:\n{t}");
+    let o = launch("4", "shm", &prog, &["send_to_left"]);
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(
+        t.contains("[0] volley: lfc_ucast_launch: process 2 has left (it called lfc_exit)"),
+        "{t}"
+    );
+    assert!(!t.contains("was taken"), "{t}");
+}
+
 /// Multicast trees, broadcast and fetch-and-add through a relay that drops 10% of
 /// the datagrams and duplicates and reorders others: every packet still reaches
 /// every member exactly once and in order (the program checks), every value once.
