@@ -486,11 +486,16 @@ fn join_group_then_barrier_and_broadcast_in_it() {
     assert_eq!(q.barrier(c, 77, 3), Err(QxError::Unknown));
     assert_eq!(sim.nodes[1].barrier(ctx[1], 77, 4), Err(QxError::Busy));
     let q = &mut sim.nodes[2];
-    let c = q
-        .send_context(Name::new(5, 0), 0, true, 0, 0, Region::None)
-        .unwrap();
+    // Each refusal gives its context back: a new one for each try.
+    let mut fresh = |q: &mut Node| {
+        q.send_context(Name::new(5, 0), 0, true, 0, 0, Region::None)
+            .unwrap()
+    };
+    let c = fresh(q);
     assert_eq!(q.barrier(c, 77, 4), Err(QxError::Size));
+    let c = fresh(q);
     assert_eq!(q.barrier(c, 78, 3), Err(QxError::Unknown));
+    let c = fresh(q);
     assert_eq!(q.join_group(c, 77, 3), Err(QxError::Exists));
     // Broadcast in the group: to 1 and 4.
     let r1 = sim.nodes[1]
@@ -703,6 +708,12 @@ fn misuse_is_a_typed_error() {
     assert_eq!(q.send(none), Err(QxError::Invalid));
     assert_eq!(
         q.poll_for_send(none),
+        Err(QxError::NoContext),
+        "the refused send gave its context back"
+    );
+    let idle = q.send_context(to, 1, true, 0, 1, Region::None).unwrap();
+    assert_eq!(
+        q.poll_for_send(idle),
         Err(QxError::Invalid),
         "nothing posted"
     );
@@ -740,6 +751,61 @@ fn misuse_is_a_typed_error() {
         assert!(!e.message().is_empty());
     }
     assert_eq!(QxError::from_code(0), None);
+}
+
+/// A refused command (unknown receiver or sender, a short send over the limit, a
+/// receive from an application that does not exist, a barrier of an unformed
+/// group) gives its context back: after 100 refusals of each kind, far more than
+/// the 64 contexts of each list, good sends and receives still work.
+#[test]
+fn refused_commands_give_their_contexts_back() {
+    let seed = 0x7ef;
+    let mut sim = make_sim(&app(2), seed, FaultConfig::default());
+    let (me, to) = (Name::new(5, 0), Name::new(5, 1));
+    for k in 0..100 {
+        let q = &mut sim.nodes[0];
+        let nobody = q
+            .send_context(Name::new(5, 40), 1, true, 0, 1, Region::Data(vec![1]))
+            .unwrap();
+        assert_eq!(q.send_short(nobody), Err(QxError::Unknown), "{k}");
+        let long = q
+            .send_context(to, 1, true, 0, SHORT_MAX + 1, Region::Pool(0))
+            .unwrap();
+        assert_eq!(q.send_short(long), Err(QxError::TooLong), "{k}");
+        let no_app = q
+            .send_context(Name::new(77, 0), 1, true, 0, 1, Region::Data(vec![1]))
+            .unwrap();
+        assert_eq!(
+            q.send(no_app),
+            Err(QxError::Unknown),
+            "{k}: no application 77"
+        );
+        let r = q
+            .recv_context(Name::new(5, 9), 1, true, 0, 8, Region::Pool(0))
+            .unwrap();
+        assert_eq!(q.receive(r), Err(QxError::Unknown), "{k}");
+        let b = q.send_context(me, 0, true, 0, 0, Region::None).unwrap();
+        assert_eq!(q.barrier(b, 99, 2), Err(QxError::Unknown), "{k}");
+        assert_eq!(q.send_doorbell(nobody), FREE);
+    }
+    // Good ones now: 100 short sends, each received.
+    for k in 0..100u8 {
+        let r = sim.nodes[1]
+            .recv_context(me, 2, true, 0, 1, Region::Segments(vec![(MEM, 1)]))
+            .unwrap();
+        sim.nodes[1].receive(r).unwrap();
+        let q = &mut sim.nodes[0];
+        let s = q
+            .send_context(to, 2, true, 0, 1, Region::Data(vec![k]))
+            .unwrap();
+        q.send_short(s).unwrap();
+        until(&mut sim, seed, 5, |nodes, _| {
+            nodes[0].send_doorbell(s) == DONE && recv_done(&nodes[1], r)
+        });
+        assert_eq!(sim.nodes[0].poll_for_send(s), Ok(()));
+        assert_eq!(sim.nodes[1].poll_for_receive(r), Ok(1));
+        assert_eq!(mem(&sim.nodes[1])[0], k);
+    }
 }
 
 /// Long sends: a receive posted before the request gets the data as one put into

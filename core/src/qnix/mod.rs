@@ -7,8 +7,9 @@
 //!   registers the name with every endpoint of the fabric and returns once all
 //!   `group_size` processes of the application have registered. Several
 //!   applications may share a fabric; a process only reaches processes of its own
-//!   application ([`QxError::OtherApplication`]), and frames that claim otherwise are
-//!   dropped at the receiver.
+//!   application ([`QxError::OtherApplication`] for a registered process of another;
+//!   a name nobody registered is [`QxError::Unknown`]), and frames that claim
+//!   otherwise are dropped at the receiver.
 //! - **Contexts.** [`Qnix::send_context`] and [`Qnix::recv_context`] fill the first
 //!   free entry of the send or receive context list ([`CONTEXTS`] each) and return
 //!   its index. The data of a context is its [`Region`]: pages of the buffer pool,
@@ -1078,7 +1079,14 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// The endpoint of a registered process of this application.
     pub fn lookup(&self, name: Name) -> Result<NodeId, QxError> {
         if name.ai != self.me.ai {
-            return Err(QxError::OtherApplication);
+            // Out of reach if another application registered it; a name nobody
+            // registered is unknown, whatever its application id.
+            let known = self.names.iter().flatten().any(|(n, _)| *n == name);
+            return Err(if known {
+                QxError::OtherApplication
+            } else {
+                QxError::Unknown
+            });
         }
         self.names
             .iter()
@@ -1420,12 +1428,14 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// `qx_send`: sends the context's data to its receiver straight out of its
     /// region, which must stay as it is until the send completes.
     pub fn send(&mut self, ctx: usize) -> Result<(), QxError> {
-        self.unicast(ctx, false)
+        let r = self.unicast(ctx, false);
+        self.refused(SEND, ctx, r)
     }
 
     /// `qx_send_short`: copies the data (at most [`SHORT_MAX`] bytes) now and sends it.
     pub fn send_short(&mut self, ctx: usize) -> Result<(), QxError> {
-        self.unicast(ctx, true)
+        let r = self.unicast(ctx, true);
+        self.refused(SEND, ctx, r)
     }
 
     fn unicast(&mut self, ctx: usize, short: bool) -> Result<(), QxError> {
@@ -1517,12 +1527,14 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
 
     /// `qx_broadcast`: sends to every member of formed group `group` but this process.
     pub fn broadcast(&mut self, ctx: usize, group: i32) -> Result<(), QxError> {
-        self.bcast(ctx, group, false)
+        let r = self.bcast(ctx, group, false);
+        self.refused(SEND, ctx, r)
     }
 
     /// `qx_broadcast_short`.
     pub fn broadcast_short(&mut self, ctx: usize, group: i32) -> Result<(), QxError> {
-        self.bcast(ctx, group, true)
+        let r = self.bcast(ctx, group, true);
+        self.refused(SEND, ctx, r)
     }
 
     fn bcast(&mut self, ctx: usize, group: i32, short: bool) -> Result<(), QxError> {
@@ -1542,12 +1554,14 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
 
     /// `qx_multicast`: sends to each process of `to` (of this application).
     pub fn multicast(&mut self, ctx: usize, to: &[Name]) -> Result<(), QxError> {
-        self.mcast(ctx, to, false)
+        let r = self.mcast(ctx, to, false);
+        self.refused(SEND, ctx, r)
     }
 
     /// `qx_multicast_short`.
     pub fn multicast_short(&mut self, ctx: usize, to: &[Name]) -> Result<(), QxError> {
-        self.mcast(ctx, to, true)
+        let r = self.mcast(ctx, to, true);
+        self.refused(SEND, ctx, r)
     }
 
     fn mcast(&mut self, ctx: usize, to: &[Name], short: bool) -> Result<(), QxError> {
@@ -1571,6 +1585,11 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// `qx_receive`: the next message from the context's sender with its tag lands
     /// in its region (messages match receives in the order both were posted).
     pub fn receive(&mut self, ctx: usize) -> Result<(), QxError> {
+        let r = self.post_receive(ctx);
+        self.refused(RECV, ctx, r)
+    }
+
+    fn post_receive(&mut self, ctx: usize) -> Result<(), QxError> {
         self.idle(RECV, ctx)?;
         self.lookup(self.ctxs[RECV][ctx].peer)?;
         let len = self.ctxs[RECV][ctx].len;
@@ -1588,6 +1607,11 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// `qx_join_group`: this process joins group `group` of `size` processes of its
     /// application; the context's doorbell rings when all have joined.
     pub fn join_group(&mut self, ctx: usize, group: i32, size: i32) -> Result<(), QxError> {
+        let r = self.post_join(ctx, group, size);
+        self.refused(SEND, ctx, r)
+    }
+
+    fn post_join(&mut self, ctx: usize, group: i32, size: i32) -> Result<(), QxError> {
         self.idle(SEND, ctx)?;
         if group == self.me.ai {
             return Err(QxError::Exists);
@@ -1611,6 +1635,11 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// `qx_barrier`: the context's doorbell rings once every member of formed group
     /// `group` (of `size`, which must match) has reached the barrier.
     pub fn barrier(&mut self, ctx: usize, group: i32, size: i32) -> Result<(), QxError> {
+        let r = self.post_barrier(ctx, group, size);
+        self.refused(SEND, ctx, r)
+    }
+
+    fn post_barrier(&mut self, ctx: usize, group: i32, size: i32) -> Result<(), QxError> {
         self.idle(SEND, ctx)?;
         let gi = self.formed_group(group)?;
         let me = self.engine.config().node;
@@ -1665,6 +1694,29 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             let busy = self.step();
             self.idle_step(busy);
         }
+    }
+
+    /// A command refused before it was posted gives its context back, as if its
+    /// operation had ended: the seed's context lists lend a context for one
+    /// operation, and a program that gets an error takes new ones (after 64
+    /// refusals it could not send at all otherwise). A context with an operation
+    /// posted (its doorbell not FREE) is left alone.
+    fn refused<T>(&mut self, side: usize, ctx: usize, r: Result<T, QxError>) -> Result<T, QxError> {
+        if r.is_err()
+            && self.ctxs[side].get(ctx).is_some_and(|c| c.used)
+            && self.bells[side][ctx] == FREE
+        {
+            self.free_ctx(side, ctx);
+        }
+        r
+    }
+
+    /// [`Qnix::send`]'s refusal of send context `ctx` for a cause the caller found
+    /// before posting (a facade that resolves the context's memory itself): gives
+    /// the context back as a refused command does, and returns `e`.
+    pub fn refuse_send(&mut self, ctx: usize, e: QxError) -> QxError {
+        let _ = self.refused::<()>(SEND, ctx, Err(e));
+        e
     }
 
     fn complete_send(&mut self, ctx: usize, r: Result<(), QxError>) {

@@ -9,6 +9,12 @@
  * Processes are named by (AI, PI): application id and process id, 0..group_size-1.
  * A job is started by a launcher (`volley run -n N -- ./prog`, mpiexec, srun);
  * every process calls qx_init with its own name, which need not be its rank.
+ *
+ * Contexts: qx_send_context and qx_recv_context lend a context for one operation.
+ * The poll that sees it end gives it back (a context without a doorbell, once the
+ * operation ends); so does a command that is refused (a negative return from
+ * qx_send, qx_receive, qx_barrier, ...): the program takes a new context to try
+ * again. A context with an operation posted is never taken back by a refusal.
  */
 #ifndef QNIX_H
 #define QNIX_H
@@ -38,7 +44,7 @@ extern "C" {
 #define QX_ENOCTX (-2)    /* no such context, or none free */
 #define QX_EBUSY (-3)     /* the context has an operation posted */
 #define QX_EUNKNOWN (-4)  /* no registered process or formed group by that name */
-#define QX_EOTHERAPP (-5) /* the process belongs to another application */
+#define QX_EOTHERAPP (-5) /* a registered process of another application */
 #define QX_ETOOLONG (-6)  /* length above the operation's limit */
 #define QX_ENOPHYS (-7)   /* physical addresses are not available here */
 #define QX_EFAULT (-8)    /* memory not mapped, not translated or not writable */
@@ -79,6 +85,8 @@ int qx_buffer_lock(char *buffer, long buffer_size);
 int qx_buffer_unlock(char *buffer, long buffer_size);
 int qx_buffer_pool(int pool_size);
 int qx_buffer_translate(char *buffer, long buffer_size, unsigned long *phys_addr);
+/* receiver_proc_name NULL: a context that names no receiver, for qx_join_group and
+ * qx_barrier only (a send on it is refused with QX_EUNKNOWN). */
 int qx_send_context(int *receiver_proc_name, int context_tag, int doorbell_flag, int size,
                     long len, int buffer_pool_index, unsigned long *context_reg);
 int qx_recv_context(int *sender_proc_name, int context_tag, int doorbell_flag, int size,

@@ -624,7 +624,9 @@ fn sending(
 ) -> c_int {
     with(|s| {
         let i = index(ctx)?;
-        s.prepare_send(i, short)?;
+        if let Err(e) = s.prepare_send(i, short) {
+            return Err(s.q.refuse_send(i, e));
+        }
         post(&mut s.q, i).map(|()| 0)
     })
 }
