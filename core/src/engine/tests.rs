@@ -2085,3 +2085,22 @@ fn a_device_is_asked_its_capabilities_at_the_first_poll_only() {
     assert_eq!(&b.state()[0].1[..], b"hello");
     assert_eq!(asked, [1, 1], "capabilities asked at every poll");
 }
+
+/// The numbers a C facade returns: GAMMA's own where GAMMA has one (a message the
+/// receiver discarded is a failed send), Volley's above 10 otherwise, and the
+/// limit a too-long message broke in its text.
+#[test]
+fn error_codes_are_gammas_where_gamma_has_one() {
+    assert_eq!(Error::SendFailure.code(), -(Errno::SendFailure as i32));
+    assert_eq!(Error::PortClosed.code(), -(Errno::SendFailure as i32));
+    assert_eq!(Error::BufferTooSmall.code(), -(Errno::MsgTooLong as i32));
+    assert_eq!(Error::InvalidHandle.code(), -18);
+    assert_eq!(Error::MessageTooLong.code(), -20);
+    assert_eq!(Error::LongerThan(EAGER_MAX).code(), -20);
+    assert_eq!(Error::PeerLeft.code(), -31);
+    use std::string::ToString;
+    assert!(Error::LongerThan(EAGER_MAX)
+        .to_string()
+        .contains("16384 bytes"));
+    assert!(Error::MessageTooLong.to_string().contains("4 GiB"));
+}

@@ -117,6 +117,26 @@ int main(int argc, char **argv)
         failed = 1;
     }
     CHECK_EQ(gamma_sync(), 0);
+
+    /* A non-blocking send's handle stays answerable once it has completed: tested
+     * or waited on again, it is still complete. Each instance sends one. */
+    {
+        int h = gamma_isend_flowctl(1, msg, sizeof msg), rc;
+        if (h <= 0) {
+            printf("misuse: gamma_isend_flowctl returned %d\n", h);
+            failed = 1;
+        }
+        CHECK_EQ(gamma_wait(1, 1), 0);
+        while ((rc = gamma_tsend(h)) == 0) {
+        }
+        CHECK_EQ(rc, 1);
+        CHECK_EQ(gamma_tsend(h), 1);
+        CHECK_EQ(gamma_wsend(h), 0);
+        CHECK_EQ(gamma_wsend(h), 0);
+        CHECK_EQ(gamma_tsend(h), 1);
+        CHECK_NEG(gamma_tsend(h + 1000));
+    }
+    CHECK_EQ(gamma_sync(), 0);
     CHECK_EQ(gamma_exit(), 0);
 
     /* Nothing works after gamma_exit either. */

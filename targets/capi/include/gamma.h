@@ -11,14 +11,26 @@
  * are `unsigned char` here, so this header reaches ports and semaphores 0..254 and
  * instances 0..254 (255 is BROADCAST). <linux/gamma/libgamma.h> has the later API
  * with `unsigned short` ports for larger jobs. Every call returns a negative value on
- * error (GAMMA's numbers where GAMMA has one: -GAMMA_ERR_SENDFAILURE, ...).
+ * error (GAMMA's numbers where GAMMA has one: -GAMMA_ERR_SENDFAILURE, ...; Volley's
+ * own from -10 down otherwise, e.g. -18 for a handle no send was given, -20 for a
+ * message longer than the call takes).
+ *
+ * gamma_init(num_nodes, ...) run by hand (no launcher) starts num_nodes copies of the
+ * program on this machine; num_nodes <= 0 (or -GAMMANP 0) means all of the cluster,
+ * which here is this machine: one copy per processor it lets the program use.
+ *
+ * A reliable send to a port the receiver has not bound for input is retried for
+ * 10 s (a port bound late still gets it); then the receiver discards it and the send
+ * fails with -GAMMA_ERR_SENDFAILURE (the port's error handler sees
+ * GAMMA_ERR_SENDFAILURE). A blocking gamma_send_flowctl of more than 16 KiB returns
+ * that error; a shorter one has returned already, and only the handler learns it.
  *
  * Receiver and error handlers run inside GAMMA calls that poll (gamma_wait,
  * gamma_test, the sends, gamma_sync), on the calling thread, when a whole message has
  * landed. A handler may call any GAMMA function that does not wait: gamma_signal,
  * gamma_sigerr, gamma_test, gamma_post_recv, gamma_attach_buffer, and the sends
  * (copied, at most 16 KiB, and transmitted as soon as the handler returns; a failure
- * later reaches the port's error handler). Waiting calls (gamma_wait, gamma_sync,
+ * later reaches the port's error handler; a longer one returns -20). Waiting calls (gamma_wait, gamma_sync,
  * gamma_wsend, gamma_exit, port set-up) return an error inside a handler. GAMMA is
  * single-threaded: call it from the thread that called gamma_init().
  */
@@ -78,7 +90,9 @@ int gamma_send_2p_flowctl(unsigned char output_port, void *data1, unsigned long 
                           void *data2, unsigned long len2);
 
 /* Non-blocking sends return a handle; the data must stay untouched until
- * gamma_wsend() returns or gamma_tsend() returns 1. */
+ * gamma_wsend() returns or gamma_tsend() returns 1. A handle stays answerable after
+ * its send has ended: gamma_tsend() keeps returning 1 (or the error it failed with)
+ * and gamma_wsend() 0. */
 int gamma_isend(unsigned char output_port, void *data, unsigned long len);
 int gamma_isend_flowctl(unsigned char output_port, void *data, unsigned long len);
 int gamma_isend_2p(unsigned char output_port, void *data1, unsigned long len1,

@@ -34,6 +34,7 @@ pub use lfc::*;
 pub use qnix::*;
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_long, c_uchar, c_ulong, c_ushort, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::{Child, Command};
@@ -73,9 +74,8 @@ type Up<'u> = Upcall<'u, 'static, CState>;
 
 struct Instance {
     g: HostGamma<CState>,
-    /// Non-blocking sends: the C handle and the engine's.
-    handles: Vec<(c_int, SendHandle)>,
-    next_handle: c_int,
+    /// Non-blocking sends by C handle.
+    handles: Handles,
     /// Copies of this program `gamma_init` started (no launcher).
     children: Vec<Child>,
 }
@@ -257,7 +257,24 @@ fn result(r: Result<usize, Error>) -> c_int {
 // ------------------------------------------------------------------- start-up
 
 /// `-GAMMANP N` (or `-GAMMANP=N`) from the command line.
-fn gammanp(args: &[String]) -> Option<Result<u32, String>> {
+/// How many processes a job asks for: the seed's `num_nodes` (or `-GAMMANP`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Processes {
+    N(u32),
+    /// "Less than or equal to zero": every workstation of the cluster.
+    All,
+}
+
+/// The processes "all" means for a job this program starts itself: the seed's
+/// cluster is the machines of `/etc/gamma.conf`; here it is this machine, one
+/// process per processor the program may run on.
+fn all_processes() -> u32 {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get() as u32)
+        .min(u16::MAX as u32)
+}
+
+fn gammanp(args: &[String]) -> Option<Result<Processes, String>> {
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let v = if a == "-GAMMANP" {
@@ -267,10 +284,13 @@ fn gammanp(args: &[String]) -> Option<Result<u32, String>> {
         } else {
             continue;
         };
-        return Some(match v.parse::<u32>() {
-            Ok(n) if (1..=u16::MAX as u32).contains(&n) => Ok(n),
+        // As for `num_nodes`, zero or less means every workstation of the cluster.
+        return Some(match v.parse::<i64>() {
+            Ok(n) if n <= 0 => Ok(Processes::All),
+            Ok(n) if n <= u16::MAX as i64 => Ok(Processes::N(n as u32)),
             _ => Err(format!(
-                "gamma_init: -GAMMANP {v:?}: expected a number of processes, 1 to 65535"
+                "gamma_init: -GAMMANP {v:?}: expected a number of processes, up to 65535 \
+                 (0: one per processor of this machine)"
             )),
         });
     }
@@ -348,23 +368,29 @@ fn init(num_nodes: c_int, args: Vec<String>) -> c_int {
         return code(Error::BadConfig);
     }
     let wanted = match gammanp(&args) {
-        Some(Ok(n)) => Some(n),
+        Some(Ok(n)) => n,
         Some(Err(msg)) => die(&msg),
-        None => (num_nodes > 0).then_some(num_nodes as u32),
+        None if num_nodes > 0 => Processes::N(num_nodes as u32),
+        None => Processes::All,
     };
     let fabric = Fabric::from_env().unwrap_or_else(|e| die(&format!("gamma_init: {e}")));
     let (boot, children) = if launched() {
         let boot = bootstrap::from_env(None).unwrap_or_else(|e| die(&e.to_string()));
         // The seed: more than there are is the same as all of them.
-        if let Some(w) = wanted.filter(|&w| w < boot.size as u32) {
-            die(&format!(
-                "gamma_init: {w} processes requested (-GAMMANP or num_nodes) but {} started {}",
-                boot.source, boot.size
-            ));
+        if let Processes::N(w) = wanted {
+            if w < boot.size as u32 {
+                die(&format!(
+                    "gamma_init: {w} processes requested (-GAMMANP or num_nodes) but {} started {}",
+                    boot.source, boot.size
+                ));
+            }
         }
         (boot, Vec::new())
     } else {
-        let n = wanted.unwrap_or(1);
+        let n = match wanted {
+            Processes::N(n) => n,
+            Processes::All => all_processes(),
+        };
         let n = u16::try_from(n).unwrap_or_else(|_| die("gamma_init: at most 65535 processes"));
         let job = launcher::new_job_id();
         let secret = Secret::generate().unwrap_or_else(|e| die(&format!("gamma_init: {e}")));
@@ -388,8 +414,7 @@ fn init(num_nodes: c_int, args: Vec<String>) -> c_int {
     INSTANCE.with(|c| {
         *c.borrow_mut() = Some(Box::new(Instance {
             g,
-            handles: Vec::new(),
-            next_handle: 1,
+            handles: Handles::default(),
             children,
         }))
     });
@@ -836,12 +861,7 @@ fn send(port: u16, head: &[u8], body: &'static [u8], reliable: bool, how: SendKi
                 (false, true) => i.g.isend_2p_flowctl(port, head, body),
             };
             match r {
-                Ok(h) => {
-                    let c = i.next_handle;
-                    i.next_handle = if c == c_int::MAX { 1 } else { c + 1 };
-                    i.handles.push((c, h));
-                    c
-                }
+                Ok(h) => i.handles.issue(h),
                 Err(e) => code(e),
             }
         }
@@ -963,31 +983,98 @@ send_2p_fns! {
     gamma_isend_2p_flowctl, volley_libgamma_isend_2p_flowctl, true, SendKind::NonBlocking;
 }
 
+/// How many failed sends' errors [`Handles`] keeps.
+const FAILED_KEPT: usize = 4096;
+
+/// Non-blocking sends by C handle. A handle stays answerable once its send has
+/// ended, as in GAMMA, where a program may test or wait on it again: complete, or
+/// the error it ended with. Handles count up from 1 and wrap after `c_int::MAX`;
+/// the errors of the last [`FAILED_KEPT`] failed sends are kept, and a handle older
+/// than a forgotten failure answers `InvalidHandle` (too old to tell).
+#[derive(Debug, Default)]
+struct Handles {
+    /// Sends not seen ending yet: C handle, sequence number, the engine's handle.
+    pending: Vec<(c_int, u64, SendHandle)>,
+    /// Handles issued so far (the next one's sequence number).
+    issued: u64,
+    /// Failed sends: sequence number and the code they ended with, oldest first.
+    failed: VecDeque<(u64, c_int)>,
+    /// Sends numbered below this may have failed with an error no longer kept.
+    forgotten_below: u64,
+}
+
+impl Handles {
+    fn issue(&mut self, h: SendHandle) -> c_int {
+        let seq = self.issued;
+        self.issued += 1;
+        let c = (seq % c_int::MAX as u64) as c_int + 1;
+        self.pending.push((c, seq, h));
+        c
+    }
+
+    /// The newest sequence number issued as C handle `c`.
+    fn seq_of(&self, c: c_ulong) -> Option<u64> {
+        let m = c_int::MAX as u64;
+        let first = c.checked_sub(1).filter(|&f| f < m)?;
+        let last = self.issued.checked_sub(1).filter(|&l| l >= first)?;
+        Some(first + (last - first) / m * m)
+    }
+
+    /// Records that pending send `pos` ended with `rc` (1: complete).
+    fn ended(&mut self, pos: usize, rc: c_int) {
+        let (_, seq, _) = self.pending.swap_remove(pos);
+        if rc < 0 {
+            if self.failed.len() == FAILED_KEPT {
+                if let Some((old, _)) = self.failed.pop_front() {
+                    self.forgotten_below = old + 1;
+                }
+            }
+            self.failed.push_back((seq, rc));
+        }
+    }
+
+    /// What a handle whose send is not pending answers: 1 (complete), the error
+    /// its send ended with, or `InvalidHandle`.
+    fn answer(&self, c: c_ulong) -> c_int {
+        let Some(seq) = self.seq_of(c) else {
+            return code(Error::InvalidHandle);
+        };
+        if let Some(&(_, rc)) = self.failed.iter().rev().find(|&&(s, _)| s == seq) {
+            return rc;
+        }
+        if seq < self.forgotten_below {
+            return code(Error::InvalidHandle);
+        }
+        1
+    }
+}
+
 fn complete(handle: c_ulong, wait: bool) -> c_int {
     if handle == QUEUED_HANDLE as c_ulong {
         return 1;
     }
     with_gamma(true, |i| {
-        let Some(pos) = i.handles.iter().position(|&(c, _)| c as c_ulong == handle) else {
-            return code(Error::InvalidHandle);
+        let Some(pos) = i
+            .handles
+            .pending
+            .iter()
+            .position(|&(c, _, _)| c as c_ulong == handle)
+        else {
+            return i.handles.answer(handle);
         };
-        let h = i.handles[pos].1;
+        let h = i.handles.pending[pos].2;
         let r = if wait {
             i.g.wsend(h).map(|()| true)
         } else {
             i.g.tsend(h)
         };
-        match r {
-            Ok(false) => 0,
-            Ok(true) => {
-                i.handles.swap_remove(pos);
-                1
-            }
-            Err(e) => {
-                i.handles.swap_remove(pos);
-                code(e)
-            }
-        }
+        let rc = match r {
+            Ok(false) => return 0,
+            Ok(true) => 1,
+            Err(e) => code(e),
+        };
+        i.handles.ended(pos, rc);
+        rc
     })
 }
 

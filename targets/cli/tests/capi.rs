@@ -231,6 +231,20 @@ fn c_gammanp_starts_the_job_itself() {
         assert!(o.status.success(), "-GAMMANP 2 on {fabric}:\n{t}");
         assert!(t.contains("pingpong ok: 2 processes"), "{t}");
     }
+    // By hand, num_nodes <= 0 (pingpong.c passes 0) and -GAMMANP 0 mean "all of the
+    // cluster": here, one process per processor the program may use (two, by
+    // `taskset`).
+    for args in [&[][..], &["-GAMMANP", "0"][..]] {
+        let o = Command::new("timeout")
+            .args(["120", "taskset", "-c", "0,1"])
+            .arg(&prog)
+            .args(args)
+            .output()
+            .expect("runs");
+        let t = text(&o);
+        assert!(o.status.success(), "{args:?}:\n{t}");
+        assert!(t.contains("pingpong ok: 2 processes"), "{args:?}:\n{t}");
+    }
     // The same program under a launcher: -GAMMANP above the launcher's count means
     // "all of them" (the seed's rule); below it is an error.
     let o = launch("2", "shm", &prog, &["-GAMMANP", "8"]);
