@@ -487,7 +487,7 @@ fn join_group_then_barrier_and_broadcast_in_it() {
     assert_eq!(sim.nodes[1].barrier(ctx[1], 77, 4), Err(QxError::Busy));
     let q = &mut sim.nodes[2];
     // Each refusal gives its context back: a new one for each try.
-    let mut fresh = |q: &mut Node| {
+    let fresh = |q: &mut Node| {
         q.send_context(Name::new(5, 0), 0, true, 0, 0, Region::None)
             .unwrap()
     };

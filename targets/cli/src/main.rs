@@ -311,6 +311,25 @@ enum Format {
     Json,
 }
 
+/// A fresh temporary directory only this user may enter (0700), and in it the empty
+/// file (0600) the bench's ranks append their rows to.
+fn private_rows_file() -> Result<(tempfile::TempDir, PathBuf), String> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let dir = tempfile::Builder::new()
+        .prefix("volley-bench-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .map_err(|e| format!("cannot create a private directory: {e}"))?;
+    let path = dir.path().join("rows.jsonl");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((dir, path))
+}
+
 /// `volley bench`: runs each part as a local job whose rank 0 appends its rows to a
 /// file in a private temporary directory, and prints them as they come (table, CSV)
 /// or at the end (JSON).
@@ -321,18 +340,13 @@ fn bench_command(
     peers: bool,
     plot: Option<&Path>,
 ) -> i32 {
-    let dir = match tempfile::Builder::new().prefix("volley-bench-").tempdir() {
-        Ok(d) => d,
+    let (dir, path) = match private_rows_file() {
+        Ok(x) => x,
         Err(e) => {
-            eprintln!("volley: bench: cannot create a private directory: {e}");
+            eprintln!("volley: bench: {e}");
             return 1;
         }
     };
-    let path = dir.path().join("rows.jsonl");
-    if let Err(e) = std::fs::File::create(&path) {
-        eprintln!("volley: bench: {}: {e}", path.display());
-        return 1;
-    }
     match format {
         Format::Table => println!("{}", bench::header()),
         Format::Csv => print!("{}", bench::csv(&[], true)),
@@ -749,4 +763,18 @@ fn main() -> ExitCode {
         }
     };
     ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    /// The bench's rows are this user's alone, whatever the umask.
+    #[test]
+    fn the_bench_directory_and_rows_are_private() {
+        let (dir, path) = super::private_rows_file().unwrap();
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(dir.path()), 0o700);
+        assert_eq!(mode(&path), 0o600);
+    }
 }

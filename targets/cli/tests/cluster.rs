@@ -1191,3 +1191,141 @@ fn fetch_and_add_from_every_rank_at_once() {
         );
     }
 }
+
+/// Starts `volley run` with `args`, its output piped, and reads lines until one
+/// `[r] pid N` for each of `ranks` ranks has come: the launcher and the ranks' pids.
+fn launcher_with_pids(args: &[&str], ranks: u16) -> (std::process::Child, Vec<i32>) {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(VOLLEY)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("volley runs");
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if let Some((_, pid)) = line.split_once("] pid ") {
+                let _ = tx.send(pid.trim().parse::<i32>().unwrap_or(0));
+            }
+        }
+    });
+    let pids = (0..ranks)
+        .map(|_| {
+            rx.recv_timeout(Duration::from_secs(30))
+                .expect("every rank says its pid")
+        })
+        .collect();
+    (child, pids)
+}
+
+fn alive(pid: i32) -> bool {
+    // Gone, or a zombie nobody reaped yet (its parent died with it).
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit(") ").next().is_some_and(|r| !r.starts_with('Z')))
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on the launcher this test started and has not reaped.
+    unsafe { libc::kill(pid as i32, sig) };
+}
+
+fn wait_gone(pids: &[i32], within: Duration) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < within {
+        if !pids.iter().any(|&p| alive(p)) {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// SIGTERM, SIGINT and SIGHUP on `volley run` reach every rank; ranks that ignore
+/// them are killed after the grace period; the launcher exits 128 + the signal and
+/// leaves no job directory. A launcher killed outright takes its ranks with it. A
+/// rank a signal killed makes the launcher exit 128 + that signal.
+#[test]
+fn the_launcher_leaves_nothing_running() {
+    let _g = serial();
+    let before = shm_dirs();
+    // Real ranks, busy (workers computing, rank 0 waiting for them): forwarded.
+    for (sig, name) in [
+        (libc::SIGTERM, "TERM"),
+        (libc::SIGINT, "INT"),
+        (libc::SIGHUP, "HUP"),
+    ] {
+        let child = Command::new(VOLLEY)
+            .args(["run", "-n", "3", "--fabric", "shm", "--grace", "20", "--"])
+            .args([VOLLEY, "worker", "compute"])
+            .env("VOLLEY_COMPUTE", "120")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        thread::sleep(Duration::from_millis(1500));
+        let t = Instant::now();
+        signal(child.id(), sig);
+        let o = child.wait_with_output().unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(128 + sig), "SIG{name}: {e}");
+        assert!(t.elapsed() < Duration::from_secs(15), "SIG{name}: {e}");
+        assert!(e.contains(&format!("got signal {sig}")), "SIG{name}: {e}");
+        assert_nothing_left(&before, name);
+    }
+    // Ranks that ignore SIGTERM: killed once the grace has passed.
+    let prog = "trap '' TERM; echo pid $$; while :; do :; done";
+    let (child, pids) = launcher_with_pids(
+        &["run", "-n", "2", "--grace", "1", "--", "sh", "-c", prog],
+        2,
+    );
+    signal(child.id(), libc::SIGTERM);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(128 + libc::SIGTERM));
+    assert!(
+        wait_gone(&pids, Duration::from_secs(5)),
+        "ranks {pids:?} survived"
+    );
+    // The launcher killed outright: its ranks die with it.
+    let prog = "echo pid $$; while :; do :; done";
+    let (mut child, pids) = launcher_with_pids(&["run", "-n", "2", "--", "sh", "-c", prog], 2);
+    signal(child.id(), libc::SIGKILL);
+    let _ = child.wait();
+    assert!(
+        wait_gone(&pids, Duration::from_secs(5)),
+        "ranks {pids:?} outlived the launcher"
+    );
+    // A rank killed by a signal: 128 + it, as mpiexec says.
+    let (o, _) = run(
+        &[
+            "run",
+            "-n",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "if [ $VOLLEY_RANK = 1 ]; then kill -USR1 $$; fi",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(128 + libc::SIGUSR1), "{}", text(&o));
+    // A timeout names the ranks still running.
+    let (o, _) = run(
+        &[
+            "run",
+            "-n",
+            "3",
+            "--timeout",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "[ $VOLLEY_RANK = 1 ] || sleep 30",
+        ],
+        &[],
+    );
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(124), "{t}");
+    assert!(t.contains("rank 0, 2 still running"), "{t}");
+}

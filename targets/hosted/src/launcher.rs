@@ -3,8 +3,11 @@
 //! Each rank gets `VOLLEY_RANK`, `VOLLEY_SIZE`, `VOLLEY_JOB` and `VOLLEY_FABRIC`; its
 //! output comes back line by line with a `[rank]` prefix. When a rank fails, the others
 //! get a grace period to notice and report it (a dead peer is an error at the sender),
-//! then they are killed; the launcher exits non-zero. The shared-memory directory of
-//! the job is removed at the end whatever happened.
+//! then they are killed; the launcher exits non-zero (128 + the signal for a rank a
+//! signal killed, as `mpiexec` does). SIGINT, SIGTERM and SIGHUP sent to the launcher
+//! go to every rank; what is left after the grace period is killed. A rank dies with
+//! its launcher if that is killed outright (`PR_SET_PDEATHSIG`). The shared-memory
+//! directory of the job is removed at the end whatever happened.
 //!
 //! With `--unikernel K` the last K ranks are unikernel nodes instead: one QEMU each,
 //! booting Volley's image (built on first use) on the `udp` fabric through QEMU's
@@ -16,6 +19,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -225,6 +229,60 @@ fn forward(
     })
 }
 
+/// The signal that asked the launcher to stop (SIGINT, SIGTERM or SIGHUP); 0 while
+/// none has.
+static STOP: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop(sig: libc::c_int) {
+    STOP.store(sig, Ordering::Relaxed);
+}
+
+/// From now on SIGINT, SIGTERM and SIGHUP only note themselves in [`STOP`]: the
+/// supervising loop passes them on to the ranks.
+fn catch_stop_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores into an atomic, which is async-signal-safe;
+        // a zeroed sigaction with a handler and an empty mask is valid.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Makes `cmd`'s process die with this one: killed when the launcher's thread that
+/// started it ends (all of it, for the main thread), or at once if the launcher is
+/// already gone when it starts.
+fn dies_with_launcher(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let launcher = std::process::id() as libc::pid_t;
+    // SAFETY: prctl, getppid and raise are async-signal-safe; nothing else runs
+    // between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != launcher {
+                libc::raise(libc::SIGKILL);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The launcher's exit code for a rank that ended with `s`, not as it should: its
+/// own code, or 128 + the signal that killed it.
+fn failure_code(s: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) if c != 0 => c,
+        (None, Some(sig)) => 128 + sig,
+        _ => 1,
+    }
+}
+
 fn describe(s: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (s.code(), s.signal()) {
@@ -283,6 +341,7 @@ pub fn run(opts: &RunOptions) -> i32 {
         extra_env.push(("VOLLEY_UDP_ANY_SOURCE".into(), "1".into()));
     }
     let first_node = opts.ranks - nodes.as_ref().map_or(0, |(u, _)| u.count);
+    catch_stop_signals();
     let mut children: Vec<(u16, Child, i32)> = Vec::new();
     let mut pumps = Vec::new();
     for rank in 0..opts.ranks {
@@ -307,6 +366,7 @@ pub fn run(opts: &RunOptions) -> i32 {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        dies_with_launcher(&mut cmd);
         match cmd.spawn() {
             Ok(mut child) => {
                 let plain = opts.rank0_only.then_some(rank == 0);
@@ -348,6 +408,8 @@ fn supervise(children: &mut [(u16, Child, i32)], opts: &RunOptions) -> i32 {
     let start = Instant::now();
     let mut done: Vec<Option<ExitStatus>> = vec![None; children.len()];
     let mut failed: Option<(u16, Instant)> = None;
+    // A stop signal passed on to the ranks, and when.
+    let mut stopping: Option<(i32, Instant)> = None;
     let mut code = 0;
     loop {
         for (i, (rank, child, success)) in children.iter_mut().enumerate() {
@@ -357,26 +419,55 @@ fn supervise(children: &mut [(u16, Child, i32)], opts: &RunOptions) -> i32 {
             if let Ok(Some(status)) = child.try_wait() {
                 done[i] = Some(status);
                 if status.code() != Some(*success) {
-                    eprintln!("volley run: rank {rank} failed ({})", describe(status));
+                    if stopping.is_none() {
+                        eprintln!("volley run: rank {rank} failed ({})", describe(status));
+                    }
                     if failed.is_none() {
                         failed = Some((*rank, Instant::now()));
-                        code = status.code().filter(|&c| c != 0).unwrap_or(1);
+                        code = failure_code(status);
                     }
                 }
             }
         }
-        if done.iter().all(Option::is_some) {
+        if let Some((sig, _)) = stopping {
+            if done.iter().all(Option::is_some) {
+                return 128 + sig;
+            }
+        } else if done.iter().all(Option::is_some) {
             return code;
         }
-        let kill_reason = if start.elapsed() > opts.timeout {
-            Some(format!("timeout after {:?}", opts.timeout))
-        } else {
-            match failed {
-                Some((rank, at)) if at.elapsed() > opts.grace => {
-                    Some(format!("rank {rank} failed {:?} ago", opts.grace))
+        let sig = STOP.load(Ordering::Relaxed);
+        if sig != 0 && stopping.is_none() {
+            eprintln!("volley run: got signal {sig}; passing it to the ranks");
+            for (i, (_, child, _)) in children.iter_mut().enumerate() {
+                if done[i].is_none() {
+                    // SAFETY: kill(2) on a child not yet reaped, so its pid is ours.
+                    unsafe { libc::kill(child.id() as libc::pid_t, sig) };
                 }
-                _ => None,
             }
+            stopping = Some((sig, Instant::now()));
+        }
+        let running = || {
+            let left: Vec<String> = children
+                .iter()
+                .zip(&done)
+                .filter(|(_, d)| d.is_none())
+                .map(|((r, _, _), _)| r.to_string())
+                .collect();
+            format!("rank {} still running", left.join(", "))
+        };
+        let kill_reason = match (stopping, failed) {
+            (Some((sig, at)), _) if at.elapsed() > opts.grace => {
+                Some(format!("{} {:?} after signal {sig}", running(), opts.grace))
+            }
+            (Some(_), _) => None,
+            _ if start.elapsed() > opts.timeout => {
+                Some(format!("timeout after {:?}, {}", opts.timeout, running()))
+            }
+            (None, Some((rank, at))) if at.elapsed() > opts.grace => {
+                Some(format!("rank {rank} failed {:?} ago", opts.grace))
+            }
+            _ => None,
         };
         if let Some(reason) = kill_reason {
             eprintln!("volley run: {reason}; stopping the remaining ranks");
@@ -385,6 +476,9 @@ fn supervise(children: &mut [(u16, Child, i32)], opts: &RunOptions) -> i32 {
                     let _ = child.kill();
                     let _ = child.wait();
                 }
+            }
+            if let Some((sig, _)) = stopping {
+                return 128 + sig;
             }
             return if code == 0 { 124 } else { code };
         }

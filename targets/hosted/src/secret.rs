@@ -87,9 +87,11 @@ impl Secret {
 /// Reads a key file, refusing one that other users could read or replace.
 fn from_file(path: &str) -> Result<Secret, HostError> {
     let bad = |why: String| HostError(format!("VOLLEY_KEY_FILE={path:?}: {why}"));
+    // O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer; the
+    // type check below refuses it. A regular file reads the same either way.
     let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
         .map_err(|e| bad(format!("cannot open ({e}; symbolic links are refused)")))?;
     let m = f.metadata().map_err(|e| bad(e.to_string()))?;
@@ -166,6 +168,36 @@ mod tests {
             assert_eq!(Secret::from_hex(bad), None, "{bad:?}");
         }
         assert_eq!(format!("{s:?}"), "Secret(..)");
+    }
+
+    /// A key file that is a FIFO (or a directory, or a symbolic link) is refused
+    /// at once with one line, never waited on; a private regular file is read.
+    #[test]
+    fn key_files_that_are_not_private_regular_files_are_refused_at_once() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let t = std::time::Instant::now();
+        let e = from_file(fifo.to_str().unwrap()).unwrap_err().0;
+        assert!(t.elapsed() < std::time::Duration::from_secs(2), "{e}");
+        assert!(e.contains("not a regular file") && !e.contains('\n'), "{e}");
+        let e = from_file(dir.path().to_str().unwrap()).unwrap_err().0;
+        assert!(e.contains("not a regular file"), "{e}");
+        let key = dir.path().join("key");
+        std::fs::write(&key, Secret([3; 16]).to_hex()).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(from_file(key.to_str().unwrap()).unwrap(), Secret([3; 16]));
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&key, &link).unwrap();
+        assert!(from_file(link.to_str().unwrap()).is_err());
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(from_file(key.to_str().unwrap())
+            .unwrap_err()
+            .0
+            .contains("chmod 600"));
     }
 
     #[test]
