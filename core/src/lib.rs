@@ -42,6 +42,7 @@ pub mod phy;
 #[cfg(feature = "alloc")]
 pub mod qnix;
 pub mod rng;
+pub mod session;
 #[cfg(feature = "std")]
 pub mod sim;
 pub mod time;

@@ -57,6 +57,9 @@ impl SimConfig {
     }
 }
 
+/// A recorded link (from, to) and the frames sent on it.
+type Tap = ((usize, usize), Vec<Vec<u8>>);
+
 /// Arrival, order of sending, sender, bytes.
 type Frame = Reverse<(Instant, u64, usize, Vec<u8>)>;
 
@@ -70,6 +73,8 @@ struct NetInner {
     dead: Vec<bool>,
     /// Links (from, to) whose frames vanish.
     cut: Vec<(usize, usize)>,
+    /// Links (from, to) whose frames are recorded, and what they carried.
+    taps: Vec<Tap>,
     /// Whether devices vouch for live nodes ([`SimNet::vouch_for_the_living`]).
     vouch: bool,
 }
@@ -88,6 +93,7 @@ impl SimNet {
             cfg,
             dead: std::vec![false; n],
             cut: Vec::new(),
+            taps: Vec::new(),
             vouch: false,
         })))
     }
@@ -103,6 +109,31 @@ impl SimNet {
     /// Drops every frame node `from` sends to node `to` from now on (one direction).
     pub fn cut(&self, from: usize, to: usize) {
         self.0.borrow_mut().cut.push((from, to));
+    }
+
+    /// Records every frame node `from` sends to node `to` from now on (what an
+    /// eavesdropper on the link would keep), for [`SimNet::recorded`].
+    pub fn tap(&self, from: usize, to: usize) {
+        self.0.borrow_mut().taps.push(((from, to), Vec::new()));
+    }
+
+    /// The frames recorded on link (`from`, `to`) so far, in the order sent.
+    pub fn recorded(&self, from: usize, to: usize) -> Vec<Vec<u8>> {
+        let n = self.0.borrow();
+        n.taps
+            .iter()
+            .filter(|(l, _)| *l == (from, to))
+            .flat_map(|(_, f)| f.iter().cloned())
+            .collect()
+    }
+
+    /// Delivers `frame` to node `to` at `at` as if node `from` had sent it (a
+    /// replayed or forged frame; `from` is what a device that names senders says).
+    pub fn inject(&self, from: usize, to: usize, frame: Vec<u8>, at: Instant) {
+        let mut n = self.0.borrow_mut();
+        n.order += 1;
+        let order = n.order;
+        n.inbound[to].push(Reverse((at, order, from, frame)));
     }
 
     /// Node `i`'s device.
@@ -175,6 +206,10 @@ impl TxToken for SimTx {
         let done = start + wire;
         n.link_free[self.src] = done;
         let at = done + n.cfg.latency;
+        let link = (self.src, self.dst);
+        if let Some((_, f)) = n.taps.iter_mut().find(|(l, _)| *l == link) {
+            f.push(buf.clone());
+        }
         n.order += 1;
         let order = n.order;
         n.inbound[self.dst].push(Reverse((at, order, self.src, buf)));

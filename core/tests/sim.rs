@@ -1520,13 +1520,14 @@ fn beacons_from_a_computing_receiver_keep_it_alive() {
             .unwrap_or_else(|e| panic!("seed {seed}: not delivered: {e:?}"));
         let mut cfg = Config::new(0x1234, 1, 1);
         cfg.auth_key = Some(if forged { *b"another job key!" } else { key });
-        let mut frame = [0u8; BEACON_LEN];
-        let len = beacon_frame(&cfg, 1, 0, &mut frame).unwrap();
-        assert_eq!(len, BEACON_LEN);
         let before = *sim.nodes[0].engine().stats();
-        // Node 1 computes for 40 s; its host sends a beacon every 5 s.
+        // Node 1 computes for 40 s; its host sends a beacon every 5 s, each
+        // numbered one more than the last.
         let mut port = sim.net.port(1);
-        for _ in 0..8 {
+        for k in 0..8 {
+            let mut frame = [0u8; BEACON_LEN];
+            let len = beacon_frame(&cfg, 1, 0, k + 1, &mut frame).unwrap();
+            assert_eq!(len, BEACON_LEN);
             let now = sim.now();
             port.transmit(now, NodeAddr(0))
                 .unwrap()
@@ -1555,6 +1556,66 @@ fn beacons_from_a_computing_receiver_keep_it_alive() {
         .unwrap_or_else(|e| panic!("seed {seed}: the answer did not come: {e:?}"));
         assert!(sim.nodes[0].state().errors.is_empty(), "seed {seed}");
     }
+}
+
+/// Frames a dead peer sent while it lived, replayed to its sender (its acks, its
+/// messages, its standalone acks and beacons, all under the job's key), are no
+/// sign of life: only frames that say something new are. The sender still finds
+/// the peer dead within its peer timeout and a little more.
+#[test]
+fn replayed_frames_keep_no_dead_peer_alive() {
+    use volley_core::engine::{beacon_frame, BEACON_LEN};
+    let seed = seed();
+    let key = *b"replay test key!";
+    let mut sim = quiet_pair_keyed(seed, false, Some(key));
+    sim.net.tap(1, 0);
+    // Traffic both ways: node 1's data frames, acks and standalone acks recorded.
+    for k in 0..20u8 {
+        sim.nodes[0].send_flowctl(1, &[k; 8]).unwrap();
+        sim.nodes[1].send_flowctl(1, &[k; 8]).unwrap();
+        let want = k as u32 + 1;
+        sim.run_until(sim.now() + Duration::from_secs(1), |n, _| {
+            n[0].state().got == want && n[1].state().got == want
+        })
+        .unwrap_or_else(|e| panic!("seed {seed}: message {k}: {e:?}"));
+    }
+    let _ = sim.run_until(sim.now() + Duration::from_millis(50), |n, _| {
+        n.iter().all(|x| x.engine().is_quiescent())
+    });
+    let mut cfg1 = Config::new(0x1234, 1, 1);
+    cfg1.auth_key = Some(key);
+    let mut beacon = vec![0u8; BEACON_LEN];
+    let n = beacon_frame(&cfg1, 1, 0, 7, &mut beacon).unwrap();
+    beacon.truncate(n);
+    let mut recorded = sim.net.recorded(1, 0);
+    assert!(
+        recorded.len() >= 20,
+        "seed {seed}: {} frames",
+        recorded.len()
+    );
+    recorded.push(beacon);
+    // Node 1 dies; node 0 sends on and is fed the recordings every 300 ms.
+    sim.net.kill(1);
+    let died = sim.now();
+    sim.nodes[0].send_flowctl(1, &[99; 8]).unwrap();
+    let timeout = Config::new(0x1234, 1, 0).peer_timeout;
+    let mut t = died;
+    let give_up = died + timeout + timeout + timeout;
+    while t < give_up && sim.nodes[0].engine().stats().peers_failed == 0 {
+        for f in &recorded {
+            sim.net.inject(1, 0, f.clone(), t);
+        }
+        t += Duration::from_millis(300);
+        let _ = sim.run_until(t, |n, _| n[0].engine().stats().peers_failed > 0);
+    }
+    let st = sim.nodes[0].engine().stats();
+    assert_eq!(st.peers_failed, 1, "seed {seed}: kept alive by replays");
+    assert!(st.rx_duplicates > 0, "seed {seed}: the replays were heard");
+    let took = sim.now().saturating_since(died);
+    assert!(
+        took <= timeout + Duration::from_millis(500),
+        "seed {seed}: found dead after {took:?}"
+    );
 }
 
 #[test]

@@ -65,20 +65,121 @@ fn pattern(src: u16, k: usize, len: usize) -> Vec<u8> {
 
 /// The fw_cfg file holding the job's key.
 const KEY_FILE: &str = "opt/volley/key";
+/// The fw_cfg file a launcher may give a node's start-up nonce in (32 hex digits).
+const NONCE_FILE: &str = "opt/volley/nonce";
+
+/// 16 bytes from 32 hex digits.
+fn hex16(text: &[u8]) -> Option<[u8; 16]> {
+    let hex = core::str::from_utf8(text).ok()?.trim();
+    if hex.len() != 32 || !hex.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The CMOS real-time clock's seconds, minutes, hours, day, month and year (as the
+/// chip holds them: BCD or binary), read once it is not updating.
+fn rtc() -> [u8; 6] {
+    use crate::port::{inb, outb};
+    let reg = |r: u8| {
+        outb(0x70, r);
+        inb(0x71)
+    };
+    // Register A bit 7: an update is in progress.
+    for _ in 0..100_000 {
+        if reg(0x0A) & 0x80 == 0 {
+            break;
+        }
+    }
+    [reg(0x00), reg(0x02), reg(0x04), reg(0x07), reg(0x08), reg(0x09)]
+}
+
+/// This node's start-up nonce (see `volley_core::session`): the launcher's, from
+/// fw_cfg, where it gave one; else a hash, under the job's key, of the wall-clock
+/// time (the RTC) and the time-stamp counter, which no two runs share.
+fn start_nonce(key: &[u8; 16], rank: u16) -> [u8; 16] {
+    let mut text = [0u8; 64];
+    if let Some(n) = crate::fwcfg::file(NONCE_FILE, &mut text) {
+        if let Some(nonce) = hex16(&text[..n]) {
+            return nonce;
+        }
+    }
+    let mut seed = [0u8; 32];
+    seed[..6].copy_from_slice(&rtc());
+    seed[8..16].copy_from_slice(&crate::tsc::rdtsc().to_le_bytes());
+    seed[16..18].copy_from_slice(&rank.to_le_bytes());
+    volley_core::wire::derive_key(key, &seed, crate::tsc::rdtsc())
+}
+
+/// Meets every other rank in the start-up exchange (`volley_core::session`) and
+/// makes `cfg`'s frame key this run's: frames of another run of the job never
+/// verify. False (and a message) if some rank gave no answer within `startup`.
+fn start_session<D: Device>(
+    nic: &mut D,
+    clock: &TscClock,
+    cfg: &mut Config,
+    rank: u16,
+    nodes: u16,
+    startup: Duration,
+) -> bool {
+    use volley_core::phy::{RxToken, TxToken};
+    use volley_core::time::Clock;
+    let (Some(frame_key), Some(key)) = (cfg.auth_key, job_key()) else {
+        return true;
+    };
+    let nonce = start_nonce(&key, rank);
+    let mut s = volley_core::session::Session::with_ranks(
+        rank,
+        nodes as usize,
+        cfg.job_key,
+        frame_key,
+        nonce,
+    );
+    let start = clock.now();
+    while !s.complete() {
+        let now = clock.now();
+        for _ in 0..256 {
+            let Some(tok) = nic.receive(now) else { break };
+            tok.consume(|f| s.handle(f));
+        }
+        s.poll_transmit(now, |to, f| match nic.transmit(now, to) {
+            Some(tx) => {
+                tx.consume(f.len(), |b| b.copy_from_slice(f));
+                true
+            }
+            None => false,
+        });
+        nic.flush(now);
+        if now.saturating_since(start) > startup {
+            let st = s.stats();
+            print!("volley unikernel: start-up: no answer with this run's nonce from rank");
+            for r in s.waiting_for() {
+                print!(" {}", r);
+            }
+            println!(
+                " within {} s ({} HELLOs sent, {} taken, {} with an earlier nonce)",
+                startup.total_micros() / 1_000_000,
+                st.sent,
+                st.taken,
+                st.stale_echo
+            );
+            return false;
+        }
+    }
+    cfg.auth_key = s.run_key();
+    cfg.hello = Some(s.hello_config());
+    true
+}
 
 /// The job's 128-bit key, from 32 hex digits in the fw_cfg file.
 fn job_key() -> Option<[u8; 16]> {
     let mut text = [0u8; 64];
     let n = crate::fwcfg::file(KEY_FILE, &mut text)?;
-    let hex = core::str::from_utf8(&text[..n]).ok()?.trim();
-    if hex.len() != 32 || !hex.is_ascii() {
-        return None;
-    }
-    let mut key = [0u8; 16];
-    for (i, b) in key.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(key)
+    hex16(&text[..n])
 }
 
 /// How a node reaches the others.
@@ -107,10 +208,15 @@ pub fn run<D: Device>(
     irq: Option<Irq>,
     stats: impl FnOnce(&mut D),
 ) -> bool {
-    let Some((groups, cfg)) = engine_config(fabric, rank, nodes, job, device_barrier, startup)
+    let Some((groups, mut cfg)) = engine_config(fabric, rank, nodes, job, device_barrier, startup)
     else {
         return false;
     };
+    let mut nic = nic;
+    if fabric == Fabric::Network && !start_session(&mut nic, &clock, &mut cfg, rank, nodes, startup)
+    {
+        return false;
+    }
     if app == "lfclatency" {
         return crate::lfc_app::latency(nic, groups, cfg, clock, nodes, irq, stats);
     }

@@ -180,8 +180,20 @@ pub struct Channel {
     pub(crate) fence_asked: Option<u32>,
     /// The peer's fence we owe an answer, once its broadcasts before it are here.
     pub(crate) fence_wait: Option<u32>,
-    /// When the peer was last heard from (any valid frame).
+    /// When the peer last said something new (see `Engine::fresh`): a replayed
+    /// frame is no sign of life.
     pub(crate) heard_at: Instant,
+    /// The newest ack the peer's frames carried (cumulative, and the selective acks
+    /// beside it): a frame whose ack covers more says something new.
+    pub(crate) ack_heard: u32,
+    pub(crate) sack_heard: u64,
+    /// Counters of standalone acks: ours sent, and the peer's newest heard (carried
+    /// in `msg_id`, so that an answer that acknowledges nothing new, a refusal,
+    /// is still new).
+    pub(crate) acks_sent: u32,
+    pub(crate) acks_heard: u32,
+    /// The newest beacon counter heard from the peer.
+    pub(crate) beacon_heard: u32,
     /// Since when we have been waiting for the peer without hearing from it.
     pub(crate) silent_since: Option<Instant>,
     /// Whether the peer was ever heard from: until then it may still be starting
@@ -239,6 +251,11 @@ impl Channel {
         fence_asked: None,
         fence_wait: None,
         heard_at: Instant::ZERO,
+        ack_heard: 0,
+        sack_heard: 0,
+        acks_sent: 0,
+        acks_heard: 0,
+        beacon_heard: 0,
         silent_since: None,
         met: false,
     };
@@ -498,6 +515,25 @@ impl Channel {
             return SeqCheck::Duplicate;
         }
         SeqCheck::New
+    }
+
+    /// Whether ack `a`, on a frame from the peer, covers more than any before it
+    /// (and could be true: nothing beyond what was sent); remembers it if so.
+    #[inline(always)]
+    pub(crate) fn new_ack(&mut self, a: AckInfo) -> bool {
+        if seq_lt(self.ack_heard, a.ack) {
+            if seq_lt(self.snd_nxt, a.ack) {
+                return false;
+            }
+            self.ack_heard = a.ack;
+            self.sack_heard = a.sack;
+            return true;
+        }
+        if a.ack == self.ack_heard && a.sack & !self.sack_heard != 0 {
+            self.sack_heard |= a.sack;
+            return true;
+        }
+        false
     }
 
     /// Records `seq` (checked `New`) as received.

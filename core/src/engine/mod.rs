@@ -107,6 +107,10 @@ const CONTROL_ABORT: u32 = 6;
 /// (see [`Engine::say_goodbye`]): not a death.
 const CONTROL_BYE: u32 = 7;
 
+/// Answers to late HELLOs an engine holds at once; more are dropped (their senders
+/// ask again).
+const HELLO_OUT: usize = 4;
+
 /// Tunables of one engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
@@ -184,6 +188,11 @@ pub struct Config {
     /// `false`: the ack then rides on the next frame back (a ping-pong's answer, the
     /// next request) or follows within `ack_delay`, a frame less per operation.
     pub ack_exchange_ends: bool,
+    /// Where the job's ranks met in a start-up exchange ([`crate::session`]) whose
+    /// run key is `auth_key`: this rank's nonce and the hello key, so that the
+    /// engine answers HELLOs that come late (a peer that lost the last one). `None`
+    /// (the default): HELLOs are dropped as malformed.
+    pub hello: Option<crate::session::HelloConfig>,
 }
 
 impl Config {
@@ -208,6 +217,7 @@ impl Config {
             device_barrier: false,
             bcast_tree: Some(Tree::Binomial),
             ack_exchange_ends: true,
+            hello: None,
         }
     }
 }
@@ -791,6 +801,10 @@ pub struct Stats {
     /// Fences we answered without the root's earlier broadcasts, because a relay
     /// above us in its tree died (see `orphan`).
     pub fences_given_up: u64,
+    /// Late HELLOs answered ([`Config::hello`]).
+    pub hellos_answered: u64,
+    /// HELLOs dropped: bad tag, another job or rank, none expected, no room to answer.
+    pub hellos_dropped: u64,
 }
 
 /// Tables an engine works in, from caller storage (`&mut [T]`) or, with `alloc`, a `Vec`.
@@ -1033,6 +1047,10 @@ pub struct Engine<'a> {
     orphan_check_at: Instant,
     /// A forward cut short may be ready to end (see `orphan`).
     cuts: bool,
+    /// Answers to late HELLOs waiting to go ([`Config::hello`]): fabric address and
+    /// frame; the first `hellos` are in use.
+    hello_out: [(u16, [u8; crate::session::HELLO_LEN]); HELLO_OUT],
+    hellos: u8,
     /// The time of the last poll: what a send that leaves at once gives a device
     /// that does not read it ([`Device::transmit_reads_time`]).
     polled_at: Instant,
@@ -1211,6 +1229,8 @@ impl<'a> Engine<'a> {
             gate: fence::Gate::default(),
             orphan_check_at: Instant::ZERO,
             cuts: false,
+            hello_out: [(0, [0; crate::session::HELLO_LEN]); HELLO_OUT],
+            hellos: 0,
             polled_at: Instant::ZERO,
             tag_tx: wire::TagCache::default(),
             tag_rx: wire::TagCache::default(),

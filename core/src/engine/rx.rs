@@ -33,6 +33,9 @@ impl<'a> Engine<'a> {
         if frame.first() == Some(&wire::COMPACT_PUT_MAGIC) {
             return self.rx_compact_put(now, frame, source, mem);
         }
+        if frame.first() == Some(&crate::session::HELLO_MAGIC) {
+            return self.rx_hello(frame, source);
+        }
         self.stats.rx_frames += 1;
         let Some((repr, payload)) = self.parse_ours(frame) else {
             return;
@@ -116,9 +119,13 @@ impl<'a> Engine<'a> {
     fn took_predicted(&mut self, now: Instant, ci: usize, repr: &Repr, reliable: bool) {
         self.stats.rx_predicted += 1;
         let ch = &mut self.chans[ci];
-        ch.heard_at = now;
-        ch.silent_since = None;
-        ch.met = true;
+        // A predicted reliable frame is the next on its channel: new.
+        let new_ack = repr.ack.is_some_and(|a| ch.new_ack(a));
+        if reliable | new_ack {
+            ch.heard_at = now;
+            ch.silent_since = None;
+            ch.met = true;
+        }
         if let Some(a) = repr.ack {
             self.plain_ack(now, ci, a, true);
         }
@@ -356,11 +363,14 @@ impl<'a> Engine<'a> {
             self.stats.rx_dropped += 1;
             return;
         };
-        // Any valid frame shows the peer is alive.
+        // Only a frame that says something new shows the peer is alive: a replayed
+        // one (valid, but recorded earlier) must not keep a dead peer so.
         let ch = &mut self.chans[ci];
-        ch.heard_at = now;
-        ch.silent_since = None;
-        ch.met = true;
+        if fresh(ch, &repr) {
+            ch.heard_at = now;
+            ch.silent_since = None;
+            ch.met = true;
+        }
         if let Some(a) = repr.ack {
             let plain = !repr.flags.intersects(Flags::REFUSED | Flags::RETRY)
                 && self.bufs.queued_streams == 0;
@@ -1278,4 +1288,73 @@ pub(super) fn free_asm(asms: &[Assembly], hwm: &mut usize) -> Option<usize> {
     let ai = asms.iter().position(|a| !a.used)?;
     *hwm = (*hwm).max(ai + 1);
     Some(ai)
+}
+
+impl Engine<'_> {
+    /// A HELLO (see [`crate::session`]) from a rank still in its start-up exchange:
+    /// answered if it asks, from [`Config::hello`].
+    #[cold]
+    #[inline(never)]
+    fn rx_hello(&mut self, frame: &[u8], source: Option<NodeAddr>) {
+        let Some(hc) = self.cfg.hello else {
+            self.stats.hellos_dropped += 1;
+            return;
+        };
+        let Ok(me) = self.addr_of(self.cfg.group, self.cfg.node) else {
+            return;
+        };
+        let h = match crate::session::Hello::parse(frame, &hc.key, self.cfg.job_key, me.0) {
+            Ok(h) if source.is_none_or(|s| s.0 == h.from) => h,
+            _ => {
+                self.stats.hellos_dropped += 1;
+                return;
+            }
+        };
+        let Some(answer) = hc.answer(me.0, &h) else {
+            return;
+        };
+        if self.hellos as usize >= HELLO_OUT {
+            self.stats.hellos_dropped += 1;
+            return;
+        }
+        self.hello_out[self.hellos as usize] = (h.from, answer);
+        self.hellos += 1;
+    }
+
+    /// Sends the answers to late HELLOs that wait.
+    pub(super) fn send_hellos<D: Device>(&mut self, now: Instant, dev: &mut D) -> usize {
+        let mut sent = 0;
+        for &(to, frame) in &self.hello_out[..self.hellos as usize] {
+            if let Some(tx) = dev.transmit(now, NodeAddr(to)) {
+                tx.consume(frame.len(), |b| b.copy_from_slice(&frame));
+                sent += 1;
+            }
+        }
+        self.stats.hellos_answered += sent as u64;
+        self.hellos = 0;
+        sent
+    }
+}
+
+/// Whether `repr`, a valid frame from channel `ch`'s peer, says something new: a
+/// reliable frame not seen before, an ack that covers more than any before it, or a
+/// standalone ack or beacon whose counter (`msg_id`, under the tag) is newer than
+/// the last one heard. Remembers what it saw.
+#[inline]
+fn fresh(ch: &mut Channel, repr: &Repr) -> bool {
+    let mut new = repr.ack.is_some_and(|a| ch.new_ack(a));
+    if repr.kind == Kind::Ack {
+        let seen = if repr.ack.is_some() {
+            &mut ch.acks_heard
+        } else {
+            &mut ch.beacon_heard
+        };
+        if seq_lt(*seen, repr.msg_id) {
+            *seen = repr.msg_id;
+            new = true;
+        }
+    } else if repr.flags.contains(Flags::RELIABLE) {
+        new |= ch.check_seq(repr.seq) == SeqCheck::New;
+    }
+    new
 }

@@ -455,12 +455,15 @@ pub const BEACON_LEN: usize = wire::HEADER_LEN + wire::TAG_LEN;
 /// sign of life (the peer is not silent), and does nothing else with it. A host
 /// sends it from a helper while its program computes without calling in, so that
 /// peers waiting on the program (an ack it owes, a barrier it has not reached) wait
-/// rather than take it for dead; a process that died sends none. The frame never
-/// changes, so it is built once: `buf` must hold [`BEACON_LEN`] bytes.
+/// rather than take it for dead; a process that died sends none. `count` numbers
+/// it (1, 2, ...: in `msg_id`, under the tag): a peer counts only a beacon newer
+/// than the last it heard, so a recorded one replayed keeps nobody alive. `buf`
+/// must hold [`BEACON_LEN`] bytes.
 pub fn beacon_frame(
     cfg: &Config,
     group: GroupId,
     node: NodeId,
+    count: u32,
     buf: &mut [u8],
 ) -> Result<usize, wire::WireError> {
     let repr = Repr {
@@ -477,7 +480,7 @@ pub fn beacon_frame(
         },
         seq: 0,
         ack: None,
-        msg_id: 0,
+        msg_id: count,
         offset: 0,
         total_len: 0,
         payload_len: 0,

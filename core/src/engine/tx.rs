@@ -148,6 +148,7 @@ impl<'a> Engine<'a> {
             || self.gate.waits > 0
             || self.cuts
             || self.board_head != NONE
+            || self.hellos > 0
         {
             sent += self.transmit_queued(now, dev, ext);
         }
@@ -210,10 +211,14 @@ impl<'a> Engine<'a> {
         if self.cuts {
             self.end_cuts();
         }
-        if self.board_head != NONE {
-            return self.transmit_board(now, dev, ext);
+        let mut sent = 0;
+        if self.hellos > 0 {
+            sent += self.send_hellos(now, dev);
         }
-        0
+        if self.board_head != NONE {
+            return sent + self.transmit_board(now, dev, ext);
+        }
+        sent
     }
 
     /// [`Engine::poll_transmit`] for a send just started: only its channel is
@@ -1547,6 +1552,8 @@ impl<'t, D: Device> Tx<'t, D> {
     }
 
     fn ack(&mut self, ch: &mut Channel) -> bool {
+        // Numbered, so that the peer can tell it from a replayed one.
+        ch.acks_sent = ch.acks_sent.wrapping_add(1);
         let repr = Repr {
             kind: Kind::Ack,
             flags: Flags::empty(),
@@ -1554,7 +1561,7 @@ impl<'t, D: Device> Tx<'t, D> {
             ends: Endpoints::default(),
             seq: 0,
             ack: None,
-            msg_id: 0,
+            msg_id: ch.acks_sent,
             offset: 0,
             total_len: 0,
             payload_len: 0,

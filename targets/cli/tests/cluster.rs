@@ -1329,3 +1329,246 @@ fn the_launcher_leaves_nothing_running() {
     assert_eq!(o.status.code(), Some(124), "{t}");
     assert!(t.contains("rank 0, 2 still running"), "{t}");
 }
+
+/// The internet checksum of `b`.
+fn inet_checksum(b: &[u8]) -> u16 {
+    let mut sum: u32 = b
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum >> 16 != 0 {
+        sum = (sum & 0xFFFF) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Sends (root only: a raw socket) a forged ICMP "port unreachable" to `victim`'s
+/// host, from another address, saying that a datagram `victim` sent to `about`
+/// found its port closed. False if it could not be sent.
+fn forged_icmp(victim: std::net::SocketAddrV4, about: std::net::SocketAddrV4) -> bool {
+    // The datagram it claims came back: an IP header and the first 8 bytes (UDP).
+    let mut inner = [0u8; 28];
+    inner[0] = 0x45;
+    inner[2..4].copy_from_slice(&36u16.to_be_bytes());
+    inner[8] = 64;
+    inner[9] = 17;
+    inner[12..16].copy_from_slice(&victim.ip().octets());
+    inner[16..20].copy_from_slice(&about.ip().octets());
+    let c = inet_checksum(&inner[..20]);
+    inner[10..12].copy_from_slice(&c.to_be_bytes());
+    inner[20..22].copy_from_slice(&victim.port().to_be_bytes());
+    inner[22..24].copy_from_slice(&about.port().to_be_bytes());
+    inner[24..26].copy_from_slice(&16u16.to_be_bytes());
+    let mut icmp = vec![3u8, 3, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(&inner);
+    let c = inet_checksum(&icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    let mut p = vec![0u8; 20];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&((20 + icmp.len()) as u16).to_be_bytes());
+    p[8] = 64;
+    p[9] = 1;
+    p[12..16].copy_from_slice(&[127, 0, 0, 2]);
+    p[16..20].copy_from_slice(&victim.ip().octets());
+    p.extend_from_slice(&icmp);
+    // SAFETY: plain system calls with a buffer and a sockaddr_in that outlive them.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW);
+        if fd < 0 {
+            return false;
+        }
+        let mut sa: libc::sockaddr_in = std::mem::zeroed();
+        sa.sin_family = libc::AF_INET as libc::sa_family_t;
+        sa.sin_addr.s_addr = u32::from_ne_bytes(victim.ip().octets());
+        let n = libc::sendto(
+            fd,
+            p.as_ptr() as *const libc::c_void,
+            p.len(),
+            0,
+            &sa as *const libc::sockaddr_in as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_in>() as u32,
+        );
+        libc::close(fd);
+        n == p.len() as isize
+    }
+}
+
+/// ICMP is not authenticated: a stream of forged "port unreachable" reports, each
+/// rank told that the other's port is closed, makes them suspect each other, but a
+/// live peer answers and the job finishes, every message exactly once. A rank that
+/// really dies is still reported within a second.
+#[test]
+fn forged_icmp_errors_do_not_kill_a_live_udp_job() {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc_getuid() } != 0 {
+        eprintln!("not root: no raw socket to forge ICMP with (CI runs as root)");
+        return;
+    }
+    let _g = serial();
+    let job = job_id(0x1C);
+    let base = free_port().port().clamp(20_000, 60_000);
+    let base_s = base.to_string();
+    let env = [
+        ("VOLLEY_MESSAGES", "5000"),
+        ("VOLLEY_PORT", base_s.as_str()),
+    ];
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let forged = Arc::new(AtomicU64::new(0));
+    let forged2 = forged.clone();
+    let attacker = thread::spawn(move || {
+        let rank0 = std::net::SocketAddrV4::new([127, 0, 0, 1].into(), base);
+        let rank1 = std::net::SocketAddrV4::new([127, 0, 0, 1].into(), base + 1);
+        let end = Instant::now() + Duration::from_secs(60);
+        while !stop2.load(Ordering::Relaxed) && Instant::now() < end {
+            for (v, a) in [(rank0, rank1), (rank1, rank0)] {
+                if forged_icmp(v, a) {
+                    forged2.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let (out, took) = launch("2", "udp", job, &["flowctl-exact"], &env);
+    stop.store(true, Ordering::Relaxed);
+    attacker.join().unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "after {took:?}:\n{t}");
+    assert!(
+        t.contains("flowctl-exact ok: 5000 messages exactly once"),
+        "{t}"
+    );
+    assert!(forged.load(Ordering::Relaxed) > 100, "{t}");
+    // The reports reached the ranks: suspected, never gone.
+    let suspected = number_after(&t, "] rank 0: ") + number_after(&t, "] rank 1: ");
+    assert!(suspected > 0, "{t}");
+    assert_eq!(t.matches("by ICMP, 0 found gone").count(), 2, "{t}");
+    // A real death: found within a second at every survivor.
+    let (out, _) = launch("4", "udp", job_id(0x1D), &["victim"], &[]);
+    let t = text(&out);
+    for r in 0..3 {
+        let line = t
+            .lines()
+            .find(|l| l.contains(&format!("rank {r}: SENDFAILURE")))
+            .unwrap_or_else(|| panic!("rank {r}:\n{t}"));
+        let secs: f64 = line
+            .rsplit("after ")
+            .next()
+            .and_then(|s| s.trim_end_matches(" s").parse().ok())
+            .unwrap_or(f64::MAX);
+        assert!(secs < 1.0, "rank {r} took {secs} s:\n{t}");
+    }
+}
+
+/// A private key file for a job started by hand: 0600, 32 hex digits, in a fresh
+/// directory (dropped with it).
+fn key_file() -> (tempfile::TempDir, PathBuf) {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut raw = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut raw)
+        .unwrap();
+    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let path = dir.path().join("key");
+    std::fs::write(&path, hex).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    (dir, path)
+}
+
+/// Frames of an earlier run of a job (same key file, same job id, same addresses)
+/// recorded on the way to rank 1, then replayed from where rank 0 sent them, while
+/// rank 1 starts again alone: it takes the replayed HELLOs as valid but stale (they
+/// echo the earlier run's nonce), never gets through its start-up, so never reaches
+/// a barrier or takes a message, and says which rank gave no fresh answer.
+#[test]
+fn frames_of_an_earlier_run_are_refused_by_a_later_one_on_udp() {
+    let _g = serial();
+    let (_dir, key) = key_file();
+    let key = key.to_str().unwrap().to_owned();
+    let job = format!("{:#x}", job_id(0x5E5));
+    let real = vec![free_port(), free_port()];
+    let relay = Relay::with(real.clone(), 1, Faults::Record);
+    let list = |v: &[SocketAddr]| {
+        v.iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let (peers, binds) = (list(&relay.relay_addrs), list(&real));
+    let rank = |r: u16, timeout: &str| {
+        Command::new("timeout")
+            .arg("60")
+            .args([VOLLEY, "worker", "flowctl-exact"])
+            .env("VOLLEY_RANK", r.to_string())
+            .env("VOLLEY_SIZE", "2")
+            .env("VOLLEY_JOB", &job)
+            .env("VOLLEY_FABRIC", "udp")
+            .env("VOLLEY_KEY_FILE", &key)
+            .env("VOLLEY_UDP_PEERS", &peers)
+            .env("VOLLEY_UDP_BIND", &binds)
+            .env("VOLLEY_MESSAGES", "20")
+            .env("VOLLEY_STARTUP_TIMEOUT", timeout)
+            .env_remove("VOLLEY_SECRET")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // The earlier run: both ranks, every datagram recorded.
+    let (a, b) = (rank(0, "30"), rank(1, "30"));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    assert!(
+        a.status.success() && b.status.success(),
+        "{}{}",
+        text(&a),
+        text(&b)
+    );
+    assert!(
+        text(&b).contains("flowctl-exact ok: 20 messages"),
+        "{}",
+        text(&b)
+    );
+    let to_1 = relay.recorded.lock().unwrap()[1].clone();
+    let from = relay.relay_addrs[1];
+    drop(relay);
+    assert!(to_1.len() > 20, "{} frames recorded", to_1.len());
+    // The later run: rank 1 alone, fed the recording from rank 0's side.
+    let lone = rank(1, "3");
+    let replayer = UdpSocket::bind(from).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let to = real[1];
+    let feeder = thread::spawn(move || {
+        let end = Instant::now() + Duration::from_secs(30);
+        let mut sent = 0u64;
+        while !stop2.load(Ordering::Relaxed) && Instant::now() < end {
+            for f in &to_1 {
+                if replayer.send_to(f, to).is_ok() {
+                    sent += 1;
+                }
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        sent
+    });
+    let out = lone.wait_with_output().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let sent = feeder.join().unwrap();
+    let t = text(&out);
+    assert!(sent > 100, "{sent} replayed");
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        !t.contains("flowctl-exact ok") && !t.contains("barrier"),
+        "{t}"
+    );
+    assert!(
+        t.contains("start-up: rank 0 gave no answer with this run's nonce"),
+        "{t}"
+    );
+    let taken = number_after(&t, "HELLOs sent, ");
+    assert!(taken > 0, "the replayed HELLOs were valid: {t}");
+    assert!(number_after(&t, "taken, ") > 0, "and stale: {t}");
+}

@@ -947,3 +947,119 @@ fn processes_and_unikernel_nodes_share_a_job_on_one_lan() {
         "{consoles}"
     );
 }
+
+/// Frames of an earlier run of a job started by hand (the same secret and job id)
+/// recorded as rank 0 sent them, then sent again from rank 0's namespace while rank
+/// 1 starts alone: it takes the replayed HELLOs as valid but stale (they echo the
+/// earlier run's nonce), never gets through its start-up, so never reaches a
+/// barrier or takes a message, and names the rank that gave no fresh answer.
+#[test]
+fn frames_of_an_earlier_run_are_refused_by_a_later_one_on_eth() {
+    if !root() {
+        return;
+    }
+    let _g = serial();
+    let lan = Lan::new(2, true);
+    let macs = lan.macs();
+    let rank = |r: usize, timeout: &str| {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &lan.ns(r),
+                "timeout",
+                "60",
+                VOLLEY,
+                "worker",
+            ])
+            .arg("flowctl-exact")
+            .env("VOLLEY_RANK", r.to_string())
+            .env("VOLLEY_SIZE", "2")
+            .env("VOLLEY_JOB", "0x5e5")
+            .env("VOLLEY_SECRET", SECRET)
+            .env("VOLLEY_FABRIC", "eth")
+            .env("VOLLEY_ETH_IF", "eth0")
+            .env("VOLLEY_ETH_MACS", &macs)
+            .env("VOLLEY_MESSAGES", "20")
+            .env("VOLLEY_STARTUP_TIMEOUT", timeout)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ip netns exec runs")
+    };
+    // The earlier run, rank 0's frames recorded as they enter the bridge.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (hub, stop2) = (lan.hub(), stop.clone());
+    let ready = Arc::new(Barrier::new(2));
+    let ready2 = ready.clone();
+    let recorder = thread::spawn(move || {
+        enter(&hub);
+        let (fd, _) = raw_socket("p0");
+        ready2.wait();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 65_536];
+        let end = Instant::now() + Duration::from_secs(60);
+        while !stop2.load(Ordering::Relaxed) && Instant::now() < end {
+            if let Some(n) = recv_frame(fd, &mut buf) {
+                got.push(buf[..n].to_vec());
+            }
+        }
+        // SAFETY: the socket opened above, closed once.
+        unsafe { libc::close(fd) };
+        got
+    });
+    ready.wait();
+    let (a, b) = (rank(0, "30"), rank(1, "30"));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    stop.store(true, Ordering::Relaxed);
+    let recorded = recorder.join().unwrap();
+    assert!(
+        a.status.success() && b.status.success(),
+        "{}{}",
+        text(&a),
+        text(&b)
+    );
+    assert!(
+        text(&b).contains("flowctl-exact ok: 20 messages"),
+        "{}",
+        text(&b)
+    );
+    assert!(recorded.len() > 20, "{} frames recorded", recorded.len());
+    // The later run: rank 1 alone, the recording replayed from rank 0's side.
+    let lone = rank(1, "3");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ns0, stop2) = (lan.ns(0), stop.clone());
+    let feeder = thread::spawn(move || {
+        enter(&ns0);
+        let (fd, _) = raw_socket("eth0");
+        let mut sent = 0u64;
+        let end = Instant::now() + Duration::from_secs(30);
+        while !stop2.load(Ordering::Relaxed) && Instant::now() < end {
+            for f in &recorded {
+                sent += u64::from(send_frame(fd, f));
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        // SAFETY: the socket opened above, closed once.
+        unsafe { libc::close(fd) };
+        sent
+    });
+    let out = lone.wait_with_output().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let sent = feeder.join().unwrap();
+    let t = text(&out);
+    assert!(sent > 100, "{sent} replayed");
+    assert!(!out.status.success(), "{t}");
+    assert!(!t.contains("flowctl-exact ok"), "{t}");
+    assert!(
+        t.contains("start-up: rank 0 gave no answer with this run's nonce"),
+        "{t}"
+    );
+    let taken: u64 = t
+        .split("HELLOs sent, ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(taken > 0, "the replayed HELLOs were valid: {t}");
+}

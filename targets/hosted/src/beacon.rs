@@ -13,10 +13,13 @@
 //!   (`Device::peer_vouched`), and its engine then waits rather than declares it
 //!   dead;
 //! - on `udp` and `eth`, once the program has not polled for a [`TICK`], it sends
-//!   every peer a beacon frame every `VOLLEY_PEER_TIMEOUT / 4` (at most 1 s): an
+//!   every peer a beacon frame every `VOLLEY_PEER_TIMEOUT / 4` (at most 200 ms, so
+//!   that it also answers for the process within the time a forged ICMP report
+//!   leaves it, `udp`'s `SUSPECT_FOR`): an
 //!   empty ack under the job's key and tag (`volley_core::engine::beacon_frame`),
-//!   which the peer's engine hears like any valid frame and which changes nothing
-//!   there. A program that polls sends none.
+//!   numbered one more each round, which the peer's engine takes as a sign of life
+//!   only if newer than the last it heard (a recorded one replayed is not), and
+//!   which changes nothing else there. A program that polls sends none.
 //!
 //! A process that died, or was stopped (a debugger, `SIGSTOP`), beats no more, so
 //! death is still found within the timeout. The helper blocks every signal (they go
@@ -29,8 +32,12 @@ use std::time::{Duration, Instant};
 /// How often the helper looks (and beats, on `shm`).
 pub const TICK: Duration = Duration::from_millis(100);
 
-/// Sends frame `i` of a [`Sink::Frames`].
+/// Sends a frame to target `i` of a [`Sink::Frames`].
 pub(crate) type SendFrame = Box<dyn FnMut(usize, &[u8]) + Send>;
+
+/// Writes beacon number `count` (1, 2, ...) for target `i` of a [`Sink::Frames`]
+/// into the buffer, which comes empty.
+pub(crate) type BuildFrame = Box<dyn FnMut(usize, u32, &mut Vec<u8>) + Send>;
 
 /// What the helper moves or sends.
 pub(crate) enum Sink {
@@ -40,12 +47,13 @@ pub(crate) enum Sink {
         beacon: volley_myri::Beacon,
         _map: memmap2::MmapMut,
     },
-    /// `udp`, `eth`: `frames` (one per peer) sent through `send` (with the
-    /// frame's index) every `every` while `polled`, which the device moves on every
-    /// receive poll, stands still.
+    /// `udp`, `eth`: a beacon for each of `targets` peers, built by `build` and
+    /// sent through `send` (with the target's index), every `every` while
+    /// `polled`, which the device moves on every receive poll, stands still.
     Frames {
         send: SendFrame,
-        frames: Vec<Vec<u8>>,
+        build: BuildFrame,
+        targets: usize,
         polled: Arc<AtomicU64>,
         every: Duration,
     },
@@ -114,17 +122,19 @@ pub fn host_clock() -> u64 {
         .wrapping_add(t.tv_nsec as u64)
 }
 
-/// A helper sending `frames` through `send` while the program does not poll
-/// ([`Sink::Frames`]).
+/// A helper sending beacons to `targets` peers, built by `build` and sent through
+/// `send`, while the program does not poll ([`Sink::Frames`]).
 pub(crate) fn send_frames(
     send: impl FnMut(usize, &[u8]) + Send + 'static,
-    frames: Vec<Vec<u8>>,
+    build: BuildFrame,
+    targets: usize,
     polled: &Arc<AtomicU64>,
     every: Duration,
 ) -> Option<Helper> {
     Helper::spawn(Sink::Frames {
         send: Box::new(send),
-        frames,
+        build,
+        targets,
         polled: polled.clone(),
         every,
     })
@@ -138,15 +148,17 @@ pub(crate) fn without(why: &str) {
 }
 
 /// How often a computing process sends its beacon frames: four times per peer
-/// timeout, at most every second, at least every 10 ms.
+/// timeout, at least every 200 ms (twice within `udp`'s `SUSPECT_FOR`), at most
+/// every 10 ms.
 pub fn frame_interval(peer_timeout: volley_core::time::Duration) -> Duration {
     Duration::from_nanos(peer_timeout.total_nanos() / 4)
-        .clamp(Duration::from_millis(10), Duration::from_secs(1))
+        .clamp(Duration::from_millis(10), Duration::from_millis(200))
 }
 
 fn run(mut sink: Sink, stop: &AtomicBool, sent: &AtomicU64) {
     let mut seen = u64::MAX;
     let mut last_sent: Option<Instant> = None;
+    let (mut count, mut frame) = (0u32, Vec::new());
     let tick = match &sink {
         Sink::Frames { every, .. } => TICK.min(*every),
         Sink::Word { .. } => TICK,
@@ -159,7 +171,8 @@ fn run(mut sink: Sink, stop: &AtomicBool, sent: &AtomicU64) {
             }
             Sink::Frames {
                 send,
-                frames,
+                build,
+                targets,
                 polled,
                 every,
             } => {
@@ -169,10 +182,16 @@ fn run(mut sink: Sink, stop: &AtomicBool, sent: &AtomicU64) {
                     seen = p;
                     last_sent = None;
                 } else if last_sent.is_none_or(|t| t.elapsed() >= *every) {
-                    for (i, f) in frames.iter().enumerate() {
-                        send(i, f);
+                    // Each round's beacons newer than the last (never 0: none yet).
+                    count = count.wrapping_add(1).max(1);
+                    for i in 0..*targets {
+                        frame.clear();
+                        build(i, count, &mut frame);
+                        if !frame.is_empty() {
+                            send(i, &frame);
+                        }
                     }
-                    sent.fetch_add(frames.len() as u64, Ordering::Relaxed);
+                    sent.fetch_add(*targets as u64, Ordering::Relaxed);
                     last_sent = Some(Instant::now());
                 }
             }
@@ -211,7 +230,8 @@ mod tests {
         let g = got.clone();
         let h = Helper::spawn(Sink::Frames {
             send: Box::new(move |_, f| g.lock().unwrap().push(f.to_vec())),
-            frames: vec![vec![1, 2], vec![3]],
+            build: Box::new(|i, count, f| f.extend_from_slice(&[i as u8, count as u8])),
+            targets: 2,
             polled: polled.clone(),
             every: Duration::from_millis(20),
         })
@@ -229,11 +249,11 @@ mod tests {
         std::thread::sleep(Duration::from_millis(400));
         let n = h.sent();
         assert!(n >= 6 && n.is_multiple_of(2), "{n} frames in 400 ms");
-        assert!(got
-            .lock()
-            .unwrap()
-            .iter()
-            .all(|f| f == &[1, 2] || f == &[3]));
+        // Round k sends beacon k to each target, in turn.
+        let sent: Vec<Vec<u8>> = got.lock().unwrap().clone();
+        for (j, f) in sent.iter().enumerate() {
+            assert_eq!(f, &[(j % 2) as u8, (j / 2 + 1) as u8], "{sent:?}");
+        }
         // Polling again: they stop.
         let until = Instant::now() + Duration::from_millis(300);
         let at = h.sent();
@@ -249,8 +269,11 @@ mod tests {
     #[test]
     fn the_interval_is_a_quarter_of_the_timeout_within_bounds() {
         use volley_core::time::Duration as D;
-        assert_eq!(frame_interval(D::from_secs(30)), Duration::from_secs(1));
-        assert_eq!(frame_interval(D::from_secs(2)), Duration::from_millis(500));
+        assert_eq!(frame_interval(D::from_secs(30)), Duration::from_millis(200));
+        assert_eq!(
+            frame_interval(D::from_millis(400)),
+            Duration::from_millis(100)
+        );
         assert_eq!(frame_interval(D::from_millis(1)), Duration::from_millis(10));
     }
 }

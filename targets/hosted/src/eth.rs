@@ -639,6 +639,12 @@ impl Drop for Rings {
 /// A rank's packet socket and rings.
 #[derive(Debug)]
 pub struct EthDevice {
+    /// This run's frame key and what answers late HELLOs, once the start-up
+    /// exchange is through ([`crate::node::start_session`]).
+    pub(crate) session: Option<(
+        volley_core::wire::AuthKey,
+        volley_core::session::HelloConfig,
+    )>,
     // Dropped in this order: the mapping, then the socket.
     rings: Rings,
     fd: OwnedFd,
@@ -856,14 +862,20 @@ impl EthDevice {
             xdp_refused,
             polled: Default::default(),
             beacon: None,
+            session: None,
         })
     }
 
-    /// Starts the beacon helper ([`crate::beacon`]): `frames[r]` is the Volley
-    /// frame of the beacon to rank `r` (empty for this rank), sent in an Ethernet
-    /// frame to its MAC every `every` while the program does not poll. False if no
-    /// thread could be made.
-    pub fn start_beacon(&mut self, frames: Vec<Vec<u8>>, every: std::time::Duration) -> bool {
+    /// Starts the beacon helper ([`crate::beacon`]): beacons to `ranks` (by
+    /// rank), the Volley frame of the `i`-th built by `build(i, count, buf)` and
+    /// sent in an Ethernet frame to its MAC, every `every` while the program does
+    /// not poll. False if no thread could be made.
+    pub fn start_beacon(
+        &mut self,
+        ranks: &[usize],
+        build: crate::beacon::BuildFrame,
+        every: std::time::Duration,
+    ) -> bool {
         let fd = match self.gather.try_clone() {
             Ok(x) => x,
             Err(e) => {
@@ -871,32 +883,32 @@ impl EthDevice {
                 return false;
             }
         };
-        let frames: Vec<Vec<u8>> = frames
+        let macs: Vec<[u8; 6]> = ranks
             .iter()
-            .zip(&self.macs)
-            .filter(|(f, _)| !f.is_empty())
-            .map(|(f, to)| {
-                let mut e = vec![0u8; (ETH_HEADER + f.len()).max(ETH_MIN)];
-                e[0..6].copy_from_slice(to);
-                e[6..12].copy_from_slice(&self.iface.mac);
-                e[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
-                e[ETH_HEADER..ETH_HEADER + f.len()].copy_from_slice(f);
-                e
-            })
+            .filter_map(|&r| self.macs.get(r).copied())
             .collect();
-        let send = move |_: usize, f: &[u8]| {
-            // SAFETY: a valid packet socket bound to the interface; `f` is a live
+        let (targets, me) = (macs.len(), self.iface.mac);
+        let mut e = Vec::new();
+        let send = move |i: usize, f: &[u8]| {
+            let Some(to) = macs.get(i) else { return };
+            e.clear();
+            e.extend_from_slice(to);
+            e.extend_from_slice(&me);
+            e.extend_from_slice(&ETHERTYPE.to_be_bytes());
+            e.extend_from_slice(f);
+            e.resize(e.len().max(ETH_MIN), 0);
+            // SAFETY: a valid packet socket bound to the interface; `e` is a live
             // Ethernet frame the kernel only reads during the call.
             let _ = unsafe {
                 libc::send(
                     fd.as_raw_fd(),
-                    f.as_ptr() as *const libc::c_void,
-                    f.len(),
+                    e.as_ptr() as *const libc::c_void,
+                    e.len(),
                     libc::MSG_DONTWAIT,
                 )
             };
         };
-        self.beacon = crate::beacon::send_frames(send, frames, &self.polled, every);
+        self.beacon = crate::beacon::send_frames(send, build, targets, &self.polled, every);
         self.beacon.is_some()
     }
 

@@ -142,6 +142,24 @@ impl KeyFile {
     }
 }
 
+impl KeyFile {
+    /// A file beside the key holding a fresh random start-up nonce for rank
+    /// `rank` (32 hex digits, 0600), which its node reads through fw_cfg.
+    fn nonce_file(&self, rank: u16) -> Result<PathBuf, String> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let nonce = Secret::generate().map_err(|e| e.to_string())?;
+        let path = self.dir.join(format!("nonce-{rank}"));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|mut f| f.write_all(nonce.to_hex().as_bytes()))
+            .map_err(|e| format!("cannot write a nonce file: {e}"))?;
+        Ok(path)
+    }
+}
+
 impl Drop for KeyFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -150,10 +168,12 @@ impl Drop for KeyFile {
 
 /// The QEMU command that boots unikernel rank `rank` of `size`, reaching every rank
 /// `r` at port `base + r` of the host's loopback (10.0.2.2 from inside).
+#[allow(clippy::too_many_arguments)]
 fn qemu_node(
     u: &UnikernelRanks,
     image: &Path,
     key: &Path,
+    nonce: &Path,
     rank: u16,
     size: u16,
     job: u64,
@@ -172,6 +192,8 @@ fn qemu_node(
         .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"])
         .arg("-fw_cfg")
         .arg(format!("name=opt/volley/key,file={}", key.display()))
+        .arg("-fw_cfg")
+        .arg(format!("name=opt/volley/nonce,file={}", nonce.display()))
         .arg("-netdev")
         .arg(format!("user,id=n0,hostfwd=udp:127.0.0.1:{port}-:{port}"))
         .arg("-device")
@@ -346,10 +368,23 @@ pub fn run(opts: &RunOptions) -> i32 {
     let mut pumps = Vec::new();
     for rank in 0..opts.ranks {
         let (mut cmd, success) = match &nodes {
-            Some((u, (image, key, base))) if rank >= first_node => (
-                qemu_node(u, image, &key.path, rank, opts.ranks, job, *base),
-                QEMU_SUCCESS,
-            ),
+            Some((u, (image, key, base))) if rank >= first_node => {
+                let nonce = match key.nonce_file(rank) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        eprintln!("volley run: {e}");
+                        for (_, c, _) in children.iter_mut() {
+                            let _ = c.kill();
+                            let _ = c.wait();
+                        }
+                        return 2;
+                    }
+                };
+                (
+                    qemu_node(u, image, &key.path, &nonce, rank, opts.ranks, job, *base),
+                    QEMU_SUCCESS,
+                )
+            }
             _ => {
                 let mut cmd = Command::new(program);
                 cmd.args(args)

@@ -2,6 +2,7 @@
 
 use volley_core::engine::{Capacity, Config, Group, Members, Tree};
 use volley_core::gamma::Gamma;
+use volley_core::session::{HelloConfig, Session};
 
 use crate::clock::HostClock;
 use volley_core::phy::{BarrierMembers, BarrierPoll, Capabilities, Device, RxToken, TxToken};
@@ -26,6 +27,24 @@ pub enum HostDevice {
 }
 
 impl HostDevice {
+    /// This run's frame key and what answers late HELLOs, once the start-up
+    /// exchange is through ([`start_session`]); `None` on `shm` or before.
+    pub fn session(&self) -> Option<(volley_core::wire::AuthKey, HelloConfig)> {
+        match self {
+            HostDevice::Shm(_) => None,
+            HostDevice::Udp(d) => d.session,
+            HostDevice::Eth(d) => d.session,
+        }
+    }
+
+    fn set_session(&mut self, s: (volley_core::wire::AuthKey, HelloConfig)) {
+        match self {
+            HostDevice::Shm(_) => {}
+            HostDevice::Udp(d) => d.session = Some(s),
+            HostDevice::Eth(d) => d.session = Some(s),
+        }
+    }
+
     /// Whether this process's beacon helper runs ([`crate::beacon`]).
     pub fn has_beacon(&self) -> bool {
         match self {
@@ -418,6 +437,7 @@ pub fn engine_setup(
     let groups = groups(boot.size)?;
     let mut dev = open_device(boot, fabric)?;
     let mut cfg = engine_config(boot, fabric, groups, &dev)?;
+    start_session(boot, &mut dev, &mut cfg)?;
     start_beacon(&mut dev, &cfg, groups, boot.size);
     cfg.ack_exchange_ends = !dev.has_beacon();
     Ok((groups, cfg, dev))
@@ -426,28 +446,30 @@ pub fn engine_setup(
 /// Starts the beacon helper of a `udp` or `eth` device ([`crate::beacon`]) with
 /// this rank's beacon frame to every other rank (`shm`'s beats from the open).
 pub fn start_beacon(dev: &mut HostDevice, cfg: &Config, groups: &[Group<'_>], size: u16) {
-    let frames = (0..size)
-        .map(|r| {
-            let (group, node) = my_group(groups, r);
-            if (group, node) == (cfg.group, cfg.node) {
-                return Vec::new();
-            }
-            let mut f = vec![0u8; volley_core::engine::BEACON_LEN];
-            match volley_core::engine::beacon_frame(cfg, group, node, &mut f) {
-                Ok(n) => f.truncate(n),
-                Err(_) => f.clear(),
-            }
-            f
-        })
-        .collect();
+    // Every other rank, by rank, and its name.
+    let (ranks, names): (Vec<usize>, Vec<(u16, u16)>) = (0..size)
+        .map(|r| (r as usize, my_group(groups, r)))
+        .filter(|&(_, n)| n != (cfg.group, cfg.node))
+        .unzip();
+    let cfg = *cfg;
+    let build: crate::beacon::BuildFrame = Box::new(move |i, count, f| {
+        let Some(&(group, node)) = names.get(i) else {
+            return;
+        };
+        f.resize(volley_core::engine::BEACON_LEN, 0);
+        match volley_core::engine::beacon_frame(&cfg, group, node, count, f) {
+            Ok(n) => f.truncate(n),
+            Err(_) => f.clear(),
+        }
+    });
     let every = crate::beacon::frame_interval(cfg.peer_timeout);
     match dev {
         HostDevice::Shm(_) => {}
         HostDevice::Udp(d) => {
-            d.start_beacon(frames, every);
+            d.start_beacon(&ranks, build, every);
         }
         HostDevice::Eth(d) => {
-            d.start_beacon(frames, every);
+            d.start_beacon(&ranks, build, every);
         }
     }
 }
@@ -477,6 +499,10 @@ pub fn engine_config(
     // memory is private to this user (and checked), and needs none.
     if fabric != Fabric::Shm {
         cfg.auth_key = Some(secret_for(boot, fabric)?.frame_key(boot.job));
+        // This run's, where the device has been through the start-up exchange.
+        if let Some((key, hello)) = dev.session() {
+            (cfg.auth_key, cfg.hello) = (Some(key), Some(hello));
+        }
         // Long tags hash twice as fast where the CPU multiplies two blocks at once.
         crate::clmul::install();
     }
@@ -493,6 +519,64 @@ pub fn engine_config(
         HostDevice::Shm(_) => {}
     }
     Ok(cfg)
+}
+
+/// Meets every other rank in the start-up exchange ([`volley_core::session`]) and
+/// makes `cfg`'s frame key this run's, so that frames recorded from another run of
+/// the job (the same key file and job id) never verify here; kept in `dev` for the
+/// engines made on it later. Only where frames are authenticated (a key in `cfg`).
+/// Waits for every rank at most `VOLLEY_STARTUP_TIMEOUT` seconds (30 by default),
+/// then fails naming those that never answered with this run's nonce.
+pub fn start_session(boot: &Boot, dev: &mut HostDevice, cfg: &mut Config) -> Result<(), HostError> {
+    use volley_core::time::Clock;
+    let Some(frame_key) = cfg.auth_key else {
+        return Ok(());
+    };
+    if let Some((key, hello)) = dev.session() {
+        (cfg.auth_key, cfg.hello) = (Some(key), Some(hello));
+        return Ok(());
+    }
+    let nonce = crate::secret::Secret::generate()?.0;
+    let mut s = Session::with_ranks(boot.rank, boot.size as usize, cfg.job_key, frame_key, nonce);
+    let limit = crate::settings::env_seconds("VOLLEY_STARTUP_TIMEOUT", 0.001, 86_400.0)?
+        .unwrap_or(std::time::Duration::from_secs(30));
+    let clock = HostClock::default();
+    let start = std::time::Instant::now();
+    while !s.complete() {
+        let now = clock.now();
+        // Anything but a HELLO (a peer through already, whose engine runs under
+        // the run key) is dropped: it comes again once this rank is through.
+        for _ in 0..256 {
+            let Some(tok) = dev.receive(now) else { break };
+            tok.consume(|f| s.handle(f));
+        }
+        s.poll_transmit(now, |to, f| match dev.transmit(now, to) {
+            Some(tx) => {
+                tx.consume(f.len(), |b| b.copy_from_slice(f));
+                true
+            }
+            None => false,
+        });
+        dev.flush(now);
+        if start.elapsed() > limit {
+            let missing: Vec<String> = s.waiting_for().map(|r| r.to_string()).collect();
+            let st = s.stats();
+            return Err(HostError(format!(
+                "start-up: rank {} gave no answer with this run's nonce within {:?} (VOLLEY_STARTUP_TIMEOUT; {} HELLOs sent, {} taken, {} with an earlier nonce, {} with a bad tag: frames of an earlier run are no answer)",
+                missing.join(", "),
+                limit,
+                st.sent,
+                st.taken,
+                st.stale_echo,
+                st.bad_tag
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+    let run = (s.run_key().unwrap_or(frame_key), s.hello_config());
+    dev.set_session(run);
+    (cfg.auth_key, cfg.hello) = (Some(run.0), Some(run.1));
+    Ok(())
 }
 
 /// The job secret, which fabrics that cross a network cannot do without.

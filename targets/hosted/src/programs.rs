@@ -610,6 +610,13 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
             s.rx_duplicates, s.rx_bad_crc, s.rx_unauthenticated
         );
     }
+    if let crate::HostDevice::Udp(d) = g.device() {
+        println!(
+            "rank {me}: {} peers made suspect by ICMP, {} found gone",
+            d.stats().suspected,
+            d.stats().unreachable
+        );
+    }
     if let crate::HostDevice::Eth(d) = g.device() {
         println!("rank {me} path: {}", d.path());
     }

@@ -177,8 +177,12 @@ pub struct UdpStats {
     pub rx_foreign: u64,
     /// Reads from unlisted addresses passed on (`VOLLEY_UDP_ANY_SOURCE=1`).
     pub rx_unlisted: u64,
-    /// ICMP "port unreachable" reports about peers we had heard from (they died).
+    /// Peers found gone: ICMP said their port was closed, and they stayed silent
+    /// for `SUSPECT_FOR` after (they died).
     pub unreachable: u64,
+    /// Peers made suspect by ICMP "port unreachable" reports (forged ones included:
+    /// a live peer clears itself by answering).
+    pub suspected: u64,
 }
 
 /// What the socket was given: frame size and buffer sizes.
@@ -225,6 +229,12 @@ impl UdpShape {
 /// A rank's UDP socket.
 #[derive(Debug)]
 pub struct UdpDevice {
+    /// This run's frame key and what answers late HELLOs, once the start-up
+    /// exchange is through ([`crate::node::start_session`]).
+    pub(crate) session: Option<(
+        volley_core::wire::AuthKey,
+        volley_core::session::HelloConfig,
+    )>,
     sock: UdpSocket,
     /// Each rank's address as the kernel takes it, converted once rather than per
     /// datagram.
@@ -370,6 +380,7 @@ impl UdpDevice {
                 opened: std::time::Instant::now(),
                 heard: vec![false; n],
                 strikes: vec![0; n],
+                suspect: vec![None; n],
                 gone: vec![false; n],
             },
             rx: vec![0; 65_536],
@@ -398,13 +409,19 @@ impl UdpDevice {
             stats: UdpStats::default(),
             polled: Default::default(),
             beacon: None,
+            session: None,
         })
     }
 
-    /// Starts the beacon helper ([`crate::beacon`]): `frames[r]` is the beacon to
-    /// rank `r` (empty for this rank), sent every `every` while the program does
-    /// not poll. False if no thread could be made.
-    pub fn start_beacon(&mut self, frames: Vec<Vec<u8>>, every: std::time::Duration) -> bool {
+    /// Starts the beacon helper ([`crate::beacon`]): beacons to `ranks` (by
+    /// rank), the `i`-th built by `build(i, count, buf)`, sent every `every` while
+    /// the program does not poll. False if no thread could be made.
+    pub fn start_beacon(
+        &mut self,
+        ranks: &[usize],
+        build: crate::beacon::BuildFrame,
+        every: std::time::Duration,
+    ) -> bool {
         let sock = match self.sock.try_clone() {
             Ok(x) => x,
             Err(e) => {
@@ -412,21 +429,17 @@ impl UdpDevice {
                 return false;
             }
         };
-        let to: Vec<(socket2::SockAddr, Vec<u8>)> = self
-            .peer_addrs
+        let addrs: Vec<socket2::SockAddr> = ranks
             .iter()
-            .cloned()
-            .zip(frames)
-            .filter(|(_, f)| !f.is_empty())
+            .filter_map(|&r| self.peer_addrs.get(r).cloned())
             .collect();
-        let addrs: Vec<socket2::SockAddr> = to.iter().map(|(a, _)| a.clone()).collect();
+        let targets = addrs.len();
         let send = move |i: usize, f: &[u8]| {
             if let Some(a) = addrs.get(i) {
                 let _ = socket2::SockRef::from(&sock).send_to(f, a);
             }
         };
-        let frames = to.into_iter().map(|(_, f)| f).collect();
-        self.beacon = crate::beacon::send_frames(send, frames, &self.polled, every);
+        self.beacon = crate::beacon::send_frames(send, build, targets, &self.polled, every);
         self.beacon.is_some()
     }
 
@@ -480,6 +493,14 @@ impl RxToken for UdpRx<'_> {
 /// cost the whole `VOLLEY_PEER_TIMEOUT`.
 const UNHEARD_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How long a peer whose port two ICMP reports called closed, with nothing heard
+/// from it between, may stay silent before it counts as gone. ICMP is not
+/// authenticated (any host can forge it), so a report only makes the peer suspect:
+/// a live one answers the retransmissions that follow (or its beacons, at most
+/// [`crate::beacon::frame_interval`] apart, speak for it) well within this; a dead
+/// one is gone this long after its second report.
+const SUSPECT_FOR: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// What the socket's ICMP errors tell about the peers.
 #[derive(Debug)]
 struct Liveness {
@@ -491,9 +512,10 @@ struct Liveness {
     /// When this rank's socket was bound.
     opened: std::time::Instant,
     /// Per rank: heard from at least once; "port unreachable" reports since we last
-    /// heard from it; declared gone.
+    /// heard from it; since when those reports make it suspect; declared gone.
     heard: Vec<bool>,
     strikes: Vec<u8>,
+    suspect: Vec<Option<std::time::Instant>>,
     gone: Vec<bool>,
 }
 
@@ -511,8 +533,8 @@ impl Liveness {
         }
     }
 
-    /// Reads the socket's error queue: a "port unreachable" for a peer we have heard
-    /// from means its process is gone.
+    /// Reads the socket's error queue: "port unreachable" reports for a peer make it
+    /// suspect (see [`SUSPECT_FOR`]).
     fn read_errors(&mut self, sock: &UdpSocket, stats: &mut UdpStats) {
         for _ in 0..64 {
             let mut data = [0u8; 64];
@@ -531,24 +553,50 @@ impl Liveness {
             };
             if let Some(&r) = self.ranks.get(&to) {
                 if refused && self.refused_by(r as usize, std::time::Instant::now()) {
-                    stats.unreachable += 1;
+                    stats.suspected += 1;
                 }
             }
         }
     }
 
-    /// Counts a "port unreachable" from rank `r`; true when it makes `r` gone.
+    /// Counts a "port unreachable" about rank `r`; true when it makes `r` suspect.
     /// One report may be about a datagram older than the peer's last word: a second
-    /// one with nothing heard in between means the port is closed. A peer never
-    /// heard from may not have bound its socket yet, until [`UNHEARD_GRACE`] is over.
+    /// one with nothing heard in between says the port is closed, if it is true. A
+    /// peer never heard from may not have bound its socket yet, until
+    /// [`UNHEARD_GRACE`] is over.
     fn refused_by(&mut self, r: usize, now: std::time::Instant) -> bool {
         let starting = !self.heard[r] && now.duration_since(self.opened) < UNHEARD_GRACE;
-        if self.gone[r] || starting {
+        if self.gone[r] || self.suspect[r].is_some() || starting {
             return false;
         }
         self.strikes[r] = self.strikes[r].saturating_add(1);
-        self.gone[r] = self.strikes[r] >= 2;
-        self.gone[r]
+        if self.strikes[r] < 2 {
+            return false;
+        }
+        self.suspect[r] = Some(now);
+        true
+    }
+
+    /// A datagram came from rank `r`: whatever ICMP said, it speaks.
+    #[inline]
+    fn heard_from(&mut self, r: usize) {
+        if let Some(h) = self.heard.get_mut(r) {
+            *h = true;
+            self.strikes[r] = 0;
+            self.suspect[r] = None;
+        }
+    }
+
+    /// Whether rank `r` is gone: suspect, and silent since for [`SUSPECT_FOR`]
+    /// (counted in `stats` once).
+    fn gone_at(&mut self, r: usize, now: std::time::Instant, stats: &mut UdpStats) -> bool {
+        if let Some(since) = self.suspect.get(r).copied().flatten() {
+            if !self.gone[r] && now.saturating_duration_since(since) >= SUSPECT_FOR {
+                self.gone[r] = true;
+                stats.unreachable += 1;
+            }
+        }
+        self.gone.get(r).copied().unwrap_or(false)
     }
 }
 
@@ -571,6 +619,17 @@ impl TxToken for UdpTx<'_> {
             d.send_batch();
         }
         r
+    }
+}
+
+/// Runs a send once more where it failed only to report an ICMP error about an
+/// earlier datagram (`ECONNREFUSED`: the socket's pending error, which that call
+/// cleared instead of sending): such reports are not authenticated, and a stream of
+/// forged ones must not silence this rank.
+fn again_after_report<T>(mut send: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+    match send() {
+        Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => send(),
+        r => r,
     }
 }
 
@@ -753,7 +812,11 @@ fn recv_plain(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, Socke
 /// datagram, which the engine judges as it is. Untrusted bytes: a wrong split only
 /// cuts frames that fail their tag.
 fn first_frame_len(d: &[u8]) -> usize {
-    use volley_core::wire::{Flags, Packet, HEADER_LEN, TAG_LEN};
+    use volley_core::wire::{Flags, Packet, HEADER_LEN, TAG_LEN, VERSION};
+    // Not a frame under the full header (a start-up HELLO): one datagram.
+    if d.first() != Some(&VERSION) {
+        return d.len();
+    }
     let Ok(p) = Packet::new_checked(d) else {
         return d.len();
     };
@@ -817,9 +880,9 @@ impl UdpDevice {
         let to = &self.peer_addrs[usize::from(b.to)];
         let fd = self.sock.as_raw_fd();
         let sent = if b.count == 1 {
-            crate::sys::send_to(fd, frames, to)
+            again_after_report(|| crate::sys::send_to(fd, frames, to))
         } else {
-            match send_segmented(&self.sock, to, frames, b.seg as u16) {
+            match again_after_report(|| send_segmented(&self.sock, to, frames, b.seg as u16)) {
                 Ok(r) => {
                     self.stats.tx_segmented += 1;
                     Ok(r)
@@ -833,7 +896,7 @@ impl UdpDevice {
                 {
                     self.gso = false;
                     for f in frames.chunks(b.seg) {
-                        let sent = crate::sys::send_to(fd, f, to);
+                        let sent = again_after_report(|| crate::sys::send_to(fd, f, to));
                         count_send(sent, 1, &self.sock, &mut self.life, &mut self.stats);
                     }
                     b.count = 0;
@@ -859,6 +922,7 @@ impl Device for UdpDevice {
             .store(now.total_nanos(), std::sync::atomic::Ordering::Relaxed);
         // Nothing written stays behind a poll (the engine flushes after each pass).
         self.send_batch();
+        let mut reports = 0;
         loop {
             if self.rx_at < self.rx_len {
                 // The next datagram of the last read.
@@ -883,10 +947,7 @@ impl Device for UdpDevice {
                         self.stats.rx_foreign += 1;
                         continue;
                     };
-                    if let Some(h) = self.life.heard.get_mut(rank as usize) {
-                        *h = true;
-                        self.life.strikes[rank as usize] = 0;
-                    }
+                    self.life.heard_from(rank as usize);
                     self.stats.rx_coalesced += u64::from(seg < n);
                     let src = self.strict_sources.then_some(rank);
                     (self.rx_len, self.rx_seg, self.rx_from) = (n, seg.max(1), Some(src));
@@ -902,10 +963,15 @@ impl Device for UdpDevice {
                     self.stats.rx_truncated += 1;
                     continue;
                 }
-                // An ICMP error (IP_RECVERR): see which peer it was about.
+                // An ICMP error (IP_RECVERR): see which peer it was about, then read
+                // on (the call reported the error instead of a datagram; a stream
+                // of forged reports must not starve this rank of its peers' frames).
                 Err(_) => {
                     self.life.read_errors(&self.sock, &mut self.stats);
-                    return None;
+                    reports += 1;
+                    if reports > 4 {
+                        return None;
+                    }
                 }
             }
         }
@@ -913,12 +979,8 @@ impl Device for UdpDevice {
 
     fn peer_alive(&mut self, _now: Instant, peer: NodeAddr) -> bool {
         self.life.read_errors(&self.sock, &mut self.stats);
-        !self
-            .life
-            .gone
-            .get(peer.0 as usize)
-            .copied()
-            .unwrap_or(false)
+        let now = std::time::Instant::now();
+        !self.life.gone_at(peer.0 as usize, now, &mut self.stats)
     }
 
     fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<UdpTx<'_>> {
@@ -978,7 +1040,9 @@ impl Device for UdpDevice {
         msg.msg_iovlen = parts.len() as _;
         // SAFETY: a valid socket; `msg` points at the address and `parts.len()`
         // iovecs over live slices, which the kernel only reads during the call.
-        let sent = unsafe { crate::sys::sendmsg(self.sock.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
+        let sent = again_after_report(|| unsafe {
+            crate::sys::sendmsg(self.sock.as_raw_fd(), &msg, libc::MSG_DONTWAIT)
+        });
         match sent {
             // The send buffer is full: the engine offers the frame again next pass
             // instead of losing it to a retransmission timeout.
@@ -1007,6 +1071,7 @@ mod tests {
             opened,
             heard: vec![false; 2],
             strikes: vec![0; 2],
+            suspect: vec![None; 2],
             gone: vec![false; 2],
         }
     }
@@ -1132,20 +1197,36 @@ mod tests {
         assert_eq!(first_frame_len(&two), f.len());
         // Not a frame, or one longer than the read: taken whole.
         assert_eq!(first_frame_len(&[0u8; 30]), 30);
+        let hello = [volley_core::session::HELLO_MAGIC; volley_core::session::HELLO_LEN];
+        assert_eq!(first_frame_len(&hello), hello.len());
         assert_eq!(first_frame_len(&f[..f.len() - 1]), f.len() - 1);
         assert_eq!(first_frame_len(&[]), 0);
     }
 
+    /// ICMP is not authenticated: two refusals with nothing heard between make a
+    /// peer suspect, gone only if it stays silent for `SUSPECT_FOR`; a word from it
+    /// clears it.
     #[test]
-    fn a_heard_peer_is_gone_at_the_second_refusal_with_nothing_heard_between() {
+    fn a_heard_peer_refused_twice_is_gone_only_if_it_stays_silent() {
         let t0 = std::time::Instant::now();
+        let mut stats = UdpStats::default();
         let mut l = liveness(t0);
-        l.heard[1] = true;
+        l.heard_from(1);
         assert!(!l.refused_by(1, t0));
         assert!(l.refused_by(1, t0));
-        assert!(l.gone[1]);
-        // Already gone: not counted twice.
+        assert!(!l.gone_at(1, t0, &mut stats), "only suspect");
+        // Already suspect: not counted twice.
         assert!(!l.refused_by(1, t0));
+        // It speaks: no longer suspect, and two more reports start again.
+        l.heard_from(1);
+        assert!(!l.gone_at(1, t0 + SUSPECT_FOR * 2, &mut stats));
+        assert!(!l.refused_by(1, t0));
+        assert!(l.refused_by(1, t0));
+        assert!(!l.gone_at(1, t0 + SUSPECT_FOR / 2, &mut stats));
+        assert!(l.gone_at(1, t0 + SUSPECT_FOR, &mut stats));
+        assert_eq!(stats.unreachable, 1);
+        assert!(l.gone_at(1, t0 + SUSPECT_FOR * 2, &mut stats));
+        assert_eq!(stats.unreachable, 1, "counted once");
     }
 
     #[test]
@@ -1161,5 +1242,7 @@ mod tests {
         let late = t0 + UNHEARD_GRACE;
         assert!(!l.refused_by(1, late));
         assert!(l.refused_by(1, late));
+        let mut stats = UdpStats::default();
+        assert!(l.gone_at(1, late + SUSPECT_FOR, &mut stats));
     }
 }

@@ -5,7 +5,7 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,8 @@ pub struct Relay {
     pub largest: Arc<AtomicU64>,
     threads: Vec<thread::JoinHandle<()>>,
     pub relay_addrs: Vec<SocketAddr>,
+    /// With [`Faults::Record`]: what passed towards each target, in order.
+    pub recorded: Arc<Mutex<Vec<Vec<Vec<u8>>>>>,
 }
 
 /// How the relay misbehaves: random faults, or bursts of consecutive drops towards
@@ -29,6 +31,8 @@ pub enum Faults {
     Random,
     /// Towards rank `to`: every `every` datagrams, the next `burst` are all dropped.
     Bursts { to: usize, every: u32, burst: u32 },
+    /// Nothing lost: every datagram passes, and is recorded (an eavesdropper).
+    Record,
 }
 
 impl Relay {
@@ -46,7 +50,9 @@ impl Relay {
         );
         let mut threads = Vec::new();
         let mut relay_addrs = Vec::new();
+        let recorded = Arc::new(Mutex::new(vec![Vec::new(); targets.len()]));
         for (i, target) in targets.into_iter().enumerate() {
+            let recorded = recorded.clone();
             let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
             sock.set_read_timeout(Some(Duration::from_millis(20)))
                 .unwrap();
@@ -80,6 +86,11 @@ impl Relay {
                     };
                     let frame = &buf[..n];
                     largest.fetch_max(n as u64, Ordering::Relaxed);
+                    if let Faults::Record = faults {
+                        recorded.lock().unwrap()[i].push(frame.to_vec());
+                        let _ = sock.send_to(frame, target);
+                        continue;
+                    }
                     if let Faults::Bursts { to, every, burst } = faults {
                         // Counted from 0, so that the first burst is whole too.
                         let k = count;
@@ -122,6 +133,7 @@ impl Relay {
             largest,
             threads,
             relay_addrs,
+            recorded,
         }
     }
 }
