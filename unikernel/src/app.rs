@@ -95,7 +95,14 @@ fn rtc() -> [u8; 6] {
             break;
         }
     }
-    [reg(0x00), reg(0x02), reg(0x04), reg(0x07), reg(0x08), reg(0x09)]
+    [
+        reg(0x00),
+        reg(0x02),
+        reg(0x04),
+        reg(0x07),
+        reg(0x08),
+        reg(0x09),
+    ]
 }
 
 /// This node's start-up nonce (see `volley_core::session`): the launcher's, from
