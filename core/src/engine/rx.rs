@@ -33,10 +33,10 @@ impl<'a> Engine<'a> {
         if frame.first() == Some(&wire::COMPACT_PUT_MAGIC) {
             return self.rx_compact_put(now, frame, source, mem);
         }
+        self.stats.rx_frames += 1;
         if frame.first() == Some(&crate::session::HELLO_MAGIC) {
             return self.rx_hello(frame, source);
         }
-        self.stats.rx_frames += 1;
         let Some((repr, payload)) = self.parse_ours(frame) else {
             return;
         };

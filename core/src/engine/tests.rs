@@ -2104,3 +2104,85 @@ fn error_codes_are_gammas_where_gamma_has_one() {
         .contains("16384 bytes"));
     assert!(Error::MessageTooLong.to_string().contains("4 GiB"));
 }
+
+/// A rank that lost the end of its start-up exchange (`crate::session`) is answered
+/// by its peer's running engine, and gets through to the same run key; a HELLO of
+/// another job, or with a bad tag, is dropped.
+#[test]
+fn a_running_engine_answers_late_hellos() {
+    use crate::session::{Hello, Session, HELLO_LEN};
+    use crate::time::Instant as I;
+    let key = *b"late hello key!!";
+    let mut s0 = Session::with_ranks(0, 2, 0xAB, key, [1; 16]);
+    let mut s1 = Session::with_ranks(1, 2, 0xAB, key, [2; 16]);
+    // Rank 0 gets through, but every HELLO of rank 0's that says DONE is lost.
+    for round in 0..20 {
+        let now = I::from_millis(round);
+        let (mut to0, mut to1) = (Vec::new(), Vec::new());
+        s1.poll_transmit(now, |_, f| {
+            to0.push(f.to_vec());
+            true
+        });
+        s0.poll_transmit(now, |_, f| {
+            to1.push(f.to_vec());
+            true
+        });
+        for f in to0 {
+            s0.handle(&f);
+        }
+        for f in to1.iter().filter(|f| f[1] & 1 == 0) {
+            s1.handle(f);
+        }
+    }
+    assert!(s0.complete() && !s1.complete());
+    let mut cfg = Config::new(0xAB, 7, 0);
+    cfg.auth_key = s0.run_key();
+    cfg.hello = Some(s0.hello_config());
+    let mut e = Engine::new(cfg, G, Storage::with_capacity(cap())).unwrap();
+    let mut rings = rings();
+    let mut now = Instant::from_millis(100);
+    for _ in 0..50 {
+        if s1.complete() {
+            break;
+        }
+        let mut dev1 = view(&mut rings, 1);
+        s1.poll_transmit(now, |to, f| match dev1.transmit(now, to) {
+            Some(tx) => {
+                tx.consume(f.len(), |b| b.copy_from_slice(f));
+                true
+            }
+            None => false,
+        });
+        e.poll(now, &mut view(&mut rings, 0), None);
+        let mut dev1 = view(&mut rings, 1);
+        while let Some(tok) = dev1.receive(now) {
+            tok.consume(|f| {
+                assert_eq!(f.len(), HELLO_LEN);
+                s1.handle(f)
+            });
+        }
+        now += Duration::from_millis(20);
+    }
+    assert!(s1.complete(), "the straggler got through");
+    assert_eq!(s1.run_key(), cfg.auth_key);
+    assert!(e.stats().hellos_answered > 0);
+    // Another job's HELLO and a forged one: dropped, never answered.
+    let h = Hello {
+        from: 1,
+        to: 0,
+        job: 0xAC,
+        nonce: [2; 16],
+        echo: [1; 16],
+        done: false,
+        seen: false,
+    };
+    let hk = crate::session::hello_key(&key);
+    let before = e.stats().hellos_answered;
+    e.handle_frame(now, &h.emit(&hk));
+    let mut bad = Hello { job: 0xAB, ..h }.emit(&hk);
+    bad[30] ^= 1;
+    e.handle_frame(now, &bad);
+    e.poll(now, &mut view(&mut rings, 0), None);
+    assert_eq!(e.stats().hellos_answered, before);
+    assert_eq!(e.stats().hellos_dropped, 2);
+}
