@@ -40,7 +40,7 @@ const DONE: u8 = 1;
 const SEEN: u8 = 2;
 /// First wait before a HELLO goes again to a peer not through, and the longest.
 const RESEND_FIRST: Duration = Duration::from_millis(10);
-const RESEND_MAX: Duration = Duration::from_millis(200);
+const RESEND_MAX: Duration = Duration::from_millis(50);
 
 /// One HELLO (WIRE.md, *HELLO*).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -75,6 +75,10 @@ struct NetInner {
     cut: Vec<(usize, usize)>,
     /// Links (from, to) whose frames are recorded, and what they carried.
     taps: Vec<Tap>,
+    /// Bursts of loss on every link: of every `.0` frames sent on a link, the
+    /// first `.1` vanish; frames sent per link so far.
+    bursts: Option<(u32, u32)>,
+    sent_on: Vec<u32>,
     /// Whether devices vouch for live nodes ([`SimNet::vouch_for_the_living`]).
     vouch: bool,
 }
@@ -94,6 +98,8 @@ impl SimNet {
             dead: std::vec![false; n],
             cut: Vec::new(),
             taps: Vec::new(),
+            bursts: None,
+            sent_on: std::vec![0; n * n],
             vouch: false,
         })))
     }
@@ -109,6 +115,13 @@ impl SimNet {
     /// Drops every frame node `from` sends to node `to` from now on (one direction).
     pub fn cut(&self, from: usize, to: usize) {
         self.0.borrow_mut().cut.push((from, to));
+    }
+
+    /// From now on, on every link (each way), of every `every` frames sent the
+    /// first `burst` vanish: bursts of consecutive losses, as a congested switch or
+    /// a flapping link makes them.
+    pub fn drop_bursts(&self, every: u32, burst: u32) {
+        self.0.borrow_mut().bursts = Some((every.max(1), burst));
     }
 
     /// Records every frame node `from` sends to node `to` from now on (what an
@@ -199,6 +212,15 @@ impl TxToken for SimTx {
         let mut n = self.net.0.borrow_mut();
         if n.dead[self.src] || n.dead[self.dst] || n.cut.contains(&(self.src, self.dst)) {
             return r;
+        }
+        if let Some((every, burst)) = n.bursts {
+            let nodes = n.dead.len();
+            let k = &mut n.sent_on[self.src * nodes + self.dst];
+            let lost = *k % every < burst;
+            *k = k.wrapping_add(1);
+            if lost {
+                return r;
+            }
         }
         let bw = n.cfg.bytes_per_sec.max(1);
         let wire = Duration::from_nanos((len as u64 * 1_000_000_000) / bw);

@@ -99,6 +99,12 @@ impl Duration {
             nanos: self.nanos.saturating_mul(2),
         }
     }
+    /// `2^n` times as long, saturating.
+    pub const fn shifted(self, n: u32) -> Duration {
+        Duration {
+            nanos: self.nanos.saturating_mul(1u64 << (n & 63)),
+        }
+    }
 }
 
 impl Add<Duration> for Instant {

@@ -2538,3 +2538,80 @@ fn a_long_broadcast_whose_root_died_half_way_is_dropped_down_the_tree() {
     assert_eq!(sim.nodes[2].engine().stats().rerouted, 1, "seed {seed}");
     assert_eq!(sim.nodes[1].engine().eager_free(), 48, "seed {seed}");
 }
+
+/// `n` 8-byte reliable messages from node 0 to node 1 (port 5), each checked and
+/// exactly once, in order, with at most 16 in flight (eager copies), on a LAN whose
+/// links lose `bursts` (`(every, burst)`) if given; the virtual time it took.
+fn stream_through_bursts(seed: u64, n: usize, bursts: Option<(u32, u32)>) -> Duration {
+    let g = groups(2);
+    let mut sim = Sim::new(2, SimConfig::lan(seed), |i, dev, clock| {
+        let mut st = Check::default();
+        st.plan.insert(0, vec![8; n]);
+        let store = sized(2, 2, 64, 8, 16);
+        // Hosted defaults: 30 s to die, timeouts from 0.5 ms doubling to 200 ms.
+        let c = Config::new(0x1234, 1, i as u16);
+        SimGamma::init(c, g, store, handlers(), dev, clock, st).unwrap()
+    });
+    sim.nodes[0]
+        .set_passive_port(5, 1, 1, 5, 0, GO_BACK, None)
+        .unwrap();
+    sim.nodes[1]
+        .set_active_port(
+            5,
+            0,
+            1,
+            5,
+            Some(on_message),
+            None,
+            0,
+            GO_BACK,
+            Some(leak(vec![0; 64])),
+        )
+        .unwrap();
+    if let Some((every, burst)) = bursts {
+        sim.net.drop_bursts(every, burst);
+    }
+    let start = sim.now();
+    let mut sent = 0;
+    let limit = start + Duration::from_secs(600);
+    while sim.nodes[1].state().got.get(&0).copied().unwrap_or(0) < n {
+        while sent < n {
+            let body = pattern(0, sent, 8);
+            match sim.nodes[0].engine_mut().start_send_eager(5, &[], &body) {
+                Ok(h) => {
+                    sim.nodes[0].engine_mut().detach(h).unwrap();
+                    sent += 1;
+                }
+                Err(volley_core::engine::Error::NoResources) => break,
+                Err(e) => panic!("seed {seed}: send {sent}: {e:?}"),
+            }
+        }
+        let target = sim.nodes[1].state().got.get(&0).copied().unwrap_or(0) + 1;
+        sim.run_until(sim.now() + Duration::from_millis(50), |nodes, _| {
+            nodes[1].state().got.get(&0).copied().unwrap_or(0) >= target
+        })
+        .ok();
+        assert!(
+            sim.now() < limit,
+            "seed {seed}: {bursts:?}: stuck at {sent} sent"
+        );
+    }
+    let st = sim.nodes[1].state();
+    assert!(st.errors.is_empty(), "seed {seed}: {:?}", st.errors);
+    assert_eq!(st.got.get(&0), Some(&n), "seed {seed}: exactly once");
+    assert_eq!(sim.nodes[0].engine().stats().peers_failed, 0, "seed {seed}");
+    sim.now().saturating_since(start)
+}
+
+/// Bursts of 50 consecutive frames lost of every 500, both ways, and of 20 of
+/// every 100: every message still arrives exactly once and in order, and the
+/// sender never takes its live peer for dead (how fast the bursts are recovered
+/// is `cargo bench -p volley-cli --bench burst_loss`'s, on `udp`).
+#[test]
+fn bursts_of_loss_both_ways_deliver_every_message_once() {
+    let seed = seed();
+    for bursts in [None, Some((500, 50)), Some((100, 20))] {
+        let took = stream_through_bursts(seed, 2000, bursts);
+        println!("seed {seed}: 2000 messages, bursts {bursts:?}: {took:?} (virtual)");
+    }
+}

@@ -194,6 +194,10 @@ pub struct Channel {
     pub(crate) acks_heard: u32,
     /// The newest beacon counter heard from the peer.
     pub(crate) beacon_heard: u32,
+    /// Reliable frames that came again or out of order since the last pass: the
+    /// peer is recovering from a loss, and gets an ack for every two (see
+    /// `Engine::transmit_chan`).
+    pub(crate) out_of_order: u8,
     /// Since when we have been waiting for the peer without hearing from it.
     pub(crate) silent_since: Option<Instant>,
     /// Whether the peer was ever heard from: until then it may still be starting
@@ -256,6 +260,7 @@ impl Channel {
         acks_sent: 0,
         acks_heard: 0,
         beacon_heard: 0,
+        out_of_order: 0,
         silent_since: None,
         met: false,
     };

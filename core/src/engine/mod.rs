@@ -571,9 +571,11 @@ impl Op<'_> {
         self.tree && self.aux != mcast::FLAT && self.total as usize > EAGER_MAX
     }
 
-    /// True if the op's channel has failed (it will not progress).
-    fn chan_failed(&self, chans: &[Channel]) -> bool {
-        chans.get(self.chan as usize).is_some_and(|c| c.failed)
+    /// True if the op's channel has failed or its peer said goodbye.
+    fn chan_gone(&self, chans: &[Channel]) -> bool {
+        chans
+            .get(self.chan as usize)
+            .is_some_and(|c| c.failed || c.left)
     }
 
     /// The payload bytes `[off, off + len)`, as up to two pieces (head, body).

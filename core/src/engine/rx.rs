@@ -593,7 +593,9 @@ impl<'a> Engine<'a> {
         match self.chans[ci].check_seq(repr.seq) {
             SeqCheck::Duplicate => {
                 self.stats.rx_duplicates += 1;
-                self.chans[ci].ack_now = true;
+                let ch = &mut self.chans[ci];
+                ch.ack_now = true;
+                ch.out_of_order = ch.out_of_order.saturating_add(1);
                 self.chan_work.set(true);
                 return;
             }
@@ -603,7 +605,16 @@ impl<'a> Engine<'a> {
                 self.chan_work.set(true);
                 return;
             }
-            SeqCheck::New => {}
+            SeqCheck::New => {
+                let ch = &mut self.chans[ci];
+                if repr.seq != ch.rcv_nxt {
+                    // After a gap: the sender is missing an ack (TCP acks such a
+                    // segment at once).
+                    ch.out_of_order = ch.out_of_order.saturating_add(1);
+                    ch.ack_now = true;
+                    self.chan_work.set(true);
+                }
+            }
         }
         let accepted = match repr.kind {
             Kind::Barrier => {

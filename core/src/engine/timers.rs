@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// Doublings of a channel's timeout, from the one its round trips give, that
+/// consecutive timeouts may take it to (under `Config::rto_max`).
+const BACKOFF_MAX: u32 = 3;
+
 impl<'a> Engine<'a> {
     // ---------------------------------------------------------------- timers
 
@@ -96,8 +100,13 @@ impl<'a> Engine<'a> {
                     ch.mark_all_for_resend();
                 }
                 self.chan_work.set(true);
-                ch.rto = if ch.rto.doubled() > self.cfg.rto_max {
-                    self.cfg.rto_max
+                // Back off, but no further than BACKOFF_MAX doublings of the timeout
+                // the round trips give: failure is judged by time (`peer_timeout`),
+                // and a burst of losses costs one timeout per round of frames it
+                // eats, so long timeouts after a short round trip only stretch it.
+                let cap = self.cfg.rto_max.min(ch.rto_base.shifted(BACKOFF_MAX));
+                ch.rto = if ch.rto.doubled() > cap {
+                    cap
                 } else {
                     ch.rto.doubled()
                 };
@@ -350,15 +359,17 @@ impl<'a> Engine<'a> {
     }
 
     /// True when nothing is in flight: no send running, no frame unacknowledged, no
-    /// ack owed, no barrier running (failed peers excepted: nothing more will happen there).
+    /// ack owed, no barrier running (failed peers and peers that said goodbye
+    /// excepted: nothing more will happen there).
     pub fn is_quiescent(&self) -> bool {
         let ops_idle = self
             .ops
             .iter()
-            .all(|o| o.state != OpState::Active || o.chan_failed(&self.chans));
+            .all(|o| o.state != OpState::Active || o.chan_gone(&self.chans));
         let chans_idle = self.chans[..self.chan_hwm].iter().all(|c| {
             !c.in_use
                 || c.failed
+                || c.left
                 || (c.outstanding() == 0 && !c.ack_now && c.ack_at.is_none() && c.ctrl_len == 0)
         });
         ops_idle

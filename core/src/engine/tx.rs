@@ -988,16 +988,29 @@ impl<'a> Engine<'a> {
             }
         }
 
-        // 4. A bare ack if none rode on data.
+        // 4. A bare ack if none rode on data; while the peer recovers from a loss
+        // (frames came again or after a gap), one for each of those, as TCP acks
+        // every such segment at once: a run of lost acks then costs the peer a
+        // round trip or two, not a timeout for each.
         if ch.ack_now {
             tx.ack(ch);
         }
+        if ch.out_of_order > 1 {
+            let mut more = (ch.out_of_order - 1).min(ACKS_IN_RECOVERY);
+            while more > 0 && tx.ack(ch) {
+                more -= 1;
+            }
+        }
+        ch.out_of_order = 0;
         if ch.outstanding() > 0 {
             ch.arm_rto(now, &mut self.timer_at);
         }
         tx.sent
     }
 }
+
+/// The most acks a channel sends in one pass while its peer recovers from a loss.
+const ACKS_IN_RECOVERY: u8 = 16;
 
 /// Operation slot `oi`, just allocated, cleared for a reliable send (its
 /// generation kept, so handles to its past uses stay stale).

@@ -355,10 +355,14 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     pub fn exit_deadline(mut self, deadline: Instant) -> (D, S) {
         // Acks held back to ride on replies go out now: there will be no replies.
         self.engine.flush_acks();
+        let mut told = false;
         loop {
             let now = self.clock.now();
+            // The peers are told this process leaves, so that one whose last frames
+            // to us go unanswered (their acks lost) stops waiting at once.
+            told = told || self.engine.say_goodbye();
             self.engine_poll(now, None);
-            if self.engine.is_quiescent() || now >= deadline {
+            if (told && self.engine.is_quiescent()) || now >= deadline {
                 break;
             }
             self.idle_step(false);

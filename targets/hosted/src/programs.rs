@@ -567,6 +567,7 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     let me = g.my_node();
     setup_pair(&mut g, 100_000)?;
     g.sync()?;
+    let started = std::time::Instant::now();
     if me == 0 {
         for k in 0..count {
             let len = [1usize, 100, 1500, 9000, 100_000][k as usize % 5];
@@ -577,6 +578,7 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
         g.wait_deadline(1, count as u32, d)
             .map_err(|e| fail(format!("waiting for {count} messages: {e}")))?;
     }
+    let took = started.elapsed();
     g.sync()?;
     let st = g.state();
     if !st.bad.is_empty() || !st.errnos.is_empty() || (me == 1 && st.handled != count) {
@@ -591,8 +593,10 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
             crate::HostDevice::Eth(d) => (d.stats().tx_gathered, 0),
             crate::HostDevice::Shm(_) => (0, 0),
         };
+        let s = g.engine().stats();
         println!(
-            "flowctl-exact sender: {gathered} frames sent from where their payload lay, {segmented} sends of several datagrams"
+            "flowctl-exact sender: {gathered} frames sent from where their payload lay, {segmented} sends of several datagrams; {} timeouts, {} frames sent again",
+            s.timeouts, s.retransmits
         );
     }
     if me == 0 {
@@ -606,8 +610,8 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
             crate::HostDevice::Shm(_) => (0, 0),
         };
         println!(
-            "flowctl-exact ok: {count} messages exactly once, in order; {} duplicates and {} bad CRCs dropped; {} unauthenticated frames and {strangers} datagrams from strangers dropped; {coalesced} reads of several datagrams",
-            s.rx_duplicates, s.rx_bad_crc, s.rx_unauthenticated
+            "flowctl-exact ok: {count} messages exactly once, in order; {} duplicates and {} bad CRCs dropped; {} unauthenticated frames and {strangers} datagrams from strangers dropped; {coalesced} reads of several datagrams; all in {:.6} s",
+            s.rx_duplicates, s.rx_bad_crc, s.rx_unauthenticated, took.as_secs_f64()
         );
     }
     if let crate::HostDevice::Udp(d) = g.device() {

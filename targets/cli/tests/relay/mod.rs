@@ -33,6 +33,12 @@ pub enum Faults {
     Bursts { to: usize, every: u32, burst: u32 },
     /// Nothing lost: every datagram passes, and is recorded (an eavesdropper).
     Record,
+    /// Nothing lost, nothing recorded: the same path as the faulty modes, for a
+    /// reference run.
+    Clean,
+    /// Both ways: every `every` datagrams towards each rank, the next `burst` are
+    /// all dropped.
+    BurstsBoth { every: u32, burst: u32 },
 }
 
 impl Relay {
@@ -89,6 +95,20 @@ impl Relay {
                     if let Faults::Record = faults {
                         recorded.lock().unwrap()[i].push(frame.to_vec());
                         let _ = sock.send_to(frame, target);
+                        continue;
+                    }
+                    if let Faults::Clean = faults {
+                        let _ = sock.send_to(frame, target);
+                        continue;
+                    }
+                    if let Faults::BurstsBoth { every, burst } = faults {
+                        let k = count;
+                        count += 1;
+                        if k % every < burst {
+                            dropped.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            let _ = sock.send_to(frame, target);
+                        }
                         continue;
                     }
                     if let Faults::Bursts { to, every, burst } = faults {
