@@ -805,7 +805,7 @@ fn a_dead_member_fails_the_barrier_everywhere_instead_of_hanging() {
     }
 }
 
-// ------------------------------------------------ GAMMA conformance (issue 7)
+// ------------------------------------------------------- GAMMA conformance
 
 #[test]
 fn best_effort_multi_frame_messages_arrive_whole_on_a_lossless_fabric() {
@@ -1240,7 +1240,7 @@ fn handlers_answers_leave_when_the_handler_returns() {
     assert!(at_once < 90, "seed {seed}: {at_once} of 90 at once");
 }
 
-// ------------------------------------------- failure judged by time (issue 8)
+// -------------------------------------------------- failure judged by time
 
 #[derive(Default)]
 struct Quiet {
@@ -1689,7 +1689,7 @@ fn a_rank_waiting_for_a_dead_sender_gets_an_error_not_a_hang() {
     );
 }
 
-// --------------------------------------------------- authentication (issue 8)
+// ---------------------------------------------------------- authentication
 
 #[test]
 fn frames_without_the_jobs_tag_never_reach_a_handler() {

@@ -4,7 +4,8 @@
 //! [`run`] boots it under QEMU with its serial console captured, enforces a timeout,
 //! kills QEMU whatever happens, and turns the `isa-debug-exit` status into a
 //! [`Verdict`]. The accelerator is TCG unless hardware virtualisation is really there
-//! (`vmx`/`svm` in `/proc/cpuinfo` and no `kvm_pvm` module: PLATFORM.md); the
+//! (`vmx`/`svm` in `/proc/cpuinfo` and no `kvm_pvm` module, which emulates KVM in
+//! software, slower than TCG); the
 //! variable `VOLLEY_QEMU_ACCEL` overrides the choice.
 
 use std::io::Read;

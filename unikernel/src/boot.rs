@@ -6,7 +6,7 @@
 use core::arch::global_asm;
 
 // The PVH ELF note (XEN_ELFNOTE_PHYS32_ENTRY = 18): name "Xen", an 8-byte descriptor
-// holding the 32-bit physical entry point (PLATFORM.md: QEMU 7.2 reads 8 bytes).
+// holding the 32-bit physical entry point (QEMU 7.2 reads 8 bytes).
 global_asm!(
     r#"
     .section .note.Xen, "a"

@@ -1,6 +1,6 @@
 //! The Myrinet-like NIC model (`volley-myri`) on QEMU's `ivshmem-plain` device: BAR2 is
 //! a host file every node's QEMU maps, so the nodes share the region exactly as hosted
-//! ranks share a `/dev/shm` file (PLATFORM.md).
+//! ranks share a `/dev/shm` file.
 //!
 //! Instance 0 lays the region out for the job (`job=` is its generation) and the others
 //! join it; a region holding another job's layout, or garbage, is never joined: the

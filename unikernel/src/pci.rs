@@ -1,6 +1,6 @@
 //! PCI configuration space through ports 0xCF8/0xCFC (mechanism #1): bus 0 and the
 //! buses behind its bridges.
-//! Memory BARs left at zero by the firmware (qboot assigns none: PLATFORM.md) are
+//! Memory BARs left at zero by the firmware (qboot assigns none) are
 //! given addresses from a bump allocator in the identity-mapped, uncached PCI hole.
 
 use crate::port::{inl, outl};

@@ -12,7 +12,7 @@
 //! logged per packet. Received frames are lent in place; the receive tail register is
 //! written once per batch, the transmit tail once per frame. The receive control
 //! register is written once (QEMU's 8254x model holds reception off for about a second
-//! after each write: PLATFORM.md; its 82574L model starts receiving at once).
+//! after each write, measured with QEMU 7.2; its 82574L model starts receiving at once).
 //!
 //! Send slots: [`POOL_SLOTS`] more DMA buffers that a program fills itself (LFC's
 //! `lfc_send_alloc`). A frame from one goes out as a chain of legacy descriptors (SDM

@@ -1,5 +1,5 @@
-//! The core's data path allocates nothing once warm (the brief: "no allocation on
-//! the data path"): GAMMA, LFC, QNIX and Cheetah endpoints on one Myrinet-like
+//! The core's data path allocates nothing once warm (the core's promise: no
+//! allocation on the data path): GAMMA, LFC, QNIX and Cheetah endpoints on one Myrinet-like
 //! region exchange short messages (and Cheetah long invocations and invocations of
 //! oneself) under a counting allocator, and after a warm-up round (pools and spare
 //! buffers filled) a thousand more allocate nothing.

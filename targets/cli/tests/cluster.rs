@@ -497,6 +497,44 @@ fn bursts_of_50_lost_acks_do_not_fail_a_live_job() {
     assert!(d >= 100, "at least two bursts of 50 were dropped, not {d}");
 }
 
+/// 50 datagrams in a row lost of every 500, both ways (the start-up exchange's
+/// included): every message still arrives exactly once, in order, and the job
+/// finishes (how fast is `cargo bench --bench burst_loss`'s).
+#[test]
+fn bursts_of_loss_both_ways_deliver_every_message_exactly_once() {
+    let _g = serial();
+    let real = vec![free_port(), free_port()];
+    let relay = Relay::with(
+        real.clone(),
+        0xB0058,
+        Faults::BurstsBoth {
+            every: 500,
+            burst: 50,
+        },
+    );
+    let list = |v: &[SocketAddr]| {
+        v.iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let (peers, binds) = (list(&relay.relay_addrs), list(&real));
+    let env = [
+        ("VOLLEY_UDP_PEERS", peers.as_str()),
+        ("VOLLEY_UDP_BIND", binds.as_str()),
+        ("VOLLEY_MESSAGES", "2000"),
+    ];
+    let (out, took) = launch("2", "udp", job_id(0xB2), &["flowctl-exact"], &env);
+    let t = text(&out);
+    assert!(out.status.success(), "after {took:?}:\n{t}");
+    assert!(
+        t.contains("flowctl-exact ok: 2000 messages exactly once"),
+        "{t}"
+    );
+    let d = relay.dropped.load(Ordering::Relaxed);
+    assert!(d >= 300, "bursts of 50 were dropped both ways, not {d}");
+}
+
 /// A rank blocked waiting for a message from a rank that dies gets SENDFAILURE (the
 /// seed's error for a failed peer) within seconds, not a hang until the launcher's
 /// timeout.

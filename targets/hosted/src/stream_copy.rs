@@ -19,7 +19,7 @@
 //! [`STREAM_FRAMES`] frames. Copies into pages not written before are not timed
 //! (their first-touch faults are no sign of a far reader). Where copies stay fast
 //! nothing changes: within one complex here (10–20 GB/s, none of 4,800 frames
-//! turned), and on the 16-core Intel machine of earlier sessions, whose ring
+//! turned), and on a 16-core Intel machine, whose ring
 //! streamed at 11–13 GB/s, so each writer's copy ran at least that fast.
 
 use std::time::Instant;

@@ -112,8 +112,8 @@ impl Peers {
 
 /// The transports UCX gets beside `fabric` for a `bytes` message: on one host,
 /// shared memory for small messages and, for large ones, also CMA (a single copy
-/// with `process_vm_readv`, UCX's zero-copy rendezvous there: issue 11's "UCX
-/// with CMA"); across hosts, TCP.
+/// with `process_vm_readv`, UCX's zero-copy rendezvous there: "UCX with CMA");
+/// across hosts, TCP.
 fn ucx_tls(fabric: &str, bytes: usize) -> &'static str {
     match fabric {
         "shm" if bytes >= 1 << 16 => "posix,cma,self",
