@@ -119,9 +119,10 @@ impl<'a> Engine<'a> {
     fn took_predicted(&mut self, now: Instant, ci: usize, repr: &Repr, reliable: bool) {
         self.stats.rx_predicted += 1;
         let ch = &mut self.chans[ci];
-        // A predicted reliable frame is the next on its channel: new.
-        let new_ack = repr.ack.is_some_and(|a| ch.new_ack(a));
-        if reliable | new_ack {
+        // A predicted reliable frame is the next on its channel: new (the ack it
+        // carries is then not looked at here; a replay of one of its kind is a
+        // duplicate, and its ack moves `ack_heard` at most once).
+        if reliable || repr.ack.is_some_and(|a| ch.new_ack(a)) {
             ch.heard_at = now;
             ch.silent_since = None;
             ch.met = true;

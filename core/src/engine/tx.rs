@@ -995,13 +995,13 @@ impl<'a> Engine<'a> {
         if ch.ack_now {
             tx.ack(ch);
         }
-        if ch.out_of_order > 1 {
+        if ch.out_of_order > 0 {
             let mut more = (ch.out_of_order - 1).min(ACKS_IN_RECOVERY);
+            ch.out_of_order = 0;
             while more > 0 && tx.ack(ch) {
                 more -= 1;
             }
         }
-        ch.out_of_order = 0;
         if ch.outstanding() > 0 {
             ch.arm_rto(now, &mut self.timer_at);
         }
