@@ -355,6 +355,11 @@ impl<'a> Session<'a> {
         self.left == 0
     }
 
+    /// Whether a valid HELLO ever came from fabric address `r` (of this run or not).
+    pub fn heard_from(&self, r: u16) -> bool {
+        self.peers.get(r as usize).is_some_and(|p| p.known)
+    }
+
     /// The fabric addresses of the peers not through yet.
     pub fn waiting_for(&self) -> impl Iterator<Item = u16> + '_ {
         let me = self.me as usize;

@@ -162,17 +162,33 @@ fn start_session<D: Device>(
         });
         nic.flush(now);
         if now.saturating_since(start) > startup {
-            let st = s.stats();
-            print!("volley unikernel: start-up: no answer with this run's nonce from rank");
-            for r in s.waiting_for() {
-                print!(" {}", r);
+            // As a first sync that gave up would say it (a dead peer is GAMMA's
+            // SENDFAILURE), naming whom it waited for.
+            let (st, secs) = (s.stats(), startup.total_micros() / 1_000_000);
+            println!("volley unikernel: first sync: SENDFAILURE");
+            for heard in [false, true] {
+                let mut who = s.waiting_for().filter(|&r| s.heard_from(r) == heard);
+                let Some(first) = who.next() else { continue };
+                print!("volley unikernel: node {}", first);
+                for r in who {
+                    print!(", {}", r);
+                }
+                if heard {
+                    println!(
+                        " gave no answer with this run's nonce within startup={} s",
+                        secs
+                    );
+                } else {
+                    println!(" never heard from within startup={} s", secs);
+                }
             }
             println!(
-                " within {} s ({} HELLOs sent, {} taken, {} with an earlier nonce)",
-                startup.total_micros() / 1_000_000,
-                st.sent,
-                st.taken,
-                st.stale_echo
+                "volley unikernel: start-up: {} HELLOs sent, {} taken, {} with an earlier nonce",
+                st.sent, st.taken, st.stale_echo
+            );
+            println!(
+                "volley unikernel: {} frames failed authentication",
+                st.bad_tag
             );
             return false;
         }
@@ -220,6 +236,11 @@ pub fn run<D: Device>(
         return false;
     };
     let mut nic = nic;
+    // The first sync's time counts from here: the start-up exchange is its first part.
+    let booted = {
+        use volley_core::time::Clock;
+        clock.now()
+    };
     if fabric == Fabric::Network && !start_session(&mut nic, &clock, &mut cfg, rank, nodes, startup)
     {
         return false;
@@ -246,7 +267,7 @@ pub fn run<D: Device>(
         println!("volley unikernel: port: {}", e);
         return false;
     }
-    let t0 = g.time();
+    let t0 = booted;
     if let Err(e) = g.sync() {
         report("first sync", e);
         report_peers(g.engine(), rank, nodes, startup);
