@@ -355,14 +355,25 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     pub fn exit_deadline(mut self, deadline: Instant) -> (D, S) {
         // Acks held back to ride on replies go out now: there will be no replies.
         self.engine.flush_acks();
+        loop {
+            let now = self.clock.now();
+            self.engine_poll(now, None);
+            if self.engine.is_quiescent() || now >= deadline {
+                break;
+            }
+            self.idle_step(false);
+        }
+        // Then the peers are told this process leaves, so that one whose last
+        // frames to us go unanswered (their acks lost) stops waiting at once. For
+        // a short while only: a peer computing without polling acks it later, or
+        // finds this process gone.
+        let until = deadline.min(self.clock.now() + Duration::from_millis(50));
         let mut told = false;
         loop {
             let now = self.clock.now();
-            // The peers are told this process leaves, so that one whose last frames
-            // to us go unanswered (their acks lost) stops waiting at once.
             told = told || self.engine.say_goodbye();
             self.engine_poll(now, None);
-            if (told && self.engine.is_quiescent()) || now >= deadline {
+            if (told && self.engine.is_quiescent()) || now >= until {
                 break;
             }
             self.idle_step(false);
