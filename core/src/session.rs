@@ -22,6 +22,7 @@ use core::hash::Hasher;
 use managed::ManagedSlice;
 use siphasher::sip128::{Hasher128, SipHasher24};
 
+use crate::phy::{Device, RxToken, TxToken};
 use crate::time::{Duration, Instant};
 use crate::wire::{derive_key, AuthKey};
 use crate::NodeAddr;
@@ -106,9 +107,7 @@ impl Hello {
         if b[0] != HELLO_MAGIC || b[1] & !(DONE | SEEN) != 0 || b[6..8] != [0, 0] {
             return Err(HelloError::Malformed);
         }
-        let t = hello_tag(key, &b[..BODY]);
-        // Compared without stopping at the first difference.
-        if t.iter().zip(&b[BODY..]).fold(0u8, |a, (x, y)| a | (x ^ y)) != 0 {
+        if !crate::wire::same(&hello_tag(key, &b[..BODY]), &b[BODY..]) {
             return Err(HelloError::BadTag);
         }
         let word = |i: usize| u16::from_be_bytes([b[i], b[i + 1]]);
@@ -347,6 +346,25 @@ impl<'a> Session<'a> {
                 };
             }
         }
+    }
+
+    /// One round of the exchange over `dev` at `now`: takes what has arrived
+    /// (anything but a HELLO, such as a frame of a peer through already whose
+    /// engine runs under the run key, is dropped: it comes again once this rank is
+    /// through), then sends what is due.
+    pub fn poll<D: Device>(&mut self, now: Instant, dev: &mut D) {
+        for _ in 0..256 {
+            let Some(tok) = dev.receive(now) else { break };
+            tok.consume(|f| self.handle(f));
+        }
+        self.poll_transmit(now, |to, f| match dev.transmit(now, to) {
+            Some(tx) => {
+                tx.consume(f.len(), |b| b.copy_from_slice(f));
+                true
+            }
+            None => false,
+        });
+        dev.flush(now);
     }
 
     /// Whether every peer is through: each has echoed this rank's nonce and has

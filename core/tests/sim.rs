@@ -2037,7 +2037,6 @@ fn flat_broadcasts_wait_for_the_roots_tree_ones_under_loss() {
 fn best_effort_broadcasts_keep_their_place_among_reliable_ones() {
     let seed = seed() ^ 0xbe;
     let n = 8u16;
-    let g = groups(n);
     // (length, reliable): 4 eager buffers, so 200,000 bytes go flat.
     let plan = [
         (8usize, true),
@@ -2051,17 +2050,7 @@ fn best_effort_broadcasts_keep_their_place_among_reliable_ones() {
         (1, false),
     ];
     let sizes: Vec<usize> = plan.iter().map(|p| p.0).collect();
-    let mut sim = Sim::new(n as usize, SimConfig::lan(seed), |i, dev, clock| {
-        let mut st = Check::default();
-        st.plan.insert(0, sizes.clone());
-        let store = sized(n as usize, n as usize, 256, 8, 4);
-        SimGamma::init(cfg(1, i as u16), g, store, handlers(), dev, clock, st).unwrap()
-    });
-    for node in sim.nodes.iter_mut() {
-        let buf = Some(leak(vec![0; 256 * 1024]));
-        node.set_active_port(5, BROADCAST, 1, 5, Some(on_message), None, 0, GO_BACK, buf)
-            .unwrap();
-    }
+    let mut sim = port5_members(seed, n, &sizes);
     let mut hs = Vec::new();
     for (k, &(len, reliable)) in plan.iter().enumerate() {
         let body: &'static [u8] = leak(pattern(0, k, len));
@@ -2103,9 +2092,14 @@ fn best_effort_broadcasts_keep_their_place_among_reliable_ones() {
 /// does: 8 bytes then 200,000, the first by tree, the second too long for 4 eager
 /// buffers, so straight from the root), and those two sizes.
 fn relayed_pair_of_broadcasts(seed: u64) -> (Sim<SimGamma<'static, Check>>, [usize; 2]) {
-    let n = 4u16;
-    let g = groups(n);
     let sizes = [8usize, 200_000];
+    (port5_members(seed, 4, &sizes), sizes)
+}
+
+/// `n` members, 4 eager buffers each, whose port 5 takes broadcasts from member 0
+/// (checked as `Check` does: messages of `sizes`, in order) into 256 KiB.
+fn port5_members(seed: u64, n: u16, sizes: &[usize]) -> Sim<SimGamma<'static, Check>> {
+    let g = groups(n);
     let mut sim = Sim::new(n as usize, SimConfig::lan(seed), |i, dev, clock| {
         let mut st = Check::default();
         st.plan.insert(0, sizes.to_vec());
@@ -2117,7 +2111,7 @@ fn relayed_pair_of_broadcasts(seed: u64) -> (Sim<SimGamma<'static, Check>>, [usi
         node.set_active_port(5, BROADCAST, 1, 5, Some(on_message), None, 0, GO_BACK, buf)
             .unwrap();
     }
-    (sim, sizes)
+    sim
 }
 
 /// Member 0 starts broadcasts of `sizes` on port 5, one after the other.

@@ -133,7 +133,6 @@ fn start_session<D: Device>(
     nodes: u16,
     startup: Duration,
 ) -> bool {
-    use volley_core::phy::{RxToken, TxToken};
     use volley_core::time::Clock;
     let (Some(frame_key), Some(key)) = (cfg.auth_key, job_key()) else {
         return true;
@@ -149,18 +148,7 @@ fn start_session<D: Device>(
     let start = clock.now();
     while !s.complete() {
         let now = clock.now();
-        for _ in 0..256 {
-            let Some(tok) = nic.receive(now) else { break };
-            tok.consume(|f| s.handle(f));
-        }
-        s.poll_transmit(now, |to, f| match nic.transmit(now, to) {
-            Some(tx) => {
-                tx.consume(f.len(), |b| b.copy_from_slice(f));
-                true
-            }
-            None => false,
-        });
-        nic.flush(now);
+        s.poll(now, nic);
         if now.saturating_since(start) > startup {
             // As a first sync that gave up would say it (a dead peer is GAMMA's
             // SENDFAILURE), naming whom it waited for.

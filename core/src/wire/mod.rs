@@ -421,7 +421,7 @@ pub fn job_key(secret: &AuthKey, job: u64) -> u32 {
 }
 
 /// Compares two tags without stopping at the first difference.
-fn same(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

@@ -302,6 +302,41 @@ fn a_rank_killed_before_its_first_frame_fails_the_barrier_everywhere() {
     victim_job("4", [23, 24], &env, &[0, 1, 2], "in sync");
 }
 
+/// The `VOLLEY_UDP_PEERS` and `VOLLEY_UDP_BIND` values of a job whose ranks talk
+/// through `relay` and bind `real`.
+fn relay_addrs(relay: &Relay, real: &[SocketAddr]) -> (String, String) {
+    let list = |v: &[SocketAddr]| {
+        v.iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    (list(&relay.relay_addrs), list(real))
+}
+
+/// `flowctl-exact` of `messages` on two `udp` ranks (job salt `salt`) through a
+/// relay misbehaving as `faults` (seeded by `seed`), with `env` besides: the
+/// launcher's output, how long it took, and the relay.
+fn flowctl_via_relay(
+    faults: Faults,
+    seed: u64,
+    salt: u64,
+    messages: &str,
+    env: &[(&str, &str)],
+) -> (Output, Duration, Relay) {
+    let real = vec![free_port(), free_port()];
+    let relay = Relay::with(real.clone(), seed, faults);
+    let (peers, binds) = relay_addrs(&relay, &real);
+    let mut all = vec![
+        ("VOLLEY_UDP_PEERS", peers.as_str()),
+        ("VOLLEY_UDP_BIND", binds.as_str()),
+        ("VOLLEY_MESSAGES", messages),
+    ];
+    all.extend_from_slice(env);
+    let (out, took) = launch("2", "udp", job_id(salt), &["flowctl-exact"], &all);
+    (out, took, relay)
+}
+
 /// Exactly once through a relay that drops 10%, duplicates 5% and reorders 5%:
 /// Ethernet-sized datagrams (1472 bytes, as across a network), then loopback's
 /// 64 KiB ones (the default there, found from the path MTU).
@@ -309,24 +344,9 @@ fn a_rank_killed_before_its_first_frame_fails_the_barrier_everywhere() {
 fn flowctl_over_a_lossy_udp_relay_arrives_exactly_once() {
     for (salt, mtu, messages) in [(7, Some("1472"), "300"), (11, None, "1000")] {
         let _g = serial();
-        let real = vec![free_port(), free_port()];
-        let relay = Relay::start(real.clone(), 0xC0FFEE + salt);
-        let list = |v: &[SocketAddr]| {
-            v.iter()
-                .map(|a| a.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        let (peers, binds) = (list(&relay.relay_addrs), list(&real));
-        let mut env = vec![
-            ("VOLLEY_UDP_PEERS", peers.as_str()),
-            ("VOLLEY_UDP_BIND", binds.as_str()),
-            ("VOLLEY_MESSAGES", messages),
-        ];
-        if let Some(m) = mtu {
-            env.push(("VOLLEY_UDP_MTU", m));
-        }
-        let (out, took) = launch("2", "udp", job_id(salt), &["flowctl-exact"], &env);
+        let env: Vec<(&str, &str)> = mtu.map(|m| ("VOLLEY_UDP_MTU", m)).into_iter().collect();
+        let (out, took, relay) =
+            flowctl_via_relay(Faults::Random, 0xC0FFEE + salt, salt, messages, &env);
         let t = text(&out);
         assert!(out.status.success(), "mtu {mtu:?}, after {took:?}:\n{t}");
         assert!(
@@ -464,29 +484,12 @@ fn datagrams_to_one_peer_are_sent_and_read_together() {
 #[test]
 fn bursts_of_50_lost_acks_do_not_fail_a_live_job() {
     let _g = serial();
-    let real = vec![free_port(), free_port()];
-    let relay = Relay::with(
-        real.clone(),
-        0xB0057,
-        Faults::Bursts {
-            to: 0,
-            every: 200,
-            burst: 50,
-        },
-    );
-    let list = |v: &[SocketAddr]| {
-        v.iter()
-            .map(|a| a.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
+    let faults = Faults::Bursts {
+        to: 0,
+        every: 200,
+        burst: 50,
     };
-    let (peers, binds) = (list(&relay.relay_addrs), list(&real));
-    let env = [
-        ("VOLLEY_UDP_PEERS", peers.as_str()),
-        ("VOLLEY_UDP_BIND", binds.as_str()),
-        ("VOLLEY_MESSAGES", "400"),
-    ];
-    let (out, took) = launch("2", "udp", job_id(8), &["flowctl-exact"], &env);
+    let (out, took, relay) = flowctl_via_relay(faults, 0xB0057, 8, "400", &[]);
     let t = text(&out);
     assert!(out.status.success(), "after {took:?}:\n{t}");
     assert!(
@@ -503,28 +506,11 @@ fn bursts_of_50_lost_acks_do_not_fail_a_live_job() {
 #[test]
 fn bursts_of_loss_both_ways_deliver_every_message_exactly_once() {
     let _g = serial();
-    let real = vec![free_port(), free_port()];
-    let relay = Relay::with(
-        real.clone(),
-        0xB0058,
-        Faults::BurstsBoth {
-            every: 500,
-            burst: 50,
-        },
-    );
-    let list = |v: &[SocketAddr]| {
-        v.iter()
-            .map(|a| a.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
+    let faults = Faults::BurstsBoth {
+        every: 500,
+        burst: 50,
     };
-    let (peers, binds) = (list(&relay.relay_addrs), list(&real));
-    let env = [
-        ("VOLLEY_UDP_PEERS", peers.as_str()),
-        ("VOLLEY_UDP_BIND", binds.as_str()),
-        ("VOLLEY_MESSAGES", "2000"),
-    ];
-    let (out, took) = launch("2", "udp", job_id(0xB2), &["flowctl-exact"], &env);
+    let (out, took, relay) = flowctl_via_relay(faults, 0xB0058, 0xB2, "2000", &[]);
     let t = text(&out);
     assert!(out.status.success(), "after {took:?}:\n{t}");
     assert!(
@@ -1498,24 +1484,6 @@ fn forged_icmp_errors_do_not_kill_a_live_udp_job() {
     }
 }
 
-/// A private key file for a job started by hand: 0600, 32 hex digits, in a fresh
-/// directory (dropped with it).
-fn key_file() -> (tempfile::TempDir, PathBuf) {
-    use std::io::Read;
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    let mut raw = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .unwrap()
-        .read_exact(&mut raw)
-        .unwrap();
-    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
-    let path = dir.path().join("key");
-    std::fs::write(&path, hex).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    (dir, path)
-}
-
 /// Frames of an earlier run of a job (same key file, same job id, same addresses)
 /// recorded on the way to rank 1, then replayed from where rank 0 sent them, while
 /// rank 1 starts again alone: it takes the replayed HELLOs as valid but stale (they
@@ -1524,18 +1492,12 @@ fn key_file() -> (tempfile::TempDir, PathBuf) {
 #[test]
 fn frames_of_an_earlier_run_are_refused_by_a_later_one_on_udp() {
     let _g = serial();
-    let (_dir, key) = key_file();
-    let key = key.to_str().unwrap().to_owned();
+    let key_path = volley_qemu::new_key_file();
+    let key = key_path.to_str().unwrap().to_owned();
     let job = format!("{:#x}", job_id(0x5E5));
     let real = vec![free_port(), free_port()];
     let relay = Relay::with(real.clone(), 1, Faults::Record);
-    let list = |v: &[SocketAddr]| {
-        v.iter()
-            .map(|a| a.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    let (peers, binds) = (list(&relay.relay_addrs), list(&real));
+    let (peers, binds) = relay_addrs(&relay, &real);
     let rank = |r: u16, timeout: &str| {
         Command::new("timeout")
             .arg("60")
@@ -1606,6 +1568,7 @@ fn frames_of_an_earlier_run_are_refused_by_a_later_one_on_udp() {
         t.contains("start-up: rank 0 gave no answer with this run's nonce"),
         "{t}"
     );
+    let _ = std::fs::remove_dir_all(key_path.parent().unwrap());
     let taken = number_after(&t, "HELLOs sent, ");
     assert!(taken > 0, "the replayed HELLOs were valid: {t}");
     assert!(number_after(&t, "taken, ") > 0, "and stale: {t}");

@@ -543,21 +543,7 @@ pub fn start_session(boot: &Boot, dev: &mut HostDevice, cfg: &mut Config) -> Res
     let clock = HostClock::default();
     let start = std::time::Instant::now();
     while !s.complete() {
-        let now = clock.now();
-        // Anything but a HELLO (a peer through already, whose engine runs under
-        // the run key) is dropped: it comes again once this rank is through.
-        for _ in 0..256 {
-            let Some(tok) = dev.receive(now) else { break };
-            tok.consume(|f| s.handle(f));
-        }
-        s.poll_transmit(now, |to, f| match dev.transmit(now, to) {
-            Some(tx) => {
-                tx.consume(f.len(), |b| b.copy_from_slice(f));
-                true
-            }
-            None => false,
-        });
-        dev.flush(now);
+        s.poll(clock.now(), dev);
         if start.elapsed() > limit {
             let missing: Vec<String> = s.waiting_for().map(|r| r.to_string()).collect();
             let st = s.stats();
