@@ -14,7 +14,7 @@
 //!   posted user buffers, ports, semaphores, handlers, groups and the barrier.
 //! - [`gamma`], [`lfc`], `cheetah` and `qnix` (with `alloc`): the personalities, named after
 //!   the functions of their seeds.
-//! - [`sim`] (with `std`): the deterministic multi-node simulator used by tests.
+//! - `sim` (with the `sim` feature): the deterministic multi-node simulator used by tests.
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -43,7 +43,7 @@ pub mod phy;
 pub mod qnix;
 pub mod rng;
 pub mod session;
-#[cfg(feature = "std")]
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod time;
 pub mod wire;

@@ -60,12 +60,12 @@ fn peers_reach_only_granted_ranges_and_bells() {
     assert_eq!(untoken(token(SEND, 0) + 2), None);
 }
 
-#[cfg(feature = "std")]
+#[cfg(feature = "sim")]
 type SimNode = crate::sim::SimQnix<'static, Segments<'static>>;
 
 /// `n` registered processes of application 5 in the simulator, each with one
 /// segment of `len` bytes at `1 << 40` (the first segment exposed).
-#[cfg(feature = "std")]
+#[cfg(feature = "sim")]
 fn sim_app(n: u16, len: usize, seed: u64) -> crate::sim::Sim<SimNode> {
     use crate::engine::{Group, Members};
     use crate::sim::{Sim, SimConfig};
@@ -91,7 +91,7 @@ fn sim_app(n: u16, len: usize, seed: u64) -> crate::sim::Sim<SimNode> {
 
 /// A put the receiver refuses (here: its grant moved under it) fails the send
 /// at the sender with `Fault`, and the receive with it (`K_FIN`): no hang.
-#[cfg(feature = "std")]
+#[cfg(feature = "sim")]
 #[test]
 fn a_refused_rendezvous_put_fails_both_ends() {
     let len = 64 * 1024;
@@ -157,7 +157,7 @@ fn changed_bells_name_every_doorbell_written() {
 /// random fields and lengths) panics nothing, completes no receive posted for
 /// another sender, and leaves the process working: a real message from that
 /// sender then lands whole.
-#[cfg(feature = "std")]
+#[cfg(feature = "sim")]
 #[test]
 fn random_heads_from_a_peer_break_nothing() {
     let seed = 0x4ead;

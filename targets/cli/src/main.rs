@@ -8,9 +8,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use volley_cli::{bench, programs};
 use volley_hosted::bootstrap::{self, parse_hosts, Boot};
 use volley_hosted::launcher::{self, RunOptions, UnikernelRanks};
-use volley_hosted::{bench, programs, settings, Fabric, HostError};
+use volley_hosted::{settings, Fabric, HostError};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -356,7 +357,7 @@ fn bench_command(
         sweep.iters.map(|n| n.to_string()),
         path.display().to_string(),
     );
-    let found = volley_hosted::peers::Peers::find(dir.path());
+    let found = volley_cli::peers::Peers::find(dir.path());
     let mut notes = Vec::new();
     let mut code = 0;
     let mut seen = 0;
@@ -475,7 +476,7 @@ fn bench_command(
 
 /// Draws `rows` into `dir`, saying which files it wrote; false on failure.
 fn draw(rows: &[bench::Row], dir: &Path) -> bool {
-    match volley_hosted::plot::charts(rows, dir) {
+    match volley_cli::plot::charts(rows, dir) {
         Ok(files) if files.is_empty() => {
             eprintln!("volley: bench: nothing to plot (no row with a size and a figure a log axis can show)");
             true
@@ -574,7 +575,7 @@ impl Drop for VethPair {
 /// missing) and the worst exit code.
 fn peer_rounds(
     dir: &std::path::Path,
-    found: &volley_hosted::peers::Peers,
+    found: &volley_cli::peers::Peers,
     fabrics: &[Fabric],
     sweep: bench::Sweep,
 ) -> (Vec<bench::Row>, Vec<String>, i32) {

@@ -108,7 +108,7 @@ fn csv_is_rfc4180_and_json_one_document_with_the_same_rows() {
             }
         }
     }
-    if volley_hosted::peers::on_path("mpiexec.mpich").is_some() {
+    if volley_cli::peers::on_path("mpiexec.mpich").is_some() {
         for prefix in ["MPICH MPI_Barrier, 2 ranks", "MPICH MPI_Bcast, 4 ranks"] {
             let row = rows
                 .iter()
@@ -259,7 +259,7 @@ fn eth_rows_start_with_the_bare_af_packet_reference() {
 /// rows carry Volley's ratio to them.
 #[test]
 fn peer_rounds_rows_are_named_apart_from_the_sweep() {
-    if volley_hosted::peers::on_path("mpiexec.mpich").is_none() {
+    if volley_cli::peers::on_path("mpiexec.mpich").is_none() {
         eprintln!("mpiexec.mpich is missing: install Debian's mpich (.ci/run does)");
         return;
     }

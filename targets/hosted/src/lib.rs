@@ -8,13 +8,14 @@
 //! - [`node`]: a GAMMA process on them; [`lfc`]: an LFC process, its options and its
 //!   interrupts (a progress thread with the polling watchdog);
 //! - [`clmul`]: POLYVAL with 256-bit carry-less multiplication for long frame tags;
-//! - [`launcher`]: `volley run`;
-//! - [`programs`]: the demo, the benchmark and the test programs the `volley` command runs.
+//! - [`launcher`]: `volley run`.
+//!
+//! The tools (the demo, the benchmark, its plots and peers, the test programs) are
+//! the `volley` command's, in `volley-cli`.
 
 use std::fmt;
 
 pub mod beacon;
-pub mod bench;
 pub mod bootstrap;
 pub mod cheetah;
 pub mod clmul;
@@ -25,11 +26,8 @@ pub mod image;
 pub mod launcher;
 pub mod lfc;
 pub mod node;
-pub mod peers;
-pub mod plot;
 pub mod pmi;
 pub mod procmem;
-pub mod programs;
 pub mod qnix;
 pub mod secret;
 pub mod settings;

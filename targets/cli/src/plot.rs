@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 
 use crate::bench::Row;
-use crate::HostError;
+use volley_hosted::HostError;
 
 /// One chart: the rows of one unit, collective rows or the others.
 struct Chart {

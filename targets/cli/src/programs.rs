@@ -6,12 +6,12 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 use volley_core::engine::Error as GammaError;
 use volley_core::gamma::{Gamma, Upcall, BROADCAST, GO_BACK};
 
-use crate::clock::HostClock;
 use volley_core::time::{Duration, Instant};
+use volley_hosted::clock::HostClock;
 
-use crate::bootstrap::Boot;
-use crate::node::{self, HostGamma};
-use crate::{Fabric, HostError};
+use volley_hosted::bootstrap::Boot;
+use volley_hosted::node::{self, HostGamma};
+use volley_hosted::{Fabric, HostError};
 
 /// State shared with the handlers of these programs.
 #[derive(Debug, Default)]
@@ -171,10 +171,7 @@ fn round_trip(g: &mut HostGamma<State>, data: &[u8], reliable: bool) -> Result<f
         let t0 = g.time();
         send(g)?;
         wait1(g, 1, 30)?;
-        Ok(Gamma::<crate::HostDevice, HostClock, State>::time_diff(
-            g.time(),
-            t0,
-        ))
+        Ok(Gamma::<volley_hosted::HostDevice, HostClock, State>::time_diff(g.time(), t0))
     } else {
         wait1(g, 1, 30)?;
         send(g)?;
@@ -322,7 +319,7 @@ pub fn suite(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
         );
         print_shm_copies(&g);
     }
-    if let crate::HostDevice::Eth(d) = g.device() {
+    if let volley_hosted::HostDevice::Eth(d) = g.device() {
         println!("rank {me} path: {}", d.path());
     }
     g.exit();
@@ -589,9 +586,9 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     }
     if me == 0 {
         let (gathered, segmented) = match g.device() {
-            crate::HostDevice::Udp(d) => (d.stats().tx_gathered, d.stats().tx_segmented),
-            crate::HostDevice::Eth(d) => (d.stats().tx_gathered, 0),
-            crate::HostDevice::Shm(_) => (0, 0),
+            volley_hosted::HostDevice::Udp(d) => (d.stats().tx_gathered, d.stats().tx_segmented),
+            volley_hosted::HostDevice::Eth(d) => (d.stats().tx_gathered, 0),
+            volley_hosted::HostDevice::Shm(_) => (0, 0),
         };
         let s = g.engine().stats();
         println!(
@@ -605,23 +602,23 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     if me == 1 {
         let s = g.engine().stats();
         let (strangers, coalesced) = match g.device() {
-            crate::HostDevice::Udp(d) => (d.stats().rx_foreign, d.stats().rx_coalesced),
-            crate::HostDevice::Eth(d) => (d.stats().rx_foreign, 0),
-            crate::HostDevice::Shm(_) => (0, 0),
+            volley_hosted::HostDevice::Udp(d) => (d.stats().rx_foreign, d.stats().rx_coalesced),
+            volley_hosted::HostDevice::Eth(d) => (d.stats().rx_foreign, 0),
+            volley_hosted::HostDevice::Shm(_) => (0, 0),
         };
         println!(
             "flowctl-exact ok: {count} messages exactly once, in order; {} duplicates and {} bad CRCs dropped; {} unauthenticated frames and {strangers} datagrams from strangers dropped; {coalesced} reads of several datagrams; all in {:.6} s",
             s.rx_duplicates, s.rx_bad_crc, s.rx_unauthenticated, took.as_secs_f64()
         );
     }
-    if let crate::HostDevice::Udp(d) = g.device() {
+    if let volley_hosted::HostDevice::Udp(d) = g.device() {
         println!(
             "rank {me}: {} peers made suspect by ICMP, {} found gone",
             d.stats().suspected,
             d.stats().unreachable
         );
     }
-    if let crate::HostDevice::Eth(d) = g.device() {
+    if let volley_hosted::HostDevice::Eth(d) = g.device() {
         println!("rank {me} path: {}", d.path());
     }
     g.exit();
@@ -630,7 +627,7 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
 
 /// On `shm`, how this rank's long frames were copied (`VOLLEY_SHM_COPY`).
 fn print_shm_copies(g: &HostGamma<State>) {
-    if let crate::HostDevice::Shm(d) = g.device() {
+    if let volley_hosted::HostDevice::Shm(d) = g.device() {
         let s = d.stats();
         println!(
             "shm long frames: {} copied through the cache, {} with non-temporal stores, {} into the board",
@@ -646,9 +643,9 @@ fn print_shm_copies(g: &HostGamma<State>) {
 /// each worker takes its task and then computes (sleeps) for `VOLLEY_COMPUTE`
 /// seconds (default 3) without calling in, then answers. With a peer timeout
 /// shorter than that, only the workers' beacons keep the master from taking
-/// them for dead ([`crate::beacon`]). Ends with a barrier.
+/// them for dead ([`volley_hosted::beacon`]). Ends with a barrier.
 pub fn compute(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
-    let secs = crate::settings::env_seconds("VOLLEY_COMPUTE", 0.0, 3_600.0)?
+    let secs = volley_hosted::settings::env_seconds("VOLLEY_COMPUTE", 0.0, 3_600.0)?
         .unwrap_or(std::time::Duration::from_secs(3));
     let mut g = node::gamma(boot, fabric, State::default())?;
     let (me, n) = (g.my_node(), g.how_many_nodes());
@@ -683,9 +680,9 @@ pub fn compute(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     }
     g.sync()?;
     let beats = match g.device() {
-        crate::HostDevice::Shm(d) => d.beacons_sent(),
-        crate::HostDevice::Udp(d) => d.beacons_sent(),
-        crate::HostDevice::Eth(d) => d.beacons_sent(),
+        volley_hosted::HostDevice::Shm(d) => d.beacons_sent(),
+        volley_hosted::HostDevice::Udp(d) => d.beacons_sent(),
+        volley_hosted::HostDevice::Eth(d) => d.beacons_sent(),
     };
     let s = g.engine().stats();
     println!(
@@ -801,10 +798,7 @@ pub fn demo(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
         let t0 = g.time();
         g.sync()?;
         if i >= 100 {
-            bar.push(Gamma::<crate::HostDevice, HostClock, State>::time_diff(
-                g.time(),
-                t0,
-            ));
+            bar.push(Gamma::<volley_hosted::HostDevice, HostClock, State>::time_diff(g.time(), t0));
         }
     }
     if me == 0 {
@@ -828,10 +822,7 @@ pub fn demo(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
         }
         g.sync()?;
         if i >= 20 {
-            bc.push(Gamma::<crate::HostDevice, HostClock, State>::time_diff(
-                g.time(),
-                t0,
-            ));
+            bc.push(Gamma::<volley_hosted::HostDevice, HostClock, State>::time_diff(g.time(), t0));
         }
     }
     if me == 0 {

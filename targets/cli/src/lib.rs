@@ -1,0 +1,12 @@
+//! The `volley` command's tools, built on `volley-hosted`:
+//!
+//! - [`programs`]: the demo (the main job), the benchmark's rank program and the
+//!   multi-process test programs `volley worker` runs inside each rank;
+//! - [`bench`]: `volley bench`, an OSU-style sweep with a same-run reference row;
+//! - [`peers`]: MPICH and UCX measured beside Volley;
+//! - [`plot`]: the sweep's charts.
+
+pub mod bench;
+pub mod peers;
+pub mod plot;
+pub mod programs;
