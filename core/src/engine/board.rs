@@ -193,7 +193,7 @@ impl<'a> Engine<'a> {
         } else if body.is_some() {
             body
         } else {
-            let b = tx::op_body(o, &self.bufs, ext);
+            let b = emit::op_body(o, &self.bufs, ext);
             if b.is_none() && o.external {
                 return None;
             }

@@ -376,7 +376,7 @@ impl<'a> Engine<'a> {
                 None => (None, NO_BELL, NONE),
             }
         };
-        let ai = super::rx::free_asm(&self.asms, &mut self.asm_hwm)?;
+        let ai = super::assembly::free_asm(&self.asms, &mut self.asm_hwm)?;
         if dest.is_none() && repr.kind == Kind::Put && self.chans[ci].ctrl_full() {
             return None;
         }

@@ -1,0 +1,353 @@
+//! The receive fast paths: frames whose header the channel predicted (sent
+//! compact), and whole messages in one frame for an idle port, taken without an
+//! assembly.
+
+use super::*;
+
+impl Engine<'_> {
+    /// Whether [`Engine::rx_single_frame`] takes `repr` with `n` bytes of payload:
+    /// a whole message in one data frame, for an idle GO_BACK port that holds it.
+    #[inline(always)]
+    pub(super) fn single_fits(&self, repr: &Repr, n: usize) -> bool {
+        if repr.kind != Kind::Data || repr.offset != 0 || n as u32 != repr.total_len {
+            return false;
+        }
+        self.ports
+            .get(repr.ends.dst_port as usize)
+            .is_some_and(|p| p.input && !p.busy && p.kind == BufferKind::GoBack && p.room(0) >= n)
+    }
+
+    /// The short active message's path: a message that is one whole frame, the
+    /// channel's next of its service (best-effort, or reliable with every earlier
+    /// one delivered), going to an idle GO_BACK port that holds it, is copied
+    /// straight into the port's buffer and handed over, with no assembly (what
+    /// `reserve`, `place` and `deliver` would do for it, less their bookkeeping).
+    /// `false`, with nothing changed, for anything else.
+    pub(super) fn rx_single_frame(
+        &mut self,
+        ci: usize,
+        repr: &Repr,
+        payload: &[u8],
+        reliable: bool,
+    ) -> bool {
+        self.single_fits(repr, payload.len()) && self.deliver_single(ci, repr, payload, reliable)
+    }
+
+    /// [`Engine::rx_single_frame`] of a frame that [`Engine::single_fits`].
+    #[inline(always)]
+    pub(super) fn deliver_single(
+        &mut self,
+        ci: usize,
+        repr: &Repr,
+        payload: &[u8],
+        reliable: bool,
+    ) -> bool {
+        let n = payload.len();
+        let Some(p) = self.ports.get_mut(repr.ends.dst_port as usize) else {
+            return false;
+        };
+        let Some(dst) = p.buf.as_deref_mut().and_then(|b| b.get_mut(..n)) else {
+            return false;
+        };
+        copy_short(dst, payload);
+        let ch = &mut self.chans[ci];
+        let next = repr.msg_id.wrapping_add(1);
+        if reliable {
+            ch.next_reserve = next;
+            ch.next_deliver = next;
+            ch.unbound_msg = None;
+        } else {
+            ch.be_expect = next;
+        }
+        self.delivered = true;
+        self.stats.delivered += 1;
+        self.wake_refused();
+        self.notify(Note {
+            port: repr.ends.dst_port,
+            errno: None,
+            count: true,
+            msg_len: repr.total_len,
+            stored: n,
+            base: 0,
+            src: repr.ends,
+        });
+        true
+    }
+}
+
+impl<'a> Engine<'a> {
+    /// Header prediction (after TCP's fast path): the commonest frame, a whole
+    /// message in one data frame that is the next on its channel and fits its
+    /// port, tagged under the job key or from a device that guarantees integrity, is
+    /// delivered here with what `handle_parsed` and `rx_reliable` would do for it,
+    /// without their dispatch or the search for a message waiting behind it (a
+    /// channel with none received out of order has none). So is the next packet
+    /// (LFC's, QNIX's) of a channel, unicast, with a free receive slot: stored as
+    /// `rx_packet` stores it. `false`, with nothing changed, for any other frame:
+    /// the general path takes it then.
+    #[inline]
+    pub(super) fn rx_predicted(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        source: Option<NodeAddr>,
+    ) -> bool {
+        // Without a key, only from a device that guarantees integrity (no CRC
+        // is checked here); with one, the tag is.
+        if (self.cfg.auth_key.is_none() && !self.caps.integrity) || self.bufs.queued_streams != 0 {
+            return false;
+        }
+        // Each kind its own copy, the data frame's inline: a packet's checks
+        // cost a message nothing.
+        self.rx_predicted_as::<false>(now, frame, source)
+            || self.rx_predicted_packet(now, frame, source)
+    }
+
+    /// The packet's prediction, out of line (a data frame's path stays as short).
+    #[inline(never)]
+    pub(super) fn rx_predicted_packet(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        source: Option<NodeAddr>,
+    ) -> bool {
+        self.rx_predicted_as::<true>(now, frame, source)
+    }
+
+    /// [`Engine::rx_predicted`] of a data frame, or of a packet (`PACKET`).
+    #[inline(always)]
+    pub(super) fn rx_predicted_as<const PACKET: bool>(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        source: Option<NodeAddr>,
+    ) -> bool {
+        let key = self.cfg.auth_key.as_ref();
+        let kind = if PACKET { Kind::Packet } else { Kind::Data };
+        let taken =
+            Repr::parse_single_cached(frame, kind, key, Some(&self.tag_rx), |repr, payload| {
+                self.predicts::<PACKET, false>(repr, payload.len(), source)
+            });
+        let Some((repr, payload, (ci, reliable))) = taken else {
+            return false;
+        };
+        let taken = if PACKET {
+            self.store_predicted_packet(ci, &repr, payload)
+        } else {
+            self.deliver_single(ci, &repr, payload, reliable)
+        };
+        if !taken {
+            return false;
+        }
+        self.stats.rx_frames += 1;
+        self.took_predicted(now, ci, &repr, reliable);
+        true
+    }
+
+    /// What follows a predicted frame's delivery (a packet's: queued for the
+    /// program): what `handle_parsed` does for any frame of the channel (the ack
+    /// touches only what was sent, so its place after the delivery changes
+    /// nothing), and `rx_reliable` for a new reliable one.
+    #[inline(always)]
+    pub(super) fn took_predicted(&mut self, now: Instant, ci: usize, repr: &Repr, reliable: bool) {
+        self.stats.rx_predicted += 1;
+        let ch = &mut self.chans[ci];
+        // A predicted reliable frame is the next on its channel: new (the ack it
+        // carries is then not looked at here; a replay of one of its kind is a
+        // duplicate, and its ack moves `ack_heard` at most once).
+        if reliable || repr.ack.is_some_and(|a| ch.new_ack(a)) {
+            ch.heard_at = now;
+            ch.silent_since = None;
+            ch.met = true;
+        }
+        if let Some(a) = repr.ack {
+            self.plain_ack(now, ci, a, true);
+        }
+        if reliable {
+            self.took_reliable(now, ci, repr);
+        }
+    }
+
+    /// A frame under the compact header (`wire::compact`): only from a device that
+    /// vouches for it ([`crate::phy::Capabilities::compact`]) in a job without a key,
+    /// which names its sender. Predicted as [`Engine::rx_predicted`] predicts a
+    /// full header, else taken by the general path with the fields the header
+    /// leaves out filled in.
+    pub(super) fn rx_compact(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        source: Option<NodeAddr>,
+        mem: &mut dyn Memory,
+    ) {
+        self.stats.rx_frames += 1;
+        self.stats.rx_compact += 1;
+        let vouched = self.caps.compact && self.cfg.auth_key.is_none();
+        let Some(src) = source.filter(|_| vouched) else {
+            self.stats.rx_unauthenticated += 1;
+            return;
+        };
+        let c = &self.cfg;
+        let Ok((repr, payload)) = Repr::parse_compact(frame, c.job_key, c.group, c.node) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        // As `rx_predicted` takes them: a refusal or a call to retry goes the
+        // general way (`on_ack` with its flags).
+        let plain = !repr.flags.intersects(Flags::REFUSED | Flags::RETRY);
+        if plain && self.bufs.queued_streams == 0 {
+            if let Some((ci, reliable)) =
+                self.predicts::<false, false>(&repr, payload.len(), source)
+            {
+                if self.deliver_single(ci, &repr, payload, reliable) {
+                    self.took_predicted(now, ci, &repr, reliable);
+                    return;
+                }
+            }
+        }
+        self.rx_compact_general(now, repr, payload, src, mem)
+    }
+
+    /// A compact put ([`wire::COMPACT_PUT_MAGIC`]), vouched for as
+    /// [`Engine::rx_compact`] requires: predicted where it is the next message of
+    /// its channel, to memory we expose, else taken by the general path.
+    #[inline(never)]
+    pub(super) fn rx_compact_put(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        source: Option<NodeAddr>,
+        mem: &mut dyn Memory,
+    ) {
+        self.stats.rx_frames += 1;
+        self.stats.rx_compact += 1;
+        let vouched = self.caps.compact && self.cfg.auth_key.is_none();
+        let Some(src) = source.filter(|_| vouched) else {
+            self.stats.rx_unauthenticated += 1;
+            return;
+        };
+        let c = &self.cfg;
+        let Ok((repr, payload)) = Repr::parse_compact_put(frame, c.job_key, c.group, c.node) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        let plain = !repr.flags.intersects(Flags::REFUSED | Flags::RETRY);
+        if plain
+            && self.bufs.queued_streams == 0
+            && self.rx_predicted_put(now, &repr, payload, source, mem)
+        {
+            return;
+        }
+        self.handle_parsed(now, repr, payload, Some(src), mem)
+    }
+
+    /// A compact put that header prediction takes: the next message of its
+    /// channel in order, to memory we expose. Written and its bell rung, then taken
+    /// as a predicted data frame is (a new ack it carries kept for the next poll,
+    /// off the put's path), its own ack owed at once where
+    /// `Config::ack_exchange_ends`. `false` with nothing changed: the general path
+    /// takes it.
+    #[inline]
+    pub(super) fn rx_predicted_put(
+        &mut self,
+        now: Instant,
+        repr: &Repr,
+        payload: &[u8],
+        source: Option<NodeAddr>,
+        mem: &mut dyn Memory,
+    ) -> bool {
+        let Some((ci, true)) = self.predicts::<false, true>(repr, payload.len(), source) else {
+            return false;
+        };
+        if !self.rx_put_single(ci, repr, payload, mem) {
+            return false;
+        }
+        self.took_predicted(now, ci, repr, true);
+        if self.cfg.ack_exchange_ends {
+            self.chans[ci].ack_now = true;
+            self.chan_work.set(true);
+        }
+        true
+    }
+
+    /// A compact frame that prediction did not take: the general path, cold.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn rx_compact_general(
+        &mut self,
+        now: Instant,
+        repr: Repr,
+        payload: &[u8],
+        src: NodeAddr,
+        mem: &mut dyn Memory,
+    ) {
+        self.handle_parsed(now, repr, payload, Some(src), mem)
+    }
+
+    /// Whether header prediction takes `repr` (`n` bytes of payload), changing
+    /// nothing: of this job and for us, from the peer a channel is open to under
+    /// the same name (groups are fixed: the header then names the device's
+    /// sender, where it tells one), the next message of its service in order,
+    /// fitting its port (a packet: reliable, unicast from its sender, with a free
+    /// receive slot; a put (`PUT`): no port, its memory checked by the caller). Its
+    /// channel and service.
+    #[inline]
+    pub(super) fn predicts<const PACKET: bool, const PUT: bool>(
+        &self,
+        repr: &Repr,
+        n: usize,
+        source: Option<NodeAddr>,
+    ) -> Option<(usize, bool)> {
+        let e = &repr.ends;
+        if repr.job_key != self.cfg.job_key
+            || e.dst_group != self.cfg.group
+            || e.dst_node != self.cfg.node
+        {
+            return None;
+        }
+        // Where the device does not tell the sender, the header's name for it.
+        let addr = match source {
+            Some(a) => a,
+            None => self.addr_of(e.src_group, e.src_node).ok()?,
+        };
+        let ci = *self.peer_map.get(addr.0 as usize)?;
+        if ci == NONE {
+            return None;
+        }
+        let ch = self.chans.get(ci as usize)?;
+        let reliable = repr.flags.contains(Flags::RELIABLE);
+        let next = if reliable {
+            repr.seq == ch.rcv_nxt
+                && ch.rcv_sack == 0
+                && repr.msg_id == ch.next_reserve
+                && ch.next_deliver == ch.next_reserve
+        } else {
+            // Packets are reliable only.
+            !PACKET && ch.be_asm == NONE && repr.msg_id == ch.be_expect
+        };
+        let ok = next
+            && !ch.failed
+            && ch.peer_group == e.src_group
+            && ch.peer_node == e.src_node
+            && if PUT {
+                true
+            } else if PACKET {
+                self.packet_fits(repr)
+            } else {
+                self.single_fits(repr, n)
+            };
+        ok.then_some((ci as usize, reliable))
+    }
+
+    /// Whether a packet `repr` (the next of its channel) is what `rx_packet`
+    /// stores without forwarding or dropping it: unicast from its sender within
+    /// our group, with a free receive slot and room in the delivery queue.
+    #[inline]
+    pub(super) fn packet_fits(&self, repr: &Repr) -> bool {
+        let e = &repr.ends;
+        e.dst_port == mcast::UNICAST
+            && e.src_port == e.src_node
+            && e.src_group == self.cfg.group
+            && self.bufs.pkts.can_store()
+    }
+}
