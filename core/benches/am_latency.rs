@@ -9,7 +9,7 @@ use std::hint::black_box;
 use std::time::Instant as WallClock;
 
 use volley_core::engine::{
-    Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, PortSetup, Storage,
+    Body, Capacity, Config, Dest, Engine, Fill, Group, Members, PortSetup, Storage,
 };
 use volley_core::phy::{Device, Loopback, Ring, RxToken, TxToken};
 use volley_core::time::Instant;
@@ -64,7 +64,7 @@ fn engine_trial(reliable: bool) -> f64 {
             recv: false,
             err: false,
             sem: 0,
-            kind: BufferKind::GoBack,
+            kind: Fill::Restart,
             buffer: None,
         },
     )
@@ -78,7 +78,7 @@ fn engine_trial(reliable: bool) -> f64 {
             recv: true,
             err: false,
             sem: 0,
-            kind: BufferKind::GoBack,
+            kind: Fill::Restart,
             buffer: Some(buf),
         },
     )

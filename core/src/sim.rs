@@ -566,7 +566,7 @@ impl Pair {
     /// The two engines, with `eager` eager buffers each and a receive buffer of `max_len`.
     pub fn new(job_key: u32, eager: usize, max_len: usize) -> Pair {
         use crate::engine::{
-            BufferKind, Capacity, Config, Dest, Engine, Group, Members, PortSetup, Storage,
+            Capacity, Config, Dest, Engine, Fill, Group, Members, PortSetup, Storage,
         };
         static GROUPS: &[Group<'static>] = &[Group {
             id: 1,
@@ -599,7 +599,7 @@ impl Pair {
             recv: false,
             err: false,
             sem: 0,
-            kind: BufferKind::GoBack,
+            kind: Fill::Restart,
             buffer: None,
         };
         a.bind_port(0, out).expect("port 0 binds");
@@ -609,7 +609,7 @@ impl Pair {
             recv: true,
             err: false,
             sem: 0,
-            kind: BufferKind::GoBack,
+            kind: Fill::Restart,
             buffer: Some(Vec::leak(std::vec![0u8; max_len])),
         };
         b.bind_port(1, input).expect("port 1 binds");

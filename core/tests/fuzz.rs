@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use volley_core::engine::{
-    Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, PortSetup, Storage,
+    Body, Capacity, Config, Dest, Engine, Fill, Group, Members, PortSetup, Storage,
 };
 use volley_core::phy::{Loopback, Ring};
 use volley_core::time::{Duration, Instant};
@@ -48,9 +48,9 @@ fn target_keyed(key: Option<volley_core::wire::AuthKey>) -> Engine<'static> {
     let storage = Storage::with_capacity(cap).with_packets(2, 2, 1, 4);
     let mut e = Engine::new(cfg, GROUPS, storage).unwrap();
     for (port, kind, len) in [
-        (0u16, BufferKind::GoBack, 64usize),
-        (1, BufferKind::GoAhead, 100),
-        (2, BufferKind::GoBack, 0),
+        (0u16, Fill::Restart, 64usize),
+        (1, Fill::Append, 100),
+        (2, Fill::Restart, 0),
     ] {
         let buffer = (len > 0).then(|| &mut *Vec::leak(vec![0u8; len]));
         e.bind_port(
@@ -189,7 +189,7 @@ proptest! {
         let mut rings: Vec<Ring<128, 512>> = (0..4).map(|_| Ring::new()).collect();
         let mut now = Instant::ZERO;
         // A send of our own keeps the sending side busy meanwhile.
-        e.bind_port(5, PortSetup { dest: Some(Dest { group: 3, node: 2, port: 1 }), input: false, recv: false, err: false, sem: 5, kind: BufferKind::GoBack, buffer: None }).unwrap();
+        e.bind_port(5, PortSetup { dest: Some(Dest { group: 3, node: 2, port: 1 }), input: false, recv: false, err: false, sem: 5, kind: Fill::Restart, buffer: None }).unwrap();
         let h = e.start_send(5, b"hello", Body::Borrowed(&[1; 700]), true).unwrap();
         for (i, mut f) in frames.into_iter().enumerate() {
             if let Some(&(at, x)) = flips.get(i) {
@@ -328,10 +328,10 @@ fn compacted(f: &[u8]) -> Option<Vec<u8>> {
 #[allow(clippy::type_complexity)]
 fn notices(
     e: &mut Engine<'static>,
-) -> Vec<(u16, Vec<u8>, Option<volley_core::engine::Errno>, u16)> {
+) -> Vec<(u16, Vec<u8>, Option<volley_core::engine::Fault>, u16)> {
     let mut v = Vec::new();
     while let Some((n, view)) = e.next_notice() {
-        v.push((n.port, view.data(&n).to_vec(), n.errno, 0));
+        v.push((n.port, view.data(&n).to_vec(), n.fault, 0));
     }
     while let Some(d) = e.next_delivery() {
         let data = e

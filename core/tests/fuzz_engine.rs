@@ -14,7 +14,7 @@
 //! `VOLLEY_FUZZ_SECS=3600 VOLLEY_SEED=7 cargo test --release -p volley-core --test fuzz_engine`.
 
 use volley_core::engine::{
-    Body, BufferKind, Capacity, Config, Dest, Engine, Group, Members, NoMemory, PortSetup, RecvBuf,
+    Body, Capacity, Config, Dest, Engine, Fill, Group, Members, NoMemory, PortSetup, RecvBuf,
     Storage, Tree, BROADCAST, MCAST_ALL,
 };
 use volley_core::phy::{Device, Loopback, Ring, RxToken};
@@ -63,7 +63,7 @@ fn engine(node: u16, key: Option<AuthKey>) -> Engine<'static> {
     let storage = Storage::with_capacity(cap).with_packets(8, 8, 4, 16);
     let mut e = Engine::new(cfg, GROUPS, storage).unwrap();
     e.create_multicast_group(&[1, 0]).unwrap();
-    for (port, kind) in [(1u16, BufferKind::GoBack), (2, BufferKind::GoAhead)] {
+    for (port, kind) in [(1u16, Fill::Restart), (2, Fill::Append)] {
         e.bind_port(
             port,
             PortSetup {
@@ -448,7 +448,7 @@ fn bcast_engine(node: u16, key: Option<AuthKey>) -> Engine<'static> {
             recv: true,
             err: true,
             sem: 3,
-            kind: BufferKind::GoBack,
+            kind: Fill::Restart,
             buffer: None,
         },
     )

@@ -109,11 +109,11 @@ impl<'a> Engine<'a> {
         }
         let ai = free_asm(&self.asms, &mut self.asm_hwm)?;
         let base = match p.kind {
-            BufferKind::GoBack => 0,
-            BufferKind::GoAhead => p.cursor,
+            Fill::Restart => 0,
+            Fill::Append => p.cursor,
         };
         let cap = (repr.total_len as usize).min(p.room(base));
-        if p.kind == BufferKind::GoAhead {
+        if p.kind == Fill::Append {
             p.cursor = base + cap;
         }
         p.busy = true;
@@ -368,7 +368,7 @@ impl<'a> Engine<'a> {
 
     /// Hands a finished (or abandoned, with `lost`) message to its port.
     #[inline]
-    pub(super) fn deliver(&mut self, ai: usize, lost: Option<Errno>) {
+    pub(super) fn deliver(&mut self, ai: usize, lost: Option<Fault>) {
         let a = &mut self.asms[ai];
         a.used = false;
         if !a.reliable {
@@ -404,9 +404,9 @@ impl<'a> Engine<'a> {
         }
         self.delivered = true;
         let truncated = (a.total as usize) > a.cap;
-        let errno = lost.or(truncated.then_some(Errno::MsgTooLong));
-        match errno {
-            Some(Errno::FrameLost) => self.stats.lost += 1,
+        let fault = lost.or(truncated.then_some(Fault::Truncated));
+        match fault {
+            Some(Fault::Lost) => self.stats.lost += 1,
             Some(_) => self.stats.truncated += 1,
             None => self.stats.delivered += 1,
         }
@@ -414,7 +414,7 @@ impl<'a> Engine<'a> {
         self.wake_refused();
         if let Some(p) = self.ports.get_mut(a.port as usize) {
             p.busy = false;
-            if p.kind == BufferKind::GoAhead {
+            if p.kind == Fill::Append {
                 let len = p.buf.as_ref().map_or(0, |b| b.len().min(p.buf_len));
                 if truncated {
                     // GAMMA: a filled buffer stays invalid until a fresh one is posted.
@@ -427,7 +427,7 @@ impl<'a> Engine<'a> {
         }
         self.notify(Note {
             port: a.port,
-            errno,
+            fault,
             count: true,
             msg_len: a.total,
             stored: a.cap.min(a.received as usize),

@@ -386,7 +386,7 @@ impl<'a> Engine<'a> {
         // one will never have the rest.
         if let Some(ai) = self.board_asm(ci, None) {
             self.stats.rx_malformed += 1;
-            self.deliver(ai, Some(Errno::FrameLost));
+            self.deliver(ai, Some(Fault::Lost));
         }
         let Some(&want) = self.bcast_seq.get(tag.root as usize) else {
             self.stats.rx_malformed += 1;
@@ -436,7 +436,7 @@ impl<'a> Engine<'a> {
         self.stats.board_rx += 1;
         if last {
             let whole = self.asms[ai].received == repr.total_len;
-            self.deliver(ai, (!whole).then_some(Errno::FrameLost));
+            self.deliver(ai, (!whole).then_some(Fault::Lost));
         }
         BoardTake::Taken
     }
@@ -467,13 +467,13 @@ impl<'a> Engine<'a> {
         let a = self.asms[ai];
         if a.total != repr.total_len || a.received != repr.offset {
             self.stats.rx_malformed += 1;
-            self.deliver(ai, Some(Errno::FrameLost));
+            self.deliver(ai, Some(Fault::Lost));
             return BoardTake::Taken;
         }
         self.place(ai, repr.offset, data);
         if repr.flags.contains(Flags::LAST) {
             let whole = self.asms[ai].received == repr.total_len;
-            self.deliver(ai, (!whole).then_some(Errno::FrameLost));
+            self.deliver(ai, (!whole).then_some(Fault::Lost));
         }
         BoardTake::Taken
     }

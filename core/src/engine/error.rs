@@ -1,7 +1,5 @@
 //! Why an engine call or operation failed.
 
-use super::*;
-
 /// Errors of engine calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Error {
@@ -23,11 +21,11 @@ pub enum Error {
     NoResources,
     /// The handle does not name a live send operation.
     InvalidHandle,
-    /// The first piece of a two-piece send is longer than [`HEAD_MAX`].
+    /// The first piece of a two-piece send is longer than [`HEAD_MAX`](super::HEAD_MAX).
     FirstPieceTooLong,
     /// The message is longer than the wire can describe (4 GiB).
     MessageTooLong,
-    /// The send failed: the peer stopped answering (GAMMA `SENDFAILURE`).
+    /// The send failed: the peer stopped answering.
     SendFailure,
     /// `attach_buffer` with a buffer shorter than the port's buffer size.
     BufferTooSmall,
@@ -40,7 +38,7 @@ pub enum Error {
     /// A deadline passed first.
     Timeout,
     /// The receiver discarded the message: its destination port was not bound for
-    /// input within [`Config::unbound_grace`], or is reserved.
+    /// input within [`Config::unbound_grace`](super::Config::unbound_grace), or is reserved.
     PortClosed,
     /// The call may not be made from inside a handler (it would wait for the poll
     /// that is running the handler).
@@ -50,42 +48,11 @@ pub enum Error {
     /// The address range is not memory its owner lets peers reach.
     BadAddress,
     /// The destination process has left the job (it said goodbye on its way out:
-    /// [`Engine::say_goodbye`]); nothing sent to it can arrive.
+    /// [`Engine::say_goodbye`](super::Engine::say_goodbye)); nothing sent to it can arrive.
     PeerLeft,
     /// Longer than the most this call takes, in bytes (a handler's send: 16 KiB;
     /// a packet: its size; an invocation: its limit).
     LongerThan(usize),
-}
-
-impl Error {
-    /// The negative value a C facade returns; GAMMA's own numbers where GAMMA has one
-    /// (a message the receiver discarded is a failed send to GAMMA).
-    pub fn code(self) -> i32 {
-        let n = match self {
-            Error::SendFailure | Error::PortClosed => return -(Errno::SendFailure as i32),
-            Error::BufferTooSmall => return -(Errno::MsgTooLong as i32),
-            Error::InvalidPort => 0,
-            Error::ReservedPort => 1,
-            Error::NotBound => 2,
-            Error::SelfConnect => 3,
-            Error::InvalidSemaphore => 4,
-            Error::UnknownGroup => 5,
-            Error::UnknownNode => 6,
-            Error::NoResources => 7,
-            Error::InvalidHandle => 8,
-            Error::FirstPieceTooLong => 9,
-            Error::MessageTooLong | Error::LongerThan(_) => 10,
-            Error::PortBusy => 13,
-            Error::BarrierInProgress => 14,
-            Error::BadConfig => 15,
-            Error::Timeout => 16,
-            Error::InHandler => 18,
-            Error::InvalidCounter => 19,
-            Error::BadAddress => 20,
-            Error::PeerLeft => 21,
-        };
-        -(10 + n)
-    }
 }
 
 impl core::fmt::Display for Error {

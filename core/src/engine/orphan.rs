@@ -7,7 +7,7 @@
 //! receiver watches the senders of its unfinished messages: one silent for
 //! `keepalive` is probed, and once it is declared dead ([`Engine::fail_channel`])
 //! each of its unfinished messages is handed to its port as lost
-//! ([`Errno::FrameLost`], with what had come) and the port takes the next.
+//! ([`Fault::Lost`], with what had come) and the port takes the next.
 //!
 //! A relay passes a long broadcast on chunk by chunk, so its children may hold
 //! part of it too. It stops the forwards there, and once the frames already sent
@@ -125,7 +125,7 @@ impl<'a> Engine<'a> {
                 ch.next_deliver = a.msg_id.wrapping_add(1);
             }
         }
-        self.deliver(ai, Some(Errno::FrameLost));
+        self.deliver(ai, Some(Fault::Lost));
     }
 
     /// Stops the forwards of relayed broadcast `pi`: those not on a channel yet

@@ -12,27 +12,26 @@
 
 use super::*;
 
-/// How successive messages fill a port's buffer (GAMMA `buffer_kind`).
+/// How successive messages fill a port's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum BufferKind {
+pub enum Fill {
     /// Each message is stored at the start of the buffer.
     #[default]
-    GoBack,
+    Restart,
     /// Each message is stored after the previous one (gather).
-    GoAhead,
+    Append,
 }
 
-/// Error conditions reported to handlers, with GAMMA's numbers.
+/// What went wrong with a message or a send, told to the port's owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Errno {
+pub enum Fault {
     /// A chunk of a message was lost (best-effort sends), or its sender died
     /// before the last one came (reliable).
-    FrameLost = 2,
+    Lost,
     /// The message did not fit the buffer (or there was none) and was truncated.
-    MsgTooLong = 3,
+    Truncated,
     /// A send to this port's destination failed: the peer stopped answering.
-    SendFailure = 4,
+    SendFailed,
 }
 
 /// A port's destination buffer: lent for the engine's lifetime, or (with `alloc`)
@@ -118,7 +117,7 @@ pub struct Port<'a> {
     pub(super) recv: bool,
     pub(super) err: bool,
     pub(super) sem: u16,
-    pub(super) kind: BufferKind,
+    pub(super) kind: Fill,
     pub(super) buf: Option<RecvBuf<'a>>,
     pub(super) buf_len: usize,
     pub(super) cursor: usize,
@@ -149,7 +148,7 @@ impl<'a> Port<'a> {
         recv: false,
         err: false,
         sem: 0,
-        kind: BufferKind::GoBack,
+        kind: Fill::Restart,
         buf: None,
         buf_len: 0,
         cursor: 0,
@@ -180,7 +179,7 @@ pub struct PortSetup<'a> {
     /// Semaphore incremented per message.
     pub sem: u16,
     /// How successive messages fill the buffer.
-    pub kind: BufferKind,
+    pub kind: Fill,
     /// Destination buffer.
     pub buffer: Option<&'a mut [u8]>,
 }
@@ -207,15 +206,15 @@ pub struct Semaphore {
     pub peer_dead: bool,
 }
 
-/// What a port's owner is told: a message has landed (`errno` `None`, or
-/// `FrameLost`/`MsgTooLong` for one delivered damaged), or a send through the port
-/// failed (`SendFailure`). Taken with [`Engine::next_notice`].
+/// What a port's owner is told: a message has landed (`fault` `None`, or
+/// `Lost`/`Truncated` for one delivered damaged), or a send through the port
+/// failed (`SendFailed`). Taken with [`Engine::next_notice`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Notice {
     /// The port.
     pub port: PortId,
     /// The error, if this is for the error handler.
-    pub errno: Option<Errno>,
+    pub fault: Option<Fault>,
     /// Length of the message as sent.
     pub msg_len: u32,
     /// Bytes of it stored in the port's buffer (less when truncated).
@@ -441,7 +440,7 @@ pub(super) fn take_buffer<'a>(
 /// What to tell a port's owner (see `Engine::notify`).
 pub(super) struct Note {
     pub(super) port: PortId,
-    pub(super) errno: Option<Errno>,
+    pub(super) fault: Option<Fault>,
     pub(super) count: bool,
     pub(super) msg_len: u32,
     pub(super) stored: usize,
@@ -510,15 +509,15 @@ impl<'a> Engine<'a> {
         let Some(p) = self.ports.get(n.port as usize) else {
             return;
         };
-        if !p.input && n.errno != Some(Errno::SendFailure) {
+        if !p.input && n.fault != Some(Fault::SendFailed) {
             return;
         }
-        let wanted = if n.errno.is_some() { p.err } else { p.recv };
+        let wanted = if n.fault.is_some() { p.err } else { p.recv };
         if let Some(s) = self.sems.get_mut(p.sem as usize) {
             if n.count {
                 s.count = s.count.saturating_add(1);
             }
-            if n.errno.is_some() && !wanted {
+            if n.fault.is_some() && !wanted {
                 s.errors = s.errors.saturating_add(1);
             }
         }
@@ -527,7 +526,7 @@ impl<'a> Engine<'a> {
         }
         let notice = Notice {
             port: n.port,
-            errno: n.errno,
+            fault: n.fault,
             msg_len: n.msg_len,
             stored: n.stored,
             base: n.base,

@@ -512,7 +512,7 @@ impl<'a> Engine<'a> {
         if (repr.ends.dst_port as usize) < self.ports.len() {
             self.notify(Note {
                 port: repr.ends.dst_port,
-                errno: Some(Errno::FrameLost),
+                fault: Some(Fault::Lost),
                 count: false,
                 msg_len: repr.total_len,
                 stored: 0,
@@ -537,7 +537,7 @@ impl<'a> Engine<'a> {
         if cur != NONE && !continues {
             // A later message started: the unfinished one lost frames.
             self.chans[ci].be_asm = NONE;
-            self.deliver(cur as usize, Some(Errno::FrameLost));
+            self.deliver(cur as usize, Some(Fault::Lost));
         }
         let ai = if self.chans[ci].be_asm != NONE {
             self.chans[ci].be_asm as usize
@@ -571,7 +571,7 @@ impl<'a> Engine<'a> {
         }
         if repr.offset > next {
             self.chans[ci].be_asm = NONE;
-            self.deliver(ai, Some(Errno::FrameLost));
+            self.deliver(ai, Some(Fault::Lost));
             return;
         }
         self.place(ai, repr.offset, payload);

@@ -14,7 +14,7 @@ impl Engine<'_> {
         }
         self.ports
             .get(repr.ends.dst_port as usize)
-            .is_some_and(|p| p.input && !p.busy && p.kind == BufferKind::GoBack && p.room(0) >= n)
+            .is_some_and(|p| p.input && !p.busy && p.kind == Fill::Restart && p.room(0) >= n)
     }
 
     /// The short active message's path: a message that is one whole frame, the
@@ -64,7 +64,7 @@ impl Engine<'_> {
         self.wake_refused();
         self.notify(Note {
             port: repr.ends.dst_port,
-            errno: None,
+            fault: None,
             count: true,
             msg_len: repr.total_len,
             stored: n,

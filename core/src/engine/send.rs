@@ -384,7 +384,7 @@ impl<'a> Engine<'a> {
     pub(super) fn notify_send_failure(&mut self, port: PortId, dest: Dest) {
         self.notify(Note {
             port,
-            errno: Some(Errno::SendFailure),
+            fault: Some(Fault::SendFailed),
             count: false,
             msg_len: 0,
             stored: 0,

@@ -132,7 +132,7 @@ impl<'a> Engine<'a> {
                 if let Some(ch) = self.chans.get_mut(a.chan as usize) {
                     ch.be_asm = NONE;
                 }
-                self.deliver(ai, Some(Errno::FrameLost));
+                self.deliver(ai, Some(Fault::Lost));
             }
         }
     }

@@ -44,8 +44,8 @@
 //!   addition that gives up at a deadline.
 
 use crate::engine::{
-    Body, Config, Dest, Engine, Error, Group, HandlerView, Notice, PortSetup, Semaphore,
-    SendHandle, SendStatus, Storage,
+    Body, Config, Dest, Engine, Error, Fault, Fill, Group, HandlerView, Notice, PortSetup,
+    Semaphore, SendHandle, SendStatus, Storage,
 };
 use crate::idle::Idle;
 use crate::phy::Device;
@@ -53,7 +53,7 @@ use crate::time::{Duration, Instant};
 use crate::{GroupId, NodeId, PortId};
 use managed::ManagedSlice;
 
-pub use crate::engine::{BufferKind, Errno, RecvBuf, BROADCAST};
+pub use crate::engine::{RecvBuf, BROADCAST};
 
 /// Ports per process, numbered `0..=1024`.
 pub const PORTS: usize = 1025;
@@ -87,6 +87,78 @@ pub const ERR_FRAMELOST: u8 = Errno::FrameLost as u8;
 pub const ERR_MSGTOOLONG: u8 = Errno::MsgTooLong as u8;
 /// `gamma_errno` value: a send failed.
 pub const ERR_SENDFAILURE: u8 = Errno::SendFailure as u8;
+
+/// How successive messages fill a port's buffer (GAMMA `buffer_kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BufferKind {
+    /// Each message is stored at the start of the buffer.
+    #[default]
+    GoBack,
+    /// Each message is stored after the previous one (gather).
+    GoAhead,
+}
+
+impl From<BufferKind> for Fill {
+    fn from(k: BufferKind) -> Self {
+        match k {
+            BufferKind::GoBack => Fill::Restart,
+            BufferKind::GoAhead => Fill::Append,
+        }
+    }
+}
+
+/// Error conditions reported to handlers, with GAMMA's numbers (`gamma_errno`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Errno {
+    /// A chunk of a message was lost (best-effort sends), or its sender died
+    /// before the last one came (reliable).
+    FrameLost = 2,
+    /// The message did not fit the buffer (or there was none) and was truncated.
+    MsgTooLong = 3,
+    /// A send to this port's destination failed: the peer stopped answering.
+    SendFailure = 4,
+}
+
+impl From<Fault> for Errno {
+    fn from(f: Fault) -> Self {
+        match f {
+            Fault::Lost => Errno::FrameLost,
+            Fault::Truncated => Errno::MsgTooLong,
+            Fault::SendFailed => Errno::SendFailure,
+        }
+    }
+}
+
+/// The negative value GAMMA's C calls return for `e`: GAMMA's own numbers where
+/// GAMMA has one (a message the receiver discarded is a failed send to GAMMA),
+/// Volley's above 10 otherwise.
+pub fn code(e: Error) -> i32 {
+    let n = match e {
+        Error::SendFailure | Error::PortClosed => return -(Errno::SendFailure as i32),
+        Error::BufferTooSmall => return -(Errno::MsgTooLong as i32),
+        Error::InvalidPort => 0,
+        Error::ReservedPort => 1,
+        Error::NotBound => 2,
+        Error::SelfConnect => 3,
+        Error::InvalidSemaphore => 4,
+        Error::UnknownGroup => 5,
+        Error::UnknownNode => 6,
+        Error::NoResources => 7,
+        Error::InvalidHandle => 8,
+        Error::FirstPieceTooLong => 9,
+        Error::MessageTooLong | Error::LongerThan(_) => 10,
+        Error::PortBusy => 13,
+        Error::BarrierInProgress => 14,
+        Error::BadConfig => 15,
+        Error::Timeout => 16,
+        Error::InHandler => 18,
+        Error::InvalidCounter => 19,
+        Error::BadAddress => 20,
+        Error::PeerLeft => 21,
+    };
+    -(10 + n)
+}
 
 pub use crate::time::Clock;
 #[cfg(feature = "std")]
@@ -143,7 +215,7 @@ impl<'a, S> Upcall<'_, 'a, S> {
     }
     /// The error being reported, if this is an error handler (GAMMA `gamma_errno`).
     pub fn errno(&self) -> Option<Errno> {
-        self.notice.errno
+        self.notice.fault.map(Errno::from)
     }
     /// Length of the message as sent.
     pub fn msg_len(&self) -> usize {
@@ -413,7 +485,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             recv: receiver_handler.is_some(),
             err: error_handler.is_some(),
             sem: semaphore,
-            kind: buffer_kind,
+            kind: buffer_kind.into(),
             buffer,
         };
         self.engine.bind_port(port, setup)?;
@@ -935,7 +1007,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             };
             let n = &up.notice;
             let h = self.handlers.get(n.port as usize).and_then(|h| {
-                if n.errno.is_some() {
+                if n.fault.is_some() {
                     h.err
                 } else {
                     h.recv
@@ -1002,5 +1074,29 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// The clock.
     pub fn clock(&self) -> &C {
         &self.clock
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The numbers a C facade returns: GAMMA's own where GAMMA has one (a message the
+    /// receiver discarded is a failed send), Volley's above 10 otherwise, and the
+    /// limit a too-long message broke in its text.
+    #[test]
+    fn c_codes_are_gammas_where_gamma_has_one() {
+        assert_eq!(code(Error::SendFailure), -(Errno::SendFailure as i32));
+        assert_eq!(code(Error::PortClosed), -(Errno::SendFailure as i32));
+        assert_eq!(code(Error::BufferTooSmall), -(Errno::MsgTooLong as i32));
+        assert_eq!(code(Error::InvalidHandle), -18);
+        assert_eq!(code(Error::MessageTooLong), -20);
+        assert_eq!(code(Error::LongerThan(crate::engine::EAGER_MAX)), -20);
+        assert_eq!(code(Error::PeerLeft), -31);
+        use std::string::ToString;
+        assert!(Error::LongerThan(crate::engine::EAGER_MAX)
+            .to_string()
+            .contains("16384 bytes"));
+        assert!(Error::MessageTooLong.to_string().contains("4 GiB"));
     }
 }

@@ -4,11 +4,11 @@ use super::*;
 
 /// What reached a node's port 5: source node, length, errno (a dead peer's
 /// `SendFailure`, which every port bound to it gets, left out).
-type Got = Vec<(u16, usize, Option<volley_core::engine::Errno>)>;
+type Got = Vec<(u16, usize, Option<volley_core::gamma::Errno>)>;
 
 fn on_got(u: &mut Upcall<'_, '_, Got>) {
     let rec = (u.source().node, u.len(), u.errno());
-    if rec.2 != Some(volley_core::engine::Errno::SendFailure) {
+    if rec.2 != Some(volley_core::gamma::Errno::SendFailure) {
         u.state().push(rec);
     }
 }
@@ -70,7 +70,7 @@ fn a_message_whose_sender_died_half_way_frees_its_port() {
     let (src, len, errno) = got[0];
     assert_eq!(
         (src, errno),
-        (0, Some(volley_core::engine::Errno::FrameLost))
+        (0, Some(volley_core::gamma::Errno::FrameLost))
     );
     assert!(len > 0 && len < long.len(), "seed {seed}: {got:?}");
     assert_eq!(got[1], (1, 5, None), "seed {seed}");
@@ -101,7 +101,7 @@ fn a_long_broadcast_whose_root_died_half_way_is_dropped_down_the_tree() {
             .all(|&i| nodes[i].state().iter().any(|m| m.0 == 2))
     })
     .unwrap_or_else(|e| panic!("seed {seed}: a port stayed busy: {e:?}"));
-    let lost = Some(volley_core::engine::Errno::FrameLost);
+    let lost = Some(volley_core::gamma::Errno::FrameLost);
     for i in [1, 3] {
         let got = sim.nodes[i].state();
         assert_eq!(got.len(), 2, "seed {seed}: node {i}: {got:?}");

@@ -98,7 +98,7 @@ const E_USAGE: c_int = -1;
 const QUEUED_HANDLE: c_int = 0;
 
 fn code(e: Error) -> c_int {
-    e.code()
+    volley_core::gamma::code(e)
 }
 
 /// Runs `f` on the instance, outside handlers and `gamma_atomic` when `polls`.
