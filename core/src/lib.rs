@@ -34,6 +34,7 @@ macro_rules! trace {
 
 #[cfg(feature = "alloc")]
 pub mod cheetah;
+pub mod endpoint;
 pub mod engine;
 pub mod gamma;
 pub mod idle;

@@ -25,6 +25,7 @@
 //! - **Dead peers** become errors: a put, get or invocation to a context that stops
 //!   answering fails the next call with [`Error::SendFailure`].
 
+use crate::endpoint::Endpoint;
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
@@ -164,9 +165,7 @@ impl Memory for Segments<'_> {
 
 /// One Cheetah context.
 pub struct Cheetah<'a, D, C, M> {
-    engine: Engine<'a>,
-    dev: D,
-    clock: C,
+    ep: Endpoint<'a, D, C>,
     mem: M,
     handlers: Vec<(i32, Handler<'a, D, C, M>)>,
     partial: Vec<Partial>,
@@ -183,13 +182,14 @@ pub struct Cheetah<'a, D, C, M> {
     last_keepalive: Instant,
     finalized: bool,
     stats: CheetahStats,
-    idle: crate::idle::Idle,
 }
+
+crate::endpoint::deref_endpoint!(Cheetah, 'a, D, C, M);
 
 impl<D, C, M> core::fmt::Debug for Cheetah<'_, D, C, M> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Cheetah")
-            .field("engine", &self.engine)
+            .field("engine", &self.ep.engine)
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
@@ -222,9 +222,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
         let mut partial = Vec::with_capacity(n);
         partial.resize_with(n, Partial::default);
         Ok(Cheetah {
-            engine,
-            dev,
-            clock,
+            ep: Endpoint::new(engine, dev, clock),
             mem,
             handlers: Vec::new(),
             partial,
@@ -237,14 +235,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             last_keepalive: now,
             finalized: false,
             stats: CheetahStats::default(),
-            idle: crate::idle::Idle::new(),
         })
-    }
-
-    /// A hook waiting calls run once polls have found nothing for a while
-    /// ([`crate::idle`], as in GAMMA).
-    pub fn set_idle(&mut self, idle: Option<fn()>) {
-        self.idle.set_hook(idle);
     }
 
     /// `cheetah_core_finalize`: a barrier, then the operations still in flight are
@@ -259,13 +250,16 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
     /// the barrier itself): finishes what is in flight, at most 10 s.
     pub fn shutdown(&mut self) {
         self.finalized = true;
-        self.engine.flush_acks();
-        let deadline = self.clock.now() + Duration::from_secs(10);
+        self.ep.engine.flush_acks();
+        let deadline = self.ep.clock.now() + Duration::from_secs(10);
         loop {
-            let now = self.clock.now();
-            self.engine
-                .poll_mem(now, &mut self.dev, None, &mut self.mem);
-            if (self.engine.is_quiescent() && self.engine.rma_pending() == 0) || now >= deadline {
+            let now = self.ep.clock.now();
+            self.ep
+                .engine
+                .poll_mem(now, &mut self.ep.dev, None, &mut self.mem);
+            if (self.ep.engine.is_quiescent() && self.ep.engine.rma_pending() == 0)
+                || now >= deadline
+            {
                 return;
             }
             self.idle_step(false);
@@ -274,12 +268,12 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
 
     /// `cheetah_core_ncontexts`.
     pub fn ncontexts(&self) -> u16 {
-        self.engine.size()
+        self.ep.engine.size()
     }
 
     /// `cheetah_core_mycontext`.
     pub fn mycontext(&self) -> NodeId {
-        self.engine.config().node
+        self.ep.engine.config().node
     }
 
     fn usable(&self, context: NodeId) -> Result<(), Error> {
@@ -365,12 +359,12 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             self.mem.ring(from_bell);
             return Ok(());
         }
-        let group = self.engine.config().group;
+        let group = self.ep.engine.config().group;
         // A put in one frame, or a get's request, leaves in this call where its
         // channel is free.
         self.check_failure()?;
-        let now = self.clock.now();
-        let (e, dev, mem) = (&mut self.engine, &mut self.dev, &mut self.mem);
+        let now = self.ep.clock.now();
+        let (e, dev, mem) = (&mut self.ep.engine, &mut self.ep.dev, &mut self.mem);
         let sent = if put {
             e.put_now(
                 now,
@@ -399,7 +393,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             )?
         };
         if sent {
-            self.dev.flush(now);
+            self.ep.dev.flush(now);
             return Ok(());
         }
         let start = if put {
@@ -409,7 +403,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
         };
         self.retry(|c| {
             start(
-                &mut c.engine,
+                &mut c.ep.engine,
                 &mut c.mem,
                 group,
                 context,
@@ -429,9 +423,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
         loop {
             match f(self) {
                 Ok(()) => {
-                    let now = self.clock.now();
-                    self.engine
-                        .poll_transmit_mem(now, &mut self.dev, None, &mut self.mem);
+                    let now = self.ep.clock.now();
+                    self.ep
+                        .engine
+                        .poll_transmit_mem(now, &mut self.ep.dev, None, &mut self.mem);
                     return Ok(());
                 }
                 Err(Error::NoResources) => {
@@ -501,7 +496,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             self.mem.ring(local_bell);
             return Ok(());
         }
-        let size = self.engine.packet_size();
+        let size = self.ep.engine.packet_size();
         if size <= INVOKE_HEAD {
             return Err(Error::BadConfig);
         }
@@ -509,7 +504,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
         let mut first = true;
         while first || off < buf.len() {
             let id = loop {
-                match self.engine.packet_alloc() {
+                match self.ep.engine.packet_alloc() {
                     Ok(id) => break id,
                     Err(Error::NoResources) => {
                         let busy = self.progress()?;
@@ -518,7 +513,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
                     Err(e) => return Err(e),
                 }
             };
-            let p = self.engine.packet_mut(id).ok_or(Error::InvalidHandle)?;
+            let p = self.ep.engine.packet_mut(id).ok_or(Error::InvalidHandle)?;
             let head = if first { INVOKE_HEAD } else { 0 };
             let n = (buf.len() - off).min(size - head);
             if first {
@@ -528,10 +523,11 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             p[head..head + n].copy_from_slice(&buf[off..off + n]);
             loop {
                 // Out at once where nothing waits before it on its channel.
-                let now = self.clock.now();
+                let now = self.ep.clock.now();
                 match self
+                    .ep
                     .engine
-                    .launch_unicast_on(now, &mut self.dev, id, context, head + n)
+                    .launch_unicast_on(now, &mut self.ep.dev, id, context, head + n)
                 {
                     Ok(_) => break,
                     Err(Error::NoResources) => {
@@ -539,7 +535,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
                         self.idle_step(busy);
                     }
                     Err(e) => {
-                        let _ = self.engine.packet_free(id);
+                        let _ = self.ep.engine.packet_free(id);
                         return Err(e);
                     }
                 }
@@ -548,11 +544,12 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             first = false;
         }
         self.mem.ring(local_bell);
-        let now = self.clock.now();
-        self.engine
-            .poll_transmit_mem(now, &mut self.dev, None, &mut self.mem);
+        let now = self.ep.clock.now();
+        self.ep
+            .engine
+            .poll_transmit_mem(now, &mut self.ep.dev, None, &mut self.mem);
         // Packets launched at once above leave together.
-        self.dev.flush(now);
+        self.ep.dev.flush(now);
         Ok(())
     }
 
@@ -570,13 +567,14 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
     /// [`Cheetah::run_handlers`] and failures for the next call. Whether anything
     /// happened.
     pub fn poll_network(&mut self) -> bool {
-        let now = self.clock.now();
-        if now.saturating_since(self.last_keepalive) >= self.engine.config().keepalive {
+        let now = self.ep.clock.now();
+        if now.saturating_since(self.last_keepalive) >= self.ep.engine.config().keepalive {
             self.last_keepalive = now;
-            self.engine.keepalive_all(now);
+            self.ep.engine.keepalive_all(now);
         }
-        self.engine
-            .poll_mem(now, &mut self.dev, None, &mut self.mem)
+        self.ep
+            .engine
+            .poll_mem(now, &mut self.ep.dev, None, &mut self.mem)
     }
 
     fn progress(&mut self) -> Result<bool, Error> {
@@ -591,12 +589,12 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
     /// A context that dies with nothing of ours in flight to it is no error here
     /// (see [`Cheetah::dead_context`]); an operation to it is.
     pub fn check_failure(&mut self) -> Result<(), Error> {
-        while let Some(node) = self.engine.take_packet_failure() {
+        while let Some(node) = self.ep.engine.take_packet_failure() {
             if let Some(d) = self.dead.get_mut(node as usize) {
                 *d = true;
             }
         }
-        if let Some(f) = self.engine.take_rma_failure() {
+        if let Some(f) = self.ep.engine.take_rma_failure() {
             self.failed = Some((f.node, f.error));
             return Err(f.error);
         }
@@ -662,7 +660,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
     /// deployment whose handler loop costs a lock asks this first.
     #[inline]
     pub fn invocations_waiting(&self) -> bool {
-        !self.own.is_empty() || self.engine.deliveries_pending() > 0
+        !self.own.is_empty() || self.ep.engine.deliveries_pending() > 0
     }
 
     /// The next invocation that has arrived whole (for a deployment that runs the
@@ -679,7 +677,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
                 at: InvocationData::Assembled(i),
             });
         }
-        while let Some(d) = self.engine.next_delivery() {
+        while let Some(d) = self.ep.engine.next_delivery() {
             if let Some(inv) = self.take_packet(d) {
                 self.stats.handlers += 1;
                 return Some(inv);
@@ -717,15 +715,19 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
     /// A received packet: a whole invocation, the start of a long one, or more of it.
     fn take_packet(&mut self, d: Delivery) -> Option<Invocation> {
         let src = d.src as usize;
-        let p = self.engine.packet(d.packet).and_then(|p| p.get(..d.len))?;
+        let p = self
+            .ep
+            .engine
+            .packet(d.packet)
+            .and_then(|p| p.get(..d.len))?;
         let Some(part) = self.partial.get_mut(src) else {
-            let _ = self.engine.packet_free(d.packet);
+            let _ = self.ep.engine.packet_free(d.packet);
             return None;
         };
         if part.want > part.buf.len() {
             let n = (part.want - part.buf.len()).min(p.len());
             part.buf.extend_from_slice(&p[..n]);
-            let _ = self.engine.packet_free(d.packet);
+            let _ = self.ep.engine.packet_free(d.packet);
             if part.buf.len() < part.want {
                 return None;
             }
@@ -741,7 +743,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             });
         }
         if p.len() < INVOKE_HEAD {
-            let _ = self.engine.packet_free(d.packet);
+            let _ = self.ep.engine.packet_free(d.packet);
             return None;
         }
         let tag = i32::from_be_bytes([p[0], p[1], p[2], p[3]]);
@@ -753,7 +755,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
                 tag,
                 len,
                 at: if len == 0 {
-                    let _ = self.engine.packet_free(d.packet);
+                    let _ = self.ep.engine.packet_free(d.packet);
                     InvocationData::Empty
                 } else {
                     InvocationData::Packet(d.packet)
@@ -761,7 +763,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             });
         }
         if len > AINVOKE_MAX {
-            let _ = self.engine.packet_free(d.packet);
+            let _ = self.ep.engine.packet_free(d.packet);
             return None;
         }
         part.tag = tag;
@@ -772,7 +774,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
             part.buf = self.spares.pop().unwrap_or_default();
         }
         part.buf.extend_from_slice(&p[INVOKE_HEAD..]);
-        let _ = self.engine.packet_free(d.packet);
+        let _ = self.ep.engine.packet_free(d.packet);
         None
     }
 
@@ -780,6 +782,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
     pub fn invocation_data(&self, inv: &Invocation) -> &[u8] {
         match inv.at {
             InvocationData::Packet(id) => self
+                .ep
                 .engine
                 .packet(id)
                 .and_then(|p| p.get(INVOKE_HEAD..INVOKE_HEAD + inv.len))
@@ -797,7 +800,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
     pub fn invocation_done(&mut self, inv: Invocation) {
         match inv.at {
             InvocationData::Packet(id) => {
-                let _ = self.engine.packet_free(id);
+                let _ = self.ep.engine.packet_free(id);
             }
             InvocationData::Assembled(i) => {
                 if let Some(b) = self.assembled.get_mut(i).and_then(Option::take) {
@@ -843,19 +846,15 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
         if self.finalized {
             return Err(Error::BadConfig);
         }
-        self.engine.start_barrier()?;
+        self.ep.engine.start_barrier()?;
         loop {
             let busy = self.progress()?;
             let ran = self.run_handlers();
-            if self.engine.barrier_done()? {
+            if self.ep.engine.barrier_done()? {
                 return Ok(());
             }
             self.idle_step(busy || ran > 0);
         }
-    }
-
-    fn idle_step(&mut self, busy: bool) {
-        self.idle.step(busy, &self.clock);
     }
 
     // ------------------------------------------------------------ accessors
@@ -872,37 +871,17 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
     pub fn memory_mut(&mut self) -> &mut M {
         &mut self.mem
     }
-    /// The engine.
-    pub fn engine(&self) -> &Engine<'a> {
-        &self.engine
-    }
-    /// The engine, to change.
-    pub fn engine_mut(&mut self) -> &mut Engine<'a> {
-        &mut self.engine
-    }
-    /// The device.
-    pub fn device(&self) -> &D {
-        &self.dev
-    }
     /// Ends the context, giving back its device (after [`Cheetah::finalize`]).
     pub fn into_device(self) -> D {
-        self.dev
-    }
-    /// The device, to change.
-    pub fn device_mut(&mut self) -> &mut D {
-        &mut self.dev
+        self.ep.dev
     }
     /// The device and the memory together (a deployment that reads what peers
     /// published on the device while it changes its memory's view of them).
     pub fn device_and_memory_mut(&mut self) -> (&mut D, &mut M) {
-        (&mut self.dev, &mut self.mem)
-    }
-    /// The clock.
-    pub fn clock(&self) -> &C {
-        &self.clock
+        (&mut self.ep.dev, &mut self.mem)
     }
     /// When the engine next needs a poll (`None`: only when a frame comes).
     pub fn poll_at(&self) -> Option<Instant> {
-        self.engine.poll_at(self.clock.now())
+        self.ep.engine.poll_at(self.ep.clock.now())
     }
 }

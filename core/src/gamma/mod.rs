@@ -43,11 +43,11 @@
 //! - Blocking calls spin on [`Gamma::poll`] as GAMMA's did; `wait_deadline` is an
 //!   addition that gives up at a deadline.
 
+use crate::endpoint::Endpoint;
 use crate::engine::{
     Body, Config, Dest, Engine, Error, Fault, Fill, Group, HandlerView, Notice, PortSetup,
     Semaphore, SendHandle, SendStatus, Storage,
 };
-use crate::idle::Idle;
 use crate::phy::Device;
 use crate::time::{Duration, Instant};
 use crate::{GroupId, NodeId, PortId};
@@ -298,18 +298,17 @@ impl<'a, S> Upcall<'_, 'a, S> {
 /// One GAMMA process: the engine, its device and its clock, the ports' handlers and
 /// the state they share.
 pub struct Gamma<'a, D, C, S = ()> {
-    engine: Engine<'a>,
+    ep: Endpoint<'a, D, C>,
     handlers: ManagedSlice<'a, PortHandlers<'a, S>>,
     state: S,
-    dev: D,
-    clock: C,
-    idle: Idle,
 }
+
+crate::endpoint::deref_endpoint!(Gamma, 'a, D, C, S);
 
 impl<D, C, S> core::fmt::Debug for Gamma<'_, D, C, S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Gamma")
-            .field("engine", &self.engine)
+            .field("engine", &self.ep.engine)
             .finish_non_exhaustive()
     }
 }
@@ -361,12 +360,9 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         // Sends before the first poll are framed to this device's MTU.
         engine.set_capabilities(dev.capabilities());
         Ok(Gamma {
-            engine,
+            ep: Endpoint::new(engine, dev, clock),
             handlers,
             state,
-            dev,
-            clock,
-            idle: Idle::new(),
         })
     }
 
@@ -418,7 +414,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// `gamma_exit`: finishes every send still in flight (or sees it fail), waiting at
     /// most 10 s, then hands back the device and the application state.
     pub fn exit(self) -> (D, S) {
-        let deadline = self.clock.now() + Duration::from_secs(10);
+        let deadline = self.ep.clock.now() + Duration::from_secs(10);
         self.exit_deadline(deadline)
     }
 
@@ -426,11 +422,11 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// peer that keeps refusing, a dead one not yet declared).
     pub fn exit_deadline(mut self, deadline: Instant) -> (D, S) {
         // Acks held back to ride on replies go out now: there will be no replies.
-        self.engine.flush_acks();
+        self.ep.engine.flush_acks();
         loop {
-            let now = self.clock.now();
+            let now = self.ep.clock.now();
             self.engine_poll(now, None);
-            if self.engine.is_quiescent() || now >= deadline {
+            if self.ep.engine.is_quiescent() || now >= deadline {
                 break;
             }
             self.idle_step(false);
@@ -439,19 +435,19 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         // frames to us go unanswered (their acks lost) stops waiting at once. For
         // a short while only: a peer computing without polling acks it later, or
         // finds this process gone.
-        let until = deadline.min(self.clock.now() + Duration::from_millis(50));
+        let until = deadline.min(self.ep.clock.now() + Duration::from_millis(50));
         let mut told = false;
         loop {
-            let now = self.clock.now();
-            told = told || self.engine.say_goodbye();
+            let now = self.ep.clock.now();
+            told = told || self.ep.engine.say_goodbye();
             self.engine_poll(now, None);
-            if (told && self.engine.is_quiescent()) || now >= until {
+            if (told && self.ep.engine.is_quiescent()) || now >= until {
                 break;
             }
             self.idle_step(false);
         }
-        let Gamma { dev, state, .. } = self;
-        (dev, state)
+        let Gamma { ep, state, .. } = self;
+        (ep.dev, state)
     }
 
     /// `gamma_set_active_port`: binds `port` for output to `(dest_node, dest_par_pid,
@@ -488,7 +484,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             kind: buffer_kind.into(),
             buffer,
         };
-        self.engine.bind_port(port, setup)?;
+        self.ep.engine.bind_port(port, setup)?;
         self.handlers[port as usize] = PortHandlers {
             recv: receiver_handler,
             err: error_handler,
@@ -530,7 +526,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         buffer: impl Into<RecvBuf<'a>>,
     ) -> Result<Option<RecvBuf<'a>>, Error> {
         user_port(port)?;
-        self.engine.post_recv(port, buffer)
+        self.ep.engine.post_recv(port, buffer)
     }
 
     /// `gamma_attach_buffer`: as `post_recv`, keeping the port's buffer size (`buffer`
@@ -541,12 +537,12 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         buffer: impl Into<RecvBuf<'a>>,
     ) -> Result<Option<RecvBuf<'a>>, Error> {
         user_port(port)?;
-        self.engine.attach_buffer(port, buffer)
+        self.ep.engine.attach_buffer(port, buffer)
     }
 
     /// The buffer bound to `port`, to read what landed there.
     pub fn buffer(&self, port: PortId) -> Option<&[u8]> {
-        self.engine.buffer(port)
+        self.ep.engine.buffer(port)
     }
 
     fn blocking_send(
@@ -558,13 +554,15 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     ) -> Result<usize, Error> {
         user_port(port)?;
         // The clock is read after the frame has left where the device allows.
-        let clock = &self.clock;
+        let clock = &self.ep.clock;
         let sent = if reliable {
-            self.engine
-                .send_now_reliable_timed(&mut self.dev, port, head, body, || clock.now())
+            self.ep
+                .engine
+                .send_now_reliable_timed(&mut self.ep.dev, port, head, body, || clock.now())
         } else {
-            self.engine
-                .send_now_timed(&mut self.dev, port, head, body, || clock.now())
+            self.ep
+                .engine
+                .send_now_timed(&mut self.ep.dev, port, head, body, || clock.now())
         };
         if sent {
             return Ok(head.len() + body.len());
@@ -572,45 +570,46 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         // A small reliable message is copied into the engine (eager): the call returns
         // once it is on the wire, and the ack rides on whatever the receiver sends back.
         let eager = if reliable {
-            self.engine.start_send_eager(port, head, body).ok()
+            self.ep.engine.start_send_eager(port, head, body).ok()
         } else {
             None
         };
         let h = match eager {
             Some(h) => h,
             None => self
+                .ep
                 .engine
                 .start_send(port, head, Body::External(body.len()), reliable)?,
         };
         // Frames leave before anything is received: a receive poll first would delay
         // them by a (possibly empty, system-call) look at the device.
         let ext = eager.is_none().then_some(body);
-        let now = self.clock.now();
-        self.engine.transmit_send(now, &mut self.dev, h, ext);
+        let now = self.ep.clock.now();
+        self.ep.engine.transmit_send(now, &mut self.ep.dev, h, ext);
         self.run_handlers(now, ext);
         // A message that left whole in that pass returns without a receive poll:
         // most sends cost one transmit pass and no look at the device's receive side.
         loop {
-            match self.engine.send_status(h)? {
-                SendStatus::Pending if eager.is_some() && self.engine.handed_off(h)? => {
-                    self.engine.detach(h)?;
+            match self.ep.engine.send_status(h)? {
+                SendStatus::Pending if eager.is_some() && self.ep.engine.handed_off(h)? => {
+                    self.ep.engine.detach(h)?;
                     return Ok(head.len() + body.len());
                 }
                 SendStatus::Pending => {}
                 SendStatus::Done => {
-                    self.engine.release(h)?;
+                    self.ep.engine.release(h)?;
                     return Ok(head.len() + body.len());
                 }
                 SendStatus::Failed => {
-                    self.engine.release(h)?;
+                    self.ep.engine.release(h)?;
                     return Err(Error::SendFailure);
                 }
                 SendStatus::Rejected => {
-                    self.engine.release(h)?;
+                    self.ep.engine.release(h)?;
                     return Err(Error::PortClosed);
                 }
             }
-            let now = self.clock.now();
+            let now = self.ep.clock.now();
             let busy = self.engine_poll(now, ext);
             self.idle_step(busy);
         }
@@ -656,24 +655,26 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         let copy = reliable && head.len() + body.len() <= ISEND_COPY_MAX;
         if copy {
             // Sent in this call where nothing is ahead of it, as a blocking send is.
-            let clock = &self.clock;
-            let at_once = self
-                .engine
-                .isend_now_reliable(&mut self.dev, port, head, body, || clock.now());
+            let clock = &self.ep.clock;
+            let at_once =
+                self.ep
+                    .engine
+                    .isend_now_reliable(&mut self.ep.dev, port, head, body, || clock.now());
             if let Some(h) = at_once {
                 return Ok(h);
             }
         }
-        let h = match copy.then(|| self.engine.start_send_eager(port, head, body)) {
+        let h = match copy.then(|| self.ep.engine.start_send_eager(port, head, body)) {
             Some(Ok(h)) => h,
             _ => self
+                .ep
                 .engine
                 .start_send(port, head, Body::Borrowed(body), reliable)?,
         };
         // Start the first frames now, as GAMMA's trap into the driver did: only this
         // send's channel (and what handlers queued before it).
-        let now = self.clock.now();
-        self.engine.transmit_send(now, &mut self.dev, h, None);
+        let now = self.ep.clock.now();
+        self.ep.engine.transmit_send(now, &mut self.ep.dev, h, None);
         self.run_handlers(now, None);
         Ok(h)
     }
@@ -683,15 +684,15 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// engine delivers it, and a failure later reaches the port's error handler or
     /// error semaphore). `None` while it runs.
     fn send_done(&mut self, handle: SendHandle) -> Result<Option<Result<(), Error>>, Error> {
-        match self.engine.send_status(handle)? {
+        match self.ep.engine.send_status(handle)? {
             SendStatus::Pending
-                if self.engine.copied(handle)? && self.engine.handed_off(handle)? =>
+                if self.ep.engine.copied(handle)? && self.ep.engine.handed_off(handle)? =>
             {
-                self.engine.detach(handle)?;
+                self.ep.engine.detach(handle)?;
                 Ok(Some(Ok(())))
             }
             SendStatus::Pending => Ok(None),
-            _ => Ok(Some(status_result(self.engine.release(handle)?))),
+            _ => Ok(Some(status_result(self.ep.engine.release(handle)?))),
         }
     }
 
@@ -756,13 +757,13 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// `gamma_signal`.
     pub fn signal(&mut self, sem: u16) -> Result<(), Error> {
         user_sem(sem)?;
-        self.engine.signal(sem)
+        self.ep.engine.signal(sem)
     }
 
     /// `gamma_sigerr`.
     pub fn sigerr(&mut self, sem: u16) -> Result<(), Error> {
         user_sem(sem)?;
-        self.engine.sigerr(sem)
+        self.ep.engine.sigerr(sem)
     }
 
     /// `gamma_wait`: polls until semaphore `sem` reaches `n`, takes `n` from it, and
@@ -790,34 +791,34 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             let now = match seen.take() {
                 Some(t) => t,
                 None => {
-                    if let Some(errors) = self.engine.try_take(sem, n)? {
+                    if let Some(errors) = self.ep.engine.try_take(sem, n)? {
                         return Ok(-(errors.min(i32::MAX as u32) as i32));
                     }
-                    if self.engine.semaphore(sem)?.peer_dead {
+                    if self.ep.engine.semaphore(sem)?.peer_dead {
                         return Err(Error::SendFailure);
                     }
                     // One clock read per turn serves the deadline and the poll.
-                    let now = self.clock.now();
+                    let now = self.ep.clock.now();
                     if now >= deadline {
                         return Err(Error::Timeout);
                     }
                     match probe_at {
-                        None => probe_at = Some(now + self.engine.config().keepalive),
+                        None => probe_at = Some(now + self.ep.engine.config().keepalive),
                         Some(t) if now >= t => {
-                            self.engine.keepalive(now, sem);
-                            probe_at = Some(now + self.engine.config().keepalive);
+                            self.ep.engine.keepalive(now, sem);
+                            probe_at = Some(now + self.ep.engine.config().keepalive);
                         }
                         Some(_) => {}
                     }
                     now
                 }
             };
-            let busy = self.engine.poll(now, &mut self.dev, None);
+            let busy = self.ep.engine.poll(now, &mut self.ep.dev, None);
             // A handler (of a failure, say) may run for long: `now` is then old.
-            let handled = self.engine.notices_pending() != 0;
+            let handled = self.ep.engine.notices_pending() != 0;
             self.run_handlers(now, None);
             let slept = self.idle_step(busy);
-            if !busy && self.idle.looking() && self.await_frame() && !slept && !handled {
+            if !busy && self.ep.idle.looking() && self.await_frame() && !slept && !handled {
                 seen = Some(now);
             }
         }
@@ -837,16 +838,16 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     fn await_frame(&self) -> bool {
         // The first look before the budget: a device that cannot look says "maybe"
         // at once, and the channels are not scanned for it.
-        if self.dev.rx_pending() {
+        if self.ep.dev.rx_pending() {
             return false;
         }
-        let peers = u32::from(self.engine.size()).saturating_sub(1).max(1);
+        let peers = u32::from(self.ep.engine.size()).saturating_sub(1).max(1);
         let mut looks = LOOKS / peers;
-        if looks > LOOKS_SENDING && self.engine.sends_waiting() {
+        if looks > LOOKS_SENDING && self.ep.engine.sends_waiting() {
             looks = LOOKS_SENDING / peers;
         }
         for _ in 1..looks.max(1) {
-            if self.dev.rx_pending() {
+            if self.ep.dev.rx_pending() {
                 return true;
             }
         }
@@ -857,7 +858,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     pub fn test(&mut self, sem: u16) -> Result<u32, Error> {
         user_sem(sem)?;
         self.poll();
-        Ok(self.engine.semaphore(sem)?.count)
+        Ok(self.ep.engine.semaphore(sem)?.count)
     }
 
     /// `gamma_atomic`: runs `f` with no handler in between (handlers only run inside
@@ -881,7 +882,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
 
     /// Starts a barrier without waiting (an addition: GAMMA's `sync` is blocking).
     pub fn sync_start(&mut self) -> Result<(), Error> {
-        self.engine.start_barrier()?;
+        self.ep.engine.start_barrier()?;
         self.poll();
         Ok(())
     }
@@ -890,26 +891,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     pub fn sync_test(&mut self) -> Result<bool, Error> {
         let busy = self.poll();
         self.idle_step(busy);
-        self.engine.barrier_done()
-    }
-
-    /// Sets a hook that blocking calls run after many polls in a row found nothing to
-    /// do: `std::thread::yield_now` when ranks may share cores, a `pause` or `hlt` on
-    /// bare metal. Without one they spin, as GAMMA's did.
-    pub fn set_idle(&mut self, idle: Option<fn()>) {
-        self.idle.set_hook(idle);
-    }
-
-    /// How many polls in a row must find nothing before the idle hook runs (1 where
-    /// the hook halts until an interrupt that a message raises). By default 64 polls
-    /// and 4 us; set here, the count alone decides.
-    pub fn set_idle_after(&mut self, polls: u32) {
-        self.idle.set_after(polls);
-    }
-
-    /// `true` if the idle hook ran.
-    fn idle_step(&mut self, busy: bool) -> bool {
-        self.idle.step(busy, &self.clock)
+        self.ep.engine.barrier_done()
     }
 
     /// Adds `delta` to counter `var` (`0..COUNTERS`, starting at 0) of instance `node` of
@@ -923,19 +905,19 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             return Err(Error::InvalidCounter);
         }
         let group = self.my_par_pid();
-        let addr = self.engine.address(group, node)?;
-        if let Some(v) = self.dev.fetch_add(addr, var, delta) {
+        let addr = self.ep.engine.address(group, node)?;
+        if let Some(v) = self.ep.dev.fetch_add(addr, var, delta) {
             return Ok(v);
         }
         if node == self.my_node() {
-            return self.engine.fetch_add_local(var, delta);
+            return self.ep.engine.fetch_add_local(var, delta);
         }
-        let h = self.engine.start_fetch_add(group, node, var, delta)?;
-        let now = self.clock.now();
-        self.engine.poll_transmit(now, &mut self.dev, None);
+        let h = self.ep.engine.start_fetch_add(group, node, var, delta)?;
+        let now = self.ep.clock.now();
+        self.ep.engine.poll_transmit(now, &mut self.ep.dev, None);
         self.run_handlers(now, None);
         loop {
-            if let Some(v) = self.engine.fetch_add_result(h)? {
+            if let Some(v) = self.ep.engine.fetch_add_result(h)? {
                 return Ok(v);
             }
             let busy = self.poll();
@@ -945,22 +927,22 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
 
     /// `gamma_my_par_pid`.
     pub fn my_par_pid(&self) -> GroupId {
-        self.engine.config().group
+        self.ep.engine.config().group
     }
 
     /// `gamma_my_node`.
     pub fn my_node(&self) -> NodeId {
-        self.engine.config().node
+        self.ep.engine.config().node
     }
 
     /// `gamma_how_many_nodes`.
     pub fn how_many_nodes(&self) -> u16 {
-        self.engine.size()
+        self.ep.engine.size()
     }
 
     /// `gamma_time`: the current time of the node's clock.
     pub fn time(&self) -> Instant {
-        self.clock.now()
+        self.ep.clock.now()
     }
 
     /// `gamma_time_diff`: `b - a` in microseconds.
@@ -974,14 +956,14 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
 
     /// Lets the engine make progress once: receive, run handlers, retransmit, send.
     pub fn poll(&mut self) -> bool {
-        let now = self.clock.now();
+        let now = self.ep.clock.now();
         self.engine_poll(now, None)
     }
 
     /// One engine poll (`ext`: the body of a blocking send in progress), then the
     /// handlers of what it delivered or reported.
     fn engine_poll(&mut self, now: Instant, ext: Option<&[u8]>) -> bool {
-        let busy = self.engine.poll(now, &mut self.dev, ext);
+        let busy = self.ep.engine.poll(now, &mut self.ep.dev, ext);
         self.run_handlers(now, ext);
         busy
     }
@@ -991,14 +973,14 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// notice for a port whose handler has since been removed only counted.
     #[inline]
     fn run_handlers(&mut self, now: Instant, ext: Option<&[u8]>) {
-        if self.engine.notices_pending() != 0 {
+        if self.ep.engine.notices_pending() != 0 {
             self.run_pending_handlers(now, ext);
         }
     }
 
     #[inline(never)]
     fn run_pending_handlers(&mut self, now: Instant, ext: Option<&[u8]>) {
-        while let Some((notice, view)) = self.engine.next_notice() {
+        while let Some((notice, view)) = self.ep.engine.next_notice() {
             // The upcall first, its handler looked up from it: the notice is moved once.
             let mut up = Upcall {
                 notice,
@@ -1017,12 +999,12 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
                 h(&mut up);
             }
         }
-        if self.engine.outbox_pending() > 0 {
+        if self.ep.engine.outbox_pending() > 0 {
             // Replies go now, as the program's own sends do; what cannot waits for
             // the pass, in order.
             self.send_queued_at_once(now);
-            if self.engine.outbox_pending() > 0 {
-                self.engine.poll_transmit(now, &mut self.dev, ext);
+            if self.ep.engine.outbox_pending() > 0 {
+                self.ep.engine.poll_transmit(now, &mut self.ep.dev, ext);
             }
         }
     }
@@ -1033,12 +1015,12 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     #[cold]
     #[inline(never)]
     fn send_queued_at_once(&mut self, now: Instant) {
-        self.engine.send_queued_at_once(now, &mut self.dev);
+        self.ep.engine.send_queued_at_once(now, &mut self.ep.dev);
     }
 
     /// When the engine next needs a poll (see [`Engine::poll_at`]).
     pub fn poll_at(&self) -> Option<Instant> {
-        self.engine.poll_at(self.clock.now())
+        self.ep.engine.poll_at(self.ep.clock.now())
     }
 
     /// The state handlers share.
@@ -1049,31 +1031,6 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// The state handlers share, mutably.
     pub fn state_mut(&mut self) -> &mut S {
         &mut self.state
-    }
-
-    /// The engine, for its counters and lower-level calls.
-    pub fn engine(&self) -> &Engine<'a> {
-        &self.engine
-    }
-
-    /// The engine, mutably.
-    pub fn engine_mut(&mut self) -> &mut Engine<'a> {
-        &mut self.engine
-    }
-
-    /// The device.
-    pub fn device(&self) -> &D {
-        &self.dev
-    }
-
-    /// The device, mutably.
-    pub fn device_mut(&mut self) -> &mut D {
-        &mut self.dev
-    }
-
-    /// The clock.
-    pub fn clock(&self) -> &C {
-        &self.clock
     }
 }
 

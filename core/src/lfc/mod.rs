@@ -36,6 +36,7 @@
 //!   their key. One `Lfc` is used by one thread at a time (`&mut self`); a hosted
 //!   deployment with interrupts puts it behind a lock.
 
+use crate::endpoint::Endpoint;
 use crate::engine::{Config, Delivery, Engine, Error, Group, PacketId, Storage, MCAST_ALL};
 use crate::phy::Device;
 use crate::time::{Clock, Duration, Instant};
@@ -174,9 +175,7 @@ pub const STATS_BUFFERS: usize = 8;
 
 /// One LFC process: the engine, its device and its clock.
 pub struct Lfc<'a, D, C, S = ()> {
-    engine: Engine<'a>,
-    dev: D,
-    clock: C,
+    ep: Endpoint<'a, D, C>,
     opts: Options,
     upcall: Upcall<'a, D, C, S>,
     state: S,
@@ -197,13 +196,14 @@ pub struct Lfc<'a, D, C, S = ()> {
     gathered: alloc::vec::Vec<alloc::vec::Vec<[u64; LfcStats::COUNT]>>,
     /// Statistics packets received and not yet used by a gather.
     stats_arrivals: u32,
-    idle: crate::idle::Idle,
 }
+
+crate::endpoint::deref_endpoint!(Lfc, 'a, D, C, S);
 
 impl<D, C, S> core::fmt::Debug for Lfc<'_, D, C, S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Lfc")
-            .field("engine", &self.engine)
+            .field("engine", &self.ep.engine)
             .field("opts", &self.opts)
             .field("started", &self.started)
             .finish_non_exhaustive()
@@ -232,9 +232,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         engine.set_capabilities(dev.capabilities());
         let now = clock.now();
         Ok(Lfc {
-            engine,
-            dev,
-            clock,
+            ep: Endpoint::new(engine, dev, clock),
             opts,
             upcall,
             state,
@@ -251,7 +249,6 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
             #[cfg(feature = "alloc")]
             gathered: alloc::vec::Vec::new(),
             stats_arrivals: 0,
-            idle: crate::idle::Idle::new(),
         })
     }
 
@@ -289,18 +286,6 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         Self::init(cfg, groups, storage, dev, clock, opts, upcall, state)
     }
 
-    /// Sets a hook that waiting calls run once polls have found nothing for a while
-    /// ([`crate::idle`], as in GAMMA).
-    pub fn set_idle(&mut self, idle: Option<fn()>) {
-        self.idle.set_hook(idle);
-    }
-
-    /// How many polls in a row must find nothing before the idle hook runs (1 where
-    /// it halts until an interrupt); set here, the count alone decides.
-    pub fn set_idle_after(&mut self, polls: u32) {
-        self.idle.set_after(polls);
-    }
-
     // ------------------------------------------------------------ set-up
 
     /// `lfc_group_create`: a static multicast group of these ranks (distinct, the same
@@ -309,7 +294,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         if self.started {
             return Err(Error::BadConfig);
         }
-        self.engine.create_multicast_group(members)
+        self.ep.engine.create_multicast_group(members)
     }
 
     /// `lfc_start`: waits until every process has started (a barrier); interrupts
@@ -331,7 +316,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         if self.started {
             return Err(Error::BadConfig);
         }
-        self.engine.start_barrier()?;
+        self.ep.engine.start_barrier()?;
         self.started = true;
         self.intr_depth = 1;
         Ok(())
@@ -339,15 +324,15 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
 
     /// Whether the start barrier is over (after a poll).
     pub fn start_test(&mut self) -> Result<bool, Error> {
-        self.engine.barrier_done()
+        self.ep.engine.barrier_done()
     }
 
     /// A barrier among all processes that drains the network without upcalls.
     pub fn barrier(&mut self) -> Result<(), Error> {
-        self.engine.start_barrier()?;
+        self.ep.engine.start_barrier()?;
         loop {
             let busy = self.poll_network();
-            if self.engine.barrier_done()? {
+            if self.ep.engine.barrier_done()? {
                 return Ok(());
             }
             self.idle_step(busy);
@@ -360,44 +345,44 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     /// device and the program's state. Not collective: a process with nothing more
     /// to do may leave while others go on.
     pub fn exit(mut self) -> (D, S) {
-        let start = self.clock.now();
+        let start = self.ep.clock.now();
         let deadline = start + Duration::from_secs(10);
         let mut told = false;
         // Besides our own packets, peers may still wait on acks for theirs (the last
         // barrier or gather): stay and answer until the network has been quiet for
         // 20 ms, so that a process leaving first does not look dead to them.
-        let (mut heard, mut seen) = (start, self.engine.stats().rx_frames);
+        let (mut heard, mut seen) = (start, self.ep.engine.stats().rx_frames);
         loop {
-            let now = self.clock.now();
-            told = told || self.engine.say_goodbye();
-            self.engine.flush_acks();
-            self.engine.poll(now, &mut self.dev, None);
-            let rx = self.engine.stats().rx_frames;
+            let now = self.ep.clock.now();
+            told = told || self.ep.engine.say_goodbye();
+            self.ep.engine.flush_acks();
+            self.ep.engine.poll(now, &mut self.ep.dev, None);
+            let rx = self.ep.engine.stats().rx_frames;
             if rx != seen {
                 (heard, seen) = (now, rx);
             }
             let quiet = now >= heard + Duration::from_millis(20);
-            if (told && self.engine.is_quiescent() && quiet) || now >= deadline {
+            if (told && self.ep.engine.is_quiescent() && quiet) || now >= deadline {
                 break;
             }
             self.idle_step(false);
         }
-        (self.dev, self.state)
+        (self.ep.dev, self.state)
     }
 
     // ----------------------------------------------------- configuration
 
     /// `lfc_my_proc`.
     pub fn my_proc(&self) -> NodeId {
-        self.engine.config().node
+        self.ep.engine.config().node
     }
     /// `lfc_nr_procs`.
     pub fn nr_procs(&self) -> u16 {
-        self.engine.size()
+        self.ep.engine.size()
     }
     /// `lfc_packet_size`: the largest payload of a packet.
     pub fn packet_size(&self) -> usize {
-        self.engine.packet_size()
+        self.ep.engine.packet_size()
     }
     /// The settings in force.
     pub fn options(&self) -> &Options {
@@ -410,7 +395,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     /// to come free, draining the network meanwhile, with upcalls if allowed.
     pub fn send_alloc(&mut self, upcalls_allowed: bool) -> Result<PacketId, Error> {
         loop {
-            match self.engine.packet_alloc_on(&self.dev) {
+            match self.ep.engine.packet_alloc_on(&self.ep.dev) {
                 Ok(id) => return Ok(id),
                 Err(Error::NoResources) => self.wait_step(upcalls_allowed)?,
                 Err(e) => return Err(e),
@@ -426,21 +411,23 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         size: usize,
         upcalls_allowed: bool,
     ) -> Result<(), Error> {
-        if self.engine.peer_left(dest) {
+        if self.ep.engine.peer_left(dest) {
             return Err(Error::PeerLeft);
         }
         // Out in this call where nothing waits before it on its channel, with the
         // clock read after the frame where the device allows.
-        let clock = &self.clock;
+        let clock = &self.ep.clock;
         let mut read = None;
-        let out =
-            self.engine
-                .launch_unicast_now_timed(&mut self.dev, packet, dest, size, || {
-                    *read.get_or_insert_with(|| clock.now())
-                })?;
+        let out = self.ep.engine.launch_unicast_now_timed(
+            &mut self.ep.dev,
+            packet,
+            dest,
+            size,
+            || *read.get_or_insert_with(|| clock.now()),
+        )?;
         if out {
             let now = read.unwrap_or_else(|| clock.now());
-            self.dev.flush(now);
+            self.ep.dev.flush(now);
             self.stats.launched += 1;
             return Ok(());
         }
@@ -458,7 +445,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         size: usize,
         upcalls_allowed: bool,
     ) -> Result<(), Error> {
-        if self.engine.left_member(gid).is_some() {
+        if self.ep.engine.left_member(gid).is_some() {
             return Err(Error::PeerLeft);
         }
         let tree = self.opts.tree;
@@ -487,8 +474,8 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         mut f: impl FnMut(&mut Engine<'a>, &mut D, Instant) -> Result<bool, Error>,
     ) -> Result<(), Error> {
         loop {
-            let now = self.clock.now();
-            match f(&mut self.engine, &mut self.dev, now) {
+            let now = self.ep.clock.now();
+            match f(&mut self.ep.engine, &mut self.ep.dev, now) {
                 Ok(true) => {
                     // Already in the board: nothing more to send.
                     self.stats.launched += 1;
@@ -498,8 +485,8 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
                     self.stats.launched += 1;
                     // Out at once: the caller is often about to wait for the answer.
                     match dest {
-                        Some(d) => self.engine.transmit_to(now, &mut self.dev, d),
-                        None => self.engine.poll_transmit(now, &mut self.dev, None),
+                        Some(d) => self.ep.engine.transmit_to(now, &mut self.ep.dev, d),
+                        None => self.ep.engine.poll_transmit(now, &mut self.ep.dev, None),
                     };
                     return Ok(());
                 }
@@ -512,26 +499,27 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
 
     /// A packet's bytes (a received one's payload, a send packet's whole buffer).
     pub fn packet(&self, packet: PacketId) -> Option<&[u8]> {
-        self.engine.packet_in(&self.dev, packet)
+        self.ep.engine.packet_in(&self.ep.dev, packet)
     }
 
     /// A packet's buffer, to fill before a launch (its first [`Lfc::packet_size`]
     /// bytes are sent).
     pub fn packet_mut(&mut self, packet: PacketId) -> Option<&mut [u8]> {
-        let n = self.engine.packet_size();
-        self.engine
-            .packet_mut_in(&mut self.dev, packet)
+        let n = self.ep.engine.packet_size();
+        self.ep
+            .engine
+            .packet_mut_in(&mut self.ep.dev, packet)
             .map(|b| &mut b[..n])
     }
 
     /// The packet whose data starts at `addr` (for a C facade).
     pub fn packet_at(&self, addr: usize) -> Option<PacketId> {
-        self.engine.packet_at_in(&self.dev, addr)
+        self.ep.engine.packet_at_in(&self.ep.dev, addr)
     }
 
     /// `lfc_packet_free`: gives back a packet an upcall kept.
     pub fn packet_free(&mut self, packet: PacketId) -> Result<(), Error> {
-        self.engine.packet_free(packet)
+        self.ep.engine.packet_free(packet)
     }
 
     // --------------------------------------------------------- receiving
@@ -542,7 +530,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     pub fn poll(&mut self) -> Result<usize, Error> {
         self.stats.polls += 1;
         // One clock read serves the watchdog, the keepalive and the engine.
-        let now = self.clock.now();
+        let now = self.ep.clock.now();
         self.last_poll = now;
         self.keepalive(now);
         self.poll_network_at(now);
@@ -553,12 +541,12 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
 
     /// Drains the network without upcalls: received packets wait for a later poll.
     pub fn poll_network(&mut self) -> bool {
-        let now = self.clock.now();
+        let now = self.ep.clock.now();
         self.poll_network_at(now)
     }
 
     fn poll_network_at(&mut self, now: Instant) -> bool {
-        let busy = self.engine.poll(now, &mut self.dev, None);
+        let busy = self.ep.engine.poll(now, &mut self.ep.dev, None);
         self.take_internal();
         busy
     }
@@ -567,7 +555,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     /// the program's upcall itself (a C facade). The packet is then the program's.
     pub fn next_received(&mut self) -> Option<Received> {
         self.take_internal();
-        let d = self.engine.next_delivery()?;
+        let d = self.ep.engine.next_delivery()?;
         Some(self.count_upcall(d))
     }
 
@@ -590,7 +578,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
             Keep::Yes => self.stats.kept += 1,
             // The upcall may have freed it already; that is fine.
             Keep::No => {
-                let _ = self.engine.packet_free(r.packet);
+                let _ = self.ep.engine.packet_free(r.packet);
             }
         }
     }
@@ -610,9 +598,9 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     /// wherever they wait in it.
     #[inline]
     fn take_internal(&mut self) {
-        while let Some(d) = self.engine.next_internal_delivery() {
+        while let Some(d) = self.ep.engine.next_internal_delivery() {
             self.stats_packet(d);
-            let _ = self.engine.packet_free(d.packet);
+            let _ = self.ep.engine.packet_free(d.packet);
         }
     }
 
@@ -627,7 +615,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     /// probes a waiting process sends), once; the calls report it as
     /// `Err(SendFailure)`.
     pub fn take_failure(&mut self) -> Option<NodeId> {
-        let f = self.engine.take_packet_failure();
+        let f = self.ep.engine.take_packet_failure();
         if f.is_some() {
             self.dead = f;
         }
@@ -644,16 +632,16 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     /// become an error, not a wait without end.
     fn keepalive(&mut self, now: Instant) {
         if self.started
-            && now.saturating_since(self.last_keepalive) >= self.engine.config().keepalive
+            && now.saturating_since(self.last_keepalive) >= self.ep.engine.config().keepalive
         {
             self.last_keepalive = now;
-            self.engine.keepalive_all(now);
+            self.ep.engine.keepalive_all(now);
         }
     }
 
     /// One round of a waiting call: drain, upcalls if allowed, the idle hook.
     fn wait_step(&mut self, upcalls_allowed: bool) -> Result<(), Error> {
-        let now = self.clock.now();
+        let now = self.ep.clock.now();
         self.keepalive(now);
         let mut busy = self.poll_network_at(now);
         if upcalls_allowed {
@@ -662,10 +650,6 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         self.check_failure()?;
         self.idle_step(busy);
         Ok(())
-    }
-
-    fn idle_step(&mut self, busy: bool) {
-        self.idle.step(busy, &self.clock);
     }
 
     // -------------------------------------------------------- interrupts
@@ -692,7 +676,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         if !self.started || !self.intr_status() {
             return false;
         }
-        let now = self.clock.now();
+        let now = self.ep.clock.now();
         now.saturating_since(self.last_poll) >= self.opts.intr_first
             && now.saturating_since(self.last_interrupt) >= self.opts.interval
     }
@@ -703,7 +687,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         if !self.interrupt_due() {
             return 0;
         }
-        let now = self.clock.now();
+        let now = self.ep.clock.now();
         self.last_interrupt = now;
         self.keepalive(now);
         self.poll_network();
@@ -716,11 +700,11 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
 
     /// `lfc_timer_start`.
     pub fn timer_start(&mut self) {
-        self.timer_start = self.clock.now();
+        self.timer_start = self.ep.clock.now();
     }
     /// `lfc_timer_stop`.
     pub fn timer_stop(&mut self) {
-        self.timer_elapsed = self.clock.now().saturating_since(self.timer_start);
+        self.timer_elapsed = self.ep.clock.now().saturating_since(self.timer_start);
     }
     /// `lfc_timer_elapsed`: microseconds between the last start/stop pair.
     pub fn timer_elapsed(&self) -> f64 {
@@ -728,8 +712,8 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     }
     /// `lfc_timer_delta`: spins for `us` microseconds.
     pub fn timer_delta(&self, us: u32) {
-        let end = self.clock.now() + Duration::from_micros(us as u64);
-        while self.clock.now() < end {
+        let end = self.ep.clock.now() + Duration::from_micros(us as u64);
+        while self.ep.clock.now() < end {
             core::hint::spin_loop();
         }
     }
@@ -738,28 +722,28 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     /// before. Drains the network while waiting, with upcalls if allowed.
     pub fn fetch_and_add(&mut self, dest: NodeId, upcalls_allowed: bool) -> Result<u32, Error> {
         self.stats.fetch_adds += 1;
-        if self.engine.peer_left(dest) {
+        if self.ep.engine.peer_left(dest) {
             return Err(Error::PeerLeft);
         }
-        let group = self.engine.config().group;
-        let addr = self.engine.address(group, dest)?;
-        if let Some(v) = self.dev.fetch_add(addr, 0, 1) {
+        let group = self.ep.engine.config().group;
+        let addr = self.ep.engine.address(group, dest)?;
+        if let Some(v) = self.ep.dev.fetch_add(addr, 0, 1) {
             return Ok(v);
         }
         if dest == self.my_proc() {
-            return self.engine.fetch_add_local(0, 1);
+            return self.ep.engine.fetch_add_local(0, 1);
         }
         let h = loop {
-            match self.engine.start_fetch_add(group, dest, 0, 1) {
+            match self.ep.engine.start_fetch_add(group, dest, 0, 1) {
                 Ok(h) => break h,
                 Err(Error::NoResources) => self.wait_step(upcalls_allowed)?,
                 Err(e) => return Err(e),
             }
         };
-        let now = self.clock.now();
-        self.engine.poll_transmit(now, &mut self.dev, None);
+        let now = self.ep.clock.now();
+        self.ep.engine.poll_transmit(now, &mut self.ep.dev, None);
         loop {
-            if let Some(v) = self.engine.fetch_add_result(h)? {
+            if let Some(v) = self.ep.engine.fetch_add_result(h)? {
                 return Ok(v);
             }
             self.wait_step(upcalls_allowed)?;
@@ -770,7 +754,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
 
     /// This process's counters.
     pub fn stats(&self) -> LfcStats {
-        let e = self.engine.stats();
+        let e = self.ep.engine.stats();
         LfcStats {
             tx_frames: e.tx_frames,
             rx_frames: e.rx_frames,
@@ -784,7 +768,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     pub fn stats_reset(&mut self) -> Result<(), Error> {
         self.barrier()?;
         self.stats = LfcStats::default();
-        self.engine.reset_stats();
+        self.ep.engine.reset_stats();
         Ok(())
     }
 
@@ -819,8 +803,9 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         } else {
             let p = self.send_alloc(false)?;
             let b = self
+                .ep
                 .engine
-                .packet_mut_in(&mut self.dev, p)
+                .packet_mut_in(&mut self.ep.dev, p)
                 .ok_or(Error::InvalidHandle)?;
             b[..4].copy_from_slice(&(buf as u32).to_le_bytes());
             for (i, v) in mine.iter().enumerate() {
@@ -828,7 +813,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
             }
             let len = 4 + 8 * LfcStats::COUNT;
             loop {
-                match self.engine.launch_internal(p, 0, len) {
+                match self.ep.engine.launch_internal(p, 0, len) {
                     Ok(()) => break,
                     Err(Error::NoResources) => self.wait_step(false)?,
                     Err(e) => return Err(e),
@@ -839,7 +824,7 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     }
 
     fn stats_packet(&mut self, d: Delivery) {
-        let Some(b) = self.engine.packet_in(&self.dev, d.packet) else {
+        let Some(b) = self.ep.engine.packet_in(&self.ep.dev, d.packet) else {
             return;
         };
         if d.len < 4 + 8 * LfcStats::COUNT {
@@ -896,29 +881,5 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
     /// The program's state, mutably.
     pub fn state_mut(&mut self) -> &mut S {
         &mut self.state
-    }
-    /// The engine.
-    pub fn engine(&self) -> &Engine<'a> {
-        &self.engine
-    }
-    /// The engine, mutably.
-    pub fn engine_mut(&mut self) -> &mut Engine<'a> {
-        &mut self.engine
-    }
-    /// When the engine next needs a poll (`None`: not until a frame comes).
-    pub fn poll_at(&self) -> Option<Instant> {
-        self.engine.poll_at(self.clock.now())
-    }
-    /// The device.
-    pub fn device(&self) -> &D {
-        &self.dev
-    }
-    /// The device, mutably.
-    pub fn device_mut(&mut self) -> &mut D {
-        &mut self.dev
-    }
-    /// The clock.
-    pub fn clock(&self) -> &C {
-        &self.clock
     }
 }

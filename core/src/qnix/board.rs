@@ -42,7 +42,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     pub(super) fn held(&self, d: Delivery) -> bool {
         let src = d.src as usize;
         let ours = self.name_of(d.src).is_some_and(|n| n.ai == self.me.ai);
-        ours && (self.still_coming(src, bc_of(&self.engine, d)) || !self.parked[src].is_empty())
+        ours && (self.still_coming(src, bc_of(&self.ep.engine, d)) || !self.parked[src].is_empty())
     }
 
     /// Whether `src`'s board broadcasts up to count `bc` are still to be taken
@@ -56,13 +56,14 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// messages (after the packets it sent here before it), then what waited for it.
     pub(super) fn take_board(&mut self, d: Delivery) {
         let src = d.src as usize;
-        let me = self.engine.config().node as usize;
+        let me = self.ep.engine.config().node as usize;
         let n = self.sent_to.len();
         let ours = self.name_of(d.src).is_some_and(|n| n.ai == self.me.ai);
         let mut data = self.spares.bytes();
         // The first packet: head, counts, recipients, the message's start. A
         // `K_MORE` packet: head (with its offset), the next bytes.
         let part = self
+            .ep
             .engine
             .packet(d.packet)
             .and_then(|p| p.get(..d.len))
@@ -78,7 +79,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 data.extend_from_slice(p.get(board_prefix(n)..)?);
                 Some((kind, tag, c, after, for_me))
             });
-        let _ = self.engine.packet_free(d.packet);
+        let _ = self.ep.engine.packet_free(d.packet);
         match part {
             // Whole, or a first part of less than the rendezvous size.
             Some((K_MSG, tag, len, after, for_me))
@@ -196,8 +197,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// board broadcasts, and a receiver keeps one back (with whatever follows it
     /// from that sender) until it has taken that many of them.
     pub(super) fn goes_once(&self, to: &[NodeId], len: usize) -> bool {
-        let me = self.engine.config().node as usize;
-        let n = self.engine.size() as usize;
+        let me = self.ep.engine.config().node as usize;
+        let n = self.ep.engine.size() as usize;
         if to.is_empty() || to.len() >= n {
             return false;
         }
@@ -223,10 +224,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         // Down the tree in as many packets as it takes, below the rendezvous size
         // (a longer one is written straight into each member's receive).
         let prefix = board_prefix(n);
-        self.engine.board_takes_packet(prefix + len)
+        self.ep.engine.board_takes_packet(prefix + len)
             || (len < RENDEZVOUS_MIN
-                && self.engine.tree_takes_packet(prefix + 1)
-                && self.engine.packet_size() > HEAD
+                && self.ep.engine.tree_takes_packet(prefix + 1)
+                && self.ep.engine.packet_size() > HEAD
                 && !self.any_dead())
     }
 
@@ -236,16 +237,16 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// arrives; a broadcast a dead relay did not pass on is lost, as with LFC's
     /// multicast).
     pub(super) fn cut_off_below(&mut self, n: NodeId) {
-        if !self.engine.tree_takes_packet(0) {
+        if !self.ep.engine.tree_takes_packet(0) {
             return;
         }
-        let me = self.engine.config().node;
+        let me = self.ep.engine.config().node;
         for root in 0..self.dead.len() {
             let r = root as NodeId;
             if r == me || self.dead[root] || self.cut_off[root] {
                 continue;
             }
-            if self.engine.relayed_through(r, n, Tree::Binomial) {
+            if self.ep.engine.relayed_through(r, n, Tree::Binomial) {
                 self.cut_off[root] = true;
                 self.growing[root] = None;
                 self.release(root);

@@ -131,7 +131,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// job. `false`, with nothing changed but those advances, where that does not
     /// apply or the packet could not be launched: the command queue takes it then.
     pub(super) fn send_short_now(&mut self, ctx: usize, to: NodeId) -> bool {
-        let me = self.engine.config().node;
+        let me = self.ep.engine.config().node;
         if !self.queue.is_empty()
             || !self.tx.is_empty()
             || to == me
@@ -144,7 +144,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         let Region::Data(d) = &c.region else {
             return false;
         };
-        if len > SHORT_MAX || d.len() < len || HEAD + len > self.engine.packet_size() {
+        if len > SHORT_MAX || d.len() < len || HEAD + len > self.ep.engine.packet_size() {
             return false;
         }
         // In the step's order: what a barrier or a grant sends goes first.
@@ -153,10 +153,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         if !self.tx.is_empty() {
             return false;
         }
-        let Ok(id) = self.engine.packet_alloc() else {
+        let Ok(id) = self.ep.engine.packet_alloc() else {
             return false;
         };
-        let filled = match (&self.ctxs[SEND][ctx].region, self.engine.packet_mut(id)) {
+        let filled = match (&self.ctxs[SEND][ctx].region, self.ep.engine.packet_mut(id)) {
             (Region::Data(d), Some(p)) => {
                 p[..HEAD].copy_from_slice(&head(K_MSG, tag, 0, len as u32));
                 // What it must not overtake at the receiver (see `goes_once`).
@@ -167,17 +167,18 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             _ => false,
         };
         if !filled {
-            let _ = self.engine.packet_free(id);
+            let _ = self.ep.engine.packet_free(id);
             return false;
         }
-        let now = self.clock.now();
+        let now = self.ep.clock.now();
         let left = match self
+            .ep
             .engine
-            .launch_unicast_on(now, &mut self.dev, id, to, HEAD + len)
+            .launch_unicast_on(now, &mut self.ep.dev, id, to, HEAD + len)
         {
             Ok(left) => left,
             Err(_) => {
-                let _ = self.engine.packet_free(id);
+                let _ = self.ep.engine.packet_free(id);
                 return false;
             }
         };
@@ -192,7 +193,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         if !left || started {
             self.engine_transmit(now);
         }
-        self.dev.flush(now);
+        self.ep.dev.flush(now);
         if self.posts_since_step >= POSTS_PER_STEP {
             self.step();
         }
@@ -214,7 +215,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     pub(super) fn bcast(&mut self, ctx: usize, group: i32, short: bool) -> Result<(), QxError> {
         self.idle(SEND, ctx)?;
         let gi = self.formed_group(group)?;
-        let me = self.engine.config().node;
+        let me = self.ep.engine.config().node;
         let mut to = self.spares.nodes();
         to.extend(
             self.groups[gi]
@@ -293,7 +294,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         if size < 1 || size > self.app_size {
             return Err(QxError::Size);
         }
-        let me = self.engine.config().node;
+        let me = self.ep.engine.config().node;
         if self
             .groups
             .iter()
@@ -321,7 +322,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     ) -> Result<(), QxError> {
         self.idle(SEND, ctx)?;
         let gi = self.formed_group(group)?;
-        let me = self.engine.config().node;
+        let me = self.ep.engine.config().node;
         let g = &self.groups[gi];
         if g.size != Some(size) {
             return Err(QxError::Size);

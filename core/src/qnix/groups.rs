@@ -100,7 +100,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     pub(super) fn whole_fabric(&self, gi: usize) -> bool {
         let g = &self.groups[gi];
         let n = g.members.len();
-        g.name == self.me.ai && n == self.names.len() && n == self.engine.size() as usize
+        g.name == self.me.ai && n == self.names.len() && n == self.ep.engine.size() as usize
     }
 
     /// The application group's barrier on the engine: it starts once every job
@@ -112,12 +112,12 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             if !self.tx.is_empty() {
                 return None;
             }
-            if let Err(e) = self.engine.start_barrier() {
+            if let Err(e) = self.ep.engine.start_barrier() {
                 return Some(Err(e.into()));
             }
             b.sent = true;
         }
-        match self.engine.barrier_done() {
+        match self.ep.engine.barrier_done() {
             Ok(true) => {
                 self.stats.engine_barriers += 1;
                 Some(Ok(()))
@@ -130,7 +130,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// Dissemination barrier: in round k, a token to the member 2^k after this one
     /// (in PI order), and wait for the one from the member 2^k before.
     pub(super) fn advance_barriers(&mut self) -> bool {
-        let me = self.engine.config().node;
+        let me = self.ep.engine.config().node;
         let mut busy = false;
         let mut i = 0;
         while i < self.barriers.len() {

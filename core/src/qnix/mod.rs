@@ -55,6 +55,7 @@
 //! - **Dead peers** become errors: a send to, a receive from, or a barrier with a
 //!   process that stops answering completes with [`QxError::Dead`].
 
+use crate::endpoint::Endpoint;
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
@@ -161,9 +162,7 @@ pub struct QnixStats {
 
 /// One QNIX process.
 pub struct Qnix<'a, D, C, M> {
-    engine: Engine<'a>,
-    dev: D,
-    clock: C,
+    ep: Endpoint<'a, D, C>,
     mem: M,
     me: Name,
     app_size: i32,
@@ -222,16 +221,17 @@ pub struct Qnix<'a, D, C, M> {
     stats: QnixStats,
     last_keepalive: Instant,
     init_timeout: Duration,
-    idle: crate::idle::Idle,
     /// Posting calls since the last full step.
     posts_since_step: u32,
 }
+
+crate::endpoint::deref_endpoint!(Qnix, 'a, D, C, M);
 
 impl<D, C, M> core::fmt::Debug for Qnix<'_, D, C, M> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Qnix")
             .field("me", &self.me)
-            .field("engine", &self.engine)
+            .field("engine", &self.ep.engine)
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
@@ -271,9 +271,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         let mut rx = Vec::with_capacity(fabric_nodes);
         rx.resize_with(fabric_nodes, RxPartial::default);
         Ok(Qnix {
-            engine,
-            dev,
-            clock,
+            ep: Endpoint::new(engine, dev, clock),
             mem,
             me: Name::new(0, 0),
             app_size: 0,
@@ -315,15 +313,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             stats: QnixStats::default(),
             last_keepalive: now,
             init_timeout: Duration::from_secs(60),
-            idle: crate::idle::Idle::new(),
             posts_since_step: 0,
         })
-    }
-
-    /// A hook waiting calls run once polls have found nothing for a while
-    /// ([`crate::idle`], as in GAMMA).
-    pub fn set_idle(&mut self, idle: Option<fn()>) {
-        self.idle.set_hook(idle);
     }
 
     /// How long [`Qnix::init`] waits for the application (60 s by default).
@@ -335,10 +326,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// and barriers and notices dead peers. Whether anything happened.
     pub fn step(&mut self) -> bool {
         self.posts_since_step = 0;
-        let now = self.clock.now();
-        if now.saturating_since(self.last_keepalive) >= self.engine.config().keepalive {
+        let now = self.ep.clock.now();
+        if now.saturating_since(self.last_keepalive) >= self.ep.engine.config().keepalive {
             self.last_keepalive = now;
-            self.engine.keepalive_all(now);
+            self.ep.engine.keepalive_all(now);
         }
         let mut busy = self.consume_queue();
         let mut gate = Gate {
@@ -346,7 +337,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             armed: &self.armed,
             rung: &mut self.rung,
         };
-        busy |= self.engine.poll_mem(now, &mut self.dev, None, &mut gate);
+        busy |= self
+            .ep
+            .engine
+            .poll_mem(now, &mut self.ep.dev, None, &mut gate);
         busy |= self.receive_packets();
         self.notice_dead();
         busy |= self.settle_rendezvous();
@@ -357,7 +351,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     }
 
     fn notice_dead(&mut self) {
-        while let Some(n) = self.engine.take_packet_failure() {
+        while let Some(n) = self.ep.engine.take_packet_failure() {
             let Some(d) = self.dead.get_mut(n as usize) else {
                 continue;
             };
@@ -398,10 +392,6 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         }
     }
 
-    fn idle_step(&mut self, busy: bool) {
-        self.idle.step(busy, &self.clock);
-    }
-
     // ------------------------------------------------------------ accessors
 
     /// Whether [`Qnix::register`] has completed.
@@ -424,33 +414,12 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     pub fn memory_mut(&mut self) -> &mut M {
         &mut self.mem
     }
-    /// The engine.
-    pub fn engine(&self) -> &Engine<'a> {
-        &self.engine
-    }
-    /// The engine, to change: what is sent through it bypasses QNIX's protocol
-    /// (tools, and tests that play a misbehaving peer).
-    pub fn engine_mut(&mut self) -> &mut Engine<'a> {
-        &mut self.engine
-    }
-    /// The device.
-    pub fn device(&self) -> &D {
-        &self.dev
-    }
-    /// The device, to change.
-    pub fn device_mut(&mut self) -> &mut D {
-        &mut self.dev
-    }
-    /// The clock.
-    pub fn clock(&self) -> &C {
-        &self.clock
-    }
     /// When the engine next needs a step (`None`: only when a frame comes).
     pub fn poll_at(&self) -> Option<Instant> {
-        let now = self.clock.now();
+        let now = self.ep.clock.now();
         if !self.queue.is_empty() || !self.tx.is_empty() {
             return Some(now);
         }
-        self.engine.poll_at(now)
+        self.ep.engine.poll_at(now)
     }
 }

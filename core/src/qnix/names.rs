@@ -23,12 +23,12 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// `name.ai`) of `group_size` processes and waits until all have registered.
     pub fn init(&mut self, name: Name, group_name: i32, group_size: i32) -> Result<(), QxError> {
         self.register(name, group_name, group_size)?;
-        let deadline = self.clock.now() + self.init_timeout;
+        let deadline = self.ep.clock.now() + self.init_timeout;
         loop {
             if self.registered()? {
                 return Ok(());
             }
-            if self.clock.now() >= deadline {
+            if self.ep.clock.now() >= deadline {
                 return Err(QxError::TimedOut);
             }
         }
@@ -50,7 +50,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         if group_size as usize > self.names.len() {
             return Err(QxError::Size);
         }
-        let me = self.engine.config().node;
+        let me = self.ep.engine.config().node;
         if self
             .names
             .iter()
@@ -142,15 +142,15 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// `qx_end`: finishes what was posted (at most 10 s) and de-registers.
     pub fn end(&mut self) -> Result<(), QxError> {
         self.ready()?;
-        let deadline = self.clock.now() + Duration::from_secs(10);
-        self.engine.flush_acks();
+        let deadline = self.ep.clock.now() + Duration::from_secs(10);
+        self.ep.engine.flush_acks();
         loop {
             let busy = self.step();
             let idle = self.queue.is_empty()
                 && self.tx.is_empty()
                 && self.rndv.is_empty()
-                && self.engine.is_quiescent();
-            if idle || self.clock.now() >= deadline {
+                && self.ep.engine.is_quiescent();
+            if idle || self.ep.clock.now() >= deadline {
                 break;
             }
             self.idle_step(busy);

@@ -109,10 +109,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         if !(self.transmit(&mut now) || started) {
             return false;
         }
-        let now = now.unwrap_or_else(|| self.clock.now());
+        let now = now.unwrap_or_else(|| self.ep.clock.now());
         self.engine_transmit(now);
         // Packets launched at once in `transmit` leave together.
-        self.dev.flush(now);
+        self.ep.dev.flush(now);
         true
     }
 
@@ -124,8 +124,9 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             armed: &self.armed,
             rung: &mut self.rung,
         };
-        self.engine
-            .poll_transmit_mem(now, &mut self.dev, None, &mut gate);
+        self.ep
+            .engine
+            .poll_transmit_mem(now, &mut self.ep.dev, None, &mut gate);
     }
 
     pub(super) fn consume(&mut self, cmd: Command) {
@@ -214,8 +215,8 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     /// launches each packet (at once where its channel allows; `now` is read from
     /// the clock when first needed).
     pub(super) fn transmit(&mut self, now: &mut Option<Instant>) -> bool {
-        let me = self.engine.config().node;
-        let size = self.engine.packet_size();
+        let me = self.ep.engine.config().node;
+        let size = self.ep.engine.packet_size();
         let mut busy = false;
         while let Some(job) = self.tx.front_mut() {
             if job.at == job.dests.len() {
@@ -231,10 +232,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             }
             if job.board && job.started {
                 // The rest of a tree broadcast: each packet says where it goes.
-                let Ok(id) = self.engine.packet_alloc() else {
+                let Ok(id) = self.ep.engine.packet_alloc() else {
                     break;
                 };
-                let Some(p) = self.engine.packet_mut(id) else {
+                let Some(p) = self.ep.engine.packet_mut(id) else {
                     break;
                 };
                 let n = (job.len - job.off).min(size - HEAD);
@@ -245,10 +246,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 {
                     job.failed = Some(QxError::Fault);
                 }
-                let now = self.clock.now();
-                match self.engine.launch_multicast_on(
+                let now = self.ep.clock.now();
+                match self.ep.engine.launch_multicast_on(
                     now,
-                    &mut self.dev,
+                    &mut self.ep.dev,
                     id,
                     MCAST_ALL,
                     HEAD + n,
@@ -261,12 +262,12 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                         busy = true;
                     }
                     Err(Error::NoResources) => {
-                        let _ = self.engine.packet_free(id);
+                        let _ = self.ep.engine.packet_free(id);
                         break;
                     }
                     Err(e) => {
                         // Its first packet went: the rest cannot go another way.
-                        let _ = self.engine.packet_free(id);
+                        let _ = self.ep.engine.packet_free(id);
                         job.failed = Some(e.into());
                         job.at = job.dests.len();
                     }
@@ -275,6 +276,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             }
             if job.board {
                 let tree = !self
+                    .ep
                     .engine
                     .board_takes_packet(board_prefix(self.sent_to.len()) + job.len);
                 if job.dests.iter().any(|&d| self.dead[d as usize])
@@ -292,10 +294,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                     job.board = false;
                     continue;
                 }
-                let Ok(id) = self.engine.packet_alloc() else {
+                let Ok(id) = self.ep.engine.packet_alloc() else {
                     break;
                 };
-                let Some(p) = self.engine.packet_mut(id) else {
+                let Some(p) = self.ep.engine.packet_mut(id) else {
                     break;
                 };
                 // After the head, how many packets went to each process before it:
@@ -317,11 +319,11 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                     job.failed = Some(QxError::Fault);
                 }
                 // Into the board at once where nothing of ours waits before it.
-                let now = self.clock.now();
+                let now = self.ep.clock.now();
                 let len = at + first;
-                match self.engine.launch_multicast_on(
+                match self.ep.engine.launch_multicast_on(
                     now,
-                    &mut self.dev,
+                    &mut self.ep.dev,
                     id,
                     MCAST_ALL,
                     len,
@@ -336,11 +338,11 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                         busy = true;
                     }
                     Err(Error::NoResources) => {
-                        let _ = self.engine.packet_free(id);
+                        let _ = self.ep.engine.packet_free(id);
                         break;
                     }
                     Err(_) => {
-                        let _ = self.engine.packet_free(id);
+                        let _ = self.ep.engine.packet_free(id);
                         job.board = false;
                     }
                 }
@@ -371,12 +373,12 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 job.next_dest();
                 continue;
             }
-            let Ok(id) = self.engine.packet_alloc() else {
+            let Ok(id) = self.ep.engine.packet_alloc() else {
                 break;
             };
             let h = if job.started { 0 } else { HEAD };
             let n = (job.len - job.off).min(size - h);
-            let Some(p) = self.engine.packet_mut(id) else {
+            let Some(p) = self.ep.engine.packet_mut(id) else {
                 break;
             };
             p[..h].copy_from_slice(&job.head[..h]);
@@ -387,22 +389,23 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             if !job.data.read_into(&mut self.mem, job.off, &mut p[h..h + n]) {
                 job.failed = Some(QxError::Fault);
             }
-            let at = *now.get_or_insert_with(|| self.clock.now());
+            let at = *now.get_or_insert_with(|| self.ep.clock.now());
             // Out at once where nothing waits before it on its channel.
             match self
+                .ep
                 .engine
-                .launch_unicast_on(at, &mut self.dev, id, dest, h + n)
+                .launch_unicast_on(at, &mut self.ep.dev, id, dest, h + n)
             {
                 Ok(_) => {
                     let s = &mut self.sent_to[dest as usize];
                     *s = s.wrapping_add(1);
                 }
                 Err(Error::NoResources) => {
-                    let _ = self.engine.packet_free(id);
+                    let _ = self.ep.engine.packet_free(id);
                     break;
                 }
                 Err(e) => {
-                    let _ = self.engine.packet_free(id);
+                    let _ = self.ep.engine.packet_free(id);
                     job.failed = Some(e.into());
                     job.next_dest();
                     continue;
@@ -426,7 +429,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         // Over the early-message budget, packets stay in the engine's slots and the
         // senders are held back at the wire.
         while self.unexpected_bytes < UNEXPECTED_MAX {
-            let Some(d) = self.engine.next_delivery() else {
+            let Some(d) = self.ep.engine.next_delivery() else {
                 break;
             };
             busy = true;

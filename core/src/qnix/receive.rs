@@ -29,7 +29,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     pub(super) fn take(&mut self, d: Delivery) {
         let src = d.src as usize;
         if src >= self.rx.len() {
-            let _ = self.engine.packet_free(d.packet);
+            let _ = self.ep.engine.packet_free(d.packet);
             return;
         }
         if d.multicast {
@@ -49,36 +49,38 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             return;
         }
         let h = self
+            .ep
             .engine
             .packet(d.packet)
             .and_then(|p| p.get(..d.len))
             .and_then(parse_head);
         let Some((kind, a, b, c)) = h else {
-            let _ = self.engine.packet_free(d.packet);
+            let _ = self.ep.engine.packet_free(d.packet);
             return;
         };
         if kind == K_CTS {
             let addr = self
+                .ep
                 .engine
                 .packet(d.packet)
                 .and_then(|p| p.get(HEAD..HEAD + 8))
                 .and_then(|p| p.try_into().ok())
                 .map_or(0, u64::from_be_bytes);
-            let _ = self.engine.packet_free(d.packet);
+            let _ = self.ep.engine.packet_free(d.packet);
             self.cleared(d.src, a, b, c, addr);
             return;
         }
         let held = (kind == K_MSG || kind == K_RTS) && self.held(d);
         if kind == K_RTS && held {
-            let bc = bc_of(&self.engine, d);
-            let _ = self.engine.packet_free(d.packet);
+            let bc = bc_of(&self.ep.engine, d);
+            let _ = self.ep.engine.packet_free(d.packet);
             self.stats.parked += 1;
             let item = ParkedItem::Rts { a, b, c };
             self.parked[src].push_back(Parked { bc, item });
             return;
         }
         if kind != K_MSG && kind != K_MSG_TO {
-            let _ = self.engine.packet_free(d.packet);
+            let _ = self.ep.engine.packet_free(d.packet);
             self.control(d.src, kind, a, b, c);
             return;
         }
@@ -116,7 +118,10 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             }
             Some(_) if held => {
                 self.stats.parked += 1;
-                Target::Parked(bc_of(&self.engine, d), Vec::with_capacity(len.min(1 << 20)))
+                Target::Parked(
+                    bc_of(&self.ep.engine, d),
+                    Vec::with_capacity(len.min(1 << 20)),
+                )
             }
             Some(n) => match self.match_posted(n, a) {
                 Some(ctx) => Target::Direct(ctx),
@@ -143,6 +148,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         let src = d.src as usize;
         let st = &mut self.rx[src];
         if let Some(p) = self
+            .ep
             .engine
             .packet(d.packet)
             .and_then(|p| p.get(skip..d.len))
@@ -169,7 +175,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             }
             st.got += n;
         }
-        let _ = self.engine.packet_free(d.packet);
+        let _ = self.ep.engine.packet_free(d.packet);
         if self.rx[src].got >= self.rx[src].len {
             self.finish_message(src);
         }
@@ -253,7 +259,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
 
     /// A registration, join or barrier token from `src`.
     pub(super) fn control(&mut self, src: NodeId, kind: u8, a: i32, b: i32, c: u32) {
-        let me = self.engine.config().node;
+        let me = self.ep.engine.config().node;
         match kind {
             K_REG => {
                 let name = Name::new(a, b);

@@ -53,7 +53,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
         let Some((addr, len)) = range.filter(|&(_, n)| n >= RENDEZVOUS_MIN && n == c.len) else {
             return to;
         };
-        let (tag, me) = (c.tag, self.engine.config().node);
+        let (tag, me) = (c.tag, self.ep.engine.config().node);
         let (asked, rest): (Vec<NodeId>, Vec<NodeId>) =
             to.into_iter().partition(|&d| d != me && !self.is_dead(d));
         for dest in asked {
@@ -214,7 +214,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
 
     /// Starts the puts of granted rendezvous.
     pub(super) fn start_puts(&mut self) -> bool {
-        let group = self.engine.config().group;
+        let group = self.ep.engine.config().group;
         let mut busy = false;
         let mut i = 0;
         while i < self.rndv.len() {
@@ -228,7 +228,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 armed: &self.armed,
                 rung: &mut self.rung,
             };
-            let started = self.engine.start_put(
+            let started = self.ep.engine.start_put(
                 &mut gate,
                 group,
                 r.dest,
@@ -288,7 +288,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 None => {}
             }
         }
-        while let Some(f) = self.engine.take_rma_failure() {
+        while let Some(f) = self.ep.engine.take_rma_failure() {
             busy = true;
             self.put_failed(f);
         }
