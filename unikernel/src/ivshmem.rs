@@ -9,7 +9,10 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use volley_core::gamma::Clock;
-use volley_core::phy::{BarrierMembers, BarrierPoll, Capabilities, Device};
+use volley_core::phy::{
+    BarrierMembers, BarrierPoll, Board, Capabilities, Device, Liveness, NicAtomics, NicBarrier,
+    SendPool,
+};
 use volley_core::time::{Duration, Instant};
 use volley_core::NodeAddr;
 use volley_myri::{Geometry, MyriError, MyriNic, NicConfig, NodeState, Region};
@@ -380,19 +383,51 @@ impl Device for Doorbells {
     fn capabilities(&self) -> Capabilities {
         self.nic.capabilities()
     }
+    fn flush(&mut self, now: Instant) {
+        self.nic.flush(now);
+        if self.any_due {
+            self.ring_due();
+        }
+    }
+    fn transmit_parts(&mut self, now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
+        self.mark(dst.0 as usize);
+        self.nic.transmit_parts(now, dst, parts)
+    }
+    fn liveness(&mut self) -> Option<&mut dyn Liveness> {
+        Some(self)
+    }
+    fn nic_atomics(&mut self) -> Option<&mut dyn NicAtomics> {
+        self.nic.nic_atomics()
+    }
+    fn nic_barrier(&mut self) -> Option<&mut dyn NicBarrier> {
+        Some(self)
+    }
+    fn board(&mut self) -> Option<&mut dyn Board> {
+        Some(self)
+    }
+    fn send_pool(&self) -> Option<&dyn SendPool> {
+        Some(self)
+    }
+    fn send_pool_mut(&mut self) -> Option<&mut dyn SendPool> {
+        Some(self)
+    }
+}
+
+/// The NIC's liveness words; a node seen only through them is never vouched for.
+impl Liveness for Doorbells {
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
         self.nic.peer_alive(now, peer)
     }
-    fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
-        self.nic.fetch_add(peer, var, delta)
-    }
+}
+
+impl NicBarrier for Doorbells {
     fn barrier(&mut self, now: Instant, members: &BarrierMembers<'_>) -> BarrierPoll {
         // The barrier in NIC memory writes words, not frames: ring whoever waits on
         // what this call wrote. An arrival wakes the parent in the combining tree
         // (volley_myri's layout: position p's parent is (p - 1) / fan-in); a release
         // wakes every member.
         let before = self.nic.stats();
-        let poll = self.nic.barrier(now, members);
+        let poll = NicBarrier::barrier(&mut self.nic, now, members);
         let after = self.nic.stats();
         if after.barrier_releases != before.barrier_releases {
             for i in (0..members.n).filter(|&i| i != members.me) {
@@ -411,29 +446,15 @@ impl Device for Doorbells {
         }
         poll
     }
-    fn flush(&mut self, now: Instant) {
-        self.nic.flush(now);
-        if self.any_due {
-            self.ring_due();
-        }
-    }
-    fn gather_from(&self) -> usize {
-        self.nic.gather_from()
-    }
-    fn transmit_parts(&mut self, now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
-        self.mark(dst.0 as usize);
-        self.nic.transmit_parts(now, dst, parts)
-    }
-    fn board_transmit(
-        &mut self,
-        now: Instant,
-        len: usize,
-        fill: &mut dyn FnMut(&mut [u8]),
-    ) -> bool {
-        let written = self.nic.board_transmit(now, len, fill);
+}
+
+/// The NIC's board: every reader is rung once a frame is written.
+impl Board for Doorbells {
+    fn write(&mut self, now: Instant, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> bool {
+        let written = self.nic.write(now, len, fill);
         self.board_written(written)
     }
-    fn board_transmit_pooled(
+    fn write_pooled(
         &mut self,
         now: Instant,
         head: &[u8],
@@ -441,16 +462,30 @@ impl Device for Doorbells {
         len: usize,
         tail: &[u8],
     ) -> bool {
-        let written = self.nic.board_transmit_pooled(now, head, slot, len, tail);
+        let written = self.nic.write_pooled(now, head, slot, len, tail);
         self.board_written(written)
     }
-    fn pool_slot(&self, i: usize) -> Option<&[u8]> {
-        self.nic.pool_slot(i)
+    fn read(
+        &mut self,
+        now: Instant,
+        take: &mut dyn FnMut(NodeAddr, &[u8]) -> volley_core::phy::BoardTake,
+    ) -> bool {
+        self.nic.read(now, take)
     }
-    fn pool_slot_mut(&mut self, i: usize) -> Option<&mut [u8]> {
-        self.nic.pool_slot_mut(i)
+    fn unread(&mut self, now: Instant) -> bool {
+        self.nic.unread(now)
     }
-    fn transmit_pooled(
+}
+
+/// The NIC's send slots: the destination is rung once a frame is sent from one.
+impl SendPool for Doorbells {
+    fn slot(&self, i: usize) -> Option<&[u8]> {
+        self.nic.slot(i)
+    }
+    fn slot_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+        self.nic.slot_mut(i)
+    }
+    fn send_slot(
         &mut self,
         now: Instant,
         dst: NodeAddr,
@@ -460,16 +495,6 @@ impl Device for Doorbells {
         tail: &[u8],
     ) -> bool {
         self.mark(dst.0 as usize);
-        self.nic.transmit_pooled(now, dst, head, slot, len, tail)
-    }
-    fn board_receive(
-        &mut self,
-        now: Instant,
-        take: &mut dyn FnMut(NodeAddr, &[u8]) -> volley_core::phy::BoardTake,
-    ) -> bool {
-        self.nic.board_receive(now, take)
-    }
-    fn board_unread(&mut self, now: Instant) -> bool {
-        self.nic.board_unread(now)
+        self.nic.send_slot(now, dst, head, slot, len, tail)
     }
 }

@@ -143,7 +143,10 @@ impl<'a> Engine<'a> {
             n: self.size,
             addr: &addr,
         };
-        match dev.barrier(now, &who) {
+        let Some(nic) = dev.nic_barrier() else {
+            return false;
+        };
+        match nic.barrier(now, &who) {
             BarrierPoll::Unsupported => false,
             BarrierPoll::Done => {
                 self.stats.device_barriers += 1;
@@ -159,11 +162,14 @@ impl<'a> Engine<'a> {
                     let dead = (0..self.size)
                         .filter(|&i| i != self.cfg.node)
                         .filter_map(|i| members.addr(i))
-                        .any(|a| !dev.peer_alive(now, a));
+                        .any(|a| !peer_alive(dev, now, a));
                     // A member that completed this barrier may have exited since the
                     // look above: its release happened before its exit, so one more
                     // look tells a finished barrier from a failed one.
-                    if dead && matches!(dev.barrier(now, &who), BarrierPoll::Done) {
+                    let done = dev
+                        .nic_barrier()
+                        .is_some_and(|b| matches!(b.barrier(now, &who), BarrierPoll::Done));
+                    if dead && done {
                         self.stats.device_barriers += 1;
                         self.barrier_complete();
                     } else if dead {
@@ -181,7 +187,7 @@ impl<'a> Engine<'a> {
             // No token travels behind our earlier frames: arrive once they landed.
             if !self.bar.drained {
                 // Our board's frames, too, unless a reader holds them back.
-                if !self.sends_landed() || dev.board_unread(now) {
+                if !self.sends_landed() || dev.board().is_some_and(|b| b.unread(now)) {
                     return;
                 }
                 self.bar.drained = true;

@@ -265,41 +265,46 @@ impl<'a> Engine<'a> {
         let mut ok = false;
         let written = if let Some(k) = pooled {
             let parts = dev
-                .pool_slot(k)
+                .send_pool()
+                .and_then(|p| p.slot(k))
                 .and_then(|b| b.get(..len))
                 .map(|b| repr.frame_parts(skip_crc, key, [head, b]));
             match parts {
                 Some(Ok((h, t))) => {
                     ok = true;
                     let tag = if key.is_some() { &t[..] } else { &[] };
-                    dev.board_transmit_pooled(now, &h, k, len, tag)
+                    dev.board()
+                        .is_some_and(|b| b.write_pooled(now, &h, k, len, tag))
                 }
                 // A slot the device no longer has: the packet fails.
                 _ => true,
             }
-        } else if head.len() + tail.len() >= dev.gather_from() {
+        } else if head.len() + tail.len() >= self.caps.gather_from {
             // The device copies a long payload its own way, from where it lies.
             match repr.frame_parts(skip_crc, key, [prefix, head, tail]) {
                 Ok((h, t)) => {
                     ok = !bad;
                     let tag = if key.is_some() { &t[..] } else { &[] };
-                    dev.board_transmit_parts(now, &[&h, prefix, head, tail, tag])
+                    dev.board()
+                        .is_some_and(|b| b.write_parts(now, &[&h, prefix, head, tail, tag]))
                 }
                 // Never (the lengths are the header's): the broadcast fails.
                 Err(_) => true,
             }
         } else {
-            dev.board_transmit(now, frame_len, &mut |buf| {
-                ok = repr
-                    .emit_frame_with(buf, skip_crc, key, |p| {
-                        let (a, rest) = p.split_at_mut(prefix_len);
-                        a.copy_from_slice(prefix);
-                        let (b, c) = rest.split_at_mut(head.len());
-                        b.copy_from_slice(head);
-                        c.copy_from_slice(tail);
-                    })
-                    .is_ok()
-                    && !bad;
+            dev.board().is_some_and(|board| {
+                board.write(now, frame_len, &mut |buf| {
+                    ok = repr
+                        .emit_frame_with(buf, skip_crc, key, |p| {
+                            let (a, rest) = p.split_at_mut(prefix_len);
+                            a.copy_from_slice(prefix);
+                            let (b, c) = rest.split_at_mut(head.len());
+                            b.copy_from_slice(head);
+                            c.copy_from_slice(tail);
+                        })
+                        .is_ok()
+                        && !bad;
+                })
             })
         };
         if !written {

@@ -147,7 +147,7 @@ impl<'t, D: Device> Tx<'t, D> {
         // A payload in two places (a tree prefix before the data) is joined: a long
         // tag is computed fastest over one slice (`wire::tag_parts`).
         let split = !pieces[0].is_empty() && !pieces[1].is_empty();
-        if split || pieces[0].len() + pieces[1].len() < self.dev.gather_from() {
+        if split || pieces[0].len() + pieces[1].len() < self.caps.gather_from {
             return self.emit_with(ch, repr, |rest| {
                 let (a, b) = rest.split_at_mut(pieces[0].len());
                 a.copy_from_slice(pieces[0]);
@@ -181,7 +181,7 @@ impl<'t, D: Device> Tx<'t, D> {
         head: &[u8],
         body: &[u8],
     ) -> bool {
-        if head.is_empty() && body.len() >= self.dev.gather_from() {
+        if head.is_empty() && body.len() >= self.caps.gather_from {
             return self.emit(ch, repr, [head, body]);
         }
         self.emit_with(ch, repr, |rest| {
@@ -322,16 +322,18 @@ impl<'t, D: Device> Tx<'t, D> {
         let mut repr = self.data_repr(o, flags, seq, 0, len as u16);
         self.address(ch, &mut repr);
         let key = self.cfg.auth_key.as_ref();
-        let Some(body) = self.dev.pool_slot(slot).and_then(|b| b.get(..len)) else {
+        let Some(body) = self.dev.send_pool().and_then(|p| p.slot(slot)?.get(..len)) else {
             return false;
         };
         let Ok((h, t)) = repr.frame_parts(self.caps.integrity, key, [&[], body]) else {
             return false;
         };
         let tag = if key.is_some() { &t[..] } else { &[] };
+        let now = self.now;
         if !self
             .dev
-            .transmit_pooled(self.now, ch.peer, &h, slot, len, tag)
+            .send_pool_mut()
+            .is_some_and(|p| p.send_slot(now, ch.peer, &h, slot, len, tag))
         {
             return false;
         }

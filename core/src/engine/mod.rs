@@ -93,6 +93,13 @@ pub use stats::Stats;
 use storage::*;
 pub use storage::{Capacity, Storage};
 
+/// Whether `dev` still believes `peer` alive: yes where it cannot tell (see
+/// [`crate::phy::Liveness`]).
+#[inline]
+fn peer_alive<D: Device>(dev: &mut D, now: Instant, peer: NodeAddr) -> bool {
+    dev.liveness().is_none_or(|l| l.peer_alive(now, peer))
+}
+
 /// Destination instance meaning "every member of the group but the sender".
 pub const BROADCAST: NodeId = u16::MAX;
 /// Longest first piece of a two-piece send (GAMMA `send_2p`), copied at call time.
@@ -450,7 +457,9 @@ impl<'a> Engine<'a> {
             }
         }
         if !self.delivered {
-            busy |= dev.board_receive(now, &mut |from, f| self.rx_board(now, from, f));
+            busy |= dev
+                .board()
+                .is_some_and(|b| b.read(now, &mut |from, f| self.rx_board(now, from, f)));
         }
         // (`busy` first: an empty poll decides on one register.)
         if busy && (self.delivered || self.stored) && self.upkeep_can_wait() {
@@ -461,7 +470,9 @@ impl<'a> Engine<'a> {
             return busy;
         }
         self.upkeep_due = false;
-        self.handle_timeout_vouched(now, &mut |peer| dev.peer_vouched(now, peer));
+        self.handle_timeout_vouched(now, &mut |peer| {
+            dev.liveness().is_some_and(|l| l.peer_vouched(now, peer))
+        });
         if core::mem::take(&mut self.timer_fired) {
             self.check_liveness(now, dev);
         }

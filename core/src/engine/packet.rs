@@ -310,7 +310,11 @@ impl<'a> Engine<'a> {
         let id = self.packet_take(true)?;
         let i = id.index();
         let b = &mut self.bufs.pkts.tx[i];
-        b.pooled = b.pooled && dev.pool_slot(i).is_some_and(|s| s.len() >= PACKET_MAX);
+        b.pooled = b.pooled
+            && dev
+                .send_pool()
+                .and_then(|p| p.slot(i))
+                .is_some_and(|s| s.len() >= PACKET_MAX);
         Ok(id)
     }
 
@@ -357,7 +361,7 @@ impl<'a> Engine<'a> {
         let b = self.bufs.pkts.buf(id).filter(|b| b.user || b.queued)?;
         let n = if b.lent { b.len as usize } else { PACKET_MAX };
         if b.pooled {
-            dev.pool_slot(id.index())?.get(..n)
+            dev.send_pool()?.slot(id.index())?.get(..n)
         } else {
             b.data.get(..n)
         }
@@ -371,7 +375,9 @@ impl<'a> Engine<'a> {
     ) -> Option<&'d mut [u8]> {
         let b = self.bufs.pkts.buf_mut(id).filter(|b| b.user)?;
         if b.pooled {
-            dev.pool_slot_mut(id.index())?.get_mut(..PACKET_MAX)
+            dev.send_pool_mut()?
+                .slot_mut(id.index())?
+                .get_mut(..PACKET_MAX)
         } else {
             Some(&mut b.data[..])
         }
@@ -400,7 +406,8 @@ impl<'a> Engine<'a> {
         let pooled = (0..p.tx.len()).find(|&i| {
             p.tx[i].pooled
                 && dev
-                    .pool_slot(i)
+                    .send_pool()
+                    .and_then(|p| p.slot(i))
                     .is_some_and(|s| s.as_ptr() as usize == addr)
         });
         pooled.map(PacketId::tx).or_else(|| self.packet_at(addr))

@@ -121,7 +121,7 @@ impl<'a> Engine<'a> {
 
     /// [`Engine::send_now_reliable`] that reads the time through `now` (at most
     /// once) only where it is needed: before the frame if the device's transmit
-    /// reads it ([`Device::transmit_reads_time`]), else once the frame has left (its
+    /// reads it ([`crate::phy::Capabilities::transmit_reads_time`]), else once the frame has left (its
     /// retransmission timer starts then), so that no clock read delays the frame.
     pub fn send_now_reliable_timed<D: Device>(
         &mut self,
@@ -170,7 +170,7 @@ impl<'a> Engine<'a> {
             flags |= Flags::ACK_REQ;
         }
         let repr = single_repr(port, dest, flags, ch.snd_nxt, ch.next_msg, total);
-        let early = dev.transmit_reads_time().then(&mut now);
+        let early = caps.transmit_reads_time.then(&mut now);
         let at = early.unwrap_or(self.polled_at);
         let mut tx = Tx::new(dev, at, caps, cfg, tag_tx, stats, bufs);
         if !tx.single(ch, repr, head, body) {
@@ -462,7 +462,7 @@ impl<'a> Engine<'a> {
         };
         let o = &ops[oi];
         let seq = ch.snd_nxt;
-        let early = dev.transmit_reads_time().then(&mut now);
+        let early = caps.transmit_reads_time.then(&mut now);
         let mut tx = Tx::new(
             dev,
             early.unwrap_or(self.polled_at),
@@ -536,7 +536,7 @@ impl<'a> Engine<'a> {
     }
 
     /// [`Engine::send_now`] that reads the time through `now` only if the device's
-    /// transmit reads it ([`Device::transmit_reads_time`]): a best-effort frame
+    /// transmit reads it ([`crate::phy::Capabilities::transmit_reads_time`]): a best-effort frame
     /// needs no time of its own.
     pub fn send_now_timed<D: Device>(
         &mut self,
@@ -549,7 +549,7 @@ impl<'a> Engine<'a> {
         let Some((dest, ci)) = self.open_channel(port, head) else {
             return false;
         };
-        let at = if dev.transmit_reads_time() {
+        let at = if self.caps.transmit_reads_time {
             now()
         } else {
             self.polled_at

@@ -762,33 +762,16 @@ impl Device for Special<'_> {
     }
     fn capabilities(&self) -> crate::phy::Capabilities {
         self.asked.set(self.asked.get() + 1);
-        self.lo.capabilities()
-    }
-    fn peer_alive(&mut self, _now: Instant, peer: NodeAddr) -> bool {
-        !(self.dead_1 && peer == NodeAddr(1))
-    }
-    fn barrier(
-        &mut self,
-        _now: Instant,
-        _members: &crate::phy::BarrierMembers<'_>,
-    ) -> crate::phy::BarrierPoll {
-        use crate::phy::BarrierPoll;
-        if self.barrier_done_at == 0 {
-            return BarrierPoll::Unsupported;
-        }
-        self.barrier_calls += 1;
-        if self.barrier_calls >= self.barrier_done_at {
-            BarrierPoll::Done
-        } else {
-            BarrierPoll::Pending
+        crate::phy::Capabilities {
+            gather_from: if self.gather { 100 } else { usize::MAX },
+            ..self.lo.capabilities()
         }
     }
-    fn gather_from(&self) -> usize {
-        if self.gather {
-            100
-        } else {
-            usize::MAX
-        }
+    fn liveness(&mut self) -> Option<&mut dyn crate::phy::Liveness> {
+        Some(self)
+    }
+    fn nic_barrier(&mut self) -> Option<&mut dyn crate::phy::NicBarrier> {
+        (self.barrier_done_at > 0).then_some(self as &mut dyn crate::phy::NicBarrier)
     }
     fn transmit_parts(&mut self, now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
         use crate::phy::TxToken;
@@ -807,6 +790,28 @@ impl Device for Special<'_> {
         let n = parts.iter().filter(|p| !p.is_empty()).count();
         self.most_parts = self.most_parts.max(n);
         true
+    }
+}
+
+impl crate::phy::Liveness for Special<'_> {
+    fn peer_alive(&mut self, _now: Instant, peer: NodeAddr) -> bool {
+        !(self.dead_1 && peer == NodeAddr(1))
+    }
+}
+
+impl crate::phy::NicBarrier for Special<'_> {
+    fn barrier(
+        &mut self,
+        _now: Instant,
+        _members: &crate::phy::BarrierMembers<'_>,
+    ) -> crate::phy::BarrierPoll {
+        use crate::phy::BarrierPoll;
+        self.barrier_calls += 1;
+        if self.barrier_calls >= self.barrier_done_at {
+            BarrierPoll::Done
+        } else {
+            BarrierPoll::Pending
+        }
     }
 }
 

@@ -384,7 +384,7 @@ impl<'a> Engine<'a> {
     pub(super) fn check_liveness<D: Device>(&mut self, now: Instant, dev: &mut D) {
         for ci in 0..self.chan_hwm {
             let ch = &self.chans[ci];
-            if ch.in_use && !ch.failed && ch.outstanding() > 0 && !dev.peer_alive(now, ch.peer) {
+            if ch.in_use && !ch.failed && ch.outstanding() > 0 && !peer_alive(dev, now, ch.peer) {
                 self.fail_channel(ci);
             }
         }

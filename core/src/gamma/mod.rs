@@ -906,7 +906,12 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         }
         let group = self.my_par_pid();
         let addr = self.ep.engine.address(group, node)?;
-        if let Some(v) = self.ep.dev.fetch_add(addr, var, delta) {
+        if let Some(v) = self
+            .ep
+            .dev
+            .nic_atomics()
+            .and_then(|a| a.fetch_add(addr, var, delta))
+        {
             return Ok(v);
         }
         if node == self.my_node() {

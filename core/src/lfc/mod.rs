@@ -727,7 +727,12 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         }
         let group = self.ep.engine.config().group;
         let addr = self.ep.engine.address(group, dest)?;
-        if let Some(v) = self.ep.dev.fetch_add(addr, 0, 1) {
+        if let Some(v) = self
+            .ep
+            .dev
+            .nic_atomics()
+            .and_then(|a| a.fetch_add(addr, 0, 1))
+        {
             return Ok(v);
         }
         if dest == self.my_proc() {

@@ -216,12 +216,8 @@ impl<D: Device, const BUF: usize> Device for FaultInjector<D, BUF> {
         self.inner.transmit(now, dst)
     }
 
-    fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
-        self.inner.peer_alive(now, peer)
-    }
-
-    fn peer_vouched(&mut self, now: Instant, peer: NodeAddr) -> bool {
-        self.inner.peer_vouched(now, peer)
+    fn liveness(&mut self) -> Option<&mut dyn super::Liveness> {
+        self.inner.liveness()
     }
 
     fn flush(&mut self, now: Instant) {
@@ -233,6 +229,8 @@ impl<D: Device, const BUF: usize> Device for FaultInjector<D, BUF> {
         let inner = Capabilities {
             pool_slots: 0,
             pool_slot_size: 0,
+            gather_from: usize::MAX,
+            transmit_reads_time: true,
             ..self.inner.capabilities()
         };
         if self.injects_nothing() {
@@ -250,27 +248,11 @@ impl<D: Device, const BUF: usize> Device for FaultInjector<D, BUF> {
         }
     }
 
-    fn board_transmit(
-        &mut self,
-        now: Instant,
-        len: usize,
-        fill: &mut dyn FnMut(&mut [u8]),
-    ) -> bool {
-        self.injects_nothing() && self.inner.board_transmit(now, len, fill)
-    }
-
     // Other nodes' board frames are always read: a reader that stopped would hold
-    // their boards full.
-    fn board_receive(
-        &mut self,
-        now: Instant,
-        take: &mut dyn FnMut(NodeAddr, &[u8]) -> super::BoardTake,
-    ) -> bool {
-        self.inner.board_receive(now, take)
-    }
-
-    fn board_unread(&mut self, now: Instant) -> bool {
-        self.inner.board_unread(now)
+    // their boards full. This node writes on the board only where its
+    // capabilities say it has one: when it injects nothing.
+    fn board(&mut self) -> Option<&mut dyn super::Board> {
+        self.inner.board()
     }
 }
 

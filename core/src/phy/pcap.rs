@@ -142,30 +142,20 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
             board_mtu: 0,
             pool_slots: 0,
             pool_slot_size: 0,
+            gather_from: usize::MAX,
+            transmit_reads_time: true,
             ..self.inner.capabilities()
         }
     }
 
     // Other nodes' board frames are read (not captured): a reader that stopped
-    // would hold their boards full.
-    fn board_receive(
-        &mut self,
-        now: Instant,
-        take: &mut dyn FnMut(NodeAddr, &[u8]) -> super::BoardTake,
-    ) -> bool {
-        self.inner.board_receive(now, take)
+    // would hold their boards full. This node writes none (no `board_nodes`).
+    fn board(&mut self) -> Option<&mut dyn super::Board> {
+        self.inner.board()
     }
 
-    fn board_unread(&mut self, now: Instant) -> bool {
-        self.inner.board_unread(now)
-    }
-
-    fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
-        self.inner.peer_alive(now, peer)
-    }
-
-    fn peer_vouched(&mut self, now: Instant, peer: NodeAddr) -> bool {
-        self.inner.peer_vouched(now, peer)
+    fn liveness(&mut self) -> Option<&mut dyn super::Liveness> {
+        self.inner.liveness()
     }
 
     fn flush(&mut self, now: Instant) {

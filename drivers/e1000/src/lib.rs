@@ -25,7 +25,7 @@
 
 use core::sync::atomic::{fence, Ordering};
 
-use volley_core::phy::{Capabilities, Device};
+use volley_core::phy::{Capabilities, Device, SendPool};
 use volley_core::time::Instant;
 use volley_core::NodeAddr;
 
@@ -622,12 +622,24 @@ impl<M: Mmio> Device for E1000<M> {
         }
     }
 
-    fn pool_slot(&self, i: usize) -> Option<&[u8]> {
+    fn send_pool(&self) -> Option<&dyn SendPool> {
+        Some(self)
+    }
+
+    fn send_pool_mut(&mut self) -> Option<&mut dyn SendPool> {
+        Some(self)
+    }
+}
+
+/// Send slots in DMA memory the NIC gathers from: a packet is sent from where the
+/// program wrote it, between a header and a tail in the driver's own buffer.
+impl<M: Mmio> SendPool for E1000<M> {
+    fn slot(&self, i: usize) -> Option<&[u8]> {
         // SAFETY: a send slot from the driver's DmaAlloc; the NIC only reads it.
         (i < POOL_SLOTS).then(|| unsafe { self.tx_pool.slot(i, POOL_SLOT) })
     }
 
-    fn pool_slot_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+    fn slot_mut(&mut self, i: usize) -> Option<&mut [u8]> {
         // SAFETY: the NIC never writes a send slot, and `&mut self` keeps any other
         // slice of ours from living meanwhile. The engine rewrites a packet only once
         // it is acknowledged, so sent: at worst a resend still queued reads new bytes,
@@ -635,7 +647,7 @@ impl<M: Mmio> Device for E1000<M> {
         (i < POOL_SLOTS).then(|| unsafe { self.tx_pool.slot_mut(i, POOL_SLOT) })
     }
 
-    fn transmit_pooled(
+    fn send_slot(
         &mut self,
         _now: Instant,
         dst: NodeAddr,

@@ -435,9 +435,9 @@ fn frames_from_send_slots_go_out_as_descriptor_chains_without_a_copy() {
         (POOL_SLOTS, POOL_SLOT)
     );
     let pattern: Vec<u8> = (0..POOL_SLOT).map(|i| (i * 3) as u8).collect();
-    n.pool_slot_mut(7).unwrap().copy_from_slice(&pattern);
-    let slot_addr = n.pool_slot(7).unwrap().as_ptr() as u64;
-    assert!(n.transmit_pooled(Instant::ZERO, NodeAddr(1), b"HEADER", 7, 300, b"TAG"));
+    n.slot_mut(7).unwrap().copy_from_slice(&pattern);
+    let slot_addr = n.slot(7).unwrap().as_ptr() as u64;
+    assert!(n.send_slot(Instant::ZERO, NodeAddr(1), b"HEADER", 7, 300, b"TAG"));
     let chains = hw_transmit_chains(&n, &regs, &mut hw);
     assert_eq!(chains.len(), 1);
     let c = &chains[0];
@@ -454,7 +454,7 @@ fn frames_from_send_slots_go_out_as_descriptor_chains_without_a_copy() {
     }));
     assert_eq!(addr, slot_addr, "the NIC reads the send slot itself");
     // No tag: two descriptors. Plain frames still go out as one.
-    assert!(n.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", 7, 10, b""));
+    assert!(n.send_slot(Instant::ZERO, NodeAddr(1), b"H", 7, 10, b""));
     n.transmit(Instant::ZERO, NodeAddr(1))
         .unwrap()
         .consume(5, |b| b.copy_from_slice(b"plain"));
@@ -467,13 +467,13 @@ fn frames_from_send_slots_go_out_as_descriptor_chains_without_a_copy() {
     assert_eq!(n.stats().tx_pooled, 2);
     assert_eq!(n.stats().tx_frames, 3);
     // Impossible requests are refused.
-    assert!(!n.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", POOL_SLOTS, 1, b""));
-    assert!(!n.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", 0, POOL_SLOT + 1, b""));
-    assert!(!n.transmit_pooled(Instant::ZERO, NodeAddr(9), b"H", 0, 1, b""));
-    assert!(n.pool_slot(POOL_SLOTS).is_none());
+    assert!(!n.send_slot(Instant::ZERO, NodeAddr(1), b"H", POOL_SLOTS, 1, b""));
+    assert!(!n.send_slot(Instant::ZERO, NodeAddr(1), b"H", 0, POOL_SLOT + 1, b""));
+    assert!(!n.send_slot(Instant::ZERO, NodeAddr(9), b"H", 0, 1, b""));
+    assert!(n.slot(POOL_SLOTS).is_none());
     // A chain needs room for all its descriptors: the ring fills without a torn frame.
     let mut queued = 0;
-    while n.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", 1, 4, b"T") {
+    while n.send_slot(Instant::ZERO, NodeAddr(1), b"H", 1, 4, b"T") {
         queued += 1;
     }
     assert_eq!(queued, (TX_DESCS - 1) / 3);
@@ -514,7 +514,7 @@ fn engine_packets_are_sent_from_the_nics_send_slots() {
         if sent < 200 {
             if let Ok(p) = ea.packet_alloc_on(&na) {
                 let at = ea.packet_mut_in(&mut na, p).unwrap().as_ptr();
-                assert_eq!(Some(at), na.pool_slot(p.index()).map(<[u8]>::as_ptr));
+                assert_eq!(Some(at), na.slot(p.index()).map(<[u8]>::as_ptr));
                 let b = ea.packet_mut_in(&mut na, p).unwrap();
                 b[..4].copy_from_slice(&sent.to_le_bytes());
                 b[4..100].fill(sent as u8);

@@ -2,6 +2,7 @@
 //! and read by every member.
 
 use super::*;
+use volley_core::phy::Liveness;
 
 impl MyriNic {
     /// Writes a frame of `len` bytes, filled by `fill` (given the region, to read

@@ -1,6 +1,9 @@
-//! The core's `Device` trait over the NIC.
+//! The core's `Device` trait over the NIC, and the services it offers: the send
+//! pool, the broadcast board, fetch-and-add and the barrier in NIC memory, and
+//! liveness words.
 
 use super::*;
+use volley_core::phy::{Board, Liveness, NicAtomics, NicBarrier, SendPool};
 
 impl Device for MyriNic {
     type RxToken<'a> = MyriRx<'a>;
@@ -34,10 +37,44 @@ impl Device for MyriNic {
             pool_slot_size: POOL_SLOT,
             // Rings are per pair of nodes, in the job's own region (`source`).
             compact: true,
+            gather_from: usize::MAX,
+            // A send is a slot and a publish: the time is read after it.
+            transmit_reads_time: false,
         }
     }
 
-    fn pool_slot(&self, i: usize) -> Option<&[u8]> {
+    /// A load of each peer's next ring slot, and of the board count.
+    fn rx_pending(&self) -> bool {
+        self.rx_ready().is_some() || self.boards_unseen().is_some()
+    }
+
+    fn liveness(&mut self) -> Option<&mut dyn Liveness> {
+        Some(self)
+    }
+
+    fn nic_atomics(&mut self) -> Option<&mut dyn NicAtomics> {
+        Some(self)
+    }
+
+    fn nic_barrier(&mut self) -> Option<&mut dyn NicBarrier> {
+        Some(self)
+    }
+
+    fn board(&mut self) -> Option<&mut dyn Board> {
+        Some(self)
+    }
+
+    fn send_pool(&self) -> Option<&dyn SendPool> {
+        Some(self)
+    }
+
+    fn send_pool_mut(&mut self) -> Option<&mut dyn SendPool> {
+        Some(self)
+    }
+}
+
+impl SendPool for MyriNic {
+    fn slot(&self, i: usize) -> Option<&[u8]> {
         if i >= POOL_SLOTS {
             return None;
         }
@@ -46,7 +83,7 @@ impl Device for MyriNic {
             .ok()
     }
 
-    fn pool_slot_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+    fn slot_mut(&mut self, i: usize) -> Option<&mut [u8]> {
         if i >= POOL_SLOTS {
             return None;
         }
@@ -58,7 +95,7 @@ impl Device for MyriNic {
         unsafe { self.region.bytes_mut(at, POOL_SLOT) }.ok()
     }
 
-    fn transmit_pooled(
+    fn send_slot(
         &mut self,
         now: Instant,
         dst: NodeAddr,
@@ -96,7 +133,7 @@ impl Device for MyriNic {
             self.stats.tx_pool_inline += 1;
             return true;
         }
-        match self.transmit(now, dst) {
+        match Device::transmit(self, now, dst) {
             Some(tok) => {
                 tok.consume_indirect(slot, len, head, tail);
                 self.stats.tx_pooled += 1;
@@ -105,8 +142,14 @@ impl Device for MyriNic {
             None => false,
         }
     }
+}
 
-    fn board_transmit_pooled(
+impl Board for MyriNic {
+    fn write(&mut self, now: Instant, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> bool {
+        self.board_write(now, len, &mut |buf, _| fill(buf))
+    }
+
+    fn write_pooled(
         &mut self,
         now: Instant,
         head: &[u8],
@@ -132,40 +175,7 @@ impl Device for MyriNic {
         })
     }
 
-    fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
-        // The counters are 64-bit in NIC memory; the API's values are 32-bit.
-        self.fetch_and_add(peer.0 as u32, var as usize, delta as u64)
-            .ok()
-            .map(|v| v as u32)
-    }
-
-    fn board_transmit(
-        &mut self,
-        now: Instant,
-        len: usize,
-        fill: &mut dyn FnMut(&mut [u8]),
-    ) -> bool {
-        self.board_write(now, len, &mut |buf, _| fill(buf))
-    }
-
-    fn board_unread(&mut self, now: Instant) -> bool {
-        self.board_waits_for_readers(now)
-    }
-
-    fn transmit_reads_time(&self) -> bool {
-        false
-    }
-
-    /// A load of each peer's next ring slot, and of the board count.
-    fn rx_pending(&self) -> bool {
-        self.rx_ready().is_some() || self.boards_unseen().is_some()
-    }
-
-    fn board_receive(
-        &mut self,
-        _now: Instant,
-        take: &mut dyn FnMut(NodeAddr, &[u8]) -> BoardTake,
-    ) -> bool {
+    fn read(&mut self, _now: Instant, take: &mut dyn FnMut(NodeAddr, &[u8]) -> BoardTake) -> bool {
         // One load when no board has a new frame, one per board when one has; the
         // reading is out of line.
         let Some(written) = self.boards_unseen() else {
@@ -185,6 +195,21 @@ impl Device for MyriNic {
         any
     }
 
+    fn unread(&mut self, now: Instant) -> bool {
+        self.board_waits_for_readers(now)
+    }
+}
+
+impl NicAtomics for MyriNic {
+    fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
+        // The counters are 64-bit in NIC memory; the API's values are 32-bit.
+        self.fetch_and_add(peer.0 as u32, var as usize, delta as u64)
+            .ok()
+            .map(|v| v as u32)
+    }
+}
+
+impl NicBarrier for MyriNic {
     fn barrier(&mut self, _now: Instant, m: &BarrierMembers<'_>) -> BarrierPoll {
         // Fabric addresses on this device are node numbers.
         let node = |i: u16| (m.addr)(i).map(|a| a.0 as u32);
@@ -195,7 +220,9 @@ impl Device for MyriNic {
             Err(_) => BarrierPoll::Unsupported,
         }
     }
+}
 
+impl Liveness for MyriNic {
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
         let p = peer.0 as u32;
         if self.state(p) != NodeState::Alive {

@@ -7,6 +7,7 @@ use std::vec;
 use std::vec::Vec;
 
 use super::*;
+use volley_core::phy::{Board, Liveness, SendPool};
 use volley_core::sim::Pair;
 
 /// 64-aligned zeroed memory standing for a shared mapping.
@@ -510,7 +511,7 @@ fn dead_and_departed_peers_are_reported() {
 }
 
 fn board_send(nic: &mut MyriNic, bytes: &[u8]) -> bool {
-    nic.board_transmit(Instant::ZERO, bytes.len(), &mut |b| {
+    nic.write(Instant::ZERO, bytes.len(), &mut |b| {
         b.copy_from_slice(bytes)
     })
 }
@@ -518,7 +519,7 @@ fn board_send(nic: &mut MyriNic, bytes: &[u8]) -> bool {
 /// Every frame `nic` takes from the boards now, with its writer.
 fn board_take(nic: &mut MyriNic) -> Vec<(u16, Vec<u8>)> {
     let mut got = Vec::new();
-    nic.board_receive(Instant::ZERO, &mut |from, f| {
+    nic.read(Instant::ZERO, &mut |from, f| {
         got.push((from.0, f.to_vec()));
         BoardTake::Taken
     });
@@ -607,7 +608,7 @@ fn a_reader_takes_every_writer_in_turn_and_never_itself() {
     // A frame refused stays waiting, and is offered again.
     assert!(board_send(&mut nics[2], b"later"));
     let mut offered = 0;
-    reader.board_receive(Instant::ZERO, &mut |_, _| {
+    reader.read(Instant::ZERO, &mut |_, _| {
         offered += 1;
         BoardTake::Later
     });
@@ -636,7 +637,7 @@ fn board_frames_reach_every_reader_once_and_wait_for_the_slowest() {
     assert_eq!(a.stats().board_full, 1);
     // b refuses its third frame: it stays, and so does everything behind it.
     let mut seen = 0;
-    b.board_receive(Instant::ZERO, &mut |from, f| {
+    b.read(Instant::ZERO, &mut |from, f| {
         assert_eq!((from, f), (NodeAddr(0), &[seen as u8; 5][..]));
         seen += 1;
         if seen < 3 {
@@ -688,7 +689,7 @@ fn a_reader_whose_heartbeat_stops_is_declared_dead_by_a_full_board() {
     let c = MyriNic::attach(mem.region(), 2, 7, NicConfig::default()).unwrap();
     let dead_after = NicConfig::default().dead_after;
     let send_at = |nic: &mut MyriNic, t: Instant, bytes: &[u8]| {
-        nic.board_transmit(t, bytes.len(), &mut |buf| buf.copy_from_slice(bytes))
+        nic.write(t, bytes.len(), &mut |buf| buf.copy_from_slice(bytes))
     };
     let t0 = Instant::ZERO + Duration::from_secs(1);
     for i in 0..BOARD_SLOTS as u8 {
@@ -2148,10 +2149,10 @@ fn frames_from_send_slots_are_read_where_the_sender_wrote_them() {
     let mem = Mem::new(geo().region_len().unwrap());
     let (mut a, mut b) = pair(&mem);
     let pattern: Vec<u8> = (0..POOL_SLOT).map(|i| (i * 7) as u8).collect();
-    a.pool_slot_mut(3).unwrap().copy_from_slice(&pattern);
-    let at = a.pool_slot(3).unwrap().as_ptr();
+    a.slot_mut(3).unwrap().copy_from_slice(&pattern);
+    let at = a.slot(3).unwrap().as_ptr();
     let n = POOL_INLINE + 1;
-    assert!(a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"HEAD", 3, n, b"TAIL"));
+    assert!(a.send_slot(Instant::ZERO, NodeAddr(1), b"HEAD", 3, n, b"TAIL"));
     let (head, body, addr) = b
         .receive(Instant::ZERO)
         .unwrap()
@@ -2163,12 +2164,12 @@ fn frames_from_send_slots_are_read_where_the_sender_wrote_them() {
         "the payload is read in the sender's slot, not a copy"
     );
     // A reader that wants the frame whole gets it joined.
-    assert!(a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", 3, POOL_SLOT, b"T"));
+    assert!(a.send_slot(Instant::ZERO, NodeAddr(1), b"H", 3, POOL_SLOT, b"T"));
     let whole = [&b"H"[..], &pattern[..], &b"T"[..]].concat();
     // (header, payload, tag: the frame as it would lie in one piece)
     assert_eq!(recv(&mut b).unwrap(), whole);
     // A short payload rides in the ring slot: one frame, read in one place.
-    assert!(a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"HEAD", 3, 5, b"TAIL"));
+    assert!(a.send_slot(Instant::ZERO, NodeAddr(1), b"HEAD", 3, 5, b"TAIL"));
     let (head, body) = b
         .receive(Instant::ZERO)
         .unwrap()
@@ -2179,13 +2180,13 @@ fn frames_from_send_slots_are_read_where_the_sender_wrote_them() {
     assert_eq!(b.stats().rx_pooled, 2);
     assert_eq!(a.stats().tx_frames, 3);
     // Impossible requests are refused at the sender.
-    assert!(!a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", POOL_SLOTS, 5, b""));
-    assert!(!a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"H", 0, POOL_SLOT + 1, b""));
+    assert!(!a.send_slot(Instant::ZERO, NodeAddr(1), b"H", POOL_SLOTS, 5, b""));
+    assert!(!a.send_slot(Instant::ZERO, NodeAddr(1), b"H", 0, POOL_SLOT + 1, b""));
     let big = [0u8; INDIRECT_INLINE_MAX + 1];
-    assert!(!a.transmit_pooled(Instant::ZERO, NodeAddr(1), &big, 0, 5, b""));
-    assert!(!a.transmit_pooled(Instant::ZERO, NodeAddr(0), b"H", 0, 5, b""));
-    assert!(a.pool_slot(POOL_SLOTS).is_none());
-    assert!(a.pool_slot_mut(POOL_SLOTS).is_none());
+    assert!(!a.send_slot(Instant::ZERO, NodeAddr(1), &big, 0, 5, b""));
+    assert!(!a.send_slot(Instant::ZERO, NodeAddr(0), b"H", 0, 5, b""));
+    assert!(a.slot(POOL_SLOTS).is_none());
+    assert!(a.slot_mut(POOL_SLOTS).is_none());
 }
 
 /// Descriptors are untrusted: one naming a slot past the pool, a payload longer
@@ -2205,7 +2206,7 @@ fn forged_send_slot_descriptors_are_skipped() {
         (0, 5, 8, INDIRECT | 4),
     ];
     for (k, (slot, split, len, word)) in forged.into_iter().enumerate() {
-        assert!(a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"GOOD", 0, 300, b""));
+        assert!(a.send_slot(Instant::ZERO, NodeAddr(1), b"GOOD", 0, 300, b""));
         // Scribble over the descriptor in place, as a hostile peer could.
         let at = g.slot(1, 0, k as u64);
         let bytes = mem.bytes();
@@ -2216,8 +2217,8 @@ fn forged_send_slot_descriptors_are_skipped() {
         assert!(b.receive(Instant::ZERO).is_none(), "forgery {k} was taken");
         assert_eq!(b.stats().corrupt, k as u64 + 1);
     }
-    a.pool_slot_mut(1).unwrap()[..3].copy_from_slice(b"abc");
-    assert!(a.transmit_pooled(Instant::ZERO, NodeAddr(1), b"ok:", 1, 3, b""));
+    a.slot_mut(1).unwrap()[..3].copy_from_slice(b"abc");
+    assert!(a.send_slot(Instant::ZERO, NodeAddr(1), b"ok:", 1, 3, b""));
     assert_eq!(recv(&mut b).unwrap(), b"ok:abc");
 }
 
@@ -2238,7 +2239,7 @@ fn lfc_packets_from_nic_memory(key: Option<[u8; 16]>) {
     let (_mem, mut ls, _) = lfcs_keyed(2, key);
     let p = ls[0].send_alloc(false).unwrap();
     let at = ls[0].packet_mut(p).unwrap().as_mut_ptr() as usize;
-    let slot = ls[0].device().pool_slot(p.index()).unwrap().as_ptr() as usize;
+    let slot = ls[0].device().slot(p.index()).unwrap().as_ptr() as usize;
     assert_eq!(at, slot, "lfc_send_alloc hands out the NIC's send slot");
     assert_eq!(ls[0].packet_at(at), Some(p));
     assert_eq!(ls[0].packet_at(at + 1), None);
@@ -2746,30 +2747,24 @@ fn board_unread_waits_only_for_live_readers_behind() {
     let mem = Mem::new(geo().region_len().unwrap());
     let (mut a, mut b) = pair(&mem);
     let now = Instant::ZERO;
-    assert!(!a.board_unread(now), "nothing written");
+    assert!(!a.unread(now), "nothing written");
     assert!(board_send(&mut a, b"one"));
     assert!(board_send(&mut a, b"two"));
-    assert!(
-        a.board_unread(now),
-        "b has read nothing (node 2 never joined)"
-    );
-    b.board_receive(now, &mut |_, _| BoardTake::Held);
-    assert!(!a.board_unread(now), "b holds the first back");
-    b.board_receive(now, &mut |_, _| BoardTake::Later);
-    assert!(
-        a.board_unread(now),
-        "refused for a moment: waited for again"
-    );
+    assert!(a.unread(now), "b has read nothing (node 2 never joined)");
+    b.read(now, &mut |_, _| BoardTake::Held);
+    assert!(!a.unread(now), "b holds the first back");
+    b.read(now, &mut |_, _| BoardTake::Later);
+    assert!(a.unread(now), "refused for a moment: waited for again");
     assert_eq!(board_take(&mut b).len(), 2);
-    assert!(!a.board_unread(now), "all read");
+    assert!(!a.unread(now), "all read");
     assert!(board_send(&mut a, b"three"));
-    assert!(a.board_unread(now));
+    assert!(a.unread(now));
     let heads = a.geometry().boards().head(1, 0);
     mem.region()
         .u64_at(heads)
         .unwrap()
         .store(99, Ordering::Release);
-    assert!(!a.board_unread(now), "a head ahead of the tail is garbage");
+    assert!(!a.unread(now), "a head ahead of the tail is garbage");
 }
 
 /// What [`Spy`] and [`Ticks`] saw, in order: `frame` for a frame handed to the
@@ -2806,10 +2801,11 @@ impl Device for Spy {
         self.nic.transmit(now, dst)
     }
     fn capabilities(&self) -> Capabilities {
-        self.nic.capabilities()
-    }
-    fn transmit_reads_time(&self) -> bool {
-        self.timed || self.nic.transmit_reads_time()
+        let caps = self.nic.capabilities();
+        Capabilities {
+            transmit_reads_time: self.timed || caps.transmit_reads_time,
+            ..caps
+        }
     }
 }
 
@@ -2879,7 +2875,10 @@ fn sends_that_leave_at_once_read_the_clock_after_the_frame() {
     };
     assert_eq!(sent(&mut ga, false, b"best effort"), ["frame"]);
     assert_eq!(sent(&mut ga, true, b"reliable"), ["frame", "clock"]);
+    // Capabilities are read once: a device that changes them says so.
     ga.device_mut().timed = true;
+    let caps = ga.device().capabilities();
+    ga.engine_mut().set_capabilities(caps);
     assert_eq!(sent(&mut ga, false, b"timed"), ["clock", "frame"]);
     assert_eq!(sent(&mut ga, true, b"timed, reliable"), ["clock", "frame"]);
 }

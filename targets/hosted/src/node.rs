@@ -5,7 +5,9 @@ use volley_core::gamma::Gamma;
 use volley_core::session::{HelloConfig, Session};
 
 use crate::clock::HostClock;
-use volley_core::phy::{BarrierMembers, BarrierPoll, Capabilities, Device, RxToken, TxToken};
+use volley_core::phy::{
+    Board, Capabilities, Device, Liveness, NicAtomics, NicBarrier, RxToken, SendPool, TxToken,
+};
 use volley_core::time::Instant;
 use volley_core::NodeAddr;
 
@@ -145,86 +147,11 @@ impl Device for HostDevice {
         }
     }
 
-    fn transmit_reads_time(&self) -> bool {
-        match self {
-            HostDevice::Shm(d) => d.transmit_reads_time(),
-            HostDevice::Udp(d) => d.transmit_reads_time(),
-            HostDevice::Eth(d) => d.transmit_reads_time(),
-        }
-    }
-
     fn rx_pending(&self) -> bool {
         match self {
             HostDevice::Shm(d) => d.rx_pending(),
             HostDevice::Udp(d) => d.rx_pending(),
             HostDevice::Eth(d) => d.rx_pending(),
-        }
-    }
-
-    fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
-        match self {
-            HostDevice::Shm(d) => d.peer_alive(now, peer),
-            HostDevice::Udp(d) => d.peer_alive(now, peer),
-            HostDevice::Eth(d) => d.peer_alive(now, peer),
-        }
-    }
-
-    fn peer_vouched(&mut self, now: Instant, peer: NodeAddr) -> bool {
-        match self {
-            HostDevice::Shm(d) => d.peer_vouched(now, peer),
-            // Their beacons come as frames the engine hears.
-            HostDevice::Udp(_) | HostDevice::Eth(_) => false,
-        }
-    }
-
-    fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
-        match self {
-            HostDevice::Shm(d) => d.fetch_add(peer, var, delta),
-            HostDevice::Udp(_) | HostDevice::Eth(_) => None,
-        }
-    }
-
-    fn barrier(&mut self, now: Instant, members: &BarrierMembers<'_>) -> BarrierPoll {
-        match self {
-            HostDevice::Shm(d) => d.barrier(now, members),
-            HostDevice::Udp(_) | HostDevice::Eth(_) => BarrierPoll::Unsupported,
-        }
-    }
-
-    fn board_transmit(
-        &mut self,
-        now: Instant,
-        len: usize,
-        fill: &mut dyn FnMut(&mut [u8]),
-    ) -> bool {
-        match self {
-            HostDevice::Shm(d) => d.board_transmit(now, len, fill),
-            HostDevice::Udp(_) | HostDevice::Eth(_) => false,
-        }
-    }
-
-    fn board_transmit_parts(&mut self, now: Instant, parts: &[&[u8]]) -> bool {
-        match self {
-            HostDevice::Shm(d) => d.board_transmit_parts(now, parts),
-            HostDevice::Udp(_) | HostDevice::Eth(_) => false,
-        }
-    }
-
-    fn board_receive(
-        &mut self,
-        now: Instant,
-        take: &mut dyn FnMut(NodeAddr, &[u8]) -> volley_core::phy::BoardTake,
-    ) -> bool {
-        match self {
-            HostDevice::Shm(d) => d.board_receive(now, take),
-            HostDevice::Udp(_) | HostDevice::Eth(_) => false,
-        }
-    }
-
-    fn board_unread(&mut self, now: Instant) -> bool {
-        match self {
-            HostDevice::Shm(d) => d.board_unread(now),
-            HostDevice::Udp(_) | HostDevice::Eth(_) => false,
         }
     }
 
@@ -236,14 +163,6 @@ impl Device for HostDevice {
         }
     }
 
-    fn gather_from(&self) -> usize {
-        match self {
-            HostDevice::Eth(d) => d.gather_from(),
-            HostDevice::Udp(d) => d.gather_from(),
-            HostDevice::Shm(d) => d.gather_from(),
-        }
-    }
-
     fn transmit_parts(&mut self, now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
         match self {
             HostDevice::Eth(d) => d.transmit_parts(now, dst, parts),
@@ -252,46 +171,47 @@ impl Device for HostDevice {
         }
     }
 
-    fn pool_slot(&self, i: usize) -> Option<&[u8]> {
+    // The services: the NIC model's on `shm`; ICMP's liveness hint on `udp`.
+    fn liveness(&mut self) -> Option<&mut dyn Liveness> {
         match self {
-            HostDevice::Shm(d) => d.pool_slot(i),
+            HostDevice::Shm(d) => d.liveness(),
+            HostDevice::Udp(d) => d.liveness(),
+            HostDevice::Eth(d) => d.liveness(),
+        }
+    }
+
+    fn nic_atomics(&mut self) -> Option<&mut dyn NicAtomics> {
+        match self {
+            HostDevice::Shm(d) => d.nic_atomics(),
             HostDevice::Udp(_) | HostDevice::Eth(_) => None,
         }
     }
 
-    fn pool_slot_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+    fn nic_barrier(&mut self) -> Option<&mut dyn NicBarrier> {
         match self {
-            HostDevice::Shm(d) => d.pool_slot_mut(i),
+            HostDevice::Shm(d) => d.nic_barrier(),
             HostDevice::Udp(_) | HostDevice::Eth(_) => None,
         }
     }
 
-    fn transmit_pooled(
-        &mut self,
-        now: Instant,
-        dst: NodeAddr,
-        head: &[u8],
-        slot: usize,
-        len: usize,
-        tail: &[u8],
-    ) -> bool {
+    fn board(&mut self) -> Option<&mut dyn Board> {
         match self {
-            HostDevice::Shm(d) => d.transmit_pooled(now, dst, head, slot, len, tail),
-            HostDevice::Udp(_) | HostDevice::Eth(_) => false,
+            HostDevice::Shm(d) => d.board(),
+            HostDevice::Udp(_) | HostDevice::Eth(_) => None,
         }
     }
 
-    fn board_transmit_pooled(
-        &mut self,
-        now: Instant,
-        head: &[u8],
-        slot: usize,
-        len: usize,
-        tail: &[u8],
-    ) -> bool {
+    fn send_pool(&self) -> Option<&dyn SendPool> {
         match self {
-            HostDevice::Shm(d) => d.board_transmit_pooled(now, head, slot, len, tail),
-            HostDevice::Udp(_) | HostDevice::Eth(_) => false,
+            HostDevice::Shm(d) => d.send_pool(),
+            HostDevice::Udp(_) | HostDevice::Eth(_) => None,
+        }
+    }
+
+    fn send_pool_mut(&mut self) -> Option<&mut dyn SendPool> {
+        match self {
+            HostDevice::Shm(d) => d.send_pool_mut(),
+            HostDevice::Udp(_) | HostDevice::Eth(_) => None,
         }
     }
 }

@@ -25,7 +25,9 @@ use std::path::PathBuf;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use memmap2::MmapMut;
-use volley_core::phy::{BarrierMembers, BarrierPoll, Capabilities, Device, TxToken};
+use volley_core::phy::{
+    Board, Capabilities, Device, Liveness, NicAtomics, NicBarrier, SendPool, TxToken,
+};
 use volley_core::time::{Duration, Instant};
 use volley_core::NodeAddr;
 use volley_myri::{Geometry, MyriError, MyriNic, MyriRx, MyriTx, NicConfig, Region};
@@ -726,15 +728,10 @@ impl Device for ShmDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.nic.capabilities()
-    }
-
-    fn transmit_reads_time(&self) -> bool {
-        self.nic.transmit_reads_time()
-    }
-
-    fn gather_from(&self) -> usize {
-        STREAM_FROM
+        Capabilities {
+            gather_from: STREAM_FROM,
+            ..self.nic.capabilities()
+        }
     }
 
     /// A long frame, copied into the peer's ring by its [`CopyPolicy`].
@@ -756,16 +753,52 @@ impl Device for ShmDevice {
         true
     }
 
+    fn rx_pending(&self) -> bool {
+        self.nic.rx_pending()
+    }
+
+    fn liveness(&mut self) -> Option<&mut dyn Liveness> {
+        Some(self)
+    }
+
+    fn nic_atomics(&mut self) -> Option<&mut dyn NicAtomics> {
+        self.nic.nic_atomics()
+    }
+
+    fn nic_barrier(&mut self) -> Option<&mut dyn NicBarrier> {
+        self.nic.nic_barrier()
+    }
+
+    fn board(&mut self) -> Option<&mut dyn Board> {
+        Some(self)
+    }
+
+    fn send_pool(&self) -> Option<&dyn SendPool> {
+        self.nic.send_pool()
+    }
+
+    fn send_pool_mut(&mut self) -> Option<&mut dyn SendPool> {
+        self.nic.send_pool_mut()
+    }
+}
+
+/// The NIC model's board, written only once a reader whose process is gone has
+/// been reaped, long frames copied by the board's [`CopyPolicy`].
+impl Board for ShmDevice {
+    fn write(&mut self, now: Instant, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> bool {
+        self.board_room_or_reap(now, |d| d.nic.write(now, len, fill))
+    }
+
     /// A long frame, copied into our broadcast board by the board's [`CopyPolicy`]:
     /// a member in another core complex reads it as a peer's ring would be read.
-    fn board_transmit_parts(&mut self, now: Instant, parts: &[&[u8]]) -> bool {
+    fn write_parts(&mut self, now: Instant, parts: &[&[u8]]) -> bool {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         self.board_room_or_reap(now, |d| {
             let at = (d.nic.board_next() % volley_myri::BOARD_SLOTS) as usize;
             let mut seen = d.board_written[at];
             let warm = warm(&mut seen, len);
             let (mode, policy, stats) = (d.copy_mode, &mut d.board_copy, &mut d.stats);
-            let sent = d.nic.board_transmit(now, len, &mut |slot| {
+            let sent = d.nic.write(now, len, &mut |slot| {
                 copy_parts(slot, parts, policy, mode, warm, stats);
                 stats.board_frames += 1;
             });
@@ -776,37 +809,27 @@ impl Device for ShmDevice {
         })
     }
 
-    fn rx_pending(&self) -> bool {
-        self.nic.rx_pending()
-    }
-
-    fn fetch_add(&mut self, peer: NodeAddr, var: u16, delta: u32) -> Option<u32> {
-        self.nic.fetch_add(peer, var, delta)
-    }
-
-    fn barrier(&mut self, now: Instant, members: &BarrierMembers<'_>) -> BarrierPoll {
-        self.nic.barrier(now, members)
-    }
-
-    fn board_transmit(
+    fn write_pooled(
         &mut self,
         now: Instant,
+        head: &[u8],
+        slot: usize,
         len: usize,
-        fill: &mut dyn FnMut(&mut [u8]),
+        tail: &[u8],
     ) -> bool {
-        self.board_room_or_reap(now, |d| d.nic.board_transmit(now, len, fill))
+        self.nic.write_pooled(now, head, slot, len, tail)
     }
 
-    fn board_receive(
+    fn read(
         &mut self,
         now: Instant,
         take: &mut dyn FnMut(NodeAddr, &[u8]) -> volley_core::phy::BoardTake,
     ) -> bool {
-        self.nic.board_receive(now, take)
+        self.nic.read(now, take)
     }
 
-    fn board_unread(&mut self, now: Instant) -> bool {
-        if !self.nic.board_unread(now) {
+    fn unread(&mut self, now: Instant) -> bool {
+        if !self.nic.unread(now) {
             return false;
         }
         // A reader whose process is gone is dead at once, as in `peer_alive`.
@@ -816,40 +839,13 @@ impl Device for ShmDevice {
                 self.reap(d);
             }
         }
-        self.nic.board_unread(now)
+        self.nic.unread(now)
     }
+}
 
-    fn pool_slot(&self, i: usize) -> Option<&[u8]> {
-        self.nic.pool_slot(i)
-    }
-
-    fn pool_slot_mut(&mut self, i: usize) -> Option<&mut [u8]> {
-        self.nic.pool_slot_mut(i)
-    }
-
-    fn transmit_pooled(
-        &mut self,
-        now: Instant,
-        dst: NodeAddr,
-        head: &[u8],
-        slot: usize,
-        len: usize,
-        tail: &[u8],
-    ) -> bool {
-        self.nic.transmit_pooled(now, dst, head, slot, len, tail)
-    }
-
-    fn board_transmit_pooled(
-        &mut self,
-        now: Instant,
-        head: &[u8],
-        slot: usize,
-        len: usize,
-        tail: &[u8],
-    ) -> bool {
-        self.nic.board_transmit_pooled(now, head, slot, len, tail)
-    }
-
+/// The NIC model's liveness words, and a peer whose process is gone (its pid no
+/// longer in /proc) reaped at once.
+impl Liveness for ShmDevice {
     fn peer_alive(&mut self, now: Instant, peer: NodeAddr) -> bool {
         self.reap(peer.0 as u32);
         self.nic.peer_alive(now, peer)

@@ -259,10 +259,6 @@ impl Device for EthDevice {
         self.kick();
     }
 
-    fn gather_from(&self) -> usize {
-        GATHER_FROM
-    }
-
     fn transmit_parts(&mut self, _now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
         let Some(&to) = self.macs.get(dst.0 as usize) else {
             return false;
@@ -326,10 +322,10 @@ impl Device for EthDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(self.mtu, false, false)
-    }
-
-    fn transmit_reads_time(&self) -> bool {
-        false
+        Capabilities {
+            gather_from: GATHER_FROM,
+            transmit_reads_time: false,
+            ..Capabilities::new(self.mtu, false, false)
+        }
     }
 }

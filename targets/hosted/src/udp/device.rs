@@ -190,12 +190,6 @@ impl Device for UdpDevice {
         }
     }
 
-    fn peer_alive(&mut self, _now: Instant, peer: NodeAddr) -> bool {
-        self.life.read_errors(&self.sock, &mut self.stats);
-        let now = std::time::Instant::now();
-        !self.life.gone_at(peer.0 as usize, now, &mut self.stats)
-    }
-
     fn transmit(&mut self, _now: Instant, dst: NodeAddr) -> Option<UdpTx<'_>> {
         if usize::from(dst.0) >= self.peer_addrs.len() {
             return None;
@@ -211,15 +205,15 @@ impl Device for UdpDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(self.shape.mtu, false, false)
+        Capabilities {
+            gather_from: GATHER_FROM,
+            transmit_reads_time: false,
+            ..Capabilities::new(self.shape.mtu, false, false)
+        }
     }
 
-    fn transmit_reads_time(&self) -> bool {
-        false
-    }
-
-    fn gather_from(&self) -> usize {
-        GATHER_FROM
+    fn liveness(&mut self) -> Option<&mut dyn volley_core::phy::Liveness> {
+        Some(self)
     }
 
     fn transmit_parts(&mut self, _now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
@@ -270,5 +264,14 @@ impl Device for UdpDevice {
                 true
             }
         }
+    }
+}
+
+/// ICMP reports as a hint (see `liveness.rs`).
+impl volley_core::phy::Liveness for UdpDevice {
+    fn peer_alive(&mut self, _now: Instant, peer: NodeAddr) -> bool {
+        self.life.read_errors(&self.sock, &mut self.stats);
+        let now = std::time::Instant::now();
+        !self.life.gone_at(peer.0 as usize, now, &mut self.stats)
     }
 }
