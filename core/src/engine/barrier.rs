@@ -166,10 +166,12 @@ impl<'a> Engine<'a> {
                     // A member that completed this barrier may have exited since the
                     // look above: its release happened before its exit, so one more
                     // look tells a finished barrier from a failed one.
-                    let done = dev
-                        .nic_barrier()
-                        .is_some_and(|b| matches!(b.barrier(now, &who), BarrierPoll::Done));
-                    if dead && done {
+                    // (Asked only then: the call after a `Done` starts the next one.)
+                    let mut done = || {
+                        dev.nic_barrier()
+                            .is_some_and(|b| matches!(b.barrier(now, &who), BarrierPoll::Done))
+                    };
+                    if dead && done() {
                         self.stats.device_barriers += 1;
                         self.barrier_complete();
                     } else if dead {
