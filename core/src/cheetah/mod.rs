@@ -29,7 +29,9 @@ use crate::endpoint::Endpoint;
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
-use crate::engine::{Access, Config, Delivery, Engine, Error, Group, Memory, PacketId, Storage};
+use crate::engine::{
+    Access, Config, Delivery, Engine, Error, Group, Memory, PacketId, Storage, Transfer,
+};
 use crate::phy::Device;
 use crate::time::{Clock, Duration, Instant};
 use crate::NodeId;
@@ -364,33 +366,20 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
         // channel is free.
         self.check_failure()?;
         let now = self.ep.clock.now();
+        let t = Transfer {
+            group,
+            node: context,
+            remote,
+            local,
+            len,
+            local_bell,
+            remote_bell,
+        };
         let (e, dev, mem) = (&mut self.ep.engine, &mut self.ep.dev, &mut self.mem);
         let sent = if put {
-            e.put_now(
-                now,
-                dev,
-                mem,
-                group,
-                context,
-                remote,
-                local,
-                len,
-                local_bell,
-                remote_bell,
-            )?
+            e.put_now(now, dev, mem, t)?
         } else {
-            e.get_now(
-                now,
-                dev,
-                mem,
-                group,
-                context,
-                remote,
-                local,
-                len,
-                local_bell,
-                remote_bell,
-            )?
+            e.get_now(now, dev, mem, t)?
         };
         if sent {
             self.ep.dev.flush(now);
@@ -401,19 +390,7 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
         } else {
             Engine::start_get
         };
-        self.retry(|c| {
-            start(
-                &mut c.ep.engine,
-                &mut c.mem,
-                group,
-                context,
-                remote,
-                local,
-                len,
-                local_bell,
-                remote_bell,
-            )
-        })
+        self.retry(|c| start(&mut c.ep.engine, &mut c.mem, t))
     }
 
     /// Starts `f`; while the tables are full, drains the network (running handlers)

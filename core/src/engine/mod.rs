@@ -80,7 +80,7 @@ pub use mcast::{McastGroup, McastTables, Tree, MCAST_ALL};
 pub use packet::{Delivery, PacketBuf, PacketId, Packets, PACKET_MAX};
 pub use port::*;
 use rma::RMA_NONE;
-pub use rma::{Access, Memory, NoMemory, RmaFailure, GET_SLOTS, NO_BELL};
+pub use rma::{Access, Memory, NoMemory, RmaFailure, Transfer, GET_SLOTS, NO_BELL};
 pub use timers::{beacon_frame, BEACON_LEN};
 
 pub use assembly::Assembly;
@@ -89,6 +89,7 @@ use emit::*;
 pub use error::Error;
 use ops::*;
 pub use ops::{Body, EagerBuf, Op, SendHandle, SendStatus};
+pub use send_now::OneFrame;
 pub use stats::Stats;
 use storage::*;
 pub use storage::{Capacity, Storage};

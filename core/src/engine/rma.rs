@@ -152,27 +152,38 @@ fn be64(b: &[u8]) -> u64 {
         .map_or(0, u64::from_be_bytes)
 }
 
+/// A one-sided transfer between `len` bytes at local address `local` and address
+/// `remote` of instance `node` of `group`. A put writes there; a get reads from
+/// there. `local_bell` is rung here and `remote_bell` there, each once its end is
+/// done with the bytes (see [`Engine::start_put`] and [`Engine::start_get`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transfer {
+    /// The peer's group.
+    pub group: GroupId,
+    /// The peer's instance in it.
+    pub node: NodeId,
+    /// The address at the peer.
+    pub remote: u64,
+    /// The address here.
+    pub local: u64,
+    /// Bytes.
+    pub len: u32,
+    /// Rung here ([`NO_BELL`]: none).
+    pub local_bell: u64,
+    /// Rung at the peer ([`NO_BELL`]: none).
+    pub remote_bell: u64,
+}
+
 impl<'a> Engine<'a> {
     /// Starts writing `len` bytes from local address `local` to address `remote` of
     /// instance `node` of `group`. `local_bell` is rung here once the local bytes may
     /// be reused (the target has them all), `remote_bell` there once they have all
     /// landed. A refused address or a dead peer shows up in
     /// [`Engine::take_rma_failure`] and the local bell is not rung.
-    #[allow(clippy::too_many_arguments)]
-    pub fn start_put(
-        &mut self,
-        mem: &mut dyn Memory,
-        group: GroupId,
-        node: NodeId,
-        remote: u64,
-        local: u64,
-        len: u32,
-        local_bell: u64,
-        remote_bell: u64,
-    ) -> Result<(), Error> {
-        let ci = self.put_channel(mem, group, node, local, len)?;
+    pub fn start_put(&mut self, mem: &mut dyn Memory, t: Transfer) -> Result<(), Error> {
+        let ci = self.put_channel(mem, t.group, t.node, t.local, t.len)?;
         let oi = self.alloc_op()?;
-        let op = put_op(group, node, remote, local, len, local_bell, remote_bell);
+        let op = put_op(&t);
         self.enqueue(ci, oi, &op);
         Ok(())
     }
@@ -202,18 +213,16 @@ impl<'a> Engine<'a> {
     /// Starts reading `len` bytes at address `remote` of instance `node` of `group`
     /// into local address `local`. `local_bell` is rung here once the data has all
     /// landed, `remote_bell` there once the source may be reused.
-    #[allow(clippy::too_many_arguments)]
-    pub fn start_get(
-        &mut self,
-        mem: &mut dyn Memory,
-        group: GroupId,
-        node: NodeId,
-        remote: u64,
-        local: u64,
-        len: u32,
-        local_bell: u64,
-        remote_bell: u64,
-    ) -> Result<(), Error> {
+    pub fn start_get(&mut self, mem: &mut dyn Memory, t: Transfer) -> Result<(), Error> {
+        let Transfer {
+            group,
+            node,
+            remote,
+            local,
+            len,
+            local_bell,
+            remote_bell,
+        } = t;
         let (gi, ci) = self.get_slot(mem, group, node, local, len)?;
         let ch = &mut self.chans[ci];
         let req = self.rma.next_req;
@@ -666,15 +675,16 @@ impl<'a> Engine<'a> {
 /// The operation of a put of `len` bytes from local `local` to `remote` of `node`
 /// in `group`, ringing `local_bell` here and `remote_bell` there (not yet on a
 /// channel).
-pub(super) fn put_op(
-    group: GroupId,
-    node: NodeId,
-    remote: u64,
-    local: u64,
-    len: u32,
-    local_bell: u64,
-    remote_bell: u64,
-) -> Op<'static> {
+pub(super) fn put_op(t: &Transfer) -> Op<'static> {
+    let &Transfer {
+        group,
+        node,
+        remote,
+        local,
+        len,
+        local_bell,
+        remote_bell,
+    } = t;
     let mut op = Op::EMPTY;
     op.state = OpState::Active;
     op.reliable = true;

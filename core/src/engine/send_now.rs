@@ -3,6 +3,19 @@
 
 use super::*;
 
+/// A message that fits one frame, for [`Engine::send_now`].
+#[derive(Debug, Clone, Copy)]
+pub struct OneFrame<'b> {
+    /// The port it goes through (its output binding names the destination).
+    pub port: PortId,
+    /// A first piece, copied (at most [`HEAD_MAX`] bytes), then `body`.
+    pub head: &'b [u8],
+    /// The rest of the message.
+    pub body: &'b [u8],
+    /// Delivered exactly once, in order (else best effort: never retransmitted).
+    pub reliable: bool,
+}
+
 /// Longest handler's send that [`Engine::send_queued_at_once`] sends at once
 /// (copied to the stack on the way): an active message's reply, say.
 const QUEUED_AT_ONCE: usize = 1024;
@@ -58,9 +71,9 @@ impl<'a> Engine<'a> {
         // given back last.
         self.bufs.give_eager(q.eager);
         let sent = if q.reliable {
-            self.send_now_reliable_timed(dev, q.port, &[], body, || now)
+            self.send_one_reliable(dev, q.port, &[], body, || now)
         } else {
-            self.send_now_timed(dev, q.port, &[], body, || now)
+            self.send_one_best_effort(dev, q.port, &[], body, || now)
         };
         if sent {
             self.stats.tx_queued_at_once += 1;
@@ -71,7 +84,7 @@ impl<'a> Engine<'a> {
         sent
     }
 
-    /// [`Engine::send_now_reliable_timed`] for a non-blocking send: when the message
+    /// A reliable [`Engine::send_now`] for a non-blocking send: when the message
     /// left in this call, a handle of its own that reports it done (the message
     /// goes on detached, as a blocking send's: a failure later reaches the port's
     /// error handler or error semaphore). `None`, nothing changed: it did not leave.
@@ -91,7 +104,7 @@ impl<'a> Engine<'a> {
             state: OpState::Done,
             ..Op::EMPTY
         };
-        if self.send_now_reliable_timed(dev, port, head, body, now) {
+        if self.send_one_reliable(dev, port, head, body, now) {
             Some(SendHandle::new(token, gen))
         } else {
             self.ops[token].state = OpState::Free;
@@ -99,31 +112,38 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Sends a reliable message that fits one frame at once, from a copy in an
-    /// eager buffer, when its channel has nothing queued, nothing to resend and room
-    /// in the peer's window: the frame leaves in this call, no queue and no pass
-    /// over the channels (a short broadcast: into the board, see `send_now_board`).
-    /// The send is detached (see [`Engine::detach`]): the ack frees the copy, and a
-    /// failure is reported through the port's error handler or error semaphore.
-    /// `false` when it does not apply, no eager buffer or slot is free, or the
-    /// device has no room; nothing has happened then, and
-    /// [`Engine::start_send_eager`] or [`Engine::start_send`] takes the message.
-    pub fn send_now_reliable<D: Device>(
+    /// Sends `msg`, a message that fits one frame, in this call: the frame goes
+    /// straight into the device when its channel has nothing queued before it (and,
+    /// reliable, nothing to resend and room in the peer's window), with no queue and
+    /// no pass over the channels. Most small sends take this path. The time is read
+    /// through `now`, at most once and only where it is needed: before the frame if
+    /// the device's transmit reads it
+    /// ([`crate::phy::Capabilities::transmit_reads_time`]), else, for a reliable
+    /// message, once the frame has left (its retransmission timer starts then), so
+    /// that no clock read delays the frame.
+    ///
+    /// A reliable message leaves from a copy in an eager buffer and is detached
+    /// (see [`Engine::detach`]): the ack frees the copy, and a failure is reported
+    /// through the port's error handler or error semaphore; a short broadcast goes
+    /// into the board (see `send_now_board`). `false` when this does not apply, no
+    /// eager buffer or slot is free, or the device has no room; nothing has happened
+    /// then, and [`Engine::start_send_eager`] or [`Engine::start_send`] takes the
+    /// message.
+    #[inline(always)]
+    pub fn send_now<D: Device>(
         &mut self,
-        now: Instant,
         dev: &mut D,
-        port: PortId,
-        head: &[u8],
-        body: &[u8],
+        msg: OneFrame<'_>,
+        now: impl FnMut() -> Instant,
     ) -> bool {
-        self.send_now_reliable_timed(dev, port, head, body, || now)
+        if msg.reliable {
+            self.send_one_reliable(dev, msg.port, msg.head, msg.body, now)
+        } else {
+            self.send_one_best_effort(dev, msg.port, msg.head, msg.body, now)
+        }
     }
 
-    /// [`Engine::send_now_reliable`] that reads the time through `now` (at most
-    /// once) only where it is needed: before the frame if the device's transmit
-    /// reads it ([`crate::phy::Capabilities::transmit_reads_time`]), else once the frame has left (its
-    /// retransmission timer starts then), so that no clock read delays the frame.
-    pub fn send_now_reliable_timed<D: Device>(
+    fn send_one_reliable<D: Device>(
         &mut self,
         dev: &mut D,
         port: PortId,
@@ -185,25 +205,19 @@ impl<'a> Engine<'a> {
 
     /// [`Engine::start_put`] of a put that fits one frame, sent in this call where
     /// its channel may take a new frame ahead of nothing (as
-    /// [`Engine::send_now_reliable`] sends a message): no queue, no transmit pass.
+    /// a reliable [`Engine::send_now`] sends a message): no queue, no transmit pass.
     /// `Ok(false)`, nothing changed: not sent (something ahead, no credit, too long
     /// for one frame, no free operation, the device full); `start_put` takes it.
     /// The caller flushes the device ([`Device::flush`]).
-    #[allow(clippy::too_many_arguments)]
     pub fn put_now<D: Device>(
         &mut self,
         now: Instant,
         dev: &mut D,
         mem: &mut dyn Memory,
-        group: GroupId,
-        node: NodeId,
-        remote: u64,
-        local: u64,
-        len: u32,
-        local_bell: u64,
-        remote_bell: u64,
+        t: Transfer,
     ) -> Result<bool, Error> {
-        let ci = self.put_channel(mem, group, node, local, len)?;
+        let len = t.len;
+        let ci = self.put_channel(mem, t.group, t.node, t.local, len)?;
         let fits = len as usize + wire::RMA_PREFIX <= max_payload(&self.cfg, &self.caps);
         if !fits || !self.nothing_ahead() || !self.chans[ci].free_to_send_now() {
             return Ok(false);
@@ -228,7 +242,7 @@ impl<'a> Engine<'a> {
             gen,
             chan: ci as u16,
             msg_id: ch.next_msg,
-            ..super::rma::put_op(group, node, remote, local, len, local_bell, remote_bell)
+            ..super::rma::put_op(&t)
         };
         let seq = ch.snd_nxt;
         let mut tx = Tx::new(dev, now, caps, cfg, tag_tx, stats, bufs);
@@ -257,20 +271,22 @@ impl<'a> Engine<'a> {
     /// may take a new frame ahead of nothing (as [`Engine::put_now`]). `Ok(false)`,
     /// nothing changed: not sent (something ahead, no credit, no free get slot, the
     /// device full); `start_get` takes it. The caller flushes the device.
-    #[allow(clippy::too_many_arguments)]
     pub fn get_now<D: Device>(
         &mut self,
         now: Instant,
         dev: &mut D,
         mem: &mut dyn Memory,
-        group: GroupId,
-        node: NodeId,
-        remote: u64,
-        local: u64,
-        len: u32,
-        local_bell: u64,
-        remote_bell: u64,
+        t: Transfer,
     ) -> Result<bool, Error> {
+        let Transfer {
+            group,
+            node,
+            remote,
+            local,
+            len,
+            local_bell,
+            remote_bell,
+        } = t;
         let (gi, ci) = match self.get_slot(mem, group, node, local, len) {
             Ok(s) => s,
             Err(Error::NoResources) => return Ok(false),
@@ -319,7 +335,7 @@ impl<'a> Engine<'a> {
         Ok(true)
     }
 
-    /// What [`Engine::send_now_reliable_timed`] does once its frame is out: the
+    /// What a reliable [`Engine::send_now`] does once its frame is out: the
     /// operation (taken before, so that the frame could not go without one) filled
     /// in, the copy for sending again, the frame's place in the channel and its
     /// timer. Nothing here delays the frame or its receiver; kept out of line so
@@ -378,27 +394,15 @@ impl<'a> Engine<'a> {
     }
 
     /// [`Engine::launch_unicast`] with the frame sent in this call, when nothing is
-    /// queued before it on its channel (the packet's counterpart of
-    /// [`Engine::send_now_reliable`]): its operation is set up in place, with no
-    /// queue and no transmit pass. `Ok(false)` when that does not apply (to itself,
-    /// no open channel, something ahead, no credit) or the device has no room:
-    /// nothing has happened then, and `launch_unicast` takes the packet. The
-    /// caller flushes the device ([`Device::flush`]) once it has launched what it
-    /// has, so that a run of packets leaves in one batch where the device batches.
+    /// queued before it on its channel (the packet's counterpart of a reliable
+    /// [`Engine::send_now`], reading the time through `now` as it does): its
+    /// operation is set up in place, with no queue and no transmit pass.
+    /// `Ok(false)` when that does not apply (to itself, no open channel, something
+    /// ahead, no credit) or the device has no room: nothing has happened then, and
+    /// `launch_unicast` takes the packet. The caller flushes the device
+    /// ([`Device::flush`]) once it has launched what it has, so that a run of
+    /// packets leaves in one batch where the device batches.
     pub fn launch_unicast_now<D: Device>(
-        &mut self,
-        now: Instant,
-        dev: &mut D,
-        id: PacketId,
-        dest: NodeId,
-        len: usize,
-    ) -> Result<bool, Error> {
-        self.launch_unicast_now_timed(dev, id, dest, len, || now)
-    }
-
-    /// [`Engine::launch_unicast_now`] that reads the time through `now` only where
-    /// it is needed, as [`Engine::send_now_reliable_timed`] does.
-    pub fn launch_unicast_now_timed<D: Device>(
         &mut self,
         dev: &mut D,
         id: PacketId,
@@ -513,38 +517,21 @@ impl<'a> Engine<'a> {
         dest: NodeId,
         len: usize,
     ) -> Result<bool, Error> {
-        if self.launch_unicast_now(now, dev, id, dest, len)? {
+        if self.launch_unicast_now(dev, id, dest, len, || now)? {
             return Ok(true);
         }
         self.launch_unicast(id, dest, len).map(|()| false)
     }
 
-    /// Sends a best-effort message that fits one frame at once, when nothing is
-    /// queued before it on its channel: no op, no queue, no pass over the channels.
-    /// Most small sends take this path. `false` when it does not apply or the device
-    /// has no room; nothing has happened then, and [`Engine::start_send`] takes the
-    /// message.
-    pub fn send_now<D: Device>(
-        &mut self,
-        now: Instant,
-        dev: &mut D,
-        port: PortId,
-        head: &[u8],
-        body: &[u8],
-    ) -> bool {
-        self.send_now_timed(dev, port, head, body, || now)
-    }
-
-    /// [`Engine::send_now`] that reads the time through `now` only if the device's
-    /// transmit reads it ([`crate::phy::Capabilities::transmit_reads_time`]): a best-effort frame
-    /// needs no time of its own.
-    pub fn send_now_timed<D: Device>(
+    /// A best-effort [`Engine::send_now`]: no op, no queue; the time is read only if
+    /// the device's transmit reads it (a best-effort frame needs no time of its own).
+    fn send_one_best_effort<D: Device>(
         &mut self,
         dev: &mut D,
         port: PortId,
         head: &[u8],
         body: &[u8],
-        now: impl FnOnce() -> Instant,
+        mut now: impl FnMut() -> Instant,
     ) -> bool {
         let Some((dest, ci)) = self.open_channel(port, head) else {
             return false;

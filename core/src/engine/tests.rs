@@ -1119,22 +1119,28 @@ fn a_short_best_effort_send_goes_at_once_and_never_overtakes() {
     a.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
     // No channel to node 1 yet: the general path opens it.
     assert!(!a.send_now(
-        now,
         &mut Loopback::new(&mut rings, NodeAddr(0)),
-        1,
-        b"",
-        b"x"
+        OneFrame {
+            port: 1,
+            head: b"",
+            body: b"x",
+            reliable: false
+        },
+        || now
     ));
     assert_eq!(lens(&mut rings), [0, 0, 0, 0]);
     let long: &'static [u8] = Vec::leak(std::vec![9u8; 2000]);
     let h = a.start_send(1, b"", Body::Borrowed(long), false).unwrap();
     // Queued before it and not yet sent: it must wait its turn.
     assert!(!a.send_now(
-        now,
         &mut Loopback::new(&mut rings, NodeAddr(0)),
-        1,
-        b"",
-        b"second"
+        OneFrame {
+            port: 1,
+            head: b"",
+            body: b"second",
+            reliable: false
+        },
+        || now
     ));
     a.start_send(1, b"", Body::Borrowed(b"second"), false)
         .unwrap();
@@ -1146,11 +1152,14 @@ fn a_short_best_effort_send_goes_at_once_and_never_overtakes() {
     loop {
         let m = std::format!("m{n}").into_bytes();
         if !a.send_now(
-            now,
             &mut Loopback::new(&mut rings, NodeAddr(0)),
-            1,
-            b"hd",
-            &m,
+            OneFrame {
+                port: 1,
+                head: b"hd",
+                body: &m,
+                reliable: false,
+            },
+            || now,
         ) {
             break;
         }
@@ -1245,7 +1254,16 @@ fn a_short_reliable_send_goes_at_once_from_a_copy_and_survives_loss() {
     let now = Instant::ZERO;
     a.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
     let send = |a: &mut TE, rings: &mut Rings, head: &[u8], body: &[u8]| {
-        a.e.send_now_reliable(now, &mut Loopback::new(rings, NodeAddr(0)), 1, head, body)
+        a.e.send_now(
+            &mut Loopback::new(rings, NodeAddr(0)),
+            OneFrame {
+                port: 1,
+                head,
+                body,
+                reliable: true,
+            },
+            || now,
+        )
     };
     // No channel to node 1 yet: the general path opens it.
     assert!(!send(&mut a, &mut rings, b"", b"x"));
@@ -1367,9 +1385,27 @@ fn a_message_sent_at_once_is_the_frame_the_queue_would_send() {
         let dev = &mut Loopback::new(&mut rings, NodeAddr(0));
         if at_once {
             let sent = if reliable {
-                a.e.send_now_reliable(now, dev, 1, b"hd", b"payload")
+                a.e.send_now(
+                    dev,
+                    OneFrame {
+                        port: 1,
+                        head: b"hd",
+                        body: b"payload",
+                        reliable: true,
+                    },
+                    || now,
+                )
             } else {
-                a.e.send_now(now, dev, 1, b"hd", b"payload")
+                a.e.send_now(
+                    dev,
+                    OneFrame {
+                        port: 1,
+                        head: b"hd",
+                        body: b"payload",
+                        reliable: false,
+                    },
+                    || now,
+                )
             };
             assert!(sent);
         } else {
@@ -1540,7 +1576,7 @@ fn a_packet_launched_at_once_is_the_frame_the_queue_would_send() {
             let mut a = with_packets(0, key);
             let p = launch(&mut a, b"open");
             let dev = &mut view(&mut rings, 0);
-            assert_eq!(a.e.launch_unicast_now(now, dev, p, 1, 4), Ok(false));
+            assert_eq!(a.e.launch_unicast_now(dev, p, 1, 4, || now), Ok(false));
             assert!(a.ops.iter().all(|o| o.state == OpState::Free), "untouched");
             // The first packet opens the channel and stays unacked.
             a.launch_unicast(p, 1, 4).unwrap();
@@ -1549,7 +1585,7 @@ fn a_packet_launched_at_once_is_the_frame_the_queue_would_send() {
             let p = launch(&mut a, b"next");
             let dev = &mut view(&mut rings, 0);
             if at_once {
-                assert_eq!(a.e.launch_unicast_now(now, dev, p, 1, 3), Ok(true));
+                assert_eq!(a.e.launch_unicast_now(dev, p, 1, 3, || now), Ok(true));
             } else {
                 a.launch_unicast(p, 1, 3).unwrap();
                 a.poll(now, dev, None);
@@ -1576,7 +1612,7 @@ fn a_packet_launched_at_once_is_the_frame_the_queue_would_send() {
     run(&mut [&mut a, &mut b], &mut rings, |es| es[0].is_quiescent());
     let at = Instant::from_millis(1);
     assert_eq!(
-        a.e.launch_unicast_now(at, &mut view(&mut rings, 0), p, 1, 4),
+        a.e.launch_unicast_now(&mut view(&mut rings, 0), p, 1, 4, || at),
         Ok(true)
     );
     assert_eq!(
@@ -1847,8 +1883,16 @@ fn a_send_at_once_follows_its_ports_binding() {
             es[0].send_status(h) == Ok(SendStatus::Done)
         });
         a.release(h).unwrap();
-        let at_once =
-            a.e.send_now_reliable(now, &mut Loopback::new(&mut rings, NodeAddr(0)), 1, m, b"!");
+        let at_once = a.e.send_now(
+            &mut Loopback::new(&mut rings, NodeAddr(0)),
+            OneFrame {
+                port: 1,
+                head: m,
+                body: b"!",
+                reliable: true,
+            },
+            || now,
+        );
         assert!(at_once, "sent at once to node {to}");
         run(&mut [&mut a, &mut b, &mut c], &mut rings, |es| {
             es[0].is_quiescent()

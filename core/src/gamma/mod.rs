@@ -45,8 +45,8 @@
 
 use crate::endpoint::Endpoint;
 use crate::engine::{
-    Body, Config, Dest, Engine, Error, Fault, Fill, Group, HandlerView, Notice, PortSetup,
-    Semaphore, SendHandle, SendStatus, Storage,
+    Body, Config, Dest, Engine, Error, Fault, Fill, Group, HandlerView, Notice, OneFrame,
+    PortSetup, Semaphore, SendHandle, SendStatus, Storage,
 };
 use crate::phy::Device;
 use crate::time::{Duration, Instant};
@@ -555,15 +555,16 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         user_port(port)?;
         // The clock is read after the frame has left where the device allows.
         let clock = &self.ep.clock;
-        let sent = if reliable {
-            self.ep
-                .engine
-                .send_now_reliable_timed(&mut self.ep.dev, port, head, body, || clock.now())
-        } else {
-            self.ep
-                .engine
-                .send_now_timed(&mut self.ep.dev, port, head, body, || clock.now())
+        let msg = OneFrame {
+            port,
+            head,
+            body,
+            reliable,
         };
+        let sent = self
+            .ep
+            .engine
+            .send_now(&mut self.ep.dev, msg, || clock.now());
         if sent {
             return Ok(head.len() + body.len());
         }

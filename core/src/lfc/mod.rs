@@ -418,13 +418,12 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         // clock read after the frame where the device allows.
         let clock = &self.ep.clock;
         let mut read = None;
-        let out = self.ep.engine.launch_unicast_now_timed(
-            &mut self.ep.dev,
-            packet,
-            dest,
-            size,
-            || *read.get_or_insert_with(|| clock.now()),
-        )?;
+        let out =
+            self.ep
+                .engine
+                .launch_unicast_now(&mut self.ep.dev, packet, dest, size, || {
+                    *read.get_or_insert_with(|| clock.now())
+                })?;
         if out {
             let now = read.unwrap_or_else(|| clock.now());
             self.ep.dev.flush(now);

@@ -60,8 +60,8 @@ use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use crate::engine::{
-    Access, Capacity, Config, Delivery, Engine, Error, Group, Memory, RmaFailure, Storage, Tree,
-    MCAST_ALL,
+    Access, Capacity, Config, Delivery, Engine, Error, Group, Memory, RmaFailure, Storage,
+    Transfer, Tree, MCAST_ALL,
 };
 use crate::phy::Device;
 use crate::time::{Clock, Duration, Instant};

@@ -228,16 +228,16 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
                 armed: &self.armed,
                 rung: &mut self.rung,
             };
-            let started = self.ep.engine.start_put(
-                &mut gate,
+            let t = Transfer {
                 group,
-                r.dest,
-                addr,
-                r.addr,
-                len as u32,
-                token(SEND, r.ctx),
-                token(RECV, rctx),
-            );
+                node: r.dest,
+                remote: addr,
+                local: r.addr,
+                len: len as u32,
+                local_bell: token(SEND, r.ctx),
+                remote_bell: token(RECV, rctx),
+            };
+            let started = self.ep.engine.start_put(&mut gate, t);
             match started {
                 Ok(()) => {
                     self.rndv[i].state = RndvState::Putting { rctx };
