@@ -279,7 +279,7 @@ impl<'a> Engine<'a> {
                 // A slot the device no longer has: the packet fails.
                 _ => true,
             }
-        } else if head.len() + tail.len() >= self.caps.gather_from {
+        } else if head.len() + tail.len() >= dev.gather_from() {
             // The device copies a long payload its own way, from where it lies.
             match repr.frame_parts(skip_crc, key, [prefix, head, tail]) {
                 Ok((h, t)) => {

@@ -111,7 +111,7 @@ pub(super) fn op_body<'b>(
 pub(super) struct Tx<'t, D> {
     pub(super) dev: &'t mut D,
     pub(super) now: Instant,
-    pub(super) caps: Capabilities,
+    pub(super) caps: &'t Capabilities,
     pub(super) cfg: &'t Config,
     /// The short tags' hash of the last header sent.
     pub(super) tags: &'t wire::TagCache,
@@ -125,7 +125,7 @@ impl<'t, D: Device> Tx<'t, D> {
     pub(super) fn new(
         dev: &'t mut D,
         now: Instant,
-        caps: &Capabilities,
+        caps: &'t Capabilities,
         cfg: &'t Config,
         tags: &'t wire::TagCache,
         stats: &'t mut Stats,
@@ -134,7 +134,7 @@ impl<'t, D: Device> Tx<'t, D> {
         Tx {
             dev,
             now,
-            caps: *caps,
+            caps,
             cfg,
             tags,
             stats,
@@ -147,7 +147,7 @@ impl<'t, D: Device> Tx<'t, D> {
         // A payload in two places (a tree prefix before the data) is joined: a long
         // tag is computed fastest over one slice (`wire::tag_parts`).
         let split = !pieces[0].is_empty() && !pieces[1].is_empty();
-        if split || pieces[0].len() + pieces[1].len() < self.caps.gather_from {
+        if split || pieces[0].len() + pieces[1].len() < self.dev.gather_from() {
             return self.emit_with(ch, repr, |rest| {
                 let (a, b) = rest.split_at_mut(pieces[0].len());
                 a.copy_from_slice(pieces[0]);
@@ -181,7 +181,7 @@ impl<'t, D: Device> Tx<'t, D> {
         head: &[u8],
         body: &[u8],
     ) -> bool {
-        if head.is_empty() && body.len() >= self.caps.gather_from {
+        if head.is_empty() && body.len() >= self.dev.gather_from() {
             return self.emit(ch, repr, [head, body]);
         }
         self.emit_with(ch, repr, |rest| {
@@ -220,6 +220,9 @@ impl<'t, D: Device> Tx<'t, D> {
     }
 
     /// Emits `repr` with its payload written by `fill` straight into the frame.
+    // Always: each caller's `fill` is its own copy loop, and the one-frame send
+    // path (`single`) must not pay a call for it.
+    #[inline(always)]
     pub(super) fn emit_with<F: FnOnce(&mut [u8])>(
         &mut self,
         ch: &mut Channel,

@@ -118,7 +118,7 @@ impl<'a> Engine<'a> {
     /// no pass over the channels. Most small sends take this path. The time is read
     /// through `now`, at most once and only where it is needed: before the frame if
     /// the device's transmit reads it
-    /// ([`crate::phy::Capabilities::transmit_reads_time`]), else, for a reliable
+    /// ([`Device::transmit_reads_time`]), else, for a reliable
     /// message, once the frame has left (its retransmission timer starts then), so
     /// that no clock read delays the frame.
     ///
@@ -190,7 +190,7 @@ impl<'a> Engine<'a> {
             flags |= Flags::ACK_REQ;
         }
         let repr = single_repr(port, dest, flags, ch.snd_nxt, ch.next_msg, total);
-        let early = caps.transmit_reads_time.then(&mut now);
+        let early = dev.transmit_reads_time().then(&mut now);
         let at = early.unwrap_or(self.polled_at);
         let mut tx = Tx::new(dev, at, caps, cfg, tag_tx, stats, bufs);
         if !tx.single(ch, repr, head, body) {
@@ -466,7 +466,7 @@ impl<'a> Engine<'a> {
         };
         let o = &ops[oi];
         let seq = ch.snd_nxt;
-        let early = caps.transmit_reads_time.then(&mut now);
+        let early = dev.transmit_reads_time().then(&mut now);
         let mut tx = Tx::new(
             dev,
             early.unwrap_or(self.polled_at),
@@ -536,7 +536,7 @@ impl<'a> Engine<'a> {
         let Some((dest, ci)) = self.open_channel(port, head) else {
             return false;
         };
-        let at = if self.caps.transmit_reads_time {
+        let at = if dev.transmit_reads_time() {
             now()
         } else {
             self.polled_at

@@ -762,9 +762,13 @@ impl Device for Special<'_> {
     }
     fn capabilities(&self) -> crate::phy::Capabilities {
         self.asked.set(self.asked.get() + 1);
-        crate::phy::Capabilities {
-            gather_from: if self.gather { 100 } else { usize::MAX },
-            ..self.lo.capabilities()
+        self.lo.capabilities()
+    }
+    fn gather_from(&self) -> usize {
+        if self.gather {
+            100
+        } else {
+            usize::MAX
         }
     }
     fn liveness(&mut self) -> Option<&mut dyn crate::phy::Liveness> {

@@ -229,8 +229,6 @@ impl<D: Device, const BUF: usize> Device for FaultInjector<D, BUF> {
         let inner = Capabilities {
             pool_slots: 0,
             pool_slot_size: 0,
-            gather_from: usize::MAX,
-            transmit_reads_time: true,
             ..self.inner.capabilities()
         };
         if self.injects_nothing() {

@@ -50,15 +50,6 @@ pub struct Capabilities {
     /// its short messages under the compact header ([`crate::wire::COMPACT_LEN`]
     /// bytes). Every node on the device must say the same.
     pub compact: bool,
-    /// Payload bytes from which the engine sends a frame with
-    /// [`Device::transmit_parts`] instead of filling a transmit token; `usize::MAX`:
-    /// never.
-    pub gather_from: usize,
-    /// Whether [`Device::transmit`], [`Device::transmit_parts`] and
-    /// [`Device::flush`] read the `now` they are given. Where they do not, a send
-    /// that leaves at once reads the clock only after its frame has left, so the
-    /// read does not delay the frame.
-    pub transmit_reads_time: bool,
 }
 
 impl Capabilities {
@@ -73,8 +64,6 @@ impl Capabilities {
             pool_slots: 0,
             pool_slot_size: 0,
             compact: false,
-            gather_from: usize::MAX,
-            transmit_reads_time: true,
         }
     }
 }
@@ -170,10 +159,24 @@ pub trait Device {
     /// the frame anyway (`sendmsg` with an I/O vector): it spares the copy into a
     /// transmit buffer; or for one that copies long payloads its own way (the hosted
     /// `shm` device's non-temporal stores). `false` when there is no room now.
-    /// Called only for frames with at least [`Capabilities::gather_from`] payload
-    /// bytes, in order with earlier tokens.
+    /// Called only for frames with at least [`Device::gather_from`] payload bytes,
+    /// in order with earlier tokens.
     fn transmit_parts(&mut self, _now: Instant, _dst: NodeAddr, _parts: &[&[u8]]) -> bool {
         false
+    }
+    /// Payload bytes from which the engine sends a frame with
+    /// [`Device::transmit_parts`] instead of filling a transmit token; `usize::MAX`
+    /// (the default): never. A method, not a capability, so that the engine's
+    /// send path sees a device's constant.
+    fn gather_from(&self) -> usize {
+        usize::MAX
+    }
+    /// Whether [`Device::transmit`], [`Device::transmit_parts`] and
+    /// [`Device::flush`] read the `now` they are given. Where they do not, a send
+    /// that leaves at once reads the clock only after its frame has left, so the
+    /// read does not delay the frame. A method, as [`Device::gather_from`].
+    fn transmit_reads_time(&self) -> bool {
+        true
     }
     /// Whether a frame may be waiting for [`Device::receive`] or the board's
     /// [`Board::read`]: `false` only where a look at memory (no system call, no
@@ -185,27 +188,33 @@ pub trait Device {
     }
     /// What the device knows of its peers' liveness by means of its own; none: the
     /// engine's timers alone decide.
+    #[inline(always)]
     fn liveness(&mut self) -> Option<&mut dyn Liveness> {
         None
     }
     /// Atomic operations in the device's memory; none: the engine runs them as a
     /// protocol with the owner.
+    #[inline(always)]
     fn nic_atomics(&mut self) -> Option<&mut dyn NicAtomics> {
         None
     }
     /// A barrier in the device's memory; none: the engine exchanges frames.
+    #[inline(always)]
     fn nic_barrier(&mut self) -> Option<&mut dyn NicBarrier> {
         None
     }
     /// The broadcast board ([`Capabilities::board_nodes`]).
+    #[inline(always)]
     fn board(&mut self) -> Option<&mut dyn Board> {
         None
     }
     /// The send pool ([`Capabilities::pool_slots`]), read-only.
+    #[inline(always)]
     fn send_pool(&self) -> Option<&dyn SendPool> {
         None
     }
     /// The send pool.
+    #[inline(always)]
     fn send_pool_mut(&mut self) -> Option<&mut dyn SendPool> {
         None
     }
@@ -247,24 +256,36 @@ impl<D: Device> Device for &mut D {
     fn transmit_parts(&mut self, now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
         (**self).transmit_parts(now, dst, parts)
     }
+    fn gather_from(&self) -> usize {
+        (**self).gather_from()
+    }
+    fn transmit_reads_time(&self) -> bool {
+        (**self).transmit_reads_time()
+    }
     fn rx_pending(&self) -> bool {
         (**self).rx_pending()
     }
+    #[inline(always)]
     fn liveness(&mut self) -> Option<&mut dyn Liveness> {
         (**self).liveness()
     }
+    #[inline(always)]
     fn nic_atomics(&mut self) -> Option<&mut dyn NicAtomics> {
         (**self).nic_atomics()
     }
+    #[inline(always)]
     fn nic_barrier(&mut self) -> Option<&mut dyn NicBarrier> {
         (**self).nic_barrier()
     }
+    #[inline(always)]
     fn board(&mut self) -> Option<&mut dyn Board> {
         (**self).board()
     }
+    #[inline(always)]
     fn send_pool(&self) -> Option<&dyn SendPool> {
         (**self).send_pool()
     }
+    #[inline(always)]
     fn send_pool_mut(&mut self) -> Option<&mut dyn SendPool> {
         (**self).send_pool_mut()
     }

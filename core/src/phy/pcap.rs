@@ -142,8 +142,6 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
             board_mtu: 0,
             pool_slots: 0,
             pool_slot_size: 0,
-            gather_from: usize::MAX,
-            transmit_reads_time: true,
             ..self.inner.capabilities()
         }
     }

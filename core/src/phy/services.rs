@@ -51,7 +51,7 @@ pub trait Board {
     /// [`Board::write`] of a frame given as `parts` laid end to end (header,
     /// the payload's pieces where they lie, tag), for a device that copies long
     /// payloads its own way. Called only for frames with at least
-    /// [`super::Capabilities::gather_from`] payload bytes.
+    /// [`super::Device::gather_from`] payload bytes.
     fn write_parts(&mut self, now: Instant, parts: &[&[u8]]) -> bool {
         let len = parts.iter().map(|p| p.len()).sum();
         self.write(now, len, &mut |buf| {

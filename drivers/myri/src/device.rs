@@ -37,10 +37,12 @@ impl Device for MyriNic {
             pool_slot_size: POOL_SLOT,
             // Rings are per pair of nodes, in the job's own region (`source`).
             compact: true,
-            gather_from: usize::MAX,
-            // A send is a slot and a publish: the time is read after it.
-            transmit_reads_time: false,
         }
+    }
+
+    // A send is a slot and a publish: the time may be read after it.
+    fn transmit_reads_time(&self) -> bool {
+        false
     }
 
     /// A load of each peer's next ring slot, and of the board count.
@@ -48,26 +50,32 @@ impl Device for MyriNic {
         self.rx_ready().is_some() || self.boards_unseen().is_some()
     }
 
+    #[inline(always)]
     fn liveness(&mut self) -> Option<&mut dyn Liveness> {
         Some(self)
     }
 
+    #[inline(always)]
     fn nic_atomics(&mut self) -> Option<&mut dyn NicAtomics> {
         Some(self)
     }
 
+    #[inline(always)]
     fn nic_barrier(&mut self) -> Option<&mut dyn NicBarrier> {
         Some(self)
     }
 
+    #[inline(always)]
     fn board(&mut self) -> Option<&mut dyn Board> {
         Some(self)
     }
 
+    #[inline(always)]
     fn send_pool(&self) -> Option<&dyn SendPool> {
         Some(self)
     }
 
+    #[inline(always)]
     fn send_pool_mut(&mut self) -> Option<&mut dyn SendPool> {
         Some(self)
     }

@@ -147,6 +147,22 @@ impl Device for HostDevice {
         }
     }
 
+    fn transmit_reads_time(&self) -> bool {
+        match self {
+            HostDevice::Shm(d) => d.transmit_reads_time(),
+            HostDevice::Udp(d) => d.transmit_reads_time(),
+            HostDevice::Eth(d) => d.transmit_reads_time(),
+        }
+    }
+
+    fn gather_from(&self) -> usize {
+        match self {
+            HostDevice::Eth(d) => d.gather_from(),
+            HostDevice::Udp(d) => d.gather_from(),
+            HostDevice::Shm(d) => d.gather_from(),
+        }
+    }
+
     fn rx_pending(&self) -> bool {
         match self {
             HostDevice::Shm(d) => d.rx_pending(),
@@ -172,6 +188,7 @@ impl Device for HostDevice {
     }
 
     // The services: the NIC model's on `shm`; ICMP's liveness hint on `udp`.
+    #[inline(always)]
     fn liveness(&mut self) -> Option<&mut dyn Liveness> {
         match self {
             HostDevice::Shm(d) => d.liveness(),
@@ -180,6 +197,7 @@ impl Device for HostDevice {
         }
     }
 
+    #[inline(always)]
     fn nic_atomics(&mut self) -> Option<&mut dyn NicAtomics> {
         match self {
             HostDevice::Shm(d) => d.nic_atomics(),
@@ -187,6 +205,7 @@ impl Device for HostDevice {
         }
     }
 
+    #[inline(always)]
     fn nic_barrier(&mut self) -> Option<&mut dyn NicBarrier> {
         match self {
             HostDevice::Shm(d) => d.nic_barrier(),
@@ -194,6 +213,7 @@ impl Device for HostDevice {
         }
     }
 
+    #[inline(always)]
     fn board(&mut self) -> Option<&mut dyn Board> {
         match self {
             HostDevice::Shm(d) => d.board(),
@@ -201,6 +221,7 @@ impl Device for HostDevice {
         }
     }
 
+    #[inline(always)]
     fn send_pool(&self) -> Option<&dyn SendPool> {
         match self {
             HostDevice::Shm(d) => d.send_pool(),
@@ -208,6 +229,7 @@ impl Device for HostDevice {
         }
     }
 
+    #[inline(always)]
     fn send_pool_mut(&mut self) -> Option<&mut dyn SendPool> {
         match self {
             HostDevice::Shm(d) => d.send_pool_mut(),

@@ -728,10 +728,15 @@ impl Device for ShmDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            gather_from: STREAM_FROM,
-            ..self.nic.capabilities()
-        }
+        self.nic.capabilities()
+    }
+
+    fn transmit_reads_time(&self) -> bool {
+        self.nic.transmit_reads_time()
+    }
+
+    fn gather_from(&self) -> usize {
+        STREAM_FROM
     }
 
     /// A long frame, copied into the peer's ring by its [`CopyPolicy`].
@@ -757,26 +762,32 @@ impl Device for ShmDevice {
         self.nic.rx_pending()
     }
 
+    #[inline(always)]
     fn liveness(&mut self) -> Option<&mut dyn Liveness> {
         Some(self)
     }
 
+    #[inline(always)]
     fn nic_atomics(&mut self) -> Option<&mut dyn NicAtomics> {
         self.nic.nic_atomics()
     }
 
+    #[inline(always)]
     fn nic_barrier(&mut self) -> Option<&mut dyn NicBarrier> {
         self.nic.nic_barrier()
     }
 
+    #[inline(always)]
     fn board(&mut self) -> Option<&mut dyn Board> {
         Some(self)
     }
 
+    #[inline(always)]
     fn send_pool(&self) -> Option<&dyn SendPool> {
         self.nic.send_pool()
     }
 
+    #[inline(always)]
     fn send_pool_mut(&mut self) -> Option<&mut dyn SendPool> {
         self.nic.send_pool_mut()
     }

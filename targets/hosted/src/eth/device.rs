@@ -322,10 +322,14 @@ impl Device for EthDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            gather_from: GATHER_FROM,
-            transmit_reads_time: false,
-            ..Capabilities::new(self.mtu, false, false)
-        }
+        Capabilities::new(self.mtu, false, false)
+    }
+
+    fn transmit_reads_time(&self) -> bool {
+        false
+    }
+
+    fn gather_from(&self) -> usize {
+        GATHER_FROM
     }
 }

@@ -205,11 +205,15 @@ impl Device for UdpDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            gather_from: GATHER_FROM,
-            transmit_reads_time: false,
-            ..Capabilities::new(self.shape.mtu, false, false)
-        }
+        Capabilities::new(self.shape.mtu, false, false)
+    }
+
+    fn transmit_reads_time(&self) -> bool {
+        false
+    }
+
+    fn gather_from(&self) -> usize {
+        GATHER_FROM
     }
 
     fn liveness(&mut self) -> Option<&mut dyn volley_core::phy::Liveness> {
