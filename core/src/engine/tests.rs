@@ -1243,7 +1243,7 @@ fn single_frame_messages_skip_the_assembly_and_keep_the_order() {
     assert_eq!(b.stats().rx_predicted, 14);
 }
 
-/// `send_now_reliable` sends a short reliable message at once from a copy (the
+/// A reliable `send_now` sends a short message at once from a copy (the
 /// caller's buffer is free on return), never ahead of a message queued before it
 /// and never without an eager buffer for the copy; a lost frame is sent again from
 /// the copy and lands once; a peer that never answers is reported through the port.
@@ -1368,7 +1368,7 @@ fn a_multicast_packet_from_a_member_not_our_parent_is_dropped() {
     assert_eq!(&b.packet(d.packet).unwrap()[..4], b"real");
 }
 
-/// A message sent at once (`send_now`, `send_now_reliable`: no operation, or one
+/// A message sent at once (`send_now`, best effort: no operation, or reliable: one
 /// set up in place) is the frame the general path (queue, transmit pass) sends for
 /// it, byte for byte, with and without a job key.
 #[test]
