@@ -105,7 +105,7 @@ impl SimNet {
     }
 
     /// From now on every node's device vouches for the nodes not killed
-    /// ([`Device::peer_vouched`]), as a host's beacon does for a process that computes
+    /// ([`crate::phy::Liveness::peer_vouched`]), as a host's beacon does for a process that computes
     /// without calling in: a node that is not polled is then waited for, never
     /// declared dead, while a killed one still is.
     pub fn vouch_for_the_living(&self) {

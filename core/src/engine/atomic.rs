@@ -5,7 +5,7 @@
 //! counter, `offset` = delta); the owner's engine applies it when it accepts the
 //! frame, which the channel's sequence space makes exactly once, and answers with a
 //! reliable `FETCH_ADD_REPLY` (`offset` = the value before the add). No handler of
-//! the owner runs. A device that does it in NIC memory (`Device::fetch_add`) is asked
+//! the owner runs. A device that does it in NIC memory (`NicAtomics::fetch_add`) is asked
 //! first by the personalities, and then no frame is sent at all.
 
 use super::*;
@@ -48,7 +48,7 @@ pub(super) struct Atomics {
 impl<'a> Engine<'a> {
     /// Starts adding `delta` to counter `var` of instance `node` of group `group`; the
     /// answer (the value before the add) comes from [`Engine::fetch_add_result`].
-    /// Personalities first try [`Device::fetch_add`], which needs no frame.
+    /// Personalities first try [`crate::phy::NicAtomics::fetch_add`], which needs no frame.
     pub fn start_fetch_add(
         &mut self,
         group: GroupId,

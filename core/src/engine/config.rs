@@ -55,7 +55,7 @@ pub struct Config {
     /// [`Error::PortClosed`]. Ports bound late (no barrier after setting up) still get
     /// their messages within it.
     pub unbound_grace: Duration,
-    /// Barriers run in device memory where the device can ([`Device::barrier`]);
+    /// Barriers run in device memory where the device can ([`crate::phy::NicBarrier::barrier`]);
     /// `false` (the default) keeps the frame (dissemination) barrier. The device's
     /// barrier sends no token behind earlier frames, so a member arrives at it only
     /// once what it sent has been acknowledged (or is held back by its receiver's
@@ -75,7 +75,7 @@ pub struct Config {
     /// (the default): a process that takes it and then computes without calling in
     /// owes no ack, and its peer, hearing nothing, would otherwise take it for dead
     /// after `peer_timeout`. A host that speaks for its processes while they compute
-    /// (a beacon: [`beacon_frame`], [`crate::phy::Device::peer_vouched`]) sets it
+    /// (a beacon: [`beacon_frame`], [`crate::phy::Liveness::peer_vouched`]) sets it
     /// `false`: the ack then rides on the next frame back (a ping-pong's answer, the
     /// next request) or follows within `ack_delay`, a frame less per operation.
     pub ack_exchange_ends: bool,

@@ -13,7 +13,7 @@ use super::*;
 /// (nobody forwards it; it carries the root's sequence number all the same).
 pub(super) const FLAT: u8 = 3;
 /// Tree shape byte of a broadcast its root wrote once into its device's board
-/// ([`crate::phy::Device::board_transmit`]), which every member reads itself.
+/// ([`crate::phy::Board::write`]), which every member reads itself.
 pub(super) const BOARD: u8 = 4;
 
 /// Most members a multicast group may have (an instance number is 16 bits).

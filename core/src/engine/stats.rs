@@ -23,7 +23,7 @@ pub struct Stats {
     /// Frames sent under the compact header.
     pub tx_compact: u64,
     /// Handlers' sends that left at once when their handler returned
-    /// ([`Engine::send_queued_at_once`]), not through a transmit pass.
+    /// ([`Engine::send_queued_at_once`](super::Engine::send_queued_at_once)), not through a transmit pass.
     pub tx_queued_at_once: u64,
     /// Frames dropped for a missing or wrong authentication tag (with a job key),
     /// and compact frames from a device that does not vouch for them or in a job
@@ -64,10 +64,10 @@ pub struct Stats {
     pub timeouts: u64,
     /// Peers declared dead.
     pub peers_failed: u64,
-    /// Peers that said goodbye ([`Engine::say_goodbye`]).
+    /// Peers that said goodbye ([`Engine::say_goodbye`](super::Engine::say_goodbye)).
     pub peers_left: u64,
     /// Times a peer silent for the whole peer timeout was waited for again because
-    /// the device had seen its process alive ([`crate::phy::Device::peer_vouched`]).
+    /// the device had seen its process alive ([`crate::phy::Liveness::peer_vouched`]).
     pub peers_vouched: u64,
     /// Barriers completed.
     pub barriers: u64,
@@ -82,7 +82,7 @@ pub struct Stats {
     /// Reliable broadcasts and multicast packets of other roots passed on to our
     /// children in the tree.
     pub forwarded: u64,
-    /// Notices dropped because nobody took them (see [`Storage::notices`]).
+    /// Notices dropped because nobody took them (see [`Storage::notices`](super::Storage::notices)).
     pub notices_dropped: u64,
     /// Our broadcasts written once into the device's board (not one frame a member).
     pub board_tx: u64,
@@ -102,7 +102,7 @@ pub struct Stats {
     /// Fences we answered without the root's earlier broadcasts, because a relay
     /// above us in its tree died (see `orphan`).
     pub fences_given_up: u64,
-    /// Late HELLOs answered ([`Config::hello`]).
+    /// Late HELLOs answered ([`Config::hello`](super::Config::hello)).
     pub hellos_answered: u64,
     /// HELLOs dropped: bad tag, another job or rank, none expected, no room to answer.
     pub hellos_dropped: u64,

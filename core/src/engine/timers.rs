@@ -18,7 +18,7 @@ impl<'a> Engine<'a> {
     }
 
     /// [`Engine::handle_timeout`] where `vouched(peer)` tells whether the device has
-    /// lately seen the peer's process alive ([`Device::peer_vouched`]): such a peer,
+    /// lately seen the peer's process alive ([`crate::phy::Liveness::peer_vouched`]): such a peer,
     /// silent for the whole peer timeout, computes without calling in and is waited
     /// for another peer timeout rather than declared dead.
     #[inline]

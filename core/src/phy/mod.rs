@@ -113,7 +113,7 @@ pub trait RxToken {
     }
 
     /// Hands the frame to `f` as two parts laid end to end: for a frame whose payload
-    /// the device left where its sender wrote it ([`Device::transmit_pooled`]), the
+    /// the device left where its sender wrote it ([`crate::phy::SendPool::send_slot`]), the
     /// header part here and the payload in the sender's send slot; for any other
     /// frame, the whole frame and an empty second part.
     fn consume_parts<R, F: FnOnce(&[u8], &[u8]) -> R>(self, f: F) -> R

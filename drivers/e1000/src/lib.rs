@@ -44,7 +44,7 @@ pub const RX_DESCS: usize = 64;
 pub const TX_DESCS: usize = 64;
 /// Bytes per packet buffer (RCTL.BSIZE = 00b: 2048).
 pub const BUF_SIZE: usize = 2048;
-/// Send slots a program fills in place ([`Device::pool_slot`]).
+/// Send slots a program fills in place ([`volley_core::phy::SendPool::slot`]).
 pub const POOL_SLOTS: usize = 64;
 /// Bytes per send slot.
 pub const POOL_SLOT: usize = 1024;

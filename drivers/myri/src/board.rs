@@ -6,7 +6,7 @@ use volley_core::phy::Liveness;
 
 impl MyriNic {
     /// Writes a frame of `len` bytes, filled by `fill` (given the region, to read
-    /// our send slots), into our board ([`Device::board_transmit`]).
+    /// our send slots), into our board ([`volley_core::phy::Board::write`]).
     pub(super) fn board_write(
         &mut self,
         now: Instant,
@@ -103,7 +103,7 @@ impl MyriNic {
             })
     }
 
-    /// [`Device::board_unread`]: a live reader that has neither read every frame
+    /// [`volley_core::phy::Board::unread`]: a live reader that has neither read every frame
     /// of our board nor said it holds the next one back. One whose heartbeat has
     /// stopped is not waited for (the barrier then finds it dead).
     pub(super) fn board_waits_for_readers(&mut self, now: Instant) -> bool {

@@ -19,14 +19,14 @@ impl Watch {
 }
 
 /// How recently, by the host's clock ([`NicConfig::host_clock`]), a peer's beacon
-/// must have beaten for [`Device::peer_vouched`] (a [`Beacon`] is meant to beat
+/// must have beaten for [`volley_core::phy::Liveness::peer_vouched`] (a [`Beacon`] is meant to beat
 /// every few hundred milliseconds).
 pub const VOUCH_WINDOW: Duration = Duration::from_secs(2);
 
 /// A node's beacon: the `beacon` word of its entry in the node table, in which a
 /// helper of the node's process writes the host's clock whatever its program does
 /// (computes, sleeps), so that a peer waiting for a frame from it knows the process
-/// lives ([`Device::peer_vouched`]) rather than taking silence for death. It holds
+/// lives ([`volley_core::phy::Liveness::peer_vouched`]) rather than taking silence for death. It holds
 /// a region of its own (another mapping of the same memory), for another thread.
 #[derive(Debug)]
 pub struct Beacon {

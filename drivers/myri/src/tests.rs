@@ -2739,7 +2739,7 @@ fn random_board_pieces_never_wedge_a_member() {
     }
 }
 
-/// `board_unread`: a writer waits for a live reader that has not read its board,
+/// The board's `unread`: a writer waits for a live reader that has not read its board,
 /// not for one that holds the next frame back for its program, nor for a node not
 /// in the job, nor for a `heads` word that cannot be true.
 #[test]

@@ -10,7 +10,7 @@
 //! - on `shm`, it writes the host's clock ([`host_clock`]) into the node's beacon
 //!   word in the region every [`TICK`] ([`volley_myri::Beacon`]); a peer's device
 //!   vouches for a node whose beacon beat within the last 2 s
-//!   (`Device::peer_vouched`), and its engine then waits rather than declares it
+//!   (`volley_core::phy::Liveness::peer_vouched`), and its engine then waits rather than declares it
 //!   dead;
 //! - on `udp` and `eth`, once the program has not polled for a [`TICK`], it sends
 //!   every peer a beacon frame every `VOLLEY_PEER_TIMEOUT / 4` (at most 200 ms, so
