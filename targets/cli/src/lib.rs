@@ -2,7 +2,7 @@
 //!
 //! - [`programs`]: the demo (the main job), the benchmark's rank program and the
 //!   multi-process test programs `volley worker` runs inside each rank;
-//! - [`bench`]: `volley bench`, an OSU-style sweep with a same-run reference row;
+//! - [`bench`](mod@bench): `volley bench`, an OSU-style sweep with a same-run reference row;
 //! - [`peers`]: MPICH and UCX measured beside Volley;
 //! - [`plot`]: the sweep's charts.
 

@@ -409,7 +409,7 @@ pub fn intergroup(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
 /// Rank `VOLLEY_VICTIM` (default: the last) kills itself mid-run; every other rank
 /// keeps sending to it (or, with `VOLLEY_VICTIM_MODE=sync`, keeps entering barriers)
 /// and must get `SENDFAILURE` (exit code 4, GAMMA's number). With
-/// `VOLLEY_VICTIM_MODE=bcast`, see [`bcast_past_a_death`].
+/// `VOLLEY_VICTIM_MODE=bcast`, see `bcast_past_a_death`.
 pub fn victim(boot: &Boot, fabric: Fabric) -> Result<i32, HostError> {
     let victim: u16 = std::env::var("VOLLEY_VICTIM")
         .ok()
