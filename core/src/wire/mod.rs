@@ -28,6 +28,17 @@ pub use tag::{
 pub const VERSION: u8 = 1;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 56;
+/// The header's bytes that every full-header frame from one sender to one
+/// receiver of a job repeats: the job and both addresses, and the checksum where
+/// the device keeps frames intact (`Capabilities::integrity`: left zero). A device
+/// that carries one pair's frames on a ring of its own may keep them once per ring
+/// and leave them out of each frame (the Myrinet-like model's compact slots,
+/// WIRE.md); it learns which bytes they are here.
+pub const PAIR_INVARIANT: [core::ops::Range<usize>; 2] =
+    [field::JOB.start..field::DST_NODE.end, field::CRC];
+/// Bytes in [`PAIR_INVARIANT`].
+pub const PAIR_INVARIANT_LEN: usize =
+    (field::DST_NODE.end - field::JOB.start) + (field::CRC.end - field::CRC.start);
 /// Bytes at the start of every `PUT` and `GET_REPLY` payload before the data: the
 /// destination (address and bell for a put, the request id for a get reply).
 pub const RMA_PREFIX: usize = 16;

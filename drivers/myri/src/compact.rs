@@ -1,18 +1,21 @@
-//! Short frames written compactly: the fields every frame of a pair repeats are
-//! kept once in a template and left out of the slot.
+//! Short frames written compactly: the header bytes every frame of a pair repeats
+//! (which bytes those are, the wire format says: `wire::PAIR_INVARIANT`) are kept
+//! once in a template and left out of the slot. The NIC moves bytes; it reads no
+//! header field.
 
 use super::*;
+use volley_core::wire::{HEADER_LEN, PAIR_INVARIANT, PAIR_INVARIANT_LEN};
 
 /// Ring slot length-word bit: the frame travels without its [`ELIDED`] bytes, which
 /// the ring's template holds (see the module documentation).
 pub const COMPACT: u32 = 1 << 30;
-/// Bytes a compact frame leaves out: 4..16 and 52..56 (in a Volley frame the job,
-/// the addresses and the CRC, the same in every frame on a ring).
-pub const ELIDED: usize = 16;
+/// Bytes a compact frame leaves out: the wire format's pair-invariant bytes (the
+/// job, the addresses and the CRC, the same in every frame on a ring).
+pub const ELIDED: usize = PAIR_INVARIANT_LEN;
 /// Frames from this many bytes up have the elided fields.
-pub(super) const COMPACT_MIN: usize = 56;
+pub(super) const COMPACT_MIN: usize = HEADER_LEN;
 /// The elided bytes of a frame, in the order the ring's template holds them.
-pub(super) const TEMPLATE_PARTS: [core::ops::Range<usize>; 2] = [4..16, 52..56];
+pub(super) const TEMPLATE_PARTS: [core::ops::Range<usize>; 2] = PAIR_INVARIANT;
 /// Frames up to this many bytes travel compact in one line: sequence word, length
 /// and frame then fit the slot's first cache line, so a short message costs one
 /// line, not two.
@@ -25,8 +28,17 @@ pub const COMPACT_MAX: usize = 2 * 64 - SLOT_HEADER + ELIDED;
 /// The bytes a compact frame of one line (two: `KEPT_TWO`) keeps, in the order its
 /// slot holds them (bytes past the frame's end are moved too, unread: every slot
 /// has room for them).
-pub(super) const KEPT_ONE: [core::ops::Range<usize>; 3] = [0..4, 16..52, 56..COMPACT_ONE];
-pub(super) const KEPT_TWO: [core::ops::Range<usize>; 3] = [0..4, 16..52, 56..COMPACT_MAX];
+pub(super) const KEPT_ONE: [core::ops::Range<usize>; 3] = kept(COMPACT_ONE);
+pub(super) const KEPT_TWO: [core::ops::Range<usize>; 3] = kept(COMPACT_MAX);
+
+/// The bytes of a frame of `len` bytes around the elided ones.
+const fn kept(len: usize) -> [core::ops::Range<usize>; 3] {
+    let [a, b] = PAIR_INVARIANT;
+    [0..a.start, a.end..b.start, b.end..len]
+}
+// The region layout (`VERSION`) holds a 16-byte template and slots laid out for
+// these ranges: a header that moved them would need a new layout version.
+const _: () = assert!(ELIDED == 16 && KEPT_ONE[1].start == 16 && KEPT_ONE[2].start == 56);
 
 /// Whether a frame of `len` bytes saves a cache line travelling compact.
 #[inline(always)]

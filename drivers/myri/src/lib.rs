@@ -49,8 +49,8 @@
 //! spill into the slot's second cache line, and the consumer would wait for two line
 //! transfers instead of one; one of 113 to 128 bytes (57 to 72 bytes of payload: a
 //! 64-byte message) into its third. Such a frame travels *compact* when its bytes
-//! 4..16 and 52..56 (job, addresses and CRC in a Volley header: the same in every
-//! frame on a ring) equal the ring's template: the length word has bit 30
+//! 4..16 and 52..56 (the wire format's `PAIR_INVARIANT`: job, addresses and CRC,
+//! the same in every frame on a ring) equal the ring's template: the length word has bit 30
 //! ([`COMPACT`]) set and the rest is the frame's length less [`ELIDED`], and the
 //! frame area holds bytes 0..4, 16..52 and 56.. of the frame, one line fewer. The
 //! consumer puts the template's bytes back.
