@@ -113,29 +113,3 @@ pub trait SendPool {
         tail: &[u8],
     ) -> bool;
 }
-
-/// Forwards every service accessor of [`super::Device`] to `$inner` (an expression over
-/// `self`): the whole of what a wrapper that adds no service of its own writes.
-#[macro_export]
-macro_rules! forward_services {
-    ($($inner:tt)+) => {
-        fn liveness(&mut self) -> Option<&mut dyn $crate::phy::Liveness> {
-            self.$($inner)+.liveness()
-        }
-        fn nic_atomics(&mut self) -> Option<&mut dyn $crate::phy::NicAtomics> {
-            self.$($inner)+.nic_atomics()
-        }
-        fn nic_barrier(&mut self) -> Option<&mut dyn $crate::phy::NicBarrier> {
-            self.$($inner)+.nic_barrier()
-        }
-        fn board(&mut self) -> Option<&mut dyn $crate::phy::Board> {
-            self.$($inner)+.board()
-        }
-        fn send_pool(&self) -> Option<&dyn $crate::phy::SendPool> {
-            self.$($inner)+.send_pool()
-        }
-        fn send_pool_mut(&mut self) -> Option<&mut dyn $crate::phy::SendPool> {
-            self.$($inner)+.send_pool_mut()
-        }
-    };
-}
