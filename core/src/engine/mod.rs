@@ -55,6 +55,7 @@ mod config;
 mod emit;
 mod error;
 mod fence;
+mod hello;
 mod mcast;
 mod ops;
 mod orphan;
@@ -134,10 +135,6 @@ const CONTROL_ABORT: u32 = 6;
 /// (see [`Engine::say_goodbye`]): not a death.
 const CONTROL_BYE: u32 = 7;
 
-/// Answers to late HELLOs an engine holds at once; more are dropped (their senders
-/// ask again).
-const HELLO_OUT: usize = 4;
-
 #[derive(Debug, Clone, Copy, Default)]
 struct BarrierState {
     /// Barriers completed; also the epoch of the next one.
@@ -191,10 +188,8 @@ pub struct Engine<'a> {
     orphan_check_at: Instant,
     /// A forward cut short may be ready to end (see `orphan`).
     cuts: bool,
-    /// Answers to late HELLOs waiting to go ([`Config::hello`]): fabric address and
-    /// frame; the first `hellos` are in use.
-    hello_out: [(u16, [u8; crate::session::HELLO_LEN]); HELLO_OUT],
-    hellos: u8,
+    /// Answers to late HELLOs waiting to go ([`Config::hello`]).
+    hellos: hello::LateHellos,
     /// The time of the last poll: what a send that leaves at once gives a device
     /// that does not read it ([`Device::transmit_reads_time`]).
     polled_at: Instant,
@@ -319,8 +314,7 @@ impl<'a> Engine<'a> {
             gate: fence::Gate::default(),
             orphan_check_at: Instant::ZERO,
             cuts: false,
-            hello_out: [(0, [0; crate::session::HELLO_LEN]); HELLO_OUT],
-            hellos: 0,
+            hellos: hello::LateHellos::new(),
             polled_at: Instant::ZERO,
             tag_tx: wire::TagCache::default(),
             tag_rx: wire::TagCache::default(),

@@ -583,52 +583,6 @@ impl<'a> Engine<'a> {
     }
 }
 
-impl Engine<'_> {
-    /// A HELLO (see [`crate::session`]) from a rank still in its start-up exchange:
-    /// answered if it asks, from [`Config::hello`].
-    #[cold]
-    #[inline(never)]
-    fn rx_hello(&mut self, frame: &[u8], source: Option<NodeAddr>) {
-        let Some(hc) = self.cfg.hello else {
-            self.stats.hellos_dropped += 1;
-            return;
-        };
-        let Ok(me) = self.addr_of(self.cfg.group, self.cfg.node) else {
-            return;
-        };
-        let h = match crate::session::Hello::parse(frame, &hc.key, self.cfg.job_key, me.0) {
-            Ok(h) if source.is_none_or(|s| s.0 == h.from) => h,
-            _ => {
-                self.stats.hellos_dropped += 1;
-                return;
-            }
-        };
-        let Some(answer) = hc.answer(me.0, &h) else {
-            return;
-        };
-        if self.hellos as usize >= HELLO_OUT {
-            self.stats.hellos_dropped += 1;
-            return;
-        }
-        self.hello_out[self.hellos as usize] = (h.from, answer);
-        self.hellos += 1;
-    }
-
-    /// Sends the answers to late HELLOs that wait.
-    pub(super) fn send_hellos<D: Device>(&mut self, now: Instant, dev: &mut D) -> usize {
-        let mut sent = 0;
-        for &(to, frame) in &self.hello_out[..self.hellos as usize] {
-            if let Some(tx) = dev.transmit(now, NodeAddr(to)) {
-                tx.consume(frame.len(), |b| b.copy_from_slice(&frame));
-                sent += 1;
-            }
-        }
-        self.stats.hellos_answered += sent as u64;
-        self.hellos = 0;
-        sent
-    }
-}
-
 /// Whether `repr`, a valid frame from channel `ch`'s peer, says something new: a
 /// reliable frame not seen before, an ack that covers more than any before it, or a
 /// standalone ack or beacon whose counter (`msg_id`, under the tag) is newer than

@@ -58,7 +58,7 @@ impl<'a> Engine<'a> {
             || self.gate.waits > 0
             || self.cuts
             || self.board_head != NONE
-            || self.hellos > 0
+            || self.hellos.waiting()
         {
             sent += self.transmit_queued(now, dev, ext);
         }
@@ -122,7 +122,7 @@ impl<'a> Engine<'a> {
             self.end_cuts();
         }
         let mut sent = 0;
-        if self.hellos > 0 {
+        if self.hellos.waiting() {
             sent += self.send_hellos(now, dev);
         }
         if self.board_head != NONE {
