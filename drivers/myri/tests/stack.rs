@@ -7,7 +7,7 @@
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::atomic::Ordering;
 
-use volley_core::phy::{Board, Capabilities, Device, SendPool};
+use volley_core::phy::{Board, BoardTake, Capabilities, Device, SendPool};
 use volley_core::time::{Duration, Instant};
 use volley_core::NodeAddr;
 use volley_myri::*;
@@ -2139,4 +2139,36 @@ fn best_effort_broadcasts_keep_their_place_behind_reliable_ones() {
         let g = m.join().expect("a member failed");
         assert_eq!(g.state(), &sent, "member {}'s broadcasts", i + 1);
     }
+}
+
+/// Frames on a board are untrusted like any: garbage, a truncated frame, one that
+/// claims another writer and one of another shape are dropped and counted, never
+/// delivered or a panic, and the root's real broadcasts around them still arrive.
+#[test]
+fn forged_board_frames_are_dropped() {
+    let (_mem, mut gs) = bcast_group(2);
+    gs[0].send_flowctl(5, &[1; 8]).unwrap();
+    // The frame the engine wrote, as bytes: looked at on node 1's side and left
+    // there for its engine.
+    let mut frame = Vec::new();
+    gs[1].device_mut().read(Instant::ZERO, &mut |_, f| {
+        frame = f.to_vec();
+        BoardTake::Later
+    });
+    assert!(!frame.is_empty(), "the broadcast is on the board");
+    let mut claims_other = frame.clone();
+    claims_other[10..12].copy_from_slice(&1u16.to_be_bytes());
+    let mut other_shape = frame.clone();
+    other_shape[volley_core::wire::HEADER_LEN + 2] = 1;
+    let garbage: Vec<u8> = (0..200u32).map(|i| (i * 97 % 251) as u8).collect();
+    for f in [&garbage[..], &frame[..30], &claims_other, &other_shape] {
+        assert!(board_send(gs[0].device_mut(), f));
+    }
+    gs[0].send_flowctl(5, &[2; 8]).unwrap();
+    poll_until_recorded(&mut gs, 2, std::time::Instant::now());
+    let st = gs[1].engine().stats();
+    assert_eq!(gs[1].state(), &vec![(8, 1), (8, 2)]);
+    assert_eq!(st.board_rx, 2);
+    assert_eq!(st.rx_malformed, 3, "garbage, truncated, other shape");
+    assert_eq!(st.rx_spoofed, 1);
 }
