@@ -98,6 +98,8 @@ pub fn open(
         pid: 0,
         // VMs share no clock: no beacons, heartbeats alone.
         host_clock: None,
+        // No doorbell interrupts between VMs: programs poll.
+        interrupt: None,
     };
     let deadline = clock.now() + wait;
     let nic = if rank == 0 {

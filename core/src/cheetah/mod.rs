@@ -857,8 +857,16 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
     pub fn device_and_memory_mut(&mut self) -> (&mut D, &mut M) {
         (&mut self.ep.dev, &mut self.mem)
     }
-    /// When the engine next needs a poll (`None`: only when a frame comes).
+    /// When this context next needs a poll with no frame arriving: now when
+    /// invocations wait for their handlers, else the engine's timers or the next
+    /// keepalive. An event loop sleeps until then at most.
     pub fn poll_at(&self) -> Option<Instant> {
-        self.ep.engine.poll_at(self.ep.clock.now())
+        let now = self.ep.clock.now();
+        if !self.own.is_empty() || self.ep.engine.deliveries_pending() > 0 {
+            return Some(now);
+        }
+        let keepalive = self.last_keepalive + self.ep.engine.config().keepalive;
+        let at = self.ep.engine.poll_at(now).map_or(keepalive, |t| t.min(keepalive));
+        Some(at.max(now))
     }
 }

@@ -1024,9 +1024,15 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         self.ep.engine.send_queued_at_once(now, &mut self.ep.dev);
     }
 
-    /// When the engine next needs a poll (see [`Engine::poll_at`]).
+    /// When this process next needs a poll with no frame arriving: now when
+    /// handlers wait to run, else when the engine's timers say (see
+    /// [`Engine::poll_at`]). An event loop sleeps until then at most.
     pub fn poll_at(&self) -> Option<Instant> {
-        self.ep.engine.poll_at(self.ep.clock.now())
+        let now = self.ep.clock.now();
+        if self.ep.engine.notices_pending() > 0 {
+            return Some(now);
+        }
+        self.ep.engine.poll_at(now)
     }
 
     /// The state handlers share.

@@ -414,12 +414,16 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     pub fn memory_mut(&mut self) -> &mut M {
         &mut self.mem
     }
-    /// When the engine next needs a step (`None`: only when a frame comes).
+    /// When this process next needs a step with no frame arriving: now when
+    /// commands wait for the NIC, else the engine's timers or the next keepalive.
+    /// An event loop sleeps until then at most.
     pub fn poll_at(&self) -> Option<Instant> {
         let now = self.ep.clock.now();
         if !self.queue.is_empty() || !self.tx.is_empty() {
             return Some(now);
         }
-        self.ep.engine.poll_at(now)
+        let keepalive = self.last_keepalive + self.ep.engine.config().keepalive;
+        let at = self.ep.engine.poll_at(now).map_or(keepalive, |t| t.min(keepalive));
+        Some(at.max(now))
     }
 }

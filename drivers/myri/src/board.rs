@@ -56,6 +56,7 @@ impl MyriNic {
         }
         self.board_tail = tail.wrapping_add(1);
         self.stats.board_tx += 1;
+        self.raise_readers();
         true
     }
 

@@ -26,6 +26,7 @@ pub(super) mod off {
     pub const NODE_BEACON: usize = 40;
     pub const BARRIER_STRIDE: usize = 128;
     pub const BARRIER_ARRIVED: usize = 0;
+    pub const BARRIER_IRQ: usize = 8;
     pub const BARRIER_RELEASED: usize = 64;
     pub const RING_TAIL: usize = 0;
     pub const RING_HEAD: usize = 64;

@@ -17,7 +17,7 @@
 //! | 24 | 8 | `generation`: the job this region belongs to |
 //! | 32 | 4 | `board_slot`: bytes per broadcast board slot (a multiple of 64) |
 //! | 64 + 64 i | 64 | node *i*: `state` u32 (0 absent, 1 alive, 2 exited, 3 dead), `pid` u32, `generation` u64, `heartbeat` u64, `host` u64, `host_version` u64, `beacon` u64 |
-//! | 64 + 64 nodes + 128 i | 128 | node *i*'s barrier words: `arrived` u32 at 0, `released` u32 at 64 (each on its own cache line) |
+//! | 64 + 64 nodes + 128 i | 128 | node *i*'s barrier words: `arrived` u32 at 0, `released` u32 at 64 (each on its own cache line); its interrupt word `irq` u32 at 8 (see below) |
 //! | 64 + 192 nodes | 64 | `boards`: u64, the broadcast board frames all nodes have written (see below) |
 //! | `H` = align4096(128 + 192 nodes) | | NIC memory of node 0, then node 1, ... |
 //!
@@ -121,6 +121,19 @@
 //! ([`NicConfig::host_clock`]), a peer whose beacon beat within [`VOUCH_WINDOW`] is
 //! alive though it does not poll, and `peer_vouched` tells the engine so.
 //!
+//! # Interrupts
+//!
+//! A node's program that wants to sleep until a frame comes asks its NIC for an
+//! interrupt, as a Myrinet host enables the LANai's: it stores [`IRQ_ARMED`] into its
+//! `irq` word, then looks at its rings and board once more ([`MyriNic::arm_interrupt`]).
+//! A producer, once it has published a frame into a ring or its board, looks at the
+//! consumer's `irq` word; if armed, it moves it to [`IRQ_RAISED`] (one producer wins)
+//! and calls the host's [`NicConfig::interrupt`] with it (a futex wake when hosted).
+//! Both sides put a full fence between their store and their load, so either the
+//! producer sees the word armed or the consumer sees the frame: no frame is left
+//! unannounced to a sleeper. A word that is not armed costs a producer a fence and a
+//! load of a line that only arming writes; without an `interrupt` hook, nothing.
+//!
 //! # Host words
 //!
 //! A node's `host` and `host_version` words are what its program tells peers on
@@ -148,6 +161,7 @@ pub use region::Region;
 mod board;
 mod compact;
 mod device;
+mod interrupt;
 mod layout;
 mod liveness;
 mod services;
@@ -164,9 +178,17 @@ pub use token::{MyriRx, MyriTx};
 
 /// `"VOLLEYMY"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYMY");
-/// Layout version (9: the header counts the board frames written; 8: a beacon word
-/// in each node's entry; 7: frames of 113 to 128 bytes travel compact too).
-pub const VERSION: u32 = 9;
+/// Layout version (10: each node's interrupt word; 9: the header counts the board
+/// frames written; 8: a beacon word in each node's entry; 7: frames of 113 to 128
+/// bytes travel compact too).
+pub const VERSION: u32 = 10;
+
+/// A node's interrupt word: its program polls, no interrupt wanted.
+pub const IRQ_QUIET: u32 = 0;
+/// A node's interrupt word: its program sleeps until the next frame for it.
+pub const IRQ_ARMED: u32 = 1;
+/// A node's interrupt word: a producer raised the interrupt its program armed.
+pub const IRQ_RAISED: u32 = 2;
 
 /// Frames in a row that a look at the rings takes from one sender, beginning
 /// with its ring, before it begins with the next node's: a peer that keeps its
@@ -286,6 +308,10 @@ pub struct NicConfig {
     /// [`VOUCH_WINDOW`] by that clock is alive though it does not poll. `None` (VMs
     /// on `ivshmem` share no clock): heartbeats alone decide.
     pub host_clock: Option<fn() -> u64>,
+    /// Raises a peer's interrupt: called with the peer's `irq` word once this node
+    /// has moved it from [`IRQ_ARMED`] to [`IRQ_RAISED`] (see the module
+    /// documentation). `None`: peers' interrupt words are not looked at.
+    pub interrupt: Option<fn(&AtomicU32)>,
 }
 
 impl Default for NicConfig {
@@ -294,6 +320,7 @@ impl Default for NicConfig {
             dead_after: Duration::from_secs(5),
             pid: 0,
             host_clock: None,
+            interrupt: None,
         }
     }
 }
@@ -366,6 +393,30 @@ pub struct MyriNic {
     /// The last compact frame received, made whole (lent to the engine in place).
     whole: [u8; COMPACT_MAX],
     stats: NicStats,
+}
+
+/// Node `node`'s interrupt word.
+#[inline]
+fn irq_word<'r>(region: &'r Region, geo: &Geometry, node: u32) -> Option<&'r AtomicU32> {
+    region
+        .u32_at(geo.barrier_entry(node) + off::BARRIER_IRQ)
+        .ok()
+}
+
+/// After a frame for the owner of `word` was published: raises its interrupt if
+/// armed (see the module documentation).
+#[inline]
+fn raise_if_armed(word: &AtomicU32, raise: fn(&AtomicU32)) {
+    // The frame's publication is ordered before this load (the consumer orders its
+    // arming before its last look at the rings the same way).
+    core::sync::atomic::fence(Ordering::SeqCst);
+    if word.load(Ordering::Relaxed) == IRQ_ARMED
+        && word
+            .compare_exchange(IRQ_ARMED, IRQ_RAISED, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    {
+        raise(word);
+    }
 }
 
 impl MyriNic {
@@ -575,6 +626,7 @@ impl MyriNic {
             stats,
             tx_head,
             rings,
+            cfg,
             ..
         } = self;
         let dst = dst.0 as u32;
@@ -610,6 +662,10 @@ impl MyriNic {
             tail: tail_w,
             next: tail.wrapping_add(1),
             ring: (region, ring),
+            irq: match cfg.interrupt {
+                Some(raise) => irq_word(region, geo, dst).map(|w| (w, raise)),
+                None => None,
+            },
         };
         Some((tok, region))
     }

@@ -414,6 +414,7 @@ fn a_beacon_vouches_for_a_node_that_does_not_poll() {
         dead_after: Duration::from_millis(10),
         pid: 1,
         host_clock: Some(host_now),
+        interrupt: None,
     };
     let mut a = MyriNic::create(mem.region(), geo(), 0, 7, cfg).unwrap();
     let b = MyriNic::attach(mem.region(), 1, 7, cfg).unwrap();
@@ -474,6 +475,7 @@ fn dead_and_departed_peers_are_reported() {
         dead_after: Duration::from_millis(10),
         pid: 1,
         host_clock: None,
+        interrupt: None,
     };
     let mut a = MyriNic::create(mem.region(), geo(), 0, 7, cfg).unwrap();
     let mut b = MyriNic::attach(mem.region(), 1, 7, cfg).unwrap();
@@ -1180,4 +1182,48 @@ fn unchecked_ring_access_stays_inside_every_valid_geometry() {
             }
         }
     }
+}
+
+static RAISED: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+fn count_raise(_: &AtomicU32) {
+    RAISED.fetch_add(1, Ordering::SeqCst);
+}
+
+#[test]
+fn an_armed_node_is_interrupted_once_by_the_next_frame() {
+    let mem = Mem::new(geo().region_len().unwrap());
+    let cfg = NicConfig {
+        interrupt: Some(count_raise),
+        ..NicConfig::default()
+    };
+    let mut a = MyriNic::create(mem.region(), geo(), 0, 7, cfg).unwrap();
+    let mut b = MyriNic::attach(mem.region(), 1, 7, cfg).unwrap();
+    let before = RAISED.load(Ordering::SeqCst);
+    // Not armed: a frame raises nothing.
+    assert!(send(&mut a, 1, &[1; 8]));
+    assert_eq!(RAISED.load(Ordering::SeqCst), before);
+    // A frame waits: arming refuses, and leaves the word quiet.
+    assert!(!b.arm_interrupt());
+    assert_eq!(b.interrupt_word().unwrap().load(Ordering::SeqCst), IRQ_QUIET);
+    assert_eq!(recv(&mut b).unwrap(), [1; 8]);
+    // Armed: the next frame raises it once; the one after finds it raised.
+    assert!(b.arm_interrupt());
+    assert!(send(&mut a, 1, &[2; 8]));
+    assert!(send(&mut a, 1, &[3; 8]));
+    assert_eq!(RAISED.load(Ordering::SeqCst), before + 1);
+    assert_eq!(b.interrupt_word().unwrap().load(Ordering::SeqCst), IRQ_RAISED);
+    // A board frame raises an armed reader too.
+    assert_eq!(recv(&mut b).unwrap(), [2; 8]);
+    assert_eq!(recv(&mut b).unwrap(), [3; 8]);
+    assert!(b.arm_interrupt());
+    assert!(board_send(&mut a, &[4; 8]));
+    assert_eq!(RAISED.load(Ordering::SeqCst), before + 2);
+    // Disarmed: nothing raised.
+    assert_eq!(board_take(&mut b).len(), 1);
+    assert!(b.arm_interrupt());
+    b.disarm_interrupt();
+    assert!(send(&mut a, 1, &[5; 8]));
+    assert_eq!(RAISED.load(Ordering::SeqCst), before + 2);
+    assert_eq!(b.interrupt_word().unwrap().load(Ordering::SeqCst), IRQ_QUIET);
 }

@@ -58,6 +58,8 @@ pub struct MyriTx<'a> {
     pub(super) next: u64,
     /// The region and the ring's offset: its template and `head` words.
     pub(super) ring: (&'a Region, usize),
+    /// The consumer's interrupt word and the host's hook, where it has one.
+    pub(super) irq: Option<(&'a AtomicU32, fn(&AtomicU32))>,
 }
 
 impl RxToken for MyriRx<'_> {
@@ -106,6 +108,9 @@ impl MyriTx<'_> {
         // before this call) happen-before the consumer's acquire of `seq`.
         self.seq.store(self.next, Ordering::Release);
         self.tail.store(self.next, Ordering::Relaxed);
+        if let Some((w, raise)) = self.irq {
+            raise_if_armed(w, raise);
+        }
     }
 }
 
@@ -163,5 +168,8 @@ impl MyriTx<'_> {
         // consumer's acquire of `seq`.
         self.seq.store(self.next, Ordering::Release);
         self.tail.store(self.next, Ordering::Relaxed);
+        if let Some((w, raise)) = self.irq {
+            raise_if_armed(w, raise);
+        }
     }
 }

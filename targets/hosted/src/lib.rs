@@ -35,6 +35,7 @@ pub mod shm;
 pub mod stream_copy;
 mod sys;
 pub mod udp;
+pub mod wakeup;
 pub mod xdp;
 
 /// A hosted-side failure, as one line of text.

@@ -47,6 +47,25 @@ impl HostDevice {
         }
     }
 
+    /// The wake-up descriptor ([`crate::wakeup`]), made at the first call.
+    pub fn wakeup(&mut self) -> Result<&crate::wakeup::Wakeup, HostError> {
+        match self {
+            HostDevice::Shm(d) => d.wakeup(),
+            HostDevice::Udp(d) => d.wakeup(),
+            HostDevice::Eth(d) => d.wakeup(),
+        }
+    }
+
+    /// Prepares the device for its program to sleep on the wake-up descriptor:
+    /// `false` when a frame waits already (poll first).
+    pub fn arm_rx(&mut self) -> bool {
+        match self {
+            HostDevice::Shm(d) => d.arm_rx(),
+            HostDevice::Udp(d) => d.arm_rx(),
+            HostDevice::Eth(d) => d.arm_rx(),
+        }
+    }
+
     /// Whether this process's beacon helper runs ([`crate::beacon`]).
     pub fn has_beacon(&self) -> bool {
         match self {

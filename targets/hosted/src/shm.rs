@@ -368,6 +368,9 @@ pub fn remove_stale_dirs() {
 pub struct ShmDevice {
     /// The beacon helper ([`crate::beacon`]), with its own mapping: stopped first.
     beacon: Option<crate::beacon::Helper>,
+    /// The wake-up descriptor and its interrupt helper ([`crate::wakeup`]), made
+    /// at the first call for it; stopped before the mapping goes.
+    wakeup: Option<crate::wakeup::Wakeup>,
     // Declared before the mapping: dropped (and marked exited) while it is still mapped.
     nic: MyriNic,
     _map: MmapMut,
@@ -500,6 +503,7 @@ impl ShmDevice {
         let g = nic.geometry();
         ShmDevice {
             beacon,
+            wakeup: None,
             copy: vec![CopyPolicy::default(); g.nodes as usize],
             written: vec![0; g.nodes as usize * g.slots as usize],
             board_copy: CopyPolicy::default(),
@@ -537,6 +541,8 @@ impl ShmDevice {
             pid: std::process::id(),
             dead_after: opts.peer_timeout,
             host_clock: Some(crate::beacon::host_clock),
+            // Sleeping peers are woken through a futex on their interrupt word.
+            interrupt: Some(crate::wakeup::futex_wake),
         };
         let me = boot.rank as u32;
         let (dev, dir) = if boot.rank == 0 {
@@ -698,6 +704,26 @@ impl ShmDevice {
             self.nic.mark_dead(d);
         }
         gone
+    }
+
+    /// The wake-up descriptor ([`crate::wakeup`]), made at the first call: an
+    /// eventfd that this node's NIC interrupt rings.
+    pub fn wakeup(&mut self) -> Result<&crate::wakeup::Wakeup, HostError> {
+        if self.wakeup.is_none() {
+            let word = self
+                .nic
+                .interrupt_word()
+                .ok_or_else(|| HostError("shm: no interrupt word in the region".into()))?;
+            // SAFETY: the word lies in `_map`, which is dropped after `wakeup` (field
+            // order) and never unmapped before.
+            self.wakeup = Some(unsafe { crate::wakeup::Wakeup::for_interrupt(word) }?);
+        }
+        Ok(self.wakeup.as_ref().expect("made above"))
+    }
+
+    /// Asks for an interrupt at the next frame: `false` when one waits already.
+    pub fn arm_rx(&mut self) -> bool {
+        self.nic.arm_interrupt()
     }
 
     /// Whether our board's readers may be looked up in /proc now: once per

@@ -358,6 +358,11 @@ fn setsockopt<T>(fd: &OwnedFd, opt: libc::c_int, v: &T) -> Result<(), std::io::E
 }
 
 impl Xsk {
+    /// The socket: readable while its receive ring holds a frame.
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
     /// Opens a socket on queue 0 of interface `ifindex`, loads and attaches the program
     /// for job key `key`.
     pub fn open(ifindex: i32, key: [u8; 4]) -> Result<Xsk, HostError> {

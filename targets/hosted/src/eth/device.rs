@@ -36,6 +36,24 @@ pub(super) fn frame_around(b: &mut [u8], dst: &[u8; 6], src: &[u8; 6], len: usiz
 }
 
 impl EthDevice {
+    /// The wake-up descriptor ([`crate::wakeup`]), made at the first call: the
+    /// packet socket (readable while its ring holds a frame for us) and the
+    /// `AF_XDP` socket where there is one.
+    pub fn wakeup(&mut self) -> Result<&crate::wakeup::Wakeup, HostError> {
+        if self.wakeup.is_none() {
+            let mut fds = vec![self.fd.as_raw_fd()];
+            fds.extend(self.xsk.as_ref().map(|x| x.raw_fd()));
+            self.wakeup = Some(crate::wakeup::Wakeup::new(&fds)?);
+        }
+        Ok(self.wakeup.as_ref().expect("made above"))
+    }
+
+    /// Whether the program may sleep: no frame in the rings (the sockets wake the
+    /// sleeper for later ones).
+    pub fn arm_rx(&mut self) -> bool {
+        !self.rx_pending()
+    }
+
     /// The next frame of a rank from the `AF_XDP` socket, if one waits: its chunk,
     /// where it lies, its length and the rank.
     pub(super) fn next_xsk(&mut self) -> Option<(u64, *const u8, usize, u16)> {

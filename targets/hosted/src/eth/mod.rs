@@ -149,6 +149,8 @@ unsafe impl Send for Rings {}
 /// A rank's packet socket and rings.
 #[derive(Debug)]
 pub struct EthDevice {
+    /// The wake-up descriptor ([`crate::wakeup`]), made at the first call for it.
+    wakeup: Option<crate::wakeup::Wakeup>,
     /// This run's frame key and what answers late HELLOs, once the start-up
     /// exchange is through ([`crate::node::start_session`]).
     pub(crate) session: Option<(
@@ -320,6 +322,7 @@ impl EthDevice {
             },
         };
         Ok(EthDevice {
+            wakeup: None,
             rings,
             fd,
             gather,

@@ -47,6 +47,21 @@ impl TxToken for UdpTx<'_> {
 }
 
 impl UdpDevice {
+    /// The wake-up descriptor ([`crate::wakeup`]), made at the first call: the
+    /// socket, readable while a datagram (or an ICMP report) waits.
+    pub fn wakeup(&mut self) -> Result<&crate::wakeup::Wakeup, HostError> {
+        if self.wakeup.is_none() {
+            self.wakeup = Some(crate::wakeup::Wakeup::new(&[self.sock.as_raw_fd()])?);
+        }
+        Ok(self.wakeup.as_ref().expect("made above"))
+    }
+
+    /// Whether the program may sleep: no datagram left unread in our buffer (the
+    /// socket itself wakes the sleeper for those in the kernel).
+    pub fn arm_rx(&mut self) -> bool {
+        self.rx_at >= self.rx_len
+    }
+
     /// One read: with `UDP_GRO`'s control message while it is on, a plain
     /// `recvfrom` otherwise (cheaper, empty or not). Turns `UDP_GRO` on after
     /// [`GRO_AFTER`] datagrams in a row and off after [`GRO_IDLE`] empty reads.

@@ -237,6 +237,8 @@ impl UdpShape {
 /// A rank's UDP socket.
 #[derive(Debug)]
 pub struct UdpDevice {
+    /// The wake-up descriptor ([`crate::wakeup`]), made at the first call for it.
+    wakeup: Option<crate::wakeup::Wakeup>,
     /// This run's frame key and what answers late HELLOs, once the start-up
     /// exchange is through ([`crate::node::start_session`]).
     pub(crate) session: Option<(
@@ -378,6 +380,7 @@ impl UdpDevice {
         let n = peers.len();
         let peer_addrs = peers.iter().map(|&a| a.into()).collect();
         Ok(UdpDevice {
+            wakeup: None,
             sock,
             peer_addrs,
             strict_sources: std::env::var_os("VOLLEY_UDP_PEERS").is_none(),
