@@ -423,7 +423,11 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
             return Some(now);
         }
         let keepalive = self.last_keepalive + self.ep.engine.config().keepalive;
-        let at = self.ep.engine.poll_at(now).map_or(keepalive, |t| t.min(keepalive));
+        let at = self
+            .ep
+            .engine
+            .poll_at(now)
+            .map_or(keepalive, |t| t.min(keepalive));
         Some(at.max(now))
     }
 }

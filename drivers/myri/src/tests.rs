@@ -1205,14 +1205,20 @@ fn an_armed_node_is_interrupted_once_by_the_next_frame() {
     assert_eq!(RAISED.load(Ordering::SeqCst), before);
     // A frame waits: arming refuses, and leaves the word quiet.
     assert!(!b.arm_interrupt());
-    assert_eq!(b.interrupt_word().unwrap().load(Ordering::SeqCst), IRQ_QUIET);
+    assert_eq!(
+        b.interrupt_word().unwrap().load(Ordering::SeqCst),
+        IRQ_QUIET
+    );
     assert_eq!(recv(&mut b).unwrap(), [1; 8]);
     // Armed: the next frame raises it once; the one after finds it raised.
     assert!(b.arm_interrupt());
     assert!(send(&mut a, 1, &[2; 8]));
     assert!(send(&mut a, 1, &[3; 8]));
     assert_eq!(RAISED.load(Ordering::SeqCst), before + 1);
-    assert_eq!(b.interrupt_word().unwrap().load(Ordering::SeqCst), IRQ_RAISED);
+    assert_eq!(
+        b.interrupt_word().unwrap().load(Ordering::SeqCst),
+        IRQ_RAISED
+    );
     // A board frame raises an armed reader too.
     assert_eq!(recv(&mut b).unwrap(), [2; 8]);
     assert_eq!(recv(&mut b).unwrap(), [3; 8]);
@@ -1225,5 +1231,8 @@ fn an_armed_node_is_interrupted_once_by_the_next_frame() {
     b.disarm_interrupt();
     assert!(send(&mut a, 1, &[5; 8]));
     assert_eq!(RAISED.load(Ordering::SeqCst), before + 2);
-    assert_eq!(b.interrupt_word().unwrap().load(Ordering::SeqCst), IRQ_QUIET);
+    assert_eq!(
+        b.interrupt_word().unwrap().load(Ordering::SeqCst),
+        IRQ_QUIET
+    );
 }

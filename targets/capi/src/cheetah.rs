@@ -53,6 +53,7 @@ use volley_hosted::clock::HostClock;
 use volley_hosted::direct;
 use volley_hosted::image::{self, Image};
 use volley_hosted::procmem::ProcessMemory;
+use volley_hosted::wakeup::EventLoop;
 use volley_hosted::Fabric;
 
 use crate::{args_of, die, guard};
@@ -62,6 +63,13 @@ pub type CHandler = extern "C" fn(c_int, c_int, *mut c_void, c_int);
 
 static STATE: Mutex<Option<HostCheetah<ProcessMemory>>> = Mutex::new(None);
 static HANDLERS: Mutex<Vec<(c_int, CHandler)>> = Mutex::new(Vec::new());
+
+/// The process's Cheetah context as an event loop sees it (`volley.h`); `None`
+/// before `cheetah_core_setup` or after `cheetah_core_finalize`.
+pub(crate) fn event<R>(f: impl FnOnce(&mut dyn EventLoop) -> R) -> Option<R> {
+    let mut g = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    g.as_mut().map(|c| f(c))
+}
 
 /// The invocation tag under which contexts tell each other their static data at
 /// setup (see the module); a program may not register or invoke it.

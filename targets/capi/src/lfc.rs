@@ -21,6 +21,7 @@ use linked_list_allocator::LockedHeap;
 use volley_core::engine::Error;
 use volley_core::lfc::{Keep, LfcStats, Received};
 use volley_hosted::lfc::{self as hosted, HostLfc, Interrupts, Settings};
+use volley_hosted::wakeup::EventLoop;
 use volley_hosted::Fabric;
 
 use crate::{args_of, die, guard};
@@ -47,6 +48,19 @@ fn fatal(call: &str, e: impl std::fmt::Display) -> ! {
 
 fn lock(s: &Shared) -> MutexGuard<'_, Option<HostLfc<()>>> {
     s.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The process's LFC instance as an event loop sees it (`volley.h`): the one an
+/// upcall on this thread was given, or the process's; `None` before `lfc_init` or
+/// after `lfc_exit`.
+pub(crate) fn event<R>(f: impl FnOnce(&mut dyn EventLoop) -> R) -> Option<R> {
+    let p = CURRENT.get();
+    if !p.is_null() {
+        // SAFETY: as in `with_lfc`.
+        return Some(f(unsafe { &mut *p }));
+    }
+    let mut g = lock(STATE.get()?);
+    g.as_mut().map(|l| f(l))
 }
 
 /// Runs `f` on the instance: the one an upcall on this thread was given, or the

@@ -1,5 +1,6 @@
 //! Volley's C ABI: the entry points `libvolley` exports, one module per API
-//! ([`gamma`], [`lfc`], [`cheetah`], [`qnix`]).
+//! ([`gamma`], [`lfc`], [`cheetah`], [`qnix`]) and Volley's own extensions
+//! ([`volley`]: event-loop integration).
 //!
 //! Linked into `libvolley.so` and `libvolley.a` by the `libvolley` package (which
 //! only re-exports this crate, so that release builds of the library get
@@ -27,6 +28,8 @@ pub mod lfc;
 pub mod qnix;
 pub use lfc::*;
 pub use qnix::*;
+pub mod volley;
+pub use volley::{volley_arm, volley_wakeup_fd};
 
 /// Runs a C entry point's body, turning a panic into one line and `fail`.
 fn guard<T>(name: &str, fail: T, f: impl FnOnce() -> T) -> T {

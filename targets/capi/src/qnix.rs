@@ -33,9 +33,11 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
+use std::os::fd::{AsRawFd, FromRawFd};
 use volley_core::qnix::{Name, QxError, Region, CONTEXTS, PAGE, TRANSLATE_MAX};
 use volley_hosted::qnix::{self as hosted, HostQnix};
-use volley_hosted::Fabric;
+use volley_hosted::wakeup::EventLoop;
+use volley_hosted::{Fabric, HostError};
 
 use crate::guard;
 use volley_hosted::procmem::ProcessMemory;
@@ -60,6 +62,11 @@ struct State {
     recv_reg: [usize; CONTEXTS],
     /// Which `qx_init` this is: the NIC thread of an earlier one stops.
     generation: u64,
+    /// A doorbell changed since the last `volley_arm`.
+    rung: bool,
+    /// Rung with each doorbell change once `volley_wakeup_fd` made it: the NIC
+    /// thread's work wakes a program asleep on its wake-up descriptor.
+    bell_fd: Option<std::os::fd::OwnedFd>,
 }
 
 // SAFETY: the HPS pointer is only written under the state lock, by the program's
@@ -131,6 +138,14 @@ fn ret(r: Result<c_int, QxError>) -> c_int {
     })
 }
 
+/// `volley_wakeup_fd` (`arm` false) or `volley_arm` (true) for a QNIX process;
+/// `None` before `qx_init` or after `qx_end`.
+pub(crate) fn event(arm: bool) -> Option<Result<c_int, HostError>> {
+    let mut g = lock(&STATE);
+    let s = g.as_mut()?;
+    Some(if arm { s.arm() } else { s.wakeup_fd() })
+}
+
 /// Runs `f` on the process's state, then copies the doorbells into the HPS.
 fn with(f: impl FnOnce(&mut State) -> Result<c_int, QxError>) -> c_int {
     let mut g = lock(&STATE);
@@ -150,6 +165,52 @@ impl State {
     fn sync(&mut self) {
         let [send, recv] = self.q.take_changed_bells();
         self.copy_bells(send, recv);
+        if send | recv != 0 {
+            self.rung = true;
+            if let Some(fd) = &self.bell_fd {
+                let one = 1u64;
+                // SAFETY: a valid eventfd and 8 readable bytes.
+                unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+            }
+        }
+    }
+
+    /// `volley_wakeup_fd`: the device's wake-up descriptor, with the doorbells'
+    /// eventfd in it.
+    fn wakeup_fd(&mut self) -> Result<c_int, HostError> {
+        if self.bell_fd.is_none() {
+            // SAFETY: a plain system call; the descriptor is owned below.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            if fd < 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(HostError(format!("wake-up descriptor: eventfd: {e}")));
+            }
+            // SAFETY: just made, owned by nobody else.
+            let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+            // The doorbells' descriptor lives with the state, as long as the
+            // device's wake-up descriptor that watches it.
+            self.q.wakeup()?.watch(fd.as_raw_fd())?;
+            self.bell_fd = Some(fd);
+        }
+        self.q.wakeup_fd()
+    }
+
+    /// `volley_arm`: a step as any call makes (the NIC's work, the doorbells
+    /// copied), then 1 if a doorbell changed since the last arming or work waits,
+    /// else armed.
+    fn arm(&mut self) -> Result<c_int, HostError> {
+        self.wakeup_fd()?;
+        self.q.step();
+        self.sync();
+        if let Some(fd) = &self.bell_fd {
+            let mut v = 0u64;
+            // SAFETY: a valid non-blocking eventfd and 8 writable bytes.
+            unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        }
+        if std::mem::take(&mut self.rung) {
+            return Ok(1);
+        }
+        Ok(if self.q.arm()? { 0 } else { 1 })
     }
 
     /// Copies the doorbells of the contexts in the masks (bit `i`: context `i`) into
@@ -339,6 +400,8 @@ fn init(
         send_reg: [0; CONTEXTS],
         recv_reg: [0; CONTEXTS],
         generation,
+        rung: false,
+        bell_fd: None,
     });
     if let Some(s) = g.as_mut() {
         // Every doorbell once, as the core holds them; from now on the changed ones.

@@ -20,12 +20,13 @@ fn include() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("include")
 }
 
-const HEADERS: [&str; 5] = [
+const HEADERS: [&str; 6] = [
     "gamma.h",
     "linux/gamma/libgamma.h",
     "lfc.h",
     "cheetah_core.h",
     "qnix.h",
+    "volley.h",
 ];
 
 /// Declared by a header for the program to define, not by the library.
@@ -235,6 +236,8 @@ fn rust_signatures() -> BTreeMap<String, Sig> {
         qx_end: (*mut c_int) -> c_int;
         qx_strerror: (c_int) -> *const c_char;
         qx_last_error: () -> c_int;
+        volley_wakeup_fd: () -> c_int;
+        volley_arm: () -> c_int;
     }
 }
 

@@ -695,7 +695,7 @@ fn cheetah_waits_poll_rather_than_yield_while_a_reply_is_near() {
         let yields: Vec<u64> = t
             .lines()
             .filter_map(|l| l.split("gave the processor away ").nth(1))
-            .filter_map(|r| r.split(' ').next()?.parse().ok())
+            .filter_map(|r| r.split(' ').next()?.parse::<u64>().ok())
             .collect();
         assert_eq!(yields.len(), 2, "{t}");
         for y in yields {
@@ -1111,4 +1111,36 @@ fn cheetah_never_takes_another_users_page_for_a_peer() {
         t.contains("[0] volley: cheetah: context 0: direct copies on (puts 17, gets 1,"),
         "{t}"
     );
+}
+
+/// The event-loop program (`event_loop.c`): a GAMMA server and three clients, each
+/// sleeping in `epoll_wait` on `volley_wakeup_fd` after `volley_arm`, 2,000
+/// requests a client, with no wake-up lost (a sleep of 10 s fails the run).
+#[test]
+fn c_event_loop_sleeps_on_the_wakeup_descriptor() {
+    let prog = program("event_loop");
+    let _g = serial();
+    for fabric in ["shm", "udp"] {
+        let o = launch("4", fabric, &prog, &[]);
+        let t = text(&o);
+        assert!(o.status.success(), "volley run {fabric}:\n{t}");
+        assert!(
+            t.contains("event_loop ok: served 6000 requests from 3 clients"),
+            "{fabric}:\n{t}"
+        );
+        assert_eq!(t.matches("ok: 2000 answers").count(), 3, "{fabric}:\n{t}");
+        // The loops slept: a program that spun would not have armed.
+        let slept: u64 = t
+            .lines()
+            .filter_map(|l| {
+                l.rsplit("slept ")
+                    .next()?
+                    .split(' ')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum();
+        assert!(slept > 1000, "{fabric}: slept {slept} times:\n{t}");
+    }
 }

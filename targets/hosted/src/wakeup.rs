@@ -33,7 +33,10 @@ use crate::node::HostDevice;
 use crate::HostError;
 
 fn os_error(what: &str) -> HostError {
-    HostError(format!("wake-up descriptor: {what}: {}", io::Error::last_os_error()))
+    HostError(format!(
+        "wake-up descriptor: {what}: {}",
+        io::Error::last_os_error()
+    ))
 }
 
 fn owned(fd: RawFd, what: &str) -> Result<OwnedFd, HostError> {
@@ -68,7 +71,10 @@ impl Wakeup {
     /// frame waits).
     pub(crate) fn new(sources: &[RawFd]) -> Result<Wakeup, HostError> {
         // SAFETY: plain system calls; the descriptors are owned below.
-        let epoll = owned(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) }, "epoll_create1")?;
+        let epoll = owned(
+            unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) },
+            "epoll_create1",
+        )?;
         // SAFETY: as above.
         let timer = owned(
             unsafe {
@@ -113,13 +119,17 @@ impl Wakeup {
         Ok(w)
     }
 
-    fn watch(&self, fd: RawFd) -> Result<(), HostError> {
+    /// Adds `fd` to the set: the descriptor then also turns readable while `fd`
+    /// is (a personality's own events, such as QNIX doorbells rung by its NIC
+    /// thread). `fd` must outlive the wake-up descriptor or be removed first.
+    pub fn watch(&self, fd: RawFd) -> Result<(), HostError> {
         let mut ev = libc::epoll_event {
             events: libc::EPOLLIN as u32,
             u64: fd as u64,
         };
         // SAFETY: valid descriptors and a live event.
-        if unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
+        if unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0
+        {
             return Err(os_error("epoll_ctl"));
         }
         Ok(())
@@ -145,7 +155,9 @@ impl Wakeup {
             spec.it_value.tv_nsec = d.subsec_nanos() as libc::c_long;
         }
         // SAFETY: a valid timerfd and a live spec.
-        if unsafe { libc::timerfd_settime(self.timer.as_raw_fd(), 0, &spec, std::ptr::null_mut()) } != 0 {
+        if unsafe { libc::timerfd_settime(self.timer.as_raw_fd(), 0, &spec, std::ptr::null_mut()) }
+            != 0
+        {
             return Err(os_error("timerfd_settime"));
         }
         Ok(())
@@ -259,7 +271,8 @@ fn irq_loop(word: &AtomicU32, event: &OwnedFd, stop: &AtomicBool) {
             // SAFETY: a valid eventfd and 8 readable bytes.
             unsafe { libc::write(event.as_raw_fd(), (&one as *const u64).cast(), 8) };
             // Quiet again: later frames raise nothing until the program re-arms.
-            let _ = word.compare_exchange(IRQ_RAISED, IRQ_QUIET, Ordering::AcqRel, Ordering::Relaxed);
+            let _ =
+                word.compare_exchange(IRQ_RAISED, IRQ_QUIET, Ordering::AcqRel, Ordering::Relaxed);
             continue;
         }
         futex_wait(word, v);
@@ -310,7 +323,8 @@ fn arm_device(
     if poll_at.is_some_and(|t| t <= now) || !dev.arm_rx() {
         return Ok(false);
     }
-    let after = poll_at.map(|t| std::time::Duration::from_nanos(t.saturating_since(now).total_nanos()));
+    let after =
+        poll_at.map(|t| std::time::Duration::from_nanos(t.saturating_since(now).total_nanos()));
     dev.wakeup()?.set_timer(after)?;
     Ok(true)
 }

@@ -130,7 +130,10 @@ fn ping_pong(fabric: Fabric, k: u64, rounds: u64) {
         started.elapsed()
     );
     // The race was run: most waits slept rather than found the message at once.
-    assert!(slept_a + slept_b > rounds / 2, "too few sleeps to test anything");
+    assert!(
+        slept_a + slept_b > rounds / 2,
+        "too few sleeps to test anything"
+    );
 }
 
 fn no_wakeup_is_lost_on_shm() {
@@ -178,7 +181,10 @@ fn a_sleeper_uses_little_processor(fabric: Fabric, k: u64) {
             while Instant::now() < end {
                 a.test(1).unwrap();
                 if a.arm().unwrap() {
-                    a.wakeup().unwrap().wait(Some(Duration::from_millis(5))).unwrap();
+                    a.wakeup()
+                        .unwrap()
+                        .wait(Some(Duration::from_millis(5)))
+                        .unwrap();
                 }
             }
         });
@@ -195,7 +201,12 @@ fn a_sleeper_uses_little_processor(fabric: Fabric, k: u64) {
         wall,
         share * 100.0
     );
-    assert!(share <= 0.20, "{}: {:.1} % of a core", fabric.name(), share * 100.0);
+    assert!(
+        share <= 0.20,
+        "{}: {:.1} % of a core",
+        fabric.name(),
+        share * 100.0
+    );
 }
 
 fn sleeping_on_shm_costs_little() {
@@ -224,7 +235,10 @@ fn no_descriptor_leaks_into_an_executed_program() {
     assert!(a.arm().unwrap());
     let seen = inherited();
     for kind in ["eventpoll", "eventfd", "timerfd"] {
-        assert!(!seen.contains(kind), "an executed program holds a {kind}:\n{seen}");
+        assert!(
+            !seen.contains(kind),
+            "an executed program holds a {kind}:\n{seen}"
+        );
     }
     // The descriptor is the one the process holds, and it works after the fork.
     b.send_flowctl(1, b"x").unwrap();
@@ -279,7 +293,10 @@ fn a_peers_death_wakes_the_sleeper() {
         if g.engine().peer_status(1).failed {
             break;
         }
-        assert!(Instant::now() < deadline, "the peer's death was not noticed");
+        assert!(
+            Instant::now() < deadline,
+            "the peer's death was not noticed"
+        );
         // Work left by that poll is done before the next sleep.
         while !g.arm().unwrap() {
             let _ = g.test(1);
@@ -288,7 +305,10 @@ fn a_peers_death_wakes_the_sleeper() {
             break;
         }
     }
-    eprintln!("peer's death noticed after {:?}, {wakes} wakes", killed.elapsed());
+    eprintln!(
+        "peer's death noticed after {:?}, {wakes} wakes",
+        killed.elapsed()
+    );
 }
 
 fn main() {
@@ -305,7 +325,10 @@ fn main() {
             "no_descriptor_leaks_into_an_executed_program",
             no_descriptor_leaks_into_an_executed_program,
         ),
-        ("a_peers_death_wakes_the_sleeper", a_peers_death_wakes_the_sleeper),
+        (
+            "a_peers_death_wakes_the_sleeper",
+            a_peers_death_wakes_the_sleeper,
+        ),
     ];
     // `cargo test -- NAME` runs the tests whose names contain NAME.
     let filter: Vec<String> = std::env::args()

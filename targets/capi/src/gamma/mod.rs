@@ -25,6 +25,7 @@ use volley_core::engine::{Error, SendHandle, BROADCAST as ANY_NODE};
 use volley_core::gamma::{BufferKind, Upcall, BARRIER_PORT, BROADCAST_PORT, PORTS};
 use volley_hosted::bootstrap::{self, Boot, Source};
 use volley_hosted::secret::Secret;
+use volley_hosted::wakeup::EventLoop;
 use volley_hosted::{launcher, node, Fabric, HostGamma};
 
 mod os;
@@ -113,6 +114,15 @@ fn with_gamma(polls: bool, f: impl FnOnce(&mut Instance) -> c_int) -> c_int {
         },
         // Borrowed further up this stack: a handler is running.
         Err(_) => code(Error::InHandler),
+    })
+}
+
+/// The process's GAMMA instance as an event loop sees it (`volley.h`); `None`
+/// before `gamma_init` on this thread. Inside a handler: `Err(code)`.
+pub(crate) fn event<R>(f: impl FnOnce(&mut dyn EventLoop) -> R) -> Option<Result<R, c_int>> {
+    INSTANCE.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut inst) => inst.as_mut().map(|i| Ok(f(&mut i.g))),
+        Err(_) => Some(Err(code(Error::InHandler))),
     })
 }
 
