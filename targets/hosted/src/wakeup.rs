@@ -15,7 +15,8 @@
 //! poll again. Arming when work is already there returns `Ok(false)` (poll first).
 //! On `shm` a producer raises the interrupt only while its consumer is armed, so a
 //! program that spins pays nothing, and a producer pays a fence and a load.
-//! Every descriptor is close-on-exec.
+//! Every descriptor is close-on-exec. With the `tokio` feature, [`tokio::Async`]
+//! awaits it in a tokio runtime.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -31,6 +32,9 @@ use volley_core::time::{Clock, Instant};
 use crate::clock::HostClock;
 use crate::node::HostDevice;
 use crate::HostError;
+
+#[cfg(feature = "tokio")]
+pub mod tokio;
 
 fn os_error(what: &str) -> HostError {
     HostError(format!(

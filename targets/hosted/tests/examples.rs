@@ -66,3 +66,22 @@ fn lfc_tree_example_runs_on_both_fabrics_with_each_tree() {
         assert_eq!(code, 0, "lfc_tree on {} with {tree}", fabric.name());
     }
 }
+
+#[test]
+fn tokio_server_example_serves_three_ranks_on_both_fabrics() {
+    let prog = example("tokio_server");
+    for fabric in [Fabric::Shm, Fabric::Udp] {
+        let code = launcher::run(&RunOptions {
+            ranks: 4,
+            fabric,
+            timeout: Duration::from_secs(120),
+            grace: Duration::from_secs(5),
+            job: None,
+            command: vec![prog.display().to_string()],
+            env: Vec::new(),
+            rank0_only: false,
+            unikernel: None,
+        });
+        assert_eq!(code, 0, "tokio_server on {}", fabric.name());
+    }
+}
