@@ -393,6 +393,8 @@ pub struct MyriNic {
     /// The last compact frame received, made whole (lent to the engine in place).
     whole: [u8; COMPACT_MAX],
     stats: NicStats,
+    /// Node 0's interrupt word; node `d`'s lies `d` barrier entries further.
+    irq_at: usize,
 }
 
 /// Node `node`'s interrupt word.
@@ -404,7 +406,7 @@ fn irq_word<'r>(region: &'r Region, geo: &Geometry, node: u32) -> Option<&'r Ato
 }
 
 /// After a frame for the owner of `word` was published: raises its interrupt if
-/// armed (see the module documentation).
+/// armed (see the module documentation), through `raise`.
 #[inline]
 fn raise_if_armed(word: &AtomicU32, raise: fn(&AtomicU32)) {
     // The frame's publication is ordered before this load (the consumer orders its
@@ -507,7 +509,9 @@ impl MyriNic {
             rx_head: [0; MAX_NODES],
             whole: [0; COMPACT_MAX],
             stats: NicStats::default(),
+            irq_at: geo.barrier_entry(0) + off::BARRIER_IRQ,
         };
+        nic.region.interrupt = cfg.interrupt;
         if let Some(w) = nic.barrier_word(me, off::BARRIER_ARRIVED) {
             nic.barriers = w.load(Ordering::Acquire);
         }
@@ -626,7 +630,7 @@ impl MyriNic {
             stats,
             tx_head,
             rings,
-            cfg,
+            irq_at,
             ..
         } = self;
         let dst = dst.0 as u32;
@@ -662,10 +666,12 @@ impl MyriNic {
             tail: tail_w,
             next: tail.wrapping_add(1),
             ring: (region, ring),
-            irq: match cfg.interrupt {
-                Some(raise) => irq_word(region, geo, dst).map(|w| (w, raise)),
-                None => None,
-            },
+            // SAFETY: `dst` is below the node count (above), so its barrier entry
+            // lies in the header, which `attach` checked fits the region; the word
+            // is 4-aligned.
+            irq: region
+                .interrupt
+                .map(|_| unsafe { region.u32_unchecked(*irq_at + off::BARRIER_STRIDE * dst as usize) }),
         };
         Some((tok, region))
     }

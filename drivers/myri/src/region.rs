@@ -17,6 +17,10 @@ use crate::MyriError;
 pub struct Region {
     base: *mut u8,
     len: usize,
+    /// The host's hook that raises a peer's interrupt
+    /// ([`crate::NicConfig::interrupt`]), kept here for the transmit tokens that
+    /// borrow the region.
+    pub(crate) interrupt: Option<fn(&AtomicU32)>,
 }
 
 // SAFETY: the region is plain memory shared by design; every access below is either
@@ -37,7 +41,11 @@ impl Region {
         if base.is_null() || !(base as usize).is_multiple_of(64) {
             return Err(MyriError::Misaligned);
         }
-        Ok(Region { base, len })
+        Ok(Region {
+            base,
+            len,
+            interrupt: None,
+        })
     }
 
     /// Length in bytes.

@@ -58,8 +58,9 @@ pub struct MyriTx<'a> {
     pub(super) next: u64,
     /// The region and the ring's offset: its template and `head` words.
     pub(super) ring: (&'a Region, usize),
-    /// The consumer's interrupt word and the host's hook, where it has one.
-    pub(super) irq: Option<(&'a AtomicU32, fn(&AtomicU32))>,
+    /// The consumer's interrupt word, where the host has a hook to raise it
+    /// ([`Region`]'s `interrupt`).
+    pub(super) irq: Option<&'a AtomicU32>,
 }
 
 impl RxToken for MyriRx<'_> {
@@ -108,7 +109,7 @@ impl MyriTx<'_> {
         // before this call) happen-before the consumer's acquire of `seq`.
         self.seq.store(self.next, Ordering::Release);
         self.tail.store(self.next, Ordering::Relaxed);
-        if let Some((w, raise)) = self.irq {
+        if let (Some(w), Some(raise)) = (self.irq, self.ring.0.interrupt) {
             raise_if_armed(w, raise);
         }
     }
@@ -168,7 +169,7 @@ impl MyriTx<'_> {
         // consumer's acquire of `seq`.
         self.seq.store(self.next, Ordering::Release);
         self.tail.store(self.next, Ordering::Relaxed);
-        if let Some((w, raise)) = self.irq {
+        if let (Some(w), Some(raise)) = (self.irq, self.ring.0.interrupt) {
             raise_if_armed(w, raise);
         }
     }
