@@ -14,7 +14,7 @@ fn main() {
     };
     let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
     let pc = format!(
-        "includedir={inc}\nlibdir={lib}\n\nName: volley\nDescription: Volley cluster messaging: the GAMMA API (gamma.h, linux/gamma/libgamma.h)\nVersion: {version}\nCflags: -I${{includedir}}\nLibs: -L${{libdir}} -Wl,-rpath,${{libdir}} -lvolley\nLibs.private: -lpthread -ldl -lm\n",
+        "includedir={inc}\nlibdir={lib}\n\nName: volley\nDescription: Volley cluster messaging: the GAMMA, LFC, Cheetah core and QNIX APIs and Volley's extensions (gamma.h, linux/gamma/libgamma.h, lfc.h, cheetah_core.h, qnix.h, volley.h)\nVersion: {version}\nCflags: -I${{includedir}}\nLibs: -L${{libdir}} -Wl,-rpath,${{libdir}} -lvolley\nLibs.private: -lpthread -ldl -lm\n",
         inc = manifest.join("include").display(),
         lib = profile_dir.display(),
     );

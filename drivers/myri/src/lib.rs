@@ -669,9 +669,9 @@ impl MyriNic {
             // SAFETY: `dst` is below the node count (above), so its barrier entry
             // lies in the header, which `attach` checked fits the region; the word
             // is 4-aligned.
-            irq: region
-                .interrupt
-                .map(|_| unsafe { region.u32_unchecked(*irq_at + off::BARRIER_STRIDE * dst as usize) }),
+            irq: region.interrupt.map(|_| unsafe {
+                region.u32_unchecked(*irq_at + off::BARRIER_STRIDE * dst as usize)
+            }),
         };
         Some((tok, region))
     }

@@ -62,6 +62,14 @@ fn csv_is_rfc4180_and_json_one_document_with_the_same_rows() {
     // Names with commas come back whole.
     assert!(tests.contains(&("shm".into(), "latency, one-way, send_flowctl".into())));
     assert!(text.contains("\"latency, one-way, send_flowctl\""));
+    // The event loop's row beside the spinning one, on both fabrics.
+    for fabric in ["shm", "udp"] {
+        let asleep = "latency, one-way, asleep in epoll";
+        assert!(
+            tests.contains(&(fabric.into(), asleep.into())),
+            "{fabric}: {asleep}"
+        );
+    }
     for (fabric, reference) in [
         ("shm", "reference: bare flag ping-pong"),
         ("shm", "reference: memcpy"),

@@ -30,10 +30,18 @@ fn ranks() -> (cost::G, cost::G) {
     // nothing between messages and keep it off, reading with `recvfrom`.
     std::env::set_var("VOLLEY_UDP_GSO", "0");
     // A job whose two ports are free (each job has its own base port).
+    // Each opened in a thread of its own: a rank's start-up exchange waits for the
+    // other's.
     let open = |job: u64| -> Option<(cost::G, cost::G)> {
-        let a = node::gamma(&cost::boot(job, 0), Fabric::Udp, 0u64).ok()?;
-        let b = node::gamma(&cost::boot(job, 1), Fabric::Udp, 0u64).ok()?;
-        Some((a, b))
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| node::gamma(&cost::boot(job, 0), Fabric::Udp, 0u64));
+            let b = s.spawn(|| node::gamma(&cost::boot(job, 1), Fabric::Udp, 0u64));
+            (a.join(), b.join())
+        });
+        match (a, b) {
+            (Ok(Ok(a)), Ok(Ok(b))) => Some((a, b)),
+            _ => None,
+        }
     };
     (1..200)
         .map(|k| 0x5eed_0000 + u64::from(std::process::id()) * 7 + k * 131)

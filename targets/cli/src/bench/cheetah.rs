@@ -65,6 +65,35 @@ pub(super) fn cheetah_rows(
         rows.push(row("cheetah put, one-way (remote bell)", 8, samples));
     }
 
+    // The same exchange with both sides asleep on the wake-up descriptor until
+    // their bell rings.
+    progress("cheetah put latency, asleep in epoll");
+    c.barrier().map_err(e)?;
+    let base = c.bell(BELL_PUT).map_err(e)?;
+    let n = sw.iters(5_000);
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..(n + n / 10) as i32 {
+        let t0 = StdInstant::now();
+        if me == 0 {
+            c.put(peer, C_DATA, C_DATA, 8, 0, BELL_PUT).map_err(e)?;
+        }
+        loop {
+            c.poll().map_err(e)?;
+            if c.bell(BELL_PUT).map_err(e)? > base + i {
+                break;
+            }
+            sleep_if_armed(&mut c)?;
+        }
+        if me == 1 {
+            c.put(peer, C_DATA, C_DATA, 8, 0, BELL_PUT).map_err(e)?;
+        } else if i >= (n / 10) as i32 {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    if me == 0 {
+        rows.push(row("cheetah put, one-way, asleep in epoll", 8, samples));
+    }
+
     progress("cheetah get and ainvoke round trips");
     c.barrier().map_err(e)?;
     if me == 0 {

@@ -81,6 +81,44 @@ pub(super) fn gamma_latency(
     Ok(samples)
 }
 
+/// Waits for one message on port 1 as an event loop does: polls, and between two
+/// polls that find nothing arms the wake-up descriptor and sleeps on it.
+fn wait_asleep(g: &mut HostGamma<State>) -> Result<(), HostError> {
+    loop {
+        if g.test(1)? > 0 {
+            g.wait(1, 1)?;
+            return Ok(());
+        }
+        sleep_if_armed(g)?;
+    }
+}
+
+/// [`gamma_latency`] of 8-byte `send_flowctl`s with both ranks asleep on their
+/// wake-up descriptors between messages ([`volley_hosted::wakeup`]): what a
+/// program in an event loop sees.
+pub(super) fn asleep_latency(
+    g: &mut HostGamma<State>,
+    iters: usize,
+) -> Result<Vec<f64>, HostError> {
+    let me = g.my_node();
+    let data = pattern(me, 0, 8);
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..iters + iters / 10 {
+        let t0 = g.time();
+        if me == 0 {
+            g.send_flowctl(1, &data)?;
+            wait_asleep(g)?;
+            if i >= iters / 10 {
+                samples.push(Gamma::<HostDevice, HostClock, State>::time_diff(g.time(), t0) / 2.0);
+            }
+        } else {
+            wait_asleep(g)?;
+            g.send_flowctl(1, &data)?;
+        }
+    }
+    Ok(samples)
+}
+
 /// One-way latency of an active message answered from its handler: rank 0 sends 8
 /// bytes to port 3 (`send_flowctl`) and waits for the answer, which rank 1's
 /// handler sends while rank 1 waits for all of them (half of each round trip after

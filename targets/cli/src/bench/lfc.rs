@@ -95,6 +95,33 @@ pub(super) fn lfc_rows(
             rows.push(row("lfc latency, one-way, polling", size, samples));
         }
     }
+
+    // The 8-byte exchange with both sides asleep on the wake-up descriptor.
+    progress("lfc latency, asleep in epoll");
+    let iters = sw.iters(5_000);
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..iters + iters / 10 {
+        let t0 = StdInstant::now();
+        if me == 0 {
+            send(&mut l, 8)?;
+        }
+        want += 1;
+        loop {
+            l.poll()?;
+            if count.load(Ordering::Acquire) >= want {
+                break;
+            }
+            sleep_if_armed(&mut l)?;
+        }
+        if me == 1 {
+            send(&mut l, 8)?;
+        } else if i >= iters / 10 {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    if me == 0 {
+        rows.push(row("lfc latency, one-way, asleep in epoll", 8, samples));
+    }
     let iters = sw.iters(20_000);
 
     // The same exchange by `lfc_bcast_launch` both ways: on `shm` one write into the

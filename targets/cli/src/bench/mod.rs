@@ -25,6 +25,7 @@ use crate::programs::{pattern, percentiles, pin, State};
 use volley_hosted::bootstrap::Boot;
 use volley_hosted::lfc::{HostLfc, Interrupts};
 use volley_hosted::node::{self, HostGamma};
+use volley_hosted::wakeup::EventLoop;
 use volley_hosted::{Fabric, HostDevice, HostError};
 
 mod cheetah;
@@ -376,6 +377,12 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
         let test = "latency, one-way, reply from the handler";
         rows.push(latency_row(name, test, 8, samples, lm));
     }
+    progress("latency, receiver asleep on the wake-up descriptor");
+    let samples = asleep_latency(&mut g, sw.iters(5_000))?;
+    if me == 0 {
+        let test = "latency, one-way, asleep in epoll";
+        rows.push(latency_row(name, test, 8, samples, lm));
+    }
     for &len in &[4096usize, 65_536, 1 << 20] {
         progress(&format!("bandwidth {len} B"));
         let rounds = sw.rounds(if len >= 1 << 20 { 20 } else { 50 });
@@ -400,6 +407,18 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
     rows.extend(crows);
     rows.extend(qnix_rows(boot, fabric, dev, lm, ref_mbs, sw)?);
     Ok(if me == 0 { rows } else { Vec::new() })
+}
+
+/// Sleeps on `ep`'s wake-up descriptor if arming says it may (an event loop's
+/// wait between two polls that found nothing); 10 s asleep with a message on its
+/// way is a lost wake-up.
+pub(super) fn sleep_if_armed(ep: &mut impl EventLoop) -> Result<(), HostError> {
+    if ep.arm()? && !ep.wakeup()?.wait(Some(StdDuration::from_secs(10)))? {
+        return Err(HostError(
+            "bench: asleep 10 s with a message on its way".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// What Volley's own rows of the peer rounds are named after: the sweep has rows
