@@ -857,20 +857,20 @@ impl<'a, D: Device, C: Clock, M: Memory> Cheetah<'a, D, C, M> {
     pub fn device_and_memory_mut(&mut self) -> (&mut D, &mut M) {
         (&mut self.ep.dev, &mut self.mem)
     }
-    /// When this context next needs a poll with no frame arriving: now when
-    /// invocations wait for their handlers, else the engine's timers or the next
-    /// keepalive. An event loop sleeps until then at most.
+    /// When the engine next needs a poll (`None`: only when a frame comes).
     pub fn poll_at(&self) -> Option<Instant> {
-        let now = self.ep.clock.now();
-        if !self.own.is_empty() || self.ep.engine.deliveries_pending() > 0 {
-            return Some(now);
-        }
-        let keepalive = self.last_keepalive + self.ep.engine.config().keepalive;
-        let at = self
-            .ep
-            .engine
-            .poll_at(now)
-            .map_or(keepalive, |t| t.min(keepalive));
-        Some(at.max(now))
+        self.ep.engine.poll_at(self.ep.clock.now())
+    }
+
+    /// Whether the next poll has work with no frame arriving: invocations waiting
+    /// for their handlers (an event loop polls before it sleeps).
+    pub fn work_waiting(&self) -> bool {
+        !self.own.is_empty() || self.ep.engine.deliveries_pending() > 0
+    }
+
+    /// When a poll next probes the peers (`Config::keepalive`): an event loop
+    /// that sleeps wakes then too, so that a peer's death is found meanwhile.
+    pub fn keepalive_at(&self) -> Option<Instant> {
+        Some(self.last_keepalive + self.ep.engine.config().keepalive)
     }
 }

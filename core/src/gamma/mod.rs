@@ -1024,15 +1024,15 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         self.ep.engine.send_queued_at_once(now, &mut self.ep.dev);
     }
 
-    /// When this process next needs a poll with no frame arriving: now when
-    /// handlers wait to run, else when the engine's timers say (see
-    /// [`Engine::poll_at`]). An event loop sleeps until then at most.
+    /// When the engine next needs a poll (see [`Engine::poll_at`]).
     pub fn poll_at(&self) -> Option<Instant> {
-        let now = self.ep.clock.now();
-        if self.ep.engine.notices_pending() > 0 {
-            return Some(now);
-        }
-        self.ep.engine.poll_at(now)
+        self.ep.engine.poll_at(self.ep.clock.now())
+    }
+
+    /// Whether the next poll has work with no frame arriving: handlers waiting to
+    /// run (an event loop polls before it sleeps).
+    pub fn work_waiting(&self) -> bool {
+        self.ep.engine.notices_pending() > 0
     }
 
     /// The state handlers share.

@@ -538,20 +538,18 @@ impl<'a, D: Device, C: Clock, S> Lfc<'a, D, C, S> {
         Ok(n)
     }
 
-    /// When this process next needs a poll with no frame arriving: now when
-    /// packets wait for their upcall, else the engine's timers or the next
-    /// keepalive. An event loop sleeps until then at most.
-    pub fn poll_at(&self) -> Option<Instant> {
-        let now = self.ep.clock.now();
-        if self.ep.engine.deliveries_pending() > 0 {
-            return Some(now);
-        }
-        let at = self.ep.engine.poll_at(now);
-        if !self.started {
-            return at;
-        }
-        let keepalive = self.last_keepalive + self.ep.engine.config().keepalive;
-        Some(at.map_or(keepalive, |t| t.min(keepalive)).max(now))
+    /// Whether the next poll has work with no frame arriving: packets waiting for
+    /// their upcall (an event loop polls before it sleeps).
+    pub fn work_waiting(&self) -> bool {
+        self.ep.engine.deliveries_pending() > 0
+    }
+
+    /// When a poll next probes the peers (`Config::keepalive`, once started): an
+    /// event loop that sleeps wakes then too, so that a peer's death is found
+    /// meanwhile.
+    pub fn keepalive_at(&self) -> Option<Instant> {
+        self.started
+            .then(|| self.last_keepalive + self.ep.engine.config().keepalive)
     }
 
     /// Drains the network without upcalls: received packets wait for a later poll.

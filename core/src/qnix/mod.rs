@@ -414,20 +414,24 @@ impl<'a, D: Device, C: Clock, M: Memory> Qnix<'a, D, C, M> {
     pub fn memory_mut(&mut self) -> &mut M {
         &mut self.mem
     }
-    /// When this process next needs a step with no frame arriving: now when
-    /// commands wait for the NIC, else the engine's timers or the next keepalive.
-    /// An event loop sleeps until then at most.
+    /// When the engine next needs a step (`None`: only when a frame comes).
     pub fn poll_at(&self) -> Option<Instant> {
         let now = self.ep.clock.now();
-        if !self.queue.is_empty() || !self.tx.is_empty() {
+        if self.work_waiting() {
             return Some(now);
         }
-        let keepalive = self.last_keepalive + self.ep.engine.config().keepalive;
-        let at = self
-            .ep
-            .engine
-            .poll_at(now)
-            .map_or(keepalive, |t| t.min(keepalive));
-        Some(at.max(now))
+        self.ep.engine.poll_at(now)
+    }
+
+    /// Whether the next step has work with no frame arriving: commands waiting for
+    /// the NIC (an event loop steps before it sleeps).
+    pub fn work_waiting(&self) -> bool {
+        !self.queue.is_empty() || !self.tx.is_empty()
+    }
+
+    /// When a step next probes the peers (`Config::keepalive`): an event loop
+    /// that sleeps wakes then too, so that a peer's death is found meanwhile.
+    pub fn keepalive_at(&self) -> Option<Instant> {
+        Some(self.last_keepalive + self.ep.engine.config().keepalive)
     }
 }

@@ -401,10 +401,11 @@ fn every_declaration_is_exported_with_a_matching_signature() {
         let text = std::fs::read_to_string(include().join(h)).unwrap();
         let parsed = parse(&text);
         // Every header declares its whole API (Cheetah core's is twelve calls, QNIX's
-        // nineteen and two extensions).
+        // nineteen and two extensions, Volley's own two).
         let least = match h {
             "cheetah_core.h" => 12,
             "qnix.h" => 21,
+            "volley.h" => 2,
             _ => 30,
         };
         assert!(

@@ -37,6 +37,14 @@ const FIELDS: [&str; 8] = [
     "ratio_to_reference",
 ];
 
+/// The rows of each API with both ranks asleep on the wake-up descriptor.
+const ASLEEP_ROWS: [&str; 4] = [
+    "latency, one-way, asleep in epoll",
+    "lfc latency, one-way, asleep in epoll",
+    "cheetah put, one-way, asleep in epoll",
+    "qnix send_short, one-way, asleep in epoll",
+];
+
 #[test]
 fn csv_is_rfc4180_and_json_one_document_with_the_same_rows() {
     let text = bench(&["--csv"]);
@@ -62,13 +70,14 @@ fn csv_is_rfc4180_and_json_one_document_with_the_same_rows() {
     // Names with commas come back whole.
     assert!(tests.contains(&("shm".into(), "latency, one-way, send_flowctl".into())));
     assert!(text.contains("\"latency, one-way, send_flowctl\""));
-    // The event loop's row beside the spinning one, on both fabrics.
+    // Each API's event-loop row beside its spinning one, on both fabrics.
     for fabric in ["shm", "udp"] {
-        let asleep = "latency, one-way, asleep in epoll";
-        assert!(
-            tests.contains(&(fabric.into(), asleep.into())),
-            "{fabric}: {asleep}"
-        );
+        for asleep in ASLEEP_ROWS {
+            assert!(
+                tests.contains(&(fabric.into(), asleep.into())),
+                "{fabric}: {asleep}"
+            );
+        }
     }
     for (fabric, reference) in [
         ("shm", "reference: bare flag ping-pong"),
@@ -230,6 +239,12 @@ fn eth_rows_start_with_the_bare_af_packet_reference() {
     let ratio: f64 = lat[7].parse().unwrap();
     assert!(ratio > 0.0, "{text}");
     assert!(rows.iter().all(|r| &r[0] == "eth"), "{text}");
+    for asleep in ASLEEP_ROWS {
+        assert!(
+            rows.iter().any(|r| &r[1] == asleep),
+            "eth: no {asleep}:\n{text}"
+        );
+    }
     assert_eq!(&rows[1][1], "reference: bare AF_PACKET stream", "{text}");
     let stream: f64 = rows[1][4].parse().unwrap();
     assert!(stream > 0.0, "{text}");

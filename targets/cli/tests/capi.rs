@@ -1144,3 +1144,37 @@ fn c_event_loop_sleeps_on_the_wakeup_descriptor() {
         assert!(slept > 1000, "{fabric}: slept {slept} times:\n{t}");
     }
 }
+
+/// LFC, Cheetah core and QNIX programs that sleep in `poll(2)` on
+/// `volley_wakeup_fd` while they wait (`lfc_sleep.c`, `cheetah_sleep.c`,
+/// `qnix_sleep.c`, 2,000 round trips each, a sleep of 10 s failing the run), on
+/// both fabrics; QNIX with its NIC thread on, as by default.
+#[test]
+fn c_lfc_cheetah_and_qnix_programs_sleep_on_the_wakeup_descriptor() {
+    let _g = serial();
+    for (name, ok) in [
+        ("lfc_sleep", "lfc_sleep ok, 2000 packets"),
+        ("cheetah_sleep", "cheetah_sleep ok, 2000 puts"),
+        ("qnix_sleep", "qnix_sleep ok, 2000 sends"),
+    ] {
+        let prog = program(name);
+        for fabric in ["shm", "udp"] {
+            let o = launch("2", fabric, &prog, &[]);
+            let t = text(&o);
+            assert!(o.status.success(), "{name} on {fabric}:\n{t}");
+            assert_eq!(t.matches(ok).count(), 2, "{name} on {fabric}:\n{t}");
+            let slept: u64 = t
+                .lines()
+                .filter_map(|l| {
+                    l.rsplit("slept ")
+                        .next()?
+                        .split(' ')
+                        .next()?
+                        .parse::<u64>()
+                        .ok()
+                })
+                .sum();
+            assert!(slept > 500, "{name} on {fabric}: slept {slept} times:\n{t}");
+        }
+    }
+}

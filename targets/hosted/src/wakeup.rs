@@ -316,15 +316,24 @@ pub trait EventLoop {
     fn arm(&mut self) -> Result<bool, HostError>;
 }
 
-/// The arming every personality shares: `poll_at` is when it next needs a poll
-/// (now when work waits for it).
+/// The earlier of two deadlines.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The arming every personality shares: `waiting`, work for the next poll is
+/// there; `poll_at`, when the next poll is due with no frame arriving.
 fn arm_device(
     dev: &mut HostDevice,
     now: Instant,
+    waiting: bool,
     poll_at: Option<Instant>,
 ) -> Result<bool, HostError> {
     dev.wakeup()?.drain();
-    if poll_at.is_some_and(|t| t <= now) || !dev.arm_rx() {
+    if waiting || poll_at.is_some_and(|t| t <= now) || !dev.arm_rx() {
         return Ok(false);
     }
     let after =
@@ -340,7 +349,8 @@ impl<S> EventLoop for Gamma<'static, HostDevice, HostClock, S> {
 
     fn arm(&mut self) -> Result<bool, HostError> {
         let (now, at) = (self.clock().now(), self.poll_at());
-        arm_device(self.device_mut(), now, at)
+        let waiting = self.work_waiting();
+        arm_device(self.device_mut(), now, waiting, at)
     }
 }
 
@@ -350,8 +360,9 @@ impl<S> EventLoop for Lfc<'static, HostDevice, HostClock, S> {
     }
 
     fn arm(&mut self) -> Result<bool, HostError> {
-        let (now, at) = (self.clock().now(), self.poll_at());
-        arm_device(self.device_mut(), now, at)
+        let at = earliest(self.poll_at(), self.keepalive_at());
+        let (now, waiting) = (self.clock().now(), self.work_waiting());
+        arm_device(self.device_mut(), now, waiting, at)
     }
 }
 
@@ -361,8 +372,9 @@ impl<M: volley_core::engine::Memory> EventLoop for Cheetah<'static, HostDevice, 
     }
 
     fn arm(&mut self) -> Result<bool, HostError> {
-        let (now, at) = (self.clock().now(), self.poll_at());
-        arm_device(self.device_mut(), now, at)
+        let at = earliest(self.poll_at(), self.keepalive_at());
+        let (now, waiting) = (self.clock().now(), self.work_waiting());
+        arm_device(self.device_mut(), now, waiting, at)
     }
 }
 
@@ -372,7 +384,8 @@ impl<M: volley_core::engine::Memory> EventLoop for Qnix<'static, HostDevice, Hos
     }
 
     fn arm(&mut self) -> Result<bool, HostError> {
-        let (now, at) = (self.clock().now(), self.poll_at());
-        arm_device(self.device_mut(), now, at)
+        let at = earliest(self.poll_at(), self.keepalive_at());
+        let (now, waiting) = (self.clock().now(), self.work_waiting());
+        arm_device(self.device_mut(), now, waiting, at)
     }
 }

@@ -87,11 +87,16 @@ fn bound(mut a: G, mut b: G) -> (G, G) {
 /// [`LOST_AFTER`] (a wake-up lost). How many times it slept.
 fn await_count(g: &mut G, want: u64) -> u64 {
     let mut slept = 0;
+    let since = Instant::now();
     loop {
         g.test(1).unwrap();
         if *g.state() >= want {
             return slept;
         }
+        assert!(
+            since.elapsed() < LOST_AFTER,
+            "message {want}: not there after {LOST_AFTER:?}"
+        );
         if g.arm().unwrap() {
             slept += 1;
             let woke = g.wakeup().unwrap().wait(Some(LOST_AFTER)).unwrap();
@@ -246,11 +251,11 @@ fn no_descriptor_leaks_into_an_executed_program() {
     assert_eq!(a.wakeup().unwrap().as_raw_fd(), fa);
 }
 
-/// The peer of [`a_peers_death_wakes_the_sleeper`]: rank 1 of the job in
-/// `VOLLEY_WAKEUP_PEER`, which takes nothing (so a message to it stays unacked)
-/// and waits to be killed.
-fn peer(job: u64) {
-    let mut g = node::gamma(&boot(job, 1), Fabric::Shm, 0u64).unwrap();
+/// The peer of [`a_peers_death_wakes_the_sleeper`]: rank 1 of the job that
+/// `VOLLEY_WAKEUP_PEER` names (its id and fabric), which takes nothing (so a
+/// message to it stays unacked) and waits to be killed.
+fn peer(job: u64, fabric: Fabric) {
+    let mut g = node::gamma(&boot(job, 1), fabric, 0u64).unwrap();
     bind(&mut g, 0);
     println!("ready");
     std::thread::sleep(Duration::from_secs(120));
@@ -258,15 +263,15 @@ fn peer(job: u64) {
 
 /// A rank asleep with a message unacked by a peer that then dies is woken, and
 /// its poll then finds the peer failed.
-fn a_peers_death_wakes_the_sleeper() {
+fn a_peers_death_wakes_the_sleeper(fabric: Fabric, k: u64) {
     use std::io::BufRead;
-    let j = job(6);
+    let j = job(k);
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .env("VOLLEY_WAKEUP_PEER", j.to_string())
+        .env("VOLLEY_WAKEUP_PEER", format!("{j} {}", fabric.name()))
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut g = node::gamma(&boot(j, 0), Fabric::Shm, 0u64).unwrap();
+    let mut g = node::gamma(&boot(j, 0), fabric, 0u64).unwrap();
     bind(&mut g, 1);
     let mut line = String::new();
     std::io::BufReader::new(child.stdout.take().unwrap())
@@ -306,17 +311,29 @@ fn a_peers_death_wakes_the_sleeper() {
         }
     }
     eprintln!(
-        "peer's death noticed after {:?}, {wakes} wakes",
+        "{}: peer's death noticed after {:?}, {wakes} wakes",
+        fabric.name(),
         killed.elapsed()
     );
 }
 
+fn a_peers_death_wakes_the_sleeper_on_shm() {
+    a_peers_death_wakes_the_sleeper(Fabric::Shm, 6);
+}
+
+fn a_peers_death_wakes_the_sleeper_on_udp() {
+    a_peers_death_wakes_the_sleeper(Fabric::Udp, 7);
+}
+
 fn main() {
-    if let Some(j) = std::env::var_os("VOLLEY_WAKEUP_PEER") {
-        peer(j.to_string_lossy().parse().unwrap());
+    if let Some(p) = std::env::var_os("VOLLEY_WAKEUP_PEER") {
+        let p = p.to_string_lossy();
+        let (j, f) = p.split_once(' ').unwrap();
+        let fabric = if f == "udp" { Fabric::Udp } else { Fabric::Shm };
+        peer(j.parse().unwrap(), fabric);
         return;
     }
-    let tests: [(&str, fn()); 6] = [
+    let tests: [(&str, fn()); 7] = [
         ("no_wakeup_is_lost_on_shm", no_wakeup_is_lost_on_shm),
         ("no_wakeup_is_lost_on_udp", no_wakeup_is_lost_on_udp),
         ("sleeping_on_shm_costs_little", sleeping_on_shm_costs_little),
@@ -326,8 +343,12 @@ fn main() {
             no_descriptor_leaks_into_an_executed_program,
         ),
         (
-            "a_peers_death_wakes_the_sleeper",
-            a_peers_death_wakes_the_sleeper,
+            "a_peers_death_wakes_the_sleeper_on_shm",
+            a_peers_death_wakes_the_sleeper_on_shm,
+        ),
+        (
+            "a_peers_death_wakes_the_sleeper_on_udp",
+            a_peers_death_wakes_the_sleeper_on_udp,
         ),
     ];
     // `cargo test -- NAME` runs the tests whose names contain NAME.

@@ -68,8 +68,10 @@ pub(super) fn cheetah_rows(
     // The same exchange with both sides asleep on the wake-up descriptor until
     // their bell rings.
     progress("cheetah put latency, asleep in epoll");
-    c.barrier().map_err(e)?;
+    // Read before the barrier: after it the peer's first put may land while this
+    // side is still inside the barrier's polls.
     let base = c.bell(BELL_PUT).map_err(e)?;
+    c.barrier().map_err(e)?;
     let n = sw.iters(5_000);
     let mut samples = Vec::with_capacity(n);
     for i in 0..(n + n / 10) as i32 {
@@ -82,7 +84,7 @@ pub(super) fn cheetah_rows(
             if c.bell(BELL_PUT).map_err(e)? > base + i {
                 break;
             }
-            sleep_if_armed(&mut c)?;
+            sleep_if_armed(&mut c, t0)?;
         }
         if me == 1 {
             c.put(peer, C_DATA, C_DATA, 8, 0, BELL_PUT).map_err(e)?;

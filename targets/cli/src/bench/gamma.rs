@@ -84,12 +84,13 @@ pub(super) fn gamma_latency(
 /// Waits for one message on port 1 as an event loop does: polls, and between two
 /// polls that find nothing arms the wake-up descriptor and sleeps on it.
 fn wait_asleep(g: &mut HostGamma<State>) -> Result<(), HostError> {
+    let since = StdInstant::now();
     loop {
         if g.test(1)? > 0 {
             g.wait(1, 1)?;
             return Ok(());
         }
-        sleep_if_armed(g)?;
+        sleep_if_armed(g, since)?;
     }
 }
 

@@ -111,7 +111,7 @@ pub(super) fn lfc_rows(
             if count.load(Ordering::Acquire) >= want {
                 break;
             }
-            sleep_if_armed(&mut l)?;
+            sleep_if_armed(&mut l, t0)?;
         }
         if me == 1 {
             send(&mut l, 8)?;

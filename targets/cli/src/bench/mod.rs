@@ -410,10 +410,14 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
 }
 
 /// Sleeps on `ep`'s wake-up descriptor if arming says it may (an event loop's
-/// wait between two polls that found nothing); 10 s asleep with a message on its
-/// way is a lost wake-up.
-pub(super) fn sleep_if_armed(ep: &mut impl EventLoop) -> Result<(), HostError> {
-    if ep.arm()? && !ep.wakeup()?.wait(Some(StdDuration::from_secs(10)))? {
+/// wait between two polls that found nothing), for a message awaited since
+/// `since`: 10 s without it is an error (a lost wake-up, or a lost message).
+pub(super) fn sleep_if_armed(ep: &mut impl EventLoop, since: StdInstant) -> Result<(), HostError> {
+    let limit = StdDuration::from_secs(10);
+    let left = limit
+        .checked_sub(since.elapsed())
+        .ok_or_else(|| HostError("bench: asleep 10 s with a message on its way".into()))?;
+    if ep.arm()? && !ep.wakeup()?.wait(Some(left))? {
         return Err(HostError(
             "bench: asleep 10 s with a message on its way".into(),
         ));

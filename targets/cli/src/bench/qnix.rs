@@ -106,7 +106,7 @@ pub(super) fn qnix_rows(
             if q.recv_doorbell(r) != volley_core::qnix::BUSY {
                 break;
             }
-            sleep_if_armed(&mut q)?;
+            sleep_if_armed(&mut q, t0)?;
         }
         q.poll_for_receive(r).map_err(e)?;
         r = recv(&mut q, 1, 8, 0)?;
