@@ -2,7 +2,9 @@
  * Every misuse of the GAMMA API a program can make by mistake returns a negative
  * value and changes nothing: calls before gamma_init and after gamma_exit, a second
  * gamma_init, null and impossible buffers and lengths, unknown instances, programs,
- * ports, buffer kinds and send handles, waiting calls inside a handler. Then the two
+ * ports, buffer kinds and send handles, waiting calls inside a handler, and Volley's
+ * event-loop calls (volley.h) before gamma_init, inside a handler and after
+ * gamma_exit. Then the two
  * instances still exchange a message in each direction. Prints "misuse ok" when every
  * check held.
  *
@@ -10,10 +12,11 @@
  */
 #include <gamma.h>
 #include <stdio.h>
+#include <volley.h>
 #include <string.h>
 
 static int failed;
-static int in_handler_wait, in_handler_sync, got;
+static int in_handler_wait, in_handler_sync, in_handler_arm, got;
 
 #define CHECK_NEG(call)                                                                  \
     do {                                                                                 \
@@ -38,6 +41,7 @@ static void on_message(void)
     /* Waiting calls are refused inside a handler. */
     in_handler_wait = gamma_wait(1, 1);
     in_handler_sync = gamma_sync();
+    in_handler_arm = volley_arm();
     got++;
 }
 
@@ -56,6 +60,8 @@ int main(int argc, char **argv)
     CHECK_NEG(gamma_signal(1));
     CHECK_NEG(gamma_my_node());
     CHECK_NEG(gamma_exit());
+    CHECK_NEG(volley_wakeup_fd());
+    CHECK_NEG(volley_arm());
 
     if (gamma_init(2, argc, argv) < 0) {
         printf("misuse: gamma_init failed\n");
@@ -111,9 +117,9 @@ int main(int argc, char **argv)
         printf("misuse: instance %d got %d messages\n", me, got);
         failed = 1;
     }
-    if (in_handler_wait >= 0 || in_handler_sync >= 0) {
-        printf("misuse: a handler could wait (%d) or sync (%d)\n", in_handler_wait,
-               in_handler_sync);
+    if (in_handler_wait >= 0 || in_handler_sync >= 0 || in_handler_arm >= 0) {
+        printf("misuse: a handler could wait (%d), sync (%d) or arm (%d)\n", in_handler_wait,
+               in_handler_sync, in_handler_arm);
         failed = 1;
     }
     CHECK_EQ(gamma_sync(), 0);
@@ -141,6 +147,8 @@ int main(int argc, char **argv)
 
     /* Nothing works after gamma_exit either. */
     CHECK_NEG(gamma_exit());
+    CHECK_NEG(volley_wakeup_fd());
+    CHECK_NEG(volley_arm());
     CHECK_NEG(gamma_send(1, msg, sizeof msg));
     CHECK_NEG(gamma_sync());
 

@@ -26,7 +26,13 @@ fn on_personality(
     qnix: bool,
 ) -> c_int {
     let r = crate::gamma::event(&f)
-        .map(|r| r.unwrap_or_else(Ok))
+        .map(|r| {
+            r.unwrap_or_else(|code| {
+                // GAMMA's own number for the misuse, as its calls return it.
+                eprintln!("volley: {call}: called from inside a GAMMA handler");
+                Ok(code)
+            })
+        })
         .or_else(|| crate::lfc::event(&f))
         .or_else(|| crate::cheetah::event(&f))
         .or_else(|| crate::qnix::event(qnix));
