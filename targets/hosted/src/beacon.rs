@@ -201,7 +201,9 @@ fn run(mut sink: Sink, stop: &AtomicBool, sent: &AtomicU64) {
 }
 
 /// Blocks every signal in this thread; returns the mask it had.
-fn block_all() -> libc::sigset_t {
+/// Blocks every signal in the calling thread (a helper about to be spawned
+/// inherits the mask); the old mask, for [`restore`].
+pub(crate) fn block_all() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data, filled by sigfillset and pthread_sigmask.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
@@ -212,7 +214,8 @@ fn block_all() -> libc::sigset_t {
     }
 }
 
-fn restore(old: &libc::sigset_t) {
+/// Puts back a mask [`block_all`] returned.
+pub(crate) fn restore(old: &libc::sigset_t) {
     // SAFETY: `old` is a mask pthread_sigmask returned.
     unsafe {
         libc::pthread_sigmask(libc::SIG_SETMASK, old, std::ptr::null_mut());

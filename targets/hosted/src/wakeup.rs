@@ -125,7 +125,7 @@ impl Wakeup {
 
     /// Adds `fd` to the set: the descriptor then also turns readable while `fd`
     /// is (a personality's own events, such as QNIX doorbells rung by its NIC
-    /// thread). `fd` must outlive the wake-up descriptor or be removed first.
+    /// thread). Closing `fd` takes it out of the set.
     pub fn watch(&self, fd: RawFd) -> Result<(), HostError> {
         let mut ev = libc::epoll_event {
             events: libc::EPOLLIN as u32,
@@ -248,7 +248,9 @@ impl IrqHelper {
         let stop = Arc::new(AtomicBool::new(false));
         let addr = word.as_ptr() as usize;
         let s = stop.clone();
-        let thread = std::thread::Builder::new()
+        // Signals stay with the program: the thread starts with all of them blocked.
+        let old = crate::beacon::block_all();
+        let spawned = std::thread::Builder::new()
             .name("volley-irq".into())
             .stack_size(64 << 10)
             .spawn(move || {
@@ -256,8 +258,10 @@ impl IrqHelper {
                 // joined (drop).
                 let word = unsafe { &*(addr as *const AtomicU32) };
                 irq_loop(word, &event, &s);
-            })
-            .map_err(|e| HostError(format!("wake-up descriptor: no helper thread: {e}")))?;
+            });
+        crate::beacon::restore(&old);
+        let thread =
+            spawned.map_err(|e| HostError(format!("wake-up descriptor: no helper thread: {e}")))?;
         Ok(IrqHelper {
             word: addr,
             stop,
@@ -271,12 +275,19 @@ fn irq_loop(word: &AtomicU32, event: &OwnedFd, stop: &AtomicBool) {
     while !stop.load(Ordering::Acquire) {
         let v = word.load(Ordering::Acquire);
         if v == IRQ_RAISED {
-            let one = 1u64;
-            // SAFETY: a valid eventfd and 8 readable bytes.
-            unsafe { libc::write(event.as_raw_fd(), (&one as *const u64).cast(), 8) };
-            // Quiet again: later frames raise nothing until the program re-arms.
-            let _ =
-                word.compare_exchange(IRQ_RAISED, IRQ_QUIET, Ordering::AcqRel, Ordering::Relaxed);
+            // Quiet first, then told: a raise that comes after the program armed
+            // again is either left for the next look or told by this write. (Told
+            // first, a program that drained the event and armed again in between
+            // would have its new raise taken back here, unannounced.) A failed
+            // exchange means the program armed again: it looked at its rings then.
+            if word
+                .compare_exchange(IRQ_RAISED, IRQ_QUIET, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                let one = 1u64;
+                // SAFETY: a valid eventfd and 8 readable bytes.
+                unsafe { libc::write(event.as_raw_fd(), (&one as *const u64).cast(), 8) };
+            }
             continue;
         }
         futex_wait(word, v);
