@@ -43,9 +43,11 @@ impl MyriNic {
         let Some(raise) = self.cfg.interrupt else {
             return;
         };
+        // One fence for every reader's word (see `raise_if_armed`).
+        core::sync::atomic::fence(Ordering::SeqCst);
         for d in (0..self.geo.nodes).filter(|&d| d != self.me) {
             if let Some(w) = irq_word(&self.region, &self.geo, d) {
-                raise_if_armed(w, raise);
+                raise_if_armed_after_fence(w, raise);
             }
         }
     }

@@ -412,6 +412,13 @@ fn raise_if_armed(word: &AtomicU32, raise: fn(&AtomicU32)) {
     // The frame's publication is ordered before this load (the consumer orders its
     // arming before its last look at the rings the same way).
     core::sync::atomic::fence(Ordering::SeqCst);
+    raise_if_armed_after_fence(word, raise);
+}
+
+/// [`raise_if_armed`] where the caller has fenced since it published (once for
+/// many words).
+#[inline]
+fn raise_if_armed_after_fence(word: &AtomicU32, raise: fn(&AtomicU32)) {
     if word.load(Ordering::Relaxed) == IRQ_ARMED
         && word
             .compare_exchange(IRQ_ARMED, IRQ_RAISED, Ordering::AcqRel, Ordering::Relaxed)
