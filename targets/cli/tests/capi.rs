@@ -1113,6 +1113,20 @@ fn cheetah_never_takes_another_users_page_for_a_peer() {
     );
 }
 
+/// The sleeps the event-loop programs report ("slept N times"), all ranks'.
+fn slept(t: &str) -> u64 {
+    t.lines()
+        .filter_map(|l| {
+            l.split_once("slept ")?
+                .1
+                .split(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
 /// The event-loop program (`event_loop.c`): a GAMMA server and three clients, each
 /// sleeping in `epoll_wait` on `volley_wakeup_fd` after `volley_arm`, 2,000
 /// requests a client, with no wake-up lost (a sleep of 10 s fails the run).
@@ -1130,17 +1144,7 @@ fn c_event_loop_sleeps_on_the_wakeup_descriptor() {
         );
         assert_eq!(t.matches("ok: 2000 answers").count(), 3, "{fabric}:\n{t}");
         // The loops slept: a program that spun would not have armed.
-        let slept: u64 = t
-            .lines()
-            .filter_map(|l| {
-                l.rsplit("slept ")
-                    .next()?
-                    .split(' ')
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .sum();
+        let slept = slept(&t);
         assert!(slept > 1000, "{fabric}: slept {slept} times:\n{t}");
     }
 }
@@ -1163,17 +1167,7 @@ fn c_lfc_cheetah_and_qnix_programs_sleep_on_the_wakeup_descriptor() {
             let t = text(&o);
             assert!(o.status.success(), "{name} on {fabric}:\n{t}");
             assert_eq!(t.matches(ok).count(), 2, "{name} on {fabric}:\n{t}");
-            let slept: u64 = t
-                .lines()
-                .filter_map(|l| {
-                    l.rsplit("slept ")
-                        .next()?
-                        .split(' ')
-                        .next()?
-                        .parse::<u64>()
-                        .ok()
-                })
-                .sum();
+            let slept = slept(&t);
             assert!(slept > 500, "{name} on {fabric}: slept {slept} times:\n{t}");
         }
     }

@@ -1,7 +1,7 @@
 //! The Rust examples run as a user would start them: `volley run -n 4 -- example`
 //! (here through the launcher library that `volley run` is).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use volley_hosted::launcher::{self, RunOptions};
@@ -25,21 +25,28 @@ fn example(name: &str) -> PathBuf {
     p
 }
 
+/// `volley run -n 4 --fabric FABRIC -- PROG ARGS`: the exit status.
+fn run4(fabric: Fabric, prog: &Path, args: &[&str]) -> i32 {
+    let mut command = vec![prog.display().to_string()];
+    command.extend(args.iter().map(|a| a.to_string()));
+    launcher::run(&RunOptions {
+        ranks: 4,
+        fabric,
+        timeout: Duration::from_secs(120),
+        grace: Duration::from_secs(5),
+        job: None,
+        command,
+        env: Vec::new(),
+        rank0_only: false,
+        unikernel: None,
+    })
+}
+
 #[test]
 fn pstream_example_runs_on_both_fabrics() {
     let prog = example("pstream");
     for fabric in [Fabric::Shm, Fabric::Udp] {
-        let code = launcher::run(&RunOptions {
-            ranks: 4,
-            fabric,
-            timeout: Duration::from_secs(120),
-            grace: Duration::from_secs(5),
-            job: None,
-            command: vec![prog.display().to_string()],
-            env: Vec::new(),
-            rank0_only: false,
-            unikernel: None,
-        });
+        let code = run4(fabric, &prog, &[]);
         assert_eq!(code, 0, "pstream on {}", fabric.name());
     }
 }
@@ -52,17 +59,7 @@ fn lfc_tree_example_runs_on_both_fabrics_with_each_tree() {
         (Fabric::Udp, "binomial"),
         (Fabric::Shm, "chain"),
     ] {
-        let code = launcher::run(&RunOptions {
-            ranks: 4,
-            fabric,
-            timeout: Duration::from_secs(120),
-            grace: Duration::from_secs(5),
-            job: None,
-            command: vec![prog.display().to_string(), "-lfc-tree".into(), tree.into()],
-            env: Vec::new(),
-            rank0_only: false,
-            unikernel: None,
-        });
+        let code = run4(fabric, &prog, &["-lfc-tree", tree]);
         assert_eq!(code, 0, "lfc_tree on {} with {tree}", fabric.name());
     }
 }
@@ -71,17 +68,7 @@ fn lfc_tree_example_runs_on_both_fabrics_with_each_tree() {
 fn tokio_server_example_serves_three_ranks_on_both_fabrics() {
     let prog = example("tokio_server");
     for fabric in [Fabric::Shm, Fabric::Udp] {
-        let code = launcher::run(&RunOptions {
-            ranks: 4,
-            fabric,
-            timeout: Duration::from_secs(120),
-            grace: Duration::from_secs(5),
-            job: None,
-            command: vec![prog.display().to_string()],
-            env: Vec::new(),
-            rank0_only: false,
-            unikernel: None,
-        });
+        let code = run4(fabric, &prog, &[]);
         assert_eq!(code, 0, "tokio_server on {}", fabric.name());
     }
 }

@@ -57,10 +57,9 @@ pub(super) fn cheetah_rows(
 
     progress("cheetah put latency");
     let iters = sw.iters(20_000);
-    let samples = put_pingpong(&mut c, iters, BELL_PUT, |c| {
+    let samples = put_pingpong(&mut c, iters, BELL_PUT, None, e, |c| {
         c.put(peer, C_DATA, C_DATA, 8, 0, BELL_PUT)
-    })
-    .map_err(e)?;
+    })?;
     if me == 0 {
         rows.push(row("cheetah put, one-way (remote bell)", 8, samples));
     }
@@ -72,26 +71,9 @@ pub(super) fn cheetah_rows(
     // side is still inside the barrier's polls.
     let base = c.bell(BELL_PUT).map_err(e)?;
     c.barrier().map_err(e)?;
-    let n = sw.iters(5_000);
-    let mut samples = Vec::with_capacity(n);
-    for i in 0..(n + n / 10) as i32 {
-        let t0 = StdInstant::now();
-        if me == 0 {
-            c.put(peer, C_DATA, C_DATA, 8, 0, BELL_PUT).map_err(e)?;
-        }
-        loop {
-            c.poll().map_err(e)?;
-            if c.bell(BELL_PUT).map_err(e)? > base + i {
-                break;
-            }
-            sleep_if_armed(&mut c, t0)?;
-        }
-        if me == 1 {
-            c.put(peer, C_DATA, C_DATA, 8, 0, BELL_PUT).map_err(e)?;
-        } else if i >= (n / 10) as i32 {
-            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
-        }
-    }
+    let samples = put_pingpong(&mut c, sw.iters(5_000), BELL_PUT, Some(base), e, |c| {
+        c.put(peer, C_DATA, C_DATA, 8, 0, BELL_PUT)
+    })?;
     if me == 0 {
         rows.push(row("cheetah put, one-way, asleep in epoll", 8, samples));
     }
@@ -142,23 +124,38 @@ pub(super) fn cheetah_rows(
 
 /// An 8-byte put ping-pong between contexts 0 and 1 (`put` rings the other's
 /// `bell`, which each waits for in turn); one-way microseconds at context 0 after a
-/// tenth of warm-up, none at context 1.
+/// tenth of warm-up, none at context 1. The bell counts from 0, or with `asleep`
+/// from that count, each side then asleep on its wake-up descriptor between polls
+/// until its bell moves; `e` words an error.
 pub(super) fn put_pingpong<M: Memory>(
     c: &mut Cheetah<'static, HostDevice, HostClock, M>,
     iters: usize,
     bell: u64,
+    asleep: Option<i32>,
+    e: impl Fn(Error) -> HostError,
     mut put: impl FnMut(&mut Cheetah<'static, HostDevice, HostClock, M>) -> Result<(), Error>,
-) -> Result<Vec<f64>, Error> {
+) -> Result<Vec<f64>, HostError> {
     let me = c.mycontext();
+    let base = asleep.unwrap_or(0);
     let mut samples = Vec::with_capacity(iters);
     for i in 0..(iters + iters / 10) as i32 {
         let t0 = StdInstant::now();
         if me == 0 {
-            put(c)?;
+            put(c).map_err(&e)?;
         }
-        c.wait(bell, i + 1)?;
+        if asleep.is_some() {
+            loop {
+                c.poll().map_err(&e)?;
+                if c.bell(bell).map_err(&e)? > base + i {
+                    break;
+                }
+                sleep_if_armed(c, t0)?;
+            }
+        } else {
+            c.wait(bell, i + 1).map_err(&e)?;
+        }
         if me == 1 {
-            put(c)?;
+            put(c).map_err(&e)?;
         } else if i >= (iters / 10) as i32 {
             samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
         }
@@ -273,10 +270,9 @@ pub(super) fn cheetah_direct_rows(
 
     progress("cheetah direct put latency");
     let iters = sw.iters(20_000);
-    let samples = put_pingpong(&mut c, iters, bell_put, |c| {
+    let samples = put_pingpong(&mut c, iters, bell_put, None, e, |c| {
         put(c, peer, their_data, data, 8, 0, their_bell)
-    })
-    .map_err(e)?;
+    })?;
     if me == 0 {
         rows.push(row("cheetah direct put, one-way (remote bell)", 8, samples));
         let mut samples = Vec::with_capacity(iters);

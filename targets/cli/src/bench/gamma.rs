@@ -47,13 +47,24 @@ pub(super) fn gamma_pair(boot: &Boot, fabric: Fabric) -> Result<HostGamma<State>
 }
 
 /// One-way latency of `len`-byte messages, half of each ping-pong after a tenth as
-/// warm-up (microseconds, on rank 0; rank 1 echoes).
+/// warm-up (microseconds, on rank 0; rank 1 echoes); with `asleep`, both ranks
+/// wait asleep on their wake-up descriptors ([`volley_hosted::wakeup`]), as a
+/// program in an event loop does.
 pub(super) fn gamma_latency(
     g: &mut HostGamma<State>,
     len: usize,
     iters: usize,
     reliable: bool,
+    asleep: bool,
 ) -> Result<Vec<f64>, HostError> {
+    let wait = |g: &mut HostGamma<State>| -> Result<(), HostError> {
+        if asleep {
+            wait_asleep(g)
+        } else {
+            g.wait(1, 1)?;
+            Ok(())
+        }
+    };
     let me = g.my_node();
     let data = pattern(me, 0, len);
     let mut samples = Vec::with_capacity(iters);
@@ -65,12 +76,12 @@ pub(super) fn gamma_latency(
             } else {
                 g.send(1, &data)?
             };
-            g.wait(1, 1)?;
+            wait(g)?;
             if i >= iters / 10 {
                 samples.push(Gamma::<HostDevice, HostClock, State>::time_diff(g.time(), t0) / 2.0);
             }
         } else {
-            g.wait(1, 1)?;
+            wait(g)?;
             if reliable {
                 g.send_flowctl(1, &data)?
             } else {
@@ -92,32 +103,6 @@ fn wait_asleep(g: &mut HostGamma<State>) -> Result<(), HostError> {
         }
         sleep_if_armed(g, since)?;
     }
-}
-
-/// [`gamma_latency`] of 8-byte `send_flowctl`s with both ranks asleep on their
-/// wake-up descriptors between messages ([`volley_hosted::wakeup`]): what a
-/// program in an event loop sees.
-pub(super) fn asleep_latency(
-    g: &mut HostGamma<State>,
-    iters: usize,
-) -> Result<Vec<f64>, HostError> {
-    let me = g.my_node();
-    let data = pattern(me, 0, 8);
-    let mut samples = Vec::with_capacity(iters);
-    for i in 0..iters + iters / 10 {
-        let t0 = g.time();
-        if me == 0 {
-            g.send_flowctl(1, &data)?;
-            wait_asleep(g)?;
-            if i >= iters / 10 {
-                samples.push(Gamma::<HostDevice, HostClock, State>::time_diff(g.time(), t0) / 2.0);
-            }
-        } else {
-            wait_asleep(g)?;
-            g.send_flowctl(1, &data)?;
-        }
-    }
-    Ok(samples)
 }
 
 /// One-way latency of an active message answered from its handler: rank 0 sends 8

@@ -65,16 +65,27 @@ pub(super) fn lfc_rows(
         Ok(())
     };
 
-    progress("lfc latency, polling");
     let count = l.state().received.clone();
     let mut want = 0;
-    // 8 bytes, and a full packet (where a copy on the way would show).
-    for size in [8, l.packet_size()] {
-        let iters = if size == 8 {
-            sw.iters(20_000)
-        } else {
-            sw.iters(5_000)
-        };
+    // 8 bytes, and a full packet (where a copy on the way would show); then 8 bytes
+    // with both sides asleep on the wake-up descriptor between polls.
+    let psize = l.packet_size();
+    for (size, asleep, iters, test) in [
+        (8, false, sw.iters(20_000), "lfc latency, one-way, polling"),
+        (
+            psize,
+            false,
+            sw.iters(5_000),
+            "lfc latency, one-way, polling",
+        ),
+        (
+            8,
+            true,
+            sw.iters(5_000),
+            "lfc latency, one-way, asleep in epoll",
+        ),
+    ] {
+        progress(&format!("{test}, {size} B"));
         let mut samples = Vec::with_capacity(iters);
         for i in 0..iters + iters / 10 {
             let t0 = StdInstant::now();
@@ -84,6 +95,9 @@ pub(super) fn lfc_rows(
             want += 1;
             while count.load(Ordering::Acquire) < want {
                 l.poll()?;
+                if asleep && count.load(Ordering::Acquire) < want {
+                    sleep_if_armed(&mut l, t0)?;
+                }
             }
             if me == 1 {
                 send(&mut l, size)?;
@@ -92,35 +106,8 @@ pub(super) fn lfc_rows(
             }
         }
         if me == 0 {
-            rows.push(row("lfc latency, one-way, polling", size, samples));
+            rows.push(row(test, size, samples));
         }
-    }
-
-    // The 8-byte exchange with both sides asleep on the wake-up descriptor.
-    progress("lfc latency, asleep in epoll");
-    let iters = sw.iters(5_000);
-    let mut samples = Vec::with_capacity(iters);
-    for i in 0..iters + iters / 10 {
-        let t0 = StdInstant::now();
-        if me == 0 {
-            send(&mut l, 8)?;
-        }
-        want += 1;
-        loop {
-            l.poll()?;
-            if count.load(Ordering::Acquire) >= want {
-                break;
-            }
-            sleep_if_armed(&mut l, t0)?;
-        }
-        if me == 1 {
-            send(&mut l, 8)?;
-        } else if i >= iters / 10 {
-            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
-        }
-    }
-    if me == 0 {
-        rows.push(row("lfc latency, one-way, asleep in epoll", 8, samples));
     }
     let iters = sw.iters(20_000);
 

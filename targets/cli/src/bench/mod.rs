@@ -364,7 +364,7 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
             } else {
                 200
             });
-            let samples = gamma_latency(&mut g, len, iters, reliable)?;
+            let samples = gamma_latency(&mut g, len, iters, reliable, false)?;
             if me == 0 {
                 let test = format!("latency, one-way, {label}");
                 rows.push(latency_row(name, &test, len, samples, lm));
@@ -378,7 +378,7 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
         rows.push(latency_row(name, test, 8, samples, lm));
     }
     progress("latency, receiver asleep on the wake-up descriptor");
-    let samples = asleep_latency(&mut g, sw.iters(5_000))?;
+    let samples = gamma_latency(&mut g, 8, sw.iters(5_000), true, true)?;
     if me == 0 {
         let test = "latency, one-way, asleep in epoll";
         rows.push(latency_row(name, test, 8, samples, lm));
@@ -438,8 +438,8 @@ pub fn peer_round(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, Ho
     pin(boot.rank);
     let bare = bare_latency(boot, fabric, sw)?;
     let mut g = gamma_pair(boot, fabric)?;
-    let lat = gamma_latency(&mut g, 8, sw.iters(20_000), true)?;
-    let lat_mib = gamma_latency(&mut g, 1 << 20, sw.iters(200), true)?;
+    let lat = gamma_latency(&mut g, 8, sw.iters(20_000), true, false)?;
+    let lat_mib = gamma_latency(&mut g, 1 << 20, sw.iters(200), true, false)?;
     let bw = gamma_stream(&mut g, 1 << 20, sw.rounds(20))?;
     g.sync()?;
     g.exit();

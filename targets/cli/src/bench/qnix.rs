@@ -63,69 +63,46 @@ pub(super) fn qnix_rows(
     };
     barrier(&mut q)?;
 
-    progress("qnix send_short latency");
-    let iters = sw.iters(20_000);
-    let mut samples = Vec::with_capacity(iters);
+    // The exchange spinning in `poll_for_receive`, then with both sides asleep on
+    // the wake-up descriptor while their receive context's doorbell is busy.
     let mut r = recv(&mut q, 1, 8, 0)?;
-    for i in 0..iters + iters / 10 {
-        let t0 = StdInstant::now();
-        if me == 0 {
-            short(&mut q, 1)?;
-        }
-        q.poll_for_receive(r).map_err(e)?;
-        r = recv(&mut q, 1, 8, 0)?;
-        if me == 1 {
-            short(&mut q, 1)?;
-        } else if i >= iters / 10 {
-            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
-        }
-    }
-    if me == 0 {
-        rows.push(latency_row(
-            name,
-            "qnix send_short, one-way",
-            8,
-            samples,
-            lm,
-        ));
-    }
-    barrier(&mut q)?;
-
-    // The same exchange with both sides asleep on the wake-up descriptor while
-    // their receive context's doorbell is busy.
-    progress("qnix send_short latency, asleep in epoll");
-    let iters = sw.iters(5_000);
-    let mut samples = Vec::with_capacity(iters);
-    for i in 0..iters + iters / 10 {
-        let t0 = StdInstant::now();
-        if me == 0 {
-            short(&mut q, 1)?;
-        }
-        loop {
-            q.step();
-            if q.recv_doorbell(r) != volley_core::qnix::BUSY {
-                break;
-            }
-            sleep_if_armed(&mut q, t0)?;
-        }
-        q.poll_for_receive(r).map_err(e)?;
-        r = recv(&mut q, 1, 8, 0)?;
-        if me == 1 {
-            short(&mut q, 1)?;
-        } else if i >= iters / 10 {
-            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
-        }
-    }
-    if me == 0 {
-        rows.push(latency_row(
-            name,
+    for (asleep, iters, test) in [
+        (false, sw.iters(20_000), "qnix send_short, one-way"),
+        (
+            true,
+            sw.iters(5_000),
             "qnix send_short, one-way, asleep in epoll",
-            8,
-            samples,
-            lm,
-        ));
+        ),
+    ] {
+        progress(&format!("{test} latency"));
+        let mut samples = Vec::with_capacity(iters);
+        for i in 0..iters + iters / 10 {
+            let t0 = StdInstant::now();
+            if me == 0 {
+                short(&mut q, 1)?;
+            }
+            if asleep {
+                loop {
+                    q.step();
+                    if q.recv_doorbell(r) != volley_core::qnix::BUSY {
+                        break;
+                    }
+                    sleep_if_armed(&mut q, t0)?;
+                }
+            }
+            q.poll_for_receive(r).map_err(e)?;
+            r = recv(&mut q, 1, 8, 0)?;
+            if me == 1 {
+                short(&mut q, 1)?;
+            } else if i >= iters / 10 {
+                samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+            }
+        }
+        if me == 0 {
+            rows.push(latency_row(name, test, 8, samples, lm));
+        }
+        barrier(&mut q)?;
     }
-    barrier(&mut q)?;
 
     progress("qnix send bandwidth");
     let len = 512 << 10;
