@@ -367,6 +367,20 @@ impl<'a> Session<'a> {
         dev.flush(now);
     }
 
+    /// When [`Session::poll`] next has something to send with no frame arriving:
+    /// now for a HELLO owed, else the earliest resend to a peer not through;
+    /// `None` once nothing is left to send. A rank that waits for frames until
+    /// then instead of polling on lets the others of a crowded host run.
+    pub fn poll_at(&self) -> Option<Instant> {
+        let me = self.me as usize;
+        self.peers
+            .iter()
+            .enumerate()
+            .filter(|&(i, p)| i != me && (p.owed || !p.through()))
+            .map(|(_, p)| if p.owed { Instant::ZERO } else { p.next_at })
+            .min()
+    }
+
     /// Whether every peer is through: each has echoed this rank's nonce and has
     /// this rank's echo of its own.
     pub fn complete(&self) -> bool {

@@ -23,7 +23,10 @@
 //! window, cumulative plus selective acks, retransmission with exponential back-off,
 //! credits (the receiver's advertised window), exactly-once in-order delivery per
 //! channel, and a send failure at the sender once the peer has been silent for
-//! `peer_timeout` (time, not a count of rounds: a paused peer survives). On a
+//! `peer_timeout` (time, not a count of rounds: a paused peer survives; and only time
+//! in which this endpoint ran: where its timers are taken more than
+//! [`NOT_RUNNING_AFTER`] late, it was descheduled, stopped or computing, and that
+//! lateness is no peer's silence). On a
 //! device that declares itself reliable there is no delayed-ack timer and no blind
 //! retransmission: acks are credit returns, batched per half window and at message
 //! ends, and only frames the receiver refused (port busy or not bound yet) are sent again.
@@ -109,6 +112,10 @@ pub const HEAD_MAX: usize = 20;
 /// Largest message a blocking reliable send copies into an engine buffer and returns
 /// from at once (MPI's eager protocol); larger ones wait for the receiver's ack.
 pub const EAGER_MAX: usize = 16 * 1024;
+/// Timers taken later than this after they were due: the endpoint did not run
+/// meanwhile, and its peers' silence over that time does not count towards
+/// `peer_timeout`.
+pub const NOT_RUNNING_AFTER: Duration = Duration::from_millis(20);
 /// Barrier round value meaning "are you alive?": acked, otherwise ignored.
 const BARRIER_PROBE: u32 = u32::MAX;
 /// Barrier round bit meaning "this barrier failed": the receiver's fails too.
@@ -486,6 +493,23 @@ impl<'a> Engine<'a> {
             self.tag_tx.prepare();
         }
         busy
+    }
+
+    /// Timers taken `gap` after they were due: this endpoint did not run (or did
+    /// not poll) meanwhile, so its peers' silence over the gap is not counted
+    /// against them. With ranks outnumbering cores, both ends of a channel may
+    /// wait their turn for long; frames sent meanwhile are read before any timer.
+    #[cold]
+    #[inline(never)]
+    fn resumed(&mut self, gap: Duration) {
+        let mut silent = false;
+        for ch in self.chans[..self.chan_hwm].iter_mut() {
+            if let Some(t) = ch.silent_since.as_mut() {
+                *t += gap;
+                silent = true;
+            }
+        }
+        self.stats.resumed += u64::from(silent);
     }
 
     /// A whole frame that header prediction did not take: out of line and cold, so

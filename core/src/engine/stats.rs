@@ -64,6 +64,9 @@ pub struct Stats {
     pub timeouts: u64,
     /// Peers declared dead.
     pub peers_failed: u64,
+    /// Times timers were taken more than [`super::NOT_RUNNING_AFTER`] late (the
+    /// lateness was not counted as peers' silence).
+    pub resumed: u64,
     /// Peers that said goodbye ([`Engine::say_goodbye`](super::Engine::say_goodbye)).
     pub peers_left: u64,
     /// Times a peer silent for the whole peer timeout was waited for again because

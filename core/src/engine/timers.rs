@@ -28,6 +28,10 @@ impl<'a> Engine<'a> {
         vouched: &mut dyn FnMut(NodeAddr) -> bool,
     ) {
         if now >= self.timer_at {
+            let late = now.saturating_since(self.timer_at);
+            if late > NOT_RUNNING_AFTER {
+                self.resumed(late);
+            }
             for ci in 0..self.chan_hwm {
                 let ch = &mut self.chans[ci];
                 if !ch.in_use {

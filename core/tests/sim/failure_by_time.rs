@@ -433,3 +433,57 @@ fn a_rank_waiting_for_a_dead_sender_gets_an_error_not_a_hang() {
         "seed {seed}: the error handler is told"
     );
 }
+
+/// Ranks that outnumber their host's cores wait their turn, both ends of a channel
+/// at once: a sender whose message's frames were lost, and whose receiver then did
+/// not run either, is not declared dead for the time neither ran (here 40 s,
+/// past the 30 s peer timeout). Its timers are taken late; the lateness is not
+/// counted as the peer's silence. A peer that is really gone is still found within
+/// the peer timeout of time the sender does run.
+#[test]
+fn time_a_rank_did_not_run_is_no_peers_silence() {
+    let seed = seed();
+    for dead in [false, true] {
+        let mut sim = quiet_pair(seed, false);
+        // The frames are lost; the sender times out and resends for a second.
+        sim.net.kill(1);
+        let h = sim.nodes[0]
+            .isend_flowctl(1, leak(vec![3u8; 1 << 16]))
+            .unwrap();
+        let _ = sim.run_until(Instant::from_millis(1_000), |_, _| false);
+        assert!(
+            sim.nodes[0].engine().stats().timeouts > 0,
+            "seed {seed}: no timeout before the pause"
+        );
+        // Neither node runs for 40 s.
+        let back = sim.now() + Duration::from_secs(40);
+        sim.clock.set(back);
+        if !dead {
+            sim.net.revive(1);
+            sim.run_until(back + Duration::from_secs(5), |n, _| n[1].state().got == 1)
+                .unwrap_or_else(|e| panic!("seed {seed}: not delivered after the pause: {e:?}"));
+            let _ = sim.run_until(sim.now() + Duration::from_millis(500), |_, _| false);
+            let st = sim.nodes[0].engine().stats();
+            assert_eq!(st.peers_failed, 0, "seed {seed}: taken for dead");
+            assert!(
+                st.resumed >= 1,
+                "seed {seed}: the late timers were not seen"
+            );
+            assert_eq!(sim.nodes[0].wsend(h), Ok(()), "seed {seed}");
+            assert!(sim.nodes[0].state().errors.is_empty(), "seed {seed}");
+            continue;
+        }
+        // Gone for good: found once the sender has run for the peer timeout (the
+        // second before the pause counts), not at its first poll after it.
+        let at = sim
+            .run_until(back + Duration::from_secs(60), |n, _| {
+                n[0].engine().send_status(h) != Ok(volley_core::engine::SendStatus::Pending)
+            })
+            .unwrap_or_else(|e| panic!("seed {seed}: never failed: {e:?}"));
+        let ran = at - back;
+        assert!(
+            ran >= Duration::from_millis(28_500) && ran <= Duration::from_millis(29_500),
+            "seed {seed}: failed after {ran} of running"
+        );
+    }
+}

@@ -47,11 +47,15 @@ pub struct Boot {
     pub job: u64,
     /// Where the rank came from.
     pub source: Source,
-    /// Host of each rank, if a hosts list was given (UDP peers live there), as
-    /// written: `name` or `name=MAC` ([`host_name`]).
+    /// Host of each rank, if a hosts list was given (UDP peers live there): the
+    /// list with `host:N` entries expanded ([`crate::hosts`]), each `name` or
+    /// `name=MAC` ([`host_name`]).
     pub hosts: Vec<String>,
     /// The job secret ([`crate::secret`]), if one reached this rank.
     pub secret: Option<crate::secret::Secret>,
+    /// Which hosts-list entry this rank is, and how it was matched (one line;
+    /// printed at start with `VOLLEY_VERBOSE=1`).
+    pub said: Option<String>,
 }
 
 /// A bootstrap failure: one line saying what is missing or contradicts what.
@@ -106,13 +110,16 @@ pub fn parse_hosts(text: &str) -> Vec<String> {
 }
 
 /// Works out the rank from `env` (a lookup, `std::env::var` in real use), an optional
-/// hosts list, this host's name, and the parent process id (the job id under a
-/// launcher that sets none, e.g. Hydra on one host).
+/// hosts list ([`crate::hosts`]), this host (`this`: its name and addresses), the
+/// parent process id (the job id under a launcher that sets none, e.g. Hydra on one
+/// host), and `claim(job, slot)`, which takes the `slot`-th rank of this host for
+/// this process where a hosts list gives it several and no launcher says which.
 pub fn detect(
     env: &dyn Fn(&str) -> Option<String>,
     hosts: Option<Vec<String>>,
-    hostname: &str,
+    this: &crate::hosts::ThisHost<'_>,
     parent_pid: u32,
+    claim: &mut dyn FnMut(u64, usize) -> bool,
 ) -> Result<Boot, BootError> {
     let hosts = match hosts {
         Some(h) => Some(h),
@@ -142,27 +149,29 @@ pub fn detect(
             _ => {}
         }
     }
+    // One entry per rank (`host:N` expanded).
+    let hosts = match hosts {
+        Some(list) => Some((crate::hosts::expand(&list)?.0, list)),
+        None => None,
+    };
+    let mut said = None;
     let (source, rank, size) =
         match (found, &hosts) {
             (Some(f), _) => f,
-            (None, Some(list)) => {
-                let mine: Vec<usize> = (0..list.len())
-                    .filter(|&i| host_name(&list[i]) == hostname)
-                    .collect();
-                match mine.as_slice() {
-                    [i] => (Source::Hosts, *i as u64, list.len() as u64),
-                    [] => {
-                        return err(format!(
-                            "this host ({hostname}) is not in the hosts list {list:?}"
-                        ))
-                    }
-                    _ => {
-                        return err(format!(
-                    "this host ({hostname}) appears {} times in the hosts list: set VOLLEY_RANK",
-                    mine.len()
-                ))
+            (None, Some((ranks, list))) => {
+                let size = ranks.len() as u64;
+                let job = job_id(env, Source::Hosts, size, parent_pid)?;
+                let mut local = None;
+                for var in crate::hosts::LOCAL_RANK_VARS {
+                    if let Some(k) = number(env, var)? {
+                        local = Some((var, k));
+                        break;
                     }
                 }
+                let (rank, _, line) =
+                    crate::hosts::rank_from_list(list, this, local, &mut |slot| claim(job, slot))?;
+                said = Some(line);
+                (Source::Hosts, rank as u64, size)
             }
             (None, None) => return err(
                 "no rank: start under `volley run`, mpiexec, srun, or give --hosts / VOLLEY_HOSTS",
@@ -176,15 +185,34 @@ pub fn detect(
             "rank {rank} is not below the job size {size} ({source})"
         ));
     }
-    if let Some(list) = &hosts {
-        if list.len() as u64 != size {
+    if let Some((ranks, _)) = &hosts {
+        if ranks.len() as u64 != size {
             return err(format!(
-                "the hosts list has {} entries but {source} says {size} ranks",
-                list.len()
+                "the hosts list has {} ranks but {source} says {size}",
+                ranks.len()
             ));
         }
     }
-    let job = match env("VOLLEY_JOB") {
+    let job = job_id(env, source, size, parent_pid)?;
+    Ok(Boot {
+        rank: rank as u16,
+        size: size as u16,
+        job,
+        source,
+        hosts: hosts.map(|(ranks, _)| ranks).unwrap_or_default(),
+        secret: None,
+        said,
+    })
+}
+
+/// The job id: `VOLLEY_JOB`, else what the source gives.
+fn job_id(
+    env: &dyn Fn(&str) -> Option<String>,
+    source: Source,
+    size: u64,
+    parent_pid: u32,
+) -> Result<u64, BootError> {
+    Ok(match env("VOLLEY_JOB") {
         Some(v) => {
             parse_job(&v).ok_or_else(|| BootError(format!("VOLLEY_JOB={v:?} is not a job id")))?
         }
@@ -200,24 +228,27 @@ pub fn detect(
             Source::Pmi | Source::OpenMpi => 0x50_0000_0000 ^ parent_pid as u64,
             Source::Hosts => 0x40_0000_0000 ^ size,
         },
-    };
-    Ok(Boot {
-        rank: rank as u16,
-        size: size as u16,
-        job,
-        source,
-        hosts: hosts.unwrap_or_default(),
-        secret: None,
     })
 }
 
 /// [`detect`] from the real environment.
 pub fn from_env(hosts: Option<Vec<String>>) -> Result<Boot, BootError> {
     let env = |k: &str| std::env::var(k).ok();
-    let host = hostname();
+    let name = hostname();
+    let addrs = crate::hosts::interface_addrs();
+    let this = crate::hosts::ThisHost {
+        name: &name,
+        addrs: &addrs,
+        resolve: &crate::hosts::resolve,
+    };
     // SAFETY: getppid has no preconditions and cannot fail.
     let ppid = unsafe { libc::getppid() } as u32;
-    let mut boot = detect(&env, hosts, &host, ppid)?;
+    let mut boot = detect(&env, hosts, &this, ppid, &mut crate::hosts::claim_slot)?;
+    let verbose =
+        crate::settings::env_integer("VOLLEY_VERBOSE", 0, 1).map_err(|e| BootError(e.0))?;
+    if let (Some(line), Some(1)) = (boot.said.as_deref(), verbose) {
+        eprintln!("volley: {line}");
+    }
     boot.secret = crate::secret::load(boot.rank).map_err(|e| BootError(e.0))?;
     Ok(boot)
 }
@@ -240,7 +271,13 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         let env = move |k: &str| m.get(k).cloned();
-        detect(&env, hosts.map(parse_hosts), "b", 77)
+        let no_dns = |_: &str| Vec::new();
+        let this = crate::hosts::ThisHost {
+            name: "b",
+            addrs: &[],
+            resolve: &no_dns,
+        };
+        detect(&env, hosts.map(parse_hosts), &this, 77, &mut |_, _| false)
     }
 
     #[test]
@@ -315,9 +352,13 @@ mod tests {
         assert!(
             e(&[("VOLLEY_RANK", "0"), ("VOLLEY_SIZE", "2")], None).contains("VOLLEY_JOB is not")
         );
-        assert!(e(&[("PMI_RANK", "0"), ("PMI_SIZE", "4")], Some("a,b")).contains("2 entries"));
-        assert!(e(&[], Some("a,c")).contains("not in the hosts list"));
-        assert!(e(&[], Some("b,b")).contains("2 times"));
+        assert!(e(&[("PMI_RANK", "0"), ("PMI_SIZE", "4")], Some("a,b")).contains("2 ranks"));
+        assert!(e(&[], Some("a,c")).contains("matches no entry"));
+        assert!(e(&[], Some("b,b")).contains("all 2 ranks"));
+        assert!(e(&[], Some("a,b:0")).contains("whole number"));
+        assert!(
+            e(&[("VOLLEY_LOCAL_RANK", "2")], Some("a,b:2")).contains("gives this host (b) 2 ranks")
+        );
         assert!(e(&[("PMI_SIZE", "4")], None).contains("PMI_RANK is not"));
         for msg in [e(&[], None), e(&[], Some("a,c"))] {
             assert!(!msg.contains('\n'));

@@ -88,6 +88,7 @@ pub fn start(np: Option<u16>) -> Result<Start, HostError> {
             source: Source::Launcher,
             hosts: Vec::new(),
             secret: crate::secret::Secret::generate().ok(),
+            said: None,
         })),
     }
 }

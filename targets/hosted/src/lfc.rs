@@ -230,10 +230,14 @@ pub fn boot(s: &Settings) -> Result<Boot, HostError> {
     }
     let hosts = s.hosts.clone();
     if let Some((rank, size)) = s.rank_size {
-        let hosts = hosts.unwrap_or_default();
+        // One entry per process (`host:N` expanded).
+        let hosts = match hosts {
+            Some(h) => crate::hosts::expand(&h).map_err(e)?.0,
+            None => Vec::new(),
+        };
         if !hosts.is_empty() && hosts.len() != size as usize {
             return Err(HostError(format!(
-                "lfc_init: HOSTS has {} entries but argv[2] says {size} processes",
+                "lfc_init: HOSTS names {} processes but argv[2] says {size}",
                 hosts.len()
             )));
         }
@@ -250,6 +254,7 @@ pub fn boot(s: &Settings) -> Result<Boot, HostError> {
             source: Source::Hosts,
             hosts,
             secret,
+            said: None,
         });
     }
     if hosts.is_some() || env("VOLLEY_HOSTS").is_some() {
@@ -263,6 +268,7 @@ pub fn boot(s: &Settings) -> Result<Boot, HostError> {
         source: Source::Launcher,
         hosts: Vec::new(),
         secret: crate::secret::Secret::generate().ok(),
+        said: None,
     })
 }
 

@@ -22,6 +22,7 @@ pub mod clmul;
 pub mod clock;
 pub mod direct;
 pub mod eth;
+pub mod hosts;
 pub mod image;
 pub mod launcher;
 pub mod lfc;

@@ -482,6 +482,10 @@ pub fn engine_config(
     Ok(cfg)
 }
 
+/// The longest a rank sleeps in the start-up exchange between looks at its clock
+/// and the limit.
+const STARTUP_WAIT_MAX: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Meets every other rank in the start-up exchange ([`volley_core::session`]) and
 /// makes `cfg`'s frame key this run's, so that frames recorded from another run of
 /// the job (the same key file and job id) never verify here; kept in `dev` for the
@@ -508,8 +512,15 @@ pub fn start_session(boot: &Boot, dev: &mut HostDevice, cfg: &mut Config) -> Res
         if start.elapsed() > limit {
             let missing: Vec<String> = s.waiting_for().map(|r| r.to_string()).collect();
             let st = s.stats();
+            // Where the kernel refused the sends, that is the cause to name.
+            let refused = match dev {
+                HostDevice::Udp(d) if d.stats().tx_no_buffers > 0 => {
+                    format!("; {}", crate::udp::no_buffers_hint(d.stats().tx_no_buffers))
+                }
+                _ => String::new(),
+            };
             return Err(HostError(format!(
-                "start-up: rank {} gave no answer with this run's nonce within {:?} (VOLLEY_STARTUP_TIMEOUT; {} HELLOs sent, {} taken, {} with an earlier nonce, {} with a bad tag: frames of an earlier run are no answer)",
+                "start-up: rank {} gave no answer with this run's nonce within {:?} (VOLLEY_STARTUP_TIMEOUT; {} HELLOs sent, {} taken, {} with an earlier nonce, {} with a bad tag: frames of an earlier run are no answer){refused}",
                 missing.join(", "),
                 limit,
                 st.sent,
@@ -518,7 +529,15 @@ pub fn start_session(boot: &Boot, dev: &mut HostDevice, cfg: &mut Config) -> Res
                 st.bad_tag
             )));
         }
-        std::thread::sleep(std::time::Duration::from_micros(100));
+        // Asleep until a frame comes or a resend is due: ranks may outnumber the
+        // host's cores, and a rank that spins here delays those it waits for.
+        let due = s.poll_at().map(|t| t.saturating_since(clock.now()));
+        let wait = due.map_or(STARTUP_WAIT_MAX, |d| {
+            std::time::Duration::from_nanos(d.total_nanos()).min(STARTUP_WAIT_MAX)
+        });
+        if !wait.is_zero() && dev.arm_rx() {
+            dev.wakeup()?.wait(Some(wait))?;
+        }
     }
     let run = (s.run_key().unwrap_or(frame_key), s.hello_config());
     dev.set_session(run);

@@ -32,6 +32,7 @@ pub fn boot() -> Result<Boot, HostError> {
         source: Source::Launcher,
         hosts: Vec::new(),
         secret: crate::secret::Secret::generate().ok(),
+        said: None,
     })
 }
 

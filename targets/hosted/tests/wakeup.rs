@@ -32,6 +32,7 @@ fn boot(job: u64, rank: u16) -> Boot {
         source: Source::Hosts,
         hosts: Vec::new(),
         secret: Some(Secret([5; 16])),
+        said: None,
     }
 }
 

@@ -134,6 +134,7 @@ pub(super) fn init(num_nodes: c_int, args: Vec<String>) -> c_int {
             source: Source::Launcher,
             hosts: Vec::new(),
             secret: Some(secret),
+            said: None,
         };
         (boot, spawn_copies(n, job, fabric, &secret, &args))
     };

@@ -37,6 +37,7 @@ pub fn boot(job: u64, rank: u16) -> Boot {
         source: Source::Hosts,
         hosts: Vec::new(),
         secret: Some(Secret([9; 16])),
+        said: None,
     }
 }
 

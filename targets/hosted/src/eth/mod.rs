@@ -576,6 +576,7 @@ mod tests {
             source: crate::bootstrap::Source::Hosts,
             hosts: vec![format!("a={}", macs[0]), format!("b={}", macs[1])],
             secret: None,
+            said: None,
         };
         let secret = crate::secret::Secret([9; 16]);
         // Carrier comes up a moment after both ends are up.
@@ -620,6 +621,7 @@ mod tests {
             source: crate::bootstrap::Source::Hosts,
             hosts: hosts.iter().map(|s| s.to_string()).collect(),
             secret: None,
+            said: None,
         };
         assert_eq!(given_macs(&boot(&["a", "b"])).unwrap(), None);
         let m = given_macs(&boot(&["a=02:00:00:00:00:01", "b=02:00:00:00:00:02"]))

@@ -275,6 +275,9 @@ impl Device for UdpDevice {
             Err(e)
                 if e.kind() == ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS) =>
             {
+                if e.raw_os_error() == Some(libc::ENOBUFS) {
+                    super::io::no_buffers(&mut self.stats, 1);
+                }
                 false
             }
             sent => {

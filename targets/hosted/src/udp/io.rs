@@ -15,6 +15,9 @@ pub(super) fn count_send(
         Ok(_) => stats.tx += n,
         Err(e) => {
             stats.tx_errors += n;
+            if e.raw_os_error() == Some(libc::ENOBUFS) {
+                no_buffers(stats, n);
+            }
             // A pending ICMP error is reported by whichever call comes first: read
             // it now, before any later datagram makes its peer "heard".
             if e.kind() == ErrorKind::ConnectionRefused {
@@ -207,4 +210,26 @@ pub(super) fn first_frame_len(d: &[u8]) -> usize {
     } else {
         d.len()
     }
+}
+
+/// Sends the kernel refused for want of buffers (`ENOBUFS`) come from the
+/// neighbour table, not the socket: a host that talks to more peers than the table
+/// holds (`net.ipv4.neigh.default.gc_thresh3`, 1,024 by default, one table for
+/// every network namespace of a machine) cannot reach those it has no entry for,
+/// and its peers would later be declared dead for it. Said once, in one line.
+pub(super) fn no_buffers(stats: &mut UdpStats, n: u64) {
+    stats.tx_no_buffers += n;
+    if stats.tx_no_buffers >= NO_BUFFERS_SAID && stats.tx_no_buffers - n < NO_BUFFERS_SAID {
+        eprintln!("volley: {}", no_buffers_hint(stats.tx_no_buffers));
+    }
+}
+
+/// After this many refusals, [`no_buffers`] says so.
+const NO_BUFFERS_SAID: u64 = 1000;
+
+/// What `n` refusals for want of buffers mean, in one line.
+pub fn no_buffers_hint(n: u64) -> String {
+    format!(
+        "udp: the kernel refused {n} sends for want of buffers (ENOBUFS): its neighbour table is probably full; raise net.ipv4.neigh.default.gc_thresh3 (and gc_thresh2) above the number of peers on this machine"
+    )
 }

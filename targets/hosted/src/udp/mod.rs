@@ -19,6 +19,7 @@ use crate::HostError;
 
 mod device;
 mod io;
+pub use io::no_buffers_hint;
 mod liveness;
 
 pub use device::{UdpRx, UdpTx};
@@ -181,6 +182,9 @@ pub struct UdpStats {
     pub rx: u64,
     /// Sends that failed (buffer full, unreachable): the engine's retransmission covers them.
     pub tx_errors: u64,
+    /// Of those, sends refused for want of buffers (`ENOBUFS`), counted whether
+    /// the frame was dropped or offered again: see [`no_buffers_hint`].
+    pub tx_no_buffers: u64,
     /// Datagrams from addresses that are no rank of this job: dropped unread.
     pub rx_foreign: u64,
     /// Reads from unlisted addresses passed on (`VOLLEY_UDP_ANY_SOURCE=1`).
@@ -551,6 +555,7 @@ mod tests {
                 source: crate::bootstrap::Source::Hosts,
                 hosts: Vec::new(),
                 secret: None,
+                said: None,
             })
         };
         // A base port no other test holds.
