@@ -337,6 +337,9 @@ fn user_sem(sem: u16) -> Result<(), Error> {
     Ok(())
 }
 
+/// The longest `gamma_exit` waits for its goodbyes to be acknowledged.
+const GOODBYE_WAIT: Duration = Duration::from_secs(1);
+
 impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// `gamma_init`: joins group `cfg.group` as instance `cfg.node`, with tables from
     /// `storage` (at least [`PORTS`] ports and [`SEMAPHORES`] semaphores) and a
@@ -432,10 +435,11 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             self.idle_step(false);
         }
         // Then the peers are told this process leaves, so that one whose last
-        // frames to us go unanswered (their acks lost) stops waiting at once. For
-        // a short while only: a peer computing without polling acks it later, or
-        // finds this process gone.
-        let until = deadline.min(self.ep.clock.now() + Duration::from_millis(50));
+        // frames to us go unanswered (their acks lost) stops waiting at once,
+        // until each goodbye is acknowledged (on a lossy network that takes a
+        // few retransmissions). For a second at most: a peer computing without
+        // polling acks it later, or finds this process gone.
+        let until = deadline.min(self.ep.clock.now() + GOODBYE_WAIT);
         let mut told = false;
         loop {
             let now = self.ep.clock.now();
