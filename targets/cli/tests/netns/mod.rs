@@ -319,7 +319,7 @@ impl LossySwitch {
                     if got < 14 {
                         break;
                     }
-                    if sa.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+                    if sa.sll_pkttype == libc::PACKET_OUTGOING {
                         continue;
                     }
                     let Some(from) = ports.iter().position(|&i| i == sa.sll_ifindex) else {
