@@ -214,12 +214,17 @@ enum Program {
     Compute,
     /// Joins the fabric and leaves.
     Attach,
+    /// Joins, passes one barrier; rank 0 prints when (the start-up benchmark).
+    Startup,
     /// Every rank fetch-and-adds rank 0's counter; rank 0 checks the values.
     FetchAdd,
     /// The 2-rank part of `volley bench`.
     BenchPair,
     /// The collective part of `volley bench` (barrier, broadcast).
     BenchCollectives,
+    /// Barrier and broadcast over a job across hosts, no reference row (the
+    /// benchmark across hosts).
+    BenchHosts,
     /// Volley's part of a `volley bench --peers` round.
     BenchPeer,
 }
@@ -296,9 +301,11 @@ fn worker(
         Program::FlowctlExact => programs::flowctl_exact(&boot, fabric)?,
         Program::Compute => programs::compute(&boot, fabric)?,
         Program::Attach => programs::attach(&boot, fabric)?,
+        Program::Startup => programs::startup(&boot, fabric)?,
         Program::FetchAdd => programs::fetch_add(&boot, fabric)?,
         Program::BenchPair => print(bench::pair(&boot, fabric, sweep)?)?,
         Program::BenchCollectives => print(bench::collectives(&boot, fabric, sweep)?)?,
+        Program::BenchHosts => print(bench::across_hosts(&boot, fabric, sweep)?)?,
         Program::BenchPeer => print(bench::peer_round(&boot, fabric, sweep)?)?,
     }
     Ok(0)

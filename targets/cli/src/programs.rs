@@ -326,6 +326,22 @@ pub fn suite(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     Ok(())
 }
 
+/// Joins the job and passes one barrier; rank 0 then prints the wall-clock time
+/// (`startup-done NANOS`, since the epoch): how long start-up takes, counted from
+/// when the ranks were started (`benches/hosts_scale.rs`).
+pub fn startup(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
+    let mut g = node::gamma(boot, fabric, State::default())?;
+    g.sync()?;
+    if g.my_node() == 0 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_err(|e| fail(e.to_string()))?;
+        println!("startup-done {}", t.as_nanos());
+    }
+    g.exit();
+    Ok(())
+}
+
 // ------------------------------------------------------------------- mixed
 
 /// What the unikernel's `app=mixed` does, step for step, so that processes and

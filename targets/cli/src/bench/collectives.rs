@@ -160,6 +160,21 @@ pub(super) fn bcast_rows(
     Ok(rows)
 }
 
+/// Barrier and broadcast (8 B, 16 KiB, 1 MiB) over every rank of a job across
+/// hosts, with no reference row (a pair's raw limit says little of a collective
+/// over many hosts; `benches/hosts_scale.rs` sets MPICH beside it instead).
+pub fn across_hosts(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostError> {
+    let mut g: HostGamma<State> = node::gamma(boot, fabric, State::default())?;
+    let mut rows = barrier_rows(&mut g, fabric.name(), boot.size, 1.0, sw)?;
+    rows.extend(bcast_rows(&mut g, fabric.name(), boot.size, 1.0, sw)?);
+    g.sync()?;
+    g.exit();
+    for r in &mut rows {
+        r.ratio = None;
+    }
+    Ok(if boot.rank == 0 { rows } else { Vec::new() })
+}
+
 /// The collective part of the sweep with every rank of the job (`volley bench` runs
 /// it at 2, 4, 8 and 16 ranks, as far as the machine has cores and at least to 4):
 /// barrier, then broadcast of 8 B, 16 KiB and 1 MiB.

@@ -38,7 +38,7 @@ mod reference;
 use cheetah::*;
 use collectives::*;
 pub use collectives::{
-    collective_iters, collective_ranks, collectives, ratios_to_mpich, BCAST_SIZES,
+    across_hosts, collective_iters, collective_ranks, collectives, ratios_to_mpich, BCAST_SIZES,
 };
 use gamma::*;
 use lfc::*;

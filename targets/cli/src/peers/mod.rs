@@ -22,6 +22,8 @@ use crate::programs::{cpus, pin_to};
 pub const MPI_PINGPONG: &str = include_str!("mpi_pingpong.c");
 /// The MPI side of the collective rows: `MPI_Barrier`, `MPI_Bcast`.
 pub const MPI_COLL: &str = include_str!("mpi_coll.c");
+/// The MPI side of the start-up rows of the benchmark across hosts.
+pub const MPI_STARTUP: &str = include_str!("mpi_startup.c");
 
 /// A program on `PATH`.
 pub fn on_path(name: &str) -> Option<PathBuf> {
