@@ -76,13 +76,15 @@ fn mpich(dir: &Path) -> Option<Mpich> {
 }
 
 /// A Hydra launcher (`-launcher-exec`) that runs a proxy in the namespace of the
-/// host whose address it is given.
+/// host whose address it is given, under a host name of its own (as on a cluster:
+/// MPICH takes processes with one host name for one machine, and joins them by
+/// shared memory).
 fn launcher(dir: &Path, hosts: &Hosts) -> PathBuf {
     let path = dir.join(format!("enter-{}", hosts.hub()));
     let prefix = hosts.ns(0);
     let prefix = &prefix[..prefix.len() - 1];
     let script = format!(
-        "#!/bin/sh\n# Hydra calls: [options] HOST COMMAND...\nwhile [ \"${{1#-}}\" != \"$1\" ]; do shift; done\nhost=$1; shift\nlast=${{host##*.}}; rest=${{host%.*}}; third=${{rest##*.}}\nexec ip netns exec {prefix}$((third * 200 + last - 1)) sh -c \"$*\"\n"
+        "#!/bin/sh\n# Hydra calls: [options] HOST COMMAND...\nwhile [ \"${{1#-}}\" != \"$1\" ]; do shift; done\nhost=$1; shift\nlast=${{host##*.}}; rest=${{host%.*}}; third=${{rest##*.}}\nr=$((third * 200 + last - 1))\nexec ip netns exec {prefix}$r unshare --uts sh -c \"hostname h$r; $*\"\n"
     );
     std::fs::write(&path, script).unwrap();
     use std::os::unix::fs::PermissionsExt;
@@ -96,6 +98,10 @@ fn mpirun(m: &Mpich, hosts: &Hosts, enter: &Path, program: &Path, args: &[String
     let child = Command::new("ip")
         .args(["netns", "exec", &hosts.hub()])
         .arg(&m.exec)
+        // Between hosts only: no shared memory (the namespaces share /dev/shm and
+        // one kernel, which MPICH and UCX would otherwise use as one machine's).
+        .args(["-genv", "MPIR_CVAR_NOLOCAL", "1", "-genv", "UCX_TLS", "tcp,self"])
+        .args(["-genv", "UCX_NET_DEVICES", "eth0"])
         .args(["-iface", "br0", "-launcher", "ssh", "-launcher-exec"])
         .arg(enter)
         .args(["-hosts", &list, "-n", &hosts.n.to_string()])
