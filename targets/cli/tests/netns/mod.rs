@@ -73,7 +73,8 @@ impl Hosts {
             tag,
             n,
             named,
-            _neigh: NeighCapacity::at_least(n * n + 256),
+            // Room beside what namespaces still being torn down hold.
+            _neigh: NeighCapacity::at_least(4 * n * n + 1024),
         };
         let hub = hosts.hub();
         ip(&["netns", "add", &hub]);
