@@ -98,6 +98,7 @@ fn mpirun(
     enter: &Path,
     program: &Path,
     args: &[String],
+    limit: Duration,
 ) -> Option<String> {
     let list = hosts.list(|r| hosts.addr(r));
     let child = Command::new("ip")
