@@ -492,6 +492,27 @@ mod tests {
         }
     }
 
+    /// A rank may sleep until `poll_at`: it is now while a HELLO is owed, the next
+    /// resend while a peer is not through, and never once every peer is.
+    #[test]
+    fn poll_at_says_when_the_next_hello_is_due() {
+        let mut s = ranks(2, 3);
+        assert_eq!(s[0].poll_at(), Some(Instant::ZERO));
+        let t = Instant::from_millis(5);
+        let mut sent = Vec::new();
+        s[0].poll_transmit(t, |_, f| {
+            sent.push(f.to_vec());
+            true
+        });
+        // Nothing heard: the next is the first resend.
+        assert_eq!(s[0].poll_at(), Some(t + RESEND_FIRST));
+        // A HELLO that lacks `SEEN` is owed an answer at once.
+        assert!(s[1].handle(&sent[0]));
+        assert_eq!(s[1].poll_at(), Some(Instant::ZERO));
+        exchange(&mut s, &mut |_, _, _| false).expect("through");
+        assert_eq!((s[0].poll_at(), s[1].poll_at()), (None, None));
+    }
+
     #[test]
     fn losses_are_resent_until_everyone_is_through() {
         let mut s = ranks(4, 2);
