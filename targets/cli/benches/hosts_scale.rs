@@ -261,7 +261,7 @@ fn main() {
         });
         let peer_coll = mpi
             .as_ref()
-            .and_then(|m| mpirun(m, &hosts, &enter, &m.coll, &iters, Duration::from_secs(120)))
+            .and_then(|m| mpirun(m, &hosts, &enter, &m.coll, &iters, Duration::from_secs(90)))
             .map(|t| mpich_coll(&t))
             .unwrap_or_default();
         for fabric in ["udp", "eth"] {
