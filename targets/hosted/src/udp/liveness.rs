@@ -18,6 +18,10 @@ pub(super) const UNHEARD_GRACE: std::time::Duration = std::time::Duration::from_
 /// one is gone this long after its second report.
 pub(super) const SUSPECT_FOR: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// The most error-queue entries one [`Liveness::read_errors`] reads (a flood of
+/// forged reports must not hold a rank there).
+const ERRORS_READ_MAX: usize = 4096;
+
 /// What the socket's ICMP errors tell about the peers.
 #[derive(Debug)]
 pub(super) struct Liveness {
@@ -50,10 +54,14 @@ impl Liveness {
         }
     }
 
-    /// Reads the socket's error queue: "port unreachable" reports for a peer make it
-    /// suspect (see [`SUSPECT_FOR`]).
+    /// Reads the socket's error queue to the end: "port unreachable" reports for a
+    /// peer make it suspect (see [`SUSPECT_FOR`]). All of it, or as much as a
+    /// flood leaves room for: the socket reports a queued error only once, so a
+    /// report left behind would be read at the next one, maybe long after the peer
+    /// it names has started and spoken, and taken as news (with 64 ranks starting
+    /// on a few cores, one rank's start-up leaves hundreds).
     pub(super) fn read_errors(&mut self, sock: &UdpSocket, stats: &mut UdpStats) {
-        for _ in 0..64 {
+        for _ in 0..ERRORS_READ_MAX {
             let mut data = [0u8; 64];
             let mut refused = false;
             let flags = libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT;
