@@ -73,9 +73,18 @@ impl Liveness {
                     refused |= errno == libc::ECONNREFUSED as u32;
                 }
             });
-            let Ok((_, to, _)) = got else {
+            let Ok((n, to, _)) = got else {
                 return;
             };
+            // A report about a start-up HELLO (the refused datagram comes back in
+            // it) says nothing of a peer's death: HELLOs go to peers that have not
+            // bound their port yet, and with many ranks starting on few cores the
+            // reports can come after the peer's first word. A peer that dies later
+            // refuses the engine's frames.
+            if n > 0 && data[0] == volley_core::session::HELLO_MAGIC {
+                stats.hello_refusals += 1;
+                continue;
+            }
             if let Some(&r) = self.ranks.get(&to) {
                 if refused && self.refused_by(r as usize, std::time::Instant::now()) {
                     stats.suspected += 1;

@@ -192,6 +192,8 @@ pub struct UdpStats {
     /// Peers found gone: ICMP said their port was closed, and they stayed silent
     /// for `SUSPECT_FOR` after (they died).
     pub unreachable: u64,
+    /// ICMP reports about start-up HELLOs, which make no peer suspect.
+    pub hello_refusals: u64,
     /// Peers made suspect by ICMP "port unreachable" reports (forged ones included:
     /// a live peer clears itself by answering).
     pub suspected: u64,
