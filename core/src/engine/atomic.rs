@@ -108,7 +108,7 @@ impl<'a> Engine<'a> {
     }
 
     /// Adds `delta` to this endpoint's own counter `var`; the value before.
-    pub fn fetch_add_local(&mut self, var: u16, delta: u32) -> Result<u32, Error> {
+    pub(crate) fn fetch_add_local(&mut self, var: u16, delta: u32) -> Result<u32, Error> {
         let c = self
             .atomics
             .counters

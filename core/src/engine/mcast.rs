@@ -287,7 +287,7 @@ impl<'a> Engine<'a> {
     /// A member of multicast group `gid` ([`MCAST_ALL`]: every instance) other than
     /// this process that said goodbye ([`Engine::say_goodbye`]), if any: a packet
     /// to the group cannot reach it, nor the members it would forward to.
-    pub fn left_member(&self, gid: u16) -> Option<NodeId> {
+    pub(crate) fn left_member(&self, gid: u16) -> Option<NodeId> {
         if self.stats.peers_left == 0 {
             return None;
         }

@@ -384,7 +384,7 @@ impl<'a> Engine<'a> {
         self.bufs.eager_free
     }
     /// Sets every counter to zero.
-    pub fn reset_stats(&mut self) {
+    pub(crate) fn reset_stats(&mut self) {
         self.stats = Stats::default();
     }
     /// Instances in this process's group.

@@ -77,7 +77,7 @@ impl PacketId {
         PacketId(i as u16 | RX_BIT)
     }
     /// True for a buffer of the receive pool.
-    pub fn is_rx(self) -> bool {
+    pub(crate) fn is_rx(self) -> bool {
         self.0 & RX_BIT != 0
     }
     /// Index in its pool.
@@ -401,7 +401,7 @@ impl<'a> Engine<'a> {
     }
 
     /// [`Engine::packet_at`] for packets that may lie in send slots of `dev`.
-    pub fn packet_at_in<D: Device>(&self, dev: &D, addr: usize) -> Option<PacketId> {
+    pub(crate) fn packet_at_in<D: Device>(&self, dev: &D, addr: usize) -> Option<PacketId> {
         let p = &self.bufs.pkts;
         let pooled = (0..p.tx.len()).find(|&i| {
             p.tx[i].pooled
@@ -520,7 +520,7 @@ impl<'a> Engine<'a> {
     /// board, with no board frame of ours queued before it, is written there in
     /// this call (no operation, no transmit pass) and goes back to the engine.
     /// `Ok(true)`: it was; `Ok(false)`: it was queued as by `launch_multicast`.
-    pub fn launch_multicast_on<D: Device>(
+    pub(crate) fn launch_multicast_on<D: Device>(
         &mut self,
         now: Instant,
         dev: &mut D,
@@ -933,7 +933,7 @@ impl<'a> Engine<'a> {
 
     /// A peer found dead, or one a packet send failed to, not yet taken: one a
     /// call, each dead peer once (and again for each later launch to it).
-    pub fn take_packet_failure(&mut self) -> Option<NodeId> {
+    pub(crate) fn take_packet_failure(&mut self) -> Option<NodeId> {
         if let Some(n) = self.bufs.pkts.failed.take() {
             return Some(n);
         }

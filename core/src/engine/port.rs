@@ -557,13 +557,13 @@ impl<'a> Engine<'a> {
 
     /// Notices waiting.
     #[inline]
-    pub fn notices_pending(&self) -> usize {
+    pub(crate) fn notices_pending(&self) -> usize {
         self.notices.len
     }
 
     /// Sends queued from handlers that no transmit pass has started yet.
     #[inline]
-    pub fn outbox_pending(&self) -> usize {
+    pub(crate) fn outbox_pending(&self) -> usize {
         self.outbox.len
     }
 
@@ -640,7 +640,7 @@ impl<'a> Engine<'a> {
     }
 
     /// The port's output binding.
-    pub fn port_dest(&self, port: PortId) -> Option<Dest> {
+    pub(crate) fn port_dest(&self, port: PortId) -> Option<Dest> {
         self.ports.get(port as usize).and_then(|p| p.dest)
     }
 
@@ -663,7 +663,7 @@ impl<'a> Engine<'a> {
     }
     /// If `sem` has reached `n`, takes `n` from it and returns (and clears) the error
     /// count; otherwise `None`.
-    pub fn try_take(&mut self, sem: u16, n: u32) -> Result<Option<u32>, Error> {
+    pub(crate) fn try_take(&mut self, sem: u16, n: u32) -> Result<Option<u32>, Error> {
         let s = self
             .sems
             .get_mut(sem as usize)

@@ -414,7 +414,7 @@ impl<'a> Engine<'a> {
 
     /// True once every byte of the send has been handed to the device (for an eager
     /// send, the caller's part is then over), or the send has finished.
-    pub fn handed_off(&self, h: SendHandle) -> Result<bool, Error> {
+    pub(crate) fn handed_off(&self, h: SendHandle) -> Result<bool, Error> {
         let st = self.send_status(h)?;
         let op = &self.ops[h.idx()];
         // A broadcast's children send from the root's eager copy.

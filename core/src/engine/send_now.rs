@@ -28,7 +28,7 @@ impl<'a> Engine<'a> {
     /// broadcast, longer than 1 KiB, a channel with something queued or no room);
     /// it and those after it stay queued, in order, for the next transmit pass.
     /// Returns the frames sent.
-    pub fn send_queued_at_once<D: Device>(&mut self, now: Instant, dev: &mut D) -> usize {
+    pub(crate) fn send_queued_at_once<D: Device>(&mut self, now: Instant, dev: &mut D) -> usize {
         // Taken while they go: a send at once needs nothing queued ahead of it.
         let mut queued = core::mem::take(&mut self.outbox);
         let n = queued.len;
@@ -88,7 +88,7 @@ impl<'a> Engine<'a> {
     /// left in this call, a handle of its own that reports it done (the message
     /// goes on detached, as a blocking send's: a failure later reaches the port's
     /// error handler or error semaphore). `None`, nothing changed: it did not leave.
-    pub fn isend_now_reliable<D: Device>(
+    pub(crate) fn isend_now_reliable<D: Device>(
         &mut self,
         dev: &mut D,
         port: PortId,
@@ -130,7 +130,7 @@ impl<'a> Engine<'a> {
     /// then, and [`Engine::start_send_eager`] or [`Engine::start_send`] takes the
     /// message.
     #[inline(always)]
-    pub fn send_now<D: Device>(
+    pub(crate) fn send_now<D: Device>(
         &mut self,
         dev: &mut D,
         msg: OneFrame<'_>,
@@ -402,7 +402,7 @@ impl<'a> Engine<'a> {
     /// `launch_unicast` takes the packet. The caller flushes the device
     /// ([`Device::flush`]) once it has launched what it has, so that a run of
     /// packets leaves in one batch where the device batches.
-    pub fn launch_unicast_now<D: Device>(
+    pub(crate) fn launch_unicast_now<D: Device>(
         &mut self,
         dev: &mut D,
         id: PacketId,

@@ -274,7 +274,7 @@ impl<'a> Engine<'a> {
     /// group: for a personality whose receivers cannot tell whom they wait for (LFC),
     /// so that a member that died becomes an error (`take_packet_failure`) instead of
     /// a wait that never ends.
-    pub fn keepalive_all(&mut self, now: Instant) {
+    pub(crate) fn keepalive_all(&mut self, now: Instant) {
         let (group, me) = (self.cfg.group, self.cfg.node);
         for node in (0..self.size).filter(|&n| n != me) {
             if !self.peer_left(node) {
@@ -316,7 +316,7 @@ impl<'a> Engine<'a> {
     /// Whether instance `node` of this process's group said goodbye
     /// ([`Engine::say_goodbye`]).
     #[inline]
-    pub fn peer_left(&self, node: NodeId) -> bool {
+    pub(crate) fn peer_left(&self, node: NodeId) -> bool {
         if self.stats.peers_left == 0 {
             return false;
         }
@@ -350,7 +350,7 @@ impl<'a> Engine<'a> {
     }
 
     /// Sends every ack held back (delayed to ride on data) at the next transmit.
-    pub fn flush_acks(&mut self) {
+    pub(crate) fn flush_acks(&mut self) {
         for ch in self.chans[..self.chan_hwm]
             .iter_mut()
             .filter(|c| c.in_use && !c.failed)

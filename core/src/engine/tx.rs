@@ -45,7 +45,7 @@ impl<'a> Engine<'a> {
     /// [`Engine::poll_transmit`] with program memory, which one-sided operations
     /// read their frames' data from.
     #[inline]
-    pub fn poll_transmit_mem<D: Device>(
+    pub(crate) fn poll_transmit_mem<D: Device>(
         &mut self,
         now: Instant,
         dev: &mut D,
@@ -134,7 +134,7 @@ impl<'a> Engine<'a> {
     /// [`Engine::poll_transmit`] for a send just started: only its channel is
     /// served, unless handlers' sends or board broadcasts are queued (they go first,
     /// as in a full pass). Other channels wait for the next poll.
-    pub fn transmit_send<D: Device>(
+    pub(crate) fn transmit_send<D: Device>(
         &mut self,
         now: Instant,
         dev: &mut D,
@@ -171,7 +171,12 @@ impl<'a> Engine<'a> {
     /// [`Engine::poll_transmit`] after a packet was launched to instance `dest` of
     /// this group ([`Engine::launch_unicast`]): only its channel is served, as
     /// [`Engine::transmit_send`] does for a send.
-    pub fn transmit_to<D: Device>(&mut self, now: Instant, dev: &mut D, dest: NodeId) -> usize {
+    pub(crate) fn transmit_to<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        dest: NodeId,
+    ) -> usize {
         let ci = self
             .addr_of(self.cfg.group, dest)
             .ok()
