@@ -651,6 +651,62 @@ mod tests {
         assert_eq!(stats.unreachable, 1, "counted once");
     }
 
+    /// Real reports from the kernel: datagrams to a closed loopback port come back
+    /// as "port unreachable" in the error queue. Those about start-up HELLOs make
+    /// no peer suspect, however many; two about other frames do. One read takes
+    /// every report queued, more than the 64 it once stopped at.
+    #[test]
+    fn refused_hellos_make_no_peer_suspect_and_the_error_queue_is_read_to_its_end() {
+        use volley_core::session::{HELLO_LEN, HELLO_MAGIC};
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        crate::set_int(&sock, libc::IPPROTO_IP, libc::IP_RECVERR, 1);
+        // A port nobody holds: bound, then closed.
+        let closed = UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let t0 = std::time::Instant::now() - UNHEARD_GRACE * 2;
+        let mut l = liveness(t0);
+        l.ranks.insert(closed, 1);
+        l.heard_from(1);
+        let mut stats = UdpStats::default();
+        let mut hello = [0u8; HELLO_LEN];
+        hello[0] = HELLO_MAGIC;
+        // Sent one at a time, each report waited for: the kernel sends at most
+        // about one report a millisecond (`icmp_msgs_per_sec`).
+        let reported = |sock: &UdpSocket, f: &[u8]| {
+            // A send may report an earlier refusal instead of going: once more.
+            let _ = again_after_report(|| sock.send_to(f, closed));
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        };
+        for _ in 0..300 {
+            reported(&sock, &hello);
+        }
+        l.read_errors(&sock, &mut stats);
+        assert!(
+            stats.hello_refusals > 64,
+            "{} reports read",
+            stats.hello_refusals
+        );
+        // Nothing left behind.
+        let mut buf = [0u8; 64];
+        let mut control = [0u64; 64];
+        let flags = libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT;
+        let left = io::recv_msg(&sock, &mut buf, &mut control, flags, |_, _, _| {});
+        assert_eq!(
+            left.map_err(|e| e.kind()).err(),
+            Some(std::io::ErrorKind::WouldBlock)
+        );
+        assert_eq!((l.strikes[1], stats.suspected), (0, 0));
+        let frame = frame(1, 8, 7);
+        // The kernel's budget of reports refilled.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        reported(&sock, &frame);
+        reported(&sock, &frame);
+        l.read_errors(&sock, &mut stats);
+        assert_eq!(stats.suspected, 1, "{stats:?}");
+    }
+
     #[test]
     fn an_unheard_peer_counts_only_after_the_grace() {
         let t0 = std::time::Instant::now();
