@@ -22,7 +22,7 @@ use netns::{wait_all, Hosts, Wiring};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use volley_cli::peers::{on_path, MPI_COLL, MPI_STARTUP};
+use volley_cli::peers::{build_mpi, on_path, MPI_COLL, MPI_STARTUP};
 
 const VOLLEY: &str = env!("CARGO_BIN_EXE_volley");
 
@@ -52,26 +52,12 @@ struct Mpich {
     coll: PathBuf,
 }
 
-fn build(dir: &Path, cc: &Path, name: &str, text: &str) -> Option<PathBuf> {
-    let src = dir.join(format!("{name}.c"));
-    let bin = dir.join(name);
-    std::fs::write(&src, text).ok()?;
-    let ok = Command::new(cc)
-        .args(["-O2", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .ok()?
-        .success();
-    ok.then_some(bin)
-}
-
 fn mpich(dir: &Path) -> Option<Mpich> {
     let cc = on_path("mpicc.mpich")?;
     Some(Mpich {
         exec: on_path("mpiexec.mpich")?,
-        startup: build(dir, &cc, "mpi_startup", MPI_STARTUP)?,
-        coll: build(dir, &cc, "mpi_coll", MPI_COLL)?,
+        startup: build_mpi(dir, &cc, "mpi_startup", MPI_STARTUP).ok()?,
+        coll: build_mpi(dir, &cc, "mpi_coll", MPI_COLL).ok()?,
     })
 }
 

@@ -4,44 +4,18 @@
 //! errors. Root only (CI runs as root); elsewhere each test says so and passes.
 
 mod forge;
+mod netns;
 
-use std::os::fd::AsRawFd;
+use netns::{enter, ip, root, serial, text};
+
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier, Mutex, MutexGuard};
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
 const VOLLEY: &str = env!("CARGO_BIN_EXE_volley");
 const SECRET: &str = "00112233445566778899aabbccddeeff";
-
-/// One test at a time: every rank busy-polls.
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn root() -> bool {
-    // SAFETY: getuid has no preconditions.
-    if unsafe { libc::getuid() } == 0 {
-        return true;
-    }
-    eprintln!("not root: network namespaces cannot be made here (CI runs as root)");
-    false
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn ip(args: &[&str]) {
-    let o = Command::new("ip").args(args).output().expect("ip runs");
-    assert!(o.status.success(), "ip {args:?}: {}", text(&o));
-}
 
 /// Rank namespaces, each with an `eth0` whose other end (`pN`) is in a hub namespace,
 /// on a bridge `br0` or left for a relay. Removed when dropped.
@@ -198,14 +172,6 @@ impl Drop for Lan {
 
 fn job_id(salt: u64) -> u64 {
     (std::process::id() as u64) << 20 ^ salt ^ 0xE7E7_0000_0000
-}
-
-/// Moves the calling thread into network namespace `ns`.
-fn enter(ns: &str) {
-    let f = std::fs::File::open(format!("/run/netns/{ns}")).expect("the namespace exists");
-    // SAFETY: a valid namespace descriptor; only this thread changes namespace.
-    let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-    assert_eq!(r, 0, "setns {ns}");
 }
 
 /// A packet socket on interface `name` of the calling thread's namespace, for every

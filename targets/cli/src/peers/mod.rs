@@ -124,7 +124,9 @@ fn ucx_tls(fabric: &str, bytes: usize) -> &'static str {
     }
 }
 
-fn build_mpi(dir: &Path, cc: &Path, name: &str, text: &str) -> Result<PathBuf, String> {
+/// Compiles MPI program `text` as `dir/name` with `cc` (`mpicc`); its first error
+/// line otherwise.
+pub fn build_mpi(dir: &Path, cc: &Path, name: &str, text: &str) -> Result<PathBuf, String> {
     let src = dir.join(format!("{name}.c"));
     let bin = dir.join(name);
     std::fs::write(&src, text).map_err(|e| format!("{}: {e}", src.display()))?;

@@ -38,7 +38,8 @@ pub fn text(o: &Output) -> String {
     )
 }
 
-fn ip(args: &[&str]) {
+/// `ip ARGS`, which must succeed.
+pub fn ip(args: &[&str]) {
     let o = Command::new("ip").args(args).output().expect("ip runs");
     assert!(o.status.success(), "ip {args:?}: {}", text(&o));
 }
