@@ -54,7 +54,7 @@ impl<'a> Engine<'a> {
     /// own at once; `NoResources` when no buffer is free or the message is too long.
     /// A broadcast (at most `BCAST_COPY_MAX` bytes) takes one buffer that every copy
     /// is sent from, and only while a unit of buffers stays free for each level of
-    /// relays below it. Once [`Engine::handed_off`], the caller may
+    /// relays below it. Once `Engine::handed_off`, the caller may
     /// [`Engine::detach`]: delivery is then the engine's job, and a failure is reported
     /// through the port's error handler or error semaphore.
     #[inline]

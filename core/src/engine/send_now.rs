@@ -3,7 +3,8 @@
 
 use super::*;
 
-/// A message that fits one frame, for [`Engine::send_now`].
+/// A message that fits one frame, for `Engine::send_now` (the personalities' send
+/// that leaves within the call).
 #[derive(Debug, Clone, Copy)]
 pub struct OneFrame<'b> {
     /// The port it goes through (its output binding names the destination).
@@ -205,7 +206,7 @@ impl<'a> Engine<'a> {
 
     /// [`Engine::start_put`] of a put that fits one frame, sent in this call where
     /// its channel may take a new frame ahead of nothing (as
-    /// a reliable [`Engine::send_now`] sends a message): no queue, no transmit pass.
+    /// a reliable `Engine::send_now` sends a message): no queue, no transmit pass.
     /// `Ok(false)`, nothing changed: not sent (something ahead, no credit, too long
     /// for one frame, no free operation, the device full); `start_put` takes it.
     /// The caller flushes the device ([`Device::flush`]).
@@ -506,7 +507,7 @@ impl<'a> Engine<'a> {
     }
 
     /// [`Engine::launch_unicast`], with the frame sent in this call where
-    /// [`Engine::launch_unicast_now`] allows: `Ok(true)` if it left, `Ok(false)` if
+    /// `Engine::launch_unicast_now` allows: `Ok(true)` if it left, `Ok(false)` if
     /// it was queued for the next transmit pass (the caller flushes the device, as
     /// there).
     pub fn launch_unicast_on<D: Device>(

@@ -23,7 +23,7 @@ pub struct Stats {
     /// Frames sent under the compact header.
     pub tx_compact: u64,
     /// Handlers' sends that left at once when their handler returned
-    /// ([`Engine::send_queued_at_once`](super::Engine::send_queued_at_once)), not through a transmit pass.
+    /// (`Engine::send_queued_at_once`), not through a transmit pass.
     pub tx_queued_at_once: u64,
     /// Frames dropped for a missing or wrong authentication tag (with a job key),
     /// and compact frames from a device that does not vouch for them or in a job

@@ -286,7 +286,7 @@ impl<'a> Engine<'a> {
     /// Tells every other member of this process's group that it is leaving on
     /// purpose (LFC's `lfc_exit`): a reliable BYE each, which the leaver's last
     /// polls see acknowledged. A member that got it stops probing this process
-    /// ([`Engine::keepalive_all`]), does not report its silence as a death, and
+    /// (`Engine::keepalive_all`), does not report its silence as a death, and
     /// refuses packets to it ([`Error::PeerLeft`]). Queues what the control
     /// queues take; `true` once every goodbye is queued (call again until then).
     pub fn say_goodbye(&mut self) -> bool {

@@ -223,7 +223,7 @@ fn main() {
     }
     let quick = volley_cli::bench::Sweep {
         quick: true,
-        iters: None,
+        ..Default::default()
     };
     let iters = volley_cli::bench::collective_iters(quick).map(|n| n.to_string());
     println!(

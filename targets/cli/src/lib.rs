@@ -4,9 +4,11 @@
 //!   multi-process test programs `volley worker` runs inside each rank;
 //! - [`bench`](mod@bench): `volley bench`, an OSU-style sweep with a same-run reference row;
 //! - [`peers`]: MPICH and UCX measured beside Volley;
-//! - [`plot`]: the sweep's charts.
+//! - [`plot`]: the sweep's charts;
+//! - [`info`]: `volley info`, what this machine and build offer.
 
 pub mod bench;
+pub mod info;
 pub mod peers;
 pub mod plot;
 pub mod programs;

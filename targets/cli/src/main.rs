@@ -3,12 +3,15 @@
 //! With no arguments it runs the main job: `volley demo`, a 4-rank local cluster on
 //! the shared-memory fabric. See `volley --help`.
 
+use std::ffi::OsString;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
-use volley_cli::{bench, programs};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use volley_cli::{bench, info, programs};
 use volley_hosted::bootstrap::{self, parse_hosts, Boot};
 use volley_hosted::launcher::{self, RunOptions, UnikernelRanks};
 use volley_hosted::{settings, Fabric, HostError};
@@ -102,8 +105,20 @@ enum Cmd {
         /// Also measure MPICH (a bundled MPI ping-pong) and UCX (ucx_perftest) where
         /// installed, in rounds interleaved with Volley's, and print Volley's ratio to
         /// each.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "no_peers")]
         peers: bool,
+        /// No peer at all: not even MPICH's collectives beside shm's.
+        #[arg(long)]
+        no_peers: bool,
+        /// Only these parts, comma-separated: pair (the 2-rank latency and
+        /// bandwidth tests of every API), collectives (barrier and broadcast).
+        #[arg(short = 't', long = "tests", value_enum, value_delimiter = ',')]
+        tests: Vec<BenchPart>,
+        /// Only these message sizes in bytes, comma-separated (`-s 8,1024,1M`;
+        /// K and M are binary): rows of other sizes are dropped, except the
+        /// reference rows.
+        #[arg(short = 's', long = "sizes", value_delimiter = ',', value_parser = parse_size)]
+        sizes: Vec<u64>,
         /// Also draw the run as charts in DIR (created if missing): latency.svg and
         /// bandwidth.svg, by message size on log axes, a line per fabric and test.
         #[arg(long, value_name = "DIR")]
@@ -111,6 +126,28 @@ enum Cmd {
         /// Draw a run saved with `--json` instead of measuring one (with `--plot`).
         #[arg(long, value_name = "FILE", requires = "plot")]
         from: Option<PathBuf>,
+    },
+    /// What this machine and build offer: the fabrics usable here (and why not),
+    /// their limits, the unikernel's image and QEMU, the version, and the VOLLEY_*
+    /// variables in effect. `volley info --help` lists every variable.
+    Info {
+        /// One JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shell completions for volley, on standard output
+    /// (`volley completions bash > /etc/bash_completion.d/volley`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// The manual page (roff), on standard output (`volley man > volley.1`), or
+    /// with `--dir` a page per subcommand too, written there.
+    Man {
+        /// Write volley.1 and volley-SUBCOMMAND.1 into this directory.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
     /// Runs one program inside a rank (under `volley run`, mpiexec or srun).
     Worker {
@@ -139,6 +176,9 @@ enum Cmd {
         /// them (bench programs; what `volley bench` collects).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Only these message sizes, comma-separated (bench programs).
+        #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+        sizes: Vec<u64>,
     },
 }
 
@@ -192,6 +232,29 @@ enum BenchFabric {
     Udp,
     /// On the interfaces VOLLEY_ETH_IF lists, or a veth pair made for the run (root).
     Eth,
+}
+
+/// A part of `volley bench`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum BenchPart {
+    /// The 2-rank latency and bandwidth tests of every API, with the reference rows.
+    Pair,
+    /// Barrier and broadcast at several rank counts.
+    Collectives,
+}
+
+/// A size in bytes: `4096`, `4K`, `1M`.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1 << 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+        _ => (t, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("{s:?} is not a size in bytes (8, 4K, 1M)"))
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -262,7 +325,69 @@ fn launch(ranks: u16, fabric: Fabric, args: &[&str], rank0_only: bool) -> i32 {
         env: Vec::new(),
         rank0_only,
         unikernel: None,
+        stdin: false,
     })
+}
+
+/// Set once standard output's reader has gone (`volley bench | head -2`): what
+/// follows is dropped, and the command stops at its next step, cleaning up, where
+/// `println!` would panic.
+static STDOUT_GONE: AtomicBool = AtomicBool::new(false);
+
+/// Writes `text` to standard output, unless its reader has gone.
+fn out(text: &str) {
+    if STDOUT_GONE.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut o = std::io::stdout().lock();
+    if o.write_all(text.as_bytes())
+        .and_then(|()| o.flush())
+        .is_err()
+    {
+        STDOUT_GONE.store(true, Ordering::Relaxed);
+    }
+}
+
+/// [`out`] of a line.
+macro_rules! outln {
+    ($($t:tt)*) => { out(&format!("{}\n", format_args!($($t)*))) };
+}
+
+/// Whether standard output is a pipe whose reader has gone: `poll` reports an
+/// error on a pipe's writing end with no reader left.
+fn stdout_reader_gone() -> bool {
+    let mut p = libc::pollfd {
+        fd: 1,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no waiting.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & libc::POLLERR != 0
+}
+
+/// Watches standard output while a long command runs: once its reader has gone,
+/// the job in progress is stopped (as by SIGTERM), so that the command ends soon
+/// after `head` has what it wanted.
+fn watch_stdout() {
+    std::thread::spawn(|| loop {
+        if stdout_reader_gone() {
+            STDOUT_GONE.store(true, Ordering::Relaxed);
+            launcher::request_stop(libc::SIGTERM);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    });
+}
+
+/// Why a command running several jobs should stop now: its output's reader has
+/// gone (exit code 141, as a tool killed by SIGPIPE) or a signal asked it to (128
+/// plus the signal).
+fn must_stop() -> Option<i32> {
+    if STDOUT_GONE.load(Ordering::Relaxed) {
+        return Some(128 + libc::SIGPIPE);
+    }
+    launcher::stop_requested().map(|s| 128 + s)
 }
 
 /// How a worker reports bench rows.
@@ -280,6 +405,7 @@ fn worker(
     sweep: bench::Sweep,
 ) -> Result<i32, HostError> {
     let boot: Boot = bootstrap::from_env(hosts).map_err(|e| HostError(e.to_string()))?;
+    bench::progress_from(&boot);
     let fabric = match fabric {
         Some(f) => f,
         None => Fabric::from_env()?,
@@ -338,16 +464,60 @@ fn private_rows_file() -> Result<(tempfile::TempDir, PathBuf), String> {
     Ok((dir, path))
 }
 
-/// `volley bench`: runs each part as a local job whose rank 0 appends its rows to a
-/// file in a private temporary directory, and prints them as they come (table, CSV)
-/// or at the end (JSON).
-fn bench_command(
-    fabrics: &[Fabric],
+/// What `volley bench` measures besides Volley.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PeerChoice {
+    /// MPICH's collectives beside shm's, where MPICH is installed.
+    Default,
+    /// `--peers`: also MPICH and UCX in interleaved rounds.
+    All,
+    /// `--no-peers`.
+    None,
+}
+
+/// What one `volley bench` run does.
+#[derive(Debug, Clone)]
+struct BenchPlan<'p> {
+    fabrics: Vec<Fabric>,
     format: Format,
     sweep: bench::Sweep,
-    peers: bool,
-    plot: Option<&Path>,
-) -> i32 {
+    peers: PeerChoice,
+    plot: Option<&'p Path>,
+    pair: bool,
+    collectives: bool,
+}
+
+/// Whether `dir` can take the charts: made if missing, and a file can be created
+/// in it. Checked before the sweep, not after it.
+fn check_plot_dir(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("--plot {}: {e}", dir.display()))?;
+    tempfile::tempfile_in(dir)
+        .map(drop)
+        .map_err(|e| format!("--plot {}: cannot write there: {e}", dir.display()))
+}
+
+/// `volley bench`: runs each part as a local job whose rank 0 appends its rows to a
+/// file in a private temporary directory, and prints them as they come (table, CSV)
+/// or at the end (JSON). A line on stderr says each step. Ctrl-C, or standard
+/// output's reader going away, stops the run after the job in progress; the
+/// temporary directory and the veth pair are removed either way.
+fn bench_command(plan: &BenchPlan<'_>) -> i32 {
+    let BenchPlan {
+        ref fabrics,
+        format,
+        sweep,
+        peers,
+        plot,
+        ..
+    } = *plan;
+    if let Some(dir) = plot {
+        if let Err(e) = check_plot_dir(dir) {
+            eprintln!("volley: bench: {e}");
+            return 2;
+        }
+    }
+    launcher::catch_stop_signals();
+    watch_stdout();
     let (dir, path) = match private_rows_file() {
         Ok(x) => x,
         Err(e) => {
@@ -356,12 +526,14 @@ fn bench_command(
         }
     };
     match format {
-        Format::Table => println!("{}", bench::header()),
-        Format::Csv => print!("{}", bench::csv(&[], true)),
+        Format::Table => outln!("{}", bench::header()),
+        Format::Csv => out(&bench::csv(&[], true)),
         Format::Json => {}
     }
-    let (iters, out) = (
+    let keep = |r: &bench::Row| sweep.wants(r.bytes) || r.ratio == Some(1.0);
+    let (iters, sizes, out_path) = (
         sweep.iters.map(|n| n.to_string()),
+        sweep.sizes.map(|s| s.arg()),
         path.display().to_string(),
     );
     let found = volley_cli::peers::Peers::find(dir.path());
@@ -370,8 +542,8 @@ fn bench_command(
     let mut seen = 0;
     let mut all: Vec<bench::Row> = Vec::new();
     let show = |rows: &[bench::Row]| match format {
-        Format::Table => rows.iter().for_each(|r| println!("{}", r.line())),
-        Format::Csv => print!("{}", bench::csv(rows, false)),
+        Format::Table => rows.iter().for_each(|r| outln!("{}", r.line())),
+        Format::Csv => out(&bench::csv(rows, false)),
         Format::Json => {}
     };
     // The eth fabric needs an interface per rank: those VOLLEY_ETH_IF lists, else a
@@ -399,27 +571,51 @@ fn bench_command(
             },
         }
     }
-    let parts = std::iter::once((2u16, "bench-pair")).chain(
-        bench::collective_ranks()
-            .into_iter()
-            .map(|r| (r, "bench-collectives")),
-    );
+    let mut parts: Vec<(u16, &str)> = Vec::new();
+    if plan.pair {
+        parts.push((2, "bench-pair"));
+    }
+    if plan.collectives {
+        parts.extend(
+            bench::collective_ranks()
+                .into_iter()
+                .map(|r| (r, "bench-collectives")),
+        );
+    }
+    let steps = fabrics.len() * parts.len();
+    let mut step = 0;
     for &f in fabrics {
-        for (ranks, prog) in parts.clone() {
+        for &(ranks, prog) in &parts {
+            step += 1;
             if f == Fabric::Eth && ranks as usize > eth_ifs {
                 notes.push(format!(
                     "eth: {ranks}-rank collectives skipped: VOLLEY_ETH_IF lists {eth_ifs} interfaces"
                 ));
                 continue;
             }
-            let mut args = vec!["worker", prog, "--out", &out];
+            let what = if prog == "bench-pair" {
+                "latency and bandwidth, every API"
+            } else {
+                "barrier and broadcast"
+            };
+            eprintln!(
+                "volley bench: step {step} of {steps}: {}, {ranks} ranks, {what}",
+                f.name()
+            );
+            let mut args = vec!["worker", prog, "--out", &out_path];
             if sweep.quick {
                 args.push("--quick");
             }
             if let Some(n) = &iters {
                 args.extend(["--iters", n]);
             }
+            if let Some(s) = &sizes {
+                args.extend(["--sizes", s]);
+            }
             code = code.max(launch(ranks, f, &args, true));
+            if let Some(stop) = must_stop() {
+                return stop;
+            }
             let rows = match bench::read_rows(&path) {
                 Ok(r) => r,
                 Err(e) => {
@@ -427,15 +623,22 @@ fn bench_command(
                     return 1;
                 }
             };
-            let new = rows[seen.min(rows.len())..].to_vec();
+            let new: Vec<bench::Row> = rows[seen.min(rows.len())..]
+                .iter()
+                .filter(|r| keep(r))
+                .cloned()
+                .collect();
             seen = rows.len();
             show(&new);
             all.extend(new.iter().cloned());
             // MPICH's collectives beside Volley's, same run: on one host MPICH
             // always takes its own shared memory, so only beside shm.
-            if prog == "bench-collectives" && f == Fabric::Shm && found.has_mpich() {
+            let mpich = prog == "bench-collectives" && f == Fabric::Shm;
+            if mpich && peers != PeerChoice::None && found.has_mpich() {
+                eprintln!("volley bench: step {step} of {steps}: MPICH's barrier and broadcast, {ranks} ranks");
                 match found.mpich_collectives(ranks, bench::collective_iters(sweep)) {
-                    Ok(mut m) => {
+                    Ok(m) => {
+                        let mut m: Vec<bench::Row> = m.into_iter().filter(|r| keep(r)).collect();
                         bench::ratios_to_mpich(&new, &mut m);
                         show(&m);
                         all.extend(m);
@@ -445,18 +648,28 @@ fn bench_command(
                         notes.push(format!("MPICH collectives, {ranks} ranks: {e}"));
                     }
                 }
+                if let Some(stop) = must_stop() {
+                    return stop;
+                }
             }
         }
     }
-    if peers {
+    if peers == PeerChoice::All {
+        eprintln!(
+            "volley bench: peers: {} interleaved rounds of Volley, MPICH and UCX",
+            sweep.rounds(5)
+        );
         let (rows, n, c) = peer_rounds(dir.path(), &found, fabrics, sweep);
+        if let Some(stop) = must_stop() {
+            return stop;
+        }
         code = code.max(c);
         match format {
             Format::Table => {
-                println!("# peers, {} interleaved rounds: figures over the rounds' medians; vs ref = Volley's median / the peer's (Volley's latency: median of the rounds' ratios to the bare path)", sweep.rounds(5));
-                rows.iter().for_each(|r| println!("{}", r.line()));
+                outln!("# peers, {} interleaved rounds: figures over the rounds' medians; on a peer's row, ratio = Volley's median over the peer's (Volley's latency: median of the rounds' ratios to the bare path)", sweep.rounds(5));
+                rows.iter().for_each(|r| outln!("{}", r.line()));
             }
-            Format::Csv => print!("{}", bench::csv(&rows, false)),
+            Format::Csv => out(&bench::csv(&rows, false)),
             Format::Json => {}
         }
         for m in &n {
@@ -464,19 +677,22 @@ fn bench_command(
         }
         notes.extend(n);
         all.extend(rows);
-    } else if !found.has_mpich() {
+    } else if peers == PeerChoice::Default && plan.collectives && !found.has_mpich() {
         for m in found.missing.iter().filter(|m| m.starts_with("MPICH")) {
             eprintln!("volley: bench: no MPICH rows: {m}");
             notes.push(m.clone());
         }
     }
     if format == Format::Json {
-        println!("{}", bench::json(&all, &notes));
+        outln!("{}", bench::json(&all, &notes));
     }
     if let Some(dir) = plot {
         if !draw(&all, dir) {
             code = code.max(1);
         }
+    }
+    if STDOUT_GONE.load(Ordering::Relaxed) {
+        return 128 + libc::SIGPIPE;
     }
     code
 }
@@ -601,6 +817,9 @@ fn peer_rounds(
                 args.push("--quick");
             }
             code = code.max(launch(2, f, &args, true));
+            if must_stop().is_some() {
+                return (Vec::new(), Vec::new(), code);
+            }
             per_round.extend(found.round(f.name(), sweep.iters(20_000), sweep.rounds(20)));
         }
     }
@@ -629,8 +848,85 @@ fn chosen_fabric(arg: Option<FabricArg>, default: Fabric) -> Result<Fabric, i32>
     })
 }
 
+/// The command line as clap should see it, or one line saying what is wrong:
+/// `-np N` (mpiexec's spelling) becomes `-n N` before the program; and before
+/// `volley run`'s program an option-like word that is no option of `run` is an
+/// unknown option, not the program (`volley run --fabrc shm -- prog`).
+fn normalise_args(mut args: Vec<OsString>) -> Result<Vec<OsString>, String> {
+    let cmd = Cli::command();
+    let Some(at) = args
+        .iter()
+        .skip(1)
+        .position(|a| !a.to_string_lossy().starts_with('-'))
+        .map(|i| i + 1)
+    else {
+        return Ok(args);
+    };
+    let name = args[at].to_string_lossy().into_owned();
+    let Some(sub) = cmd.find_subcommand(&name) else {
+        return Ok(args);
+    };
+    // Only `run` takes a program: elsewhere clap reports unknown options itself.
+    let takes_program = sub.get_arguments().any(|a| a.is_trailing_var_arg_set());
+    let mut i = at + 1;
+    while i < args.len() {
+        let a = args[i].to_string_lossy().into_owned();
+        if a == "--" {
+            break;
+        }
+        if a == "-np" {
+            args[i] = "-n".into();
+            i += 2;
+            continue;
+        }
+        if !a.starts_with('-') || a == "-" {
+            if takes_program {
+                break;
+            }
+            i += 1;
+            continue;
+        }
+        if !takes_program {
+            i += 1;
+            continue;
+        }
+        let unknown = || {
+            format!("volley {name}: unknown option '{a}' (options come before the program; `volley {name} --help` lists them)")
+        };
+        let takes_value = if let Some(long) = a.strip_prefix("--") {
+            let (opt, inline) = long
+                .split_once('=')
+                .map_or((long, false), |(o, _)| (o, true));
+            match sub.get_arguments().find(|x| x.get_long() == Some(opt)) {
+                Some(x) => !inline && x.get_action().takes_values(),
+                None if opt == "help" => false,
+                None => return Err(unknown()),
+            }
+        } else {
+            let c = a[1..].chars().next().unwrap_or('-');
+            match sub.get_arguments().find(|x| x.get_short() == Some(c)) {
+                Some(x) => a.len() == 2 && x.get_action().takes_values(),
+                None if c == 'h' => false,
+                None => return Err(unknown()),
+            }
+        };
+        i += if takes_value { 2 } else { 1 };
+    }
+    Ok(args)
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args = match normalise_args(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let matches = Cli::command()
+        .mut_subcommand("info", |c| c.after_long_help(info::variables_help()))
+        .get_matches_from(args);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let code = match cli.command.unwrap_or(Cmd::Demo {
         ranks: 4,
         fabric: None,
@@ -690,8 +986,51 @@ fn main() -> ExitCode {
                     app: unikernel_app,
                     nic: unikernel_nic.name().into(),
                 }),
+                stdin: true,
             })
         }
+        Cmd::Info { json } => {
+            let found = info::gather();
+            if json {
+                outln!("{}", info::json(&found));
+            } else {
+                out(&info::text(&found));
+            }
+            0
+        }
+        Cmd::Completions { shell } => {
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "volley", &mut buf);
+            out(&String::from_utf8_lossy(&buf));
+            0
+        }
+        Cmd::Man { dir } => match dir {
+            Some(dir) => match std::fs::create_dir_all(&dir)
+                .and_then(|()| clap_mangen::generate_to(Cli::command(), &dir))
+            {
+                Ok(()) => {
+                    eprintln!("volley man: wrote the pages into {}", dir.display());
+                    0
+                }
+                Err(e) => {
+                    eprintln!("volley man: {}: {e}", dir.display());
+                    1
+                }
+            },
+            None => {
+                let mut buf = Vec::new();
+                match clap_mangen::Man::new(Cli::command()).render(&mut buf) {
+                    Ok(()) => {
+                        out(&String::from_utf8_lossy(&buf));
+                        0
+                    }
+                    Err(e) => {
+                        eprintln!("volley man: {e}");
+                        1
+                    }
+                }
+            }
+        },
         Cmd::Bench {
             fabric,
             csv,
@@ -699,6 +1038,9 @@ fn main() -> ExitCode {
             quick,
             iters,
             peers,
+            no_peers,
+            tests,
+            sizes,
             plot,
             from,
         } => {
@@ -724,11 +1066,29 @@ fn main() -> ExitCode {
                 (_, true) => Format::Json,
                 _ => Format::Table,
             };
+            let Some(sizes) = bench::Sizes::new(&sizes) else {
+                eprintln!("volley bench: -s takes at most {} sizes", bench::Sizes::MAX);
+                return ExitCode::from(2);
+            };
             let sweep = bench::Sweep {
                 quick,
                 iters: iters.map(|n| n as usize),
+                sizes: (!sizes.arg().is_empty()).then_some(sizes),
             };
-            bench_command(&fabrics, format, sweep, peers, plot.as_deref())
+            let all = tests.is_empty();
+            bench_command(&BenchPlan {
+                fabrics,
+                format,
+                sweep,
+                peers: match (peers, no_peers) {
+                    (true, _) => PeerChoice::All,
+                    (_, true) => PeerChoice::None,
+                    _ => PeerChoice::Default,
+                },
+                plot: plot.as_deref(),
+                pair: all || tests.contains(&BenchPart::Pair),
+                collectives: all || tests.contains(&BenchPart::Collectives),
+            })
         }
         Cmd::Worker {
             program,
@@ -739,6 +1099,7 @@ fn main() -> ExitCode {
             quick,
             iters,
             out,
+            sizes,
         } => {
             let hosts = match (hosts, hostfile) {
                 (Some(h), _) => Some(parse_hosts(&h)),
@@ -754,6 +1115,17 @@ fn main() -> ExitCode {
             let sweep = bench::Sweep {
                 quick,
                 iters: iters.map(|n| n as usize),
+                sizes: if sizes.is_empty() {
+                    None
+                } else {
+                    match bench::Sizes::new(&sizes) {
+                        Some(s) => Some(s),
+                        None => {
+                            eprintln!("volley worker: --sizes takes at most {}", bench::Sizes::MAX);
+                            return ExitCode::from(2);
+                        }
+                    }
+                },
             };
             match worker(
                 program,

@@ -244,6 +244,10 @@ pub fn from_env(hosts: Option<Vec<String>>) -> Result<Boot, BootError> {
     // SAFETY: getppid has no preconditions and cannot fail.
     let ppid = unsafe { libc::getppid() } as u32;
     let mut boot = detect(&env, hosts, &this, ppid, &mut crate::hosts::claim_slot)?;
+    // Once per job, not once per rank.
+    if boot.rank == 0 {
+        crate::vars::warn_unknown();
+    }
     let verbose =
         crate::settings::env_integer("VOLLEY_VERBOSE", 0, 1).map_err(|e| BootError(e.0))?;
     if let (Some(line), Some(1)) = (boot.said.as_deref(), verbose) {

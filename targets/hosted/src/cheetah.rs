@@ -115,6 +115,7 @@ pub fn launch(np: u16, args: &[String], fabric: Fabric) -> i32 {
         env: Vec::new(),
         rank0_only: false,
         unikernel: None,
+        stdin: true,
     })
 }
 

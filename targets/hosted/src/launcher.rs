@@ -48,6 +48,9 @@ pub struct RunOptions {
     pub rank0_only: bool,
     /// Unikernel nodes among the ranks (the last ones), if any.
     pub unikernel: Option<UnikernelRanks>,
+    /// Rank 0 reads the launcher's standard input, as `mpiexec` forwards it; the
+    /// other ranks (and all, when false) read an empty one.
+    pub stdin: bool,
 }
 
 /// The unikernel ranks of a job: the last `count` ranks boot Volley's image under QEMU.
@@ -65,9 +68,10 @@ pub struct UnikernelRanks {
 /// QEMU's exit status when the kernel reports success through `isa-debug-exit`.
 const QEMU_SUCCESS: i32 = 33;
 
-/// The unikernel image: `VOLLEY_UNIKERNEL_IMAGE`, else the one built from this source
-/// tree's `unikernel/` (built now if missing).
-fn unikernel_image() -> Result<PathBuf, String> {
+/// Where the unikernel image is: `VOLLEY_UNIKERNEL_IMAGE` (which must be a file),
+/// else the build output of this source tree's `unikernel/` (which may not be built
+/// yet). Builds nothing.
+pub fn unikernel_image_path() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("VOLLEY_UNIKERNEL_IMAGE") {
         let p = PathBuf::from(p);
         return if p.is_file() {
@@ -79,20 +83,36 @@ fn unikernel_image() -> Result<PathBuf, String> {
             ))
         };
     }
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../unikernel");
-    let image = dir.join("target/x86_64-unknown-none/release/volley-unikernel");
-    if image.is_file() {
+    let image = unikernel_dir().join("target/x86_64-unknown-none/release/volley-unikernel");
+    if image.is_file() || unikernel_dir().join("Cargo.toml").is_file() {
+        Ok(image)
+    } else {
+        Err("no unikernel image: set VOLLEY_UNIKERNEL_IMAGE".into())
+    }
+}
+
+fn unikernel_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../unikernel")
+}
+
+/// The unikernel image to boot: `VOLLEY_UNIKERNEL_IMAGE` as it is, else this source
+/// tree's, brought up to date first (cargo rebuilds it when a source changed since
+/// the last build, and does nothing otherwise; its progress shows on stderr).
+fn unikernel_image() -> Result<PathBuf, String> {
+    let image = unikernel_image_path()?;
+    let dir = unikernel_dir();
+    if std::env::var_os("VOLLEY_UNIKERNEL_IMAGE").is_some() || !dir.join("Cargo.toml").is_file() {
         return Ok(image);
     }
-    if !dir.join("Cargo.toml").is_file() {
-        return Err("no unikernel image: set VOLLEY_UNIKERNEL_IMAGE".into());
-    }
-    eprintln!("volley run: building the unikernel image (once)");
+    eprintln!(
+        "volley run: bringing the unikernel image up to date ({})",
+        dir.display()
+    );
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     // Inside unikernel/, so its own target and static relocation apply.
     let out = Command::new(cargo)
         .current_dir(&dir)
-        .args(["build", "--release", "--quiet"])
+        .args(["build", "--release"])
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("CARGO_TARGET_DIR")
@@ -259,9 +279,22 @@ extern "C" fn on_stop(sig: libc::c_int) {
     STOP.store(sig, Ordering::Relaxed);
 }
 
-/// From now on SIGINT, SIGTERM and SIGHUP only note themselves in [`STOP`]: the
-/// supervising loop passes them on to the ranks.
-fn catch_stop_signals() {
+/// The signal (SIGINT, SIGTERM or SIGHUP) that asked this process to stop since
+/// [`catch_stop_signals`], if one has.
+pub fn stop_requested() -> Option<i32> {
+    Some(STOP.load(Ordering::Relaxed)).filter(|&s| s != 0)
+}
+
+/// Asks the job in progress (and a caller running several) to stop as if signal
+/// `sig` had come: the ranks are passed it, and [`stop_requested`] returns it.
+pub fn request_stop(sig: i32) {
+    STOP.store(sig, Ordering::Relaxed);
+}
+
+/// From now on SIGINT, SIGTERM and SIGHUP only note themselves (see
+/// [`stop_requested`]): the supervising loop passes them on to the ranks, and a
+/// caller running several jobs stops after the one it is in, cleaning up.
+pub fn catch_stop_signals() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: the handler only stores into an atomic, which is async-signal-safe;
         // a zeroed sigaction with a handler and an empty mask is valid.
@@ -314,12 +347,42 @@ fn describe(s: ExitStatus) -> String {
     }
 }
 
+/// What can be known wrong with a job before any rank starts, as one line: a bad
+/// setting, more ranks than the fabric holds, no interface for an `eth` rank. Each
+/// rank would otherwise find it and say it, once per rank.
+pub fn check_job(opts: &RunOptions) -> Result<(), String> {
+    crate::vars::check_env().map_err(|e| e.0)?;
+    let processes = opts.ranks
+        - opts
+            .unikernel
+            .as_ref()
+            .map_or(0, |u| u.count.min(opts.ranks));
+    match opts.fabric {
+        Fabric::Shm if opts.ranks as usize > crate::shm::MAX_RANKS => Err(format!(
+            "the shm fabric holds at most {} ranks, this job has {}: use the udp fabric (--fabric udp)",
+            crate::shm::MAX_RANKS,
+            opts.ranks
+        )),
+        Fabric::Udp => crate::udp::base_port(opts.job.unwrap_or(0), opts.ranks)
+            .map(drop)
+            .map_err(|e| e.0),
+        Fabric::Eth => (0..processes)
+            .try_for_each(|r| crate::eth::interface_name(r).map(drop))
+            .map_err(|e| e.0),
+        _ => Ok(()),
+    }
+}
+
 /// Runs the job; returns the launcher's exit code.
 pub fn run(opts: &RunOptions) -> i32 {
     let Some((program, args)) = opts.command.split_first() else {
         eprintln!("volley run: no program given (volley run -n N -- PROGRAM ARGS...)");
         return 2;
     };
+    if let Err(e) = check_job(opts) {
+        eprintln!("volley run: {e}");
+        return 2;
+    }
     let job = opts.job.unwrap_or_else(new_job_id);
     // The job secret reaches the ranks in their environment, which only this user can
     // read; never on a command line.
@@ -398,7 +461,12 @@ pub fn run(opts: &RunOptions) -> i32 {
                 (cmd, 0)
             }
         };
-        cmd.stdin(Stdio::null())
+        let stdin = if opts.stdin && rank == 0 && success == 0 {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        };
+        cmd.stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         dies_with_launcher(&mut cmd);

@@ -36,6 +36,7 @@ pub mod shm;
 pub mod stream_copy;
 mod sys;
 pub mod udp;
+pub mod vars;
 pub mod wakeup;
 pub mod xdp;
 

@@ -312,7 +312,7 @@ pub fn bcast_tree() -> Result<Option<Tree>, HostError> {
     }
 }
 
-fn shm_options() -> Result<ShmOptions, HostError> {
+pub(crate) fn shm_options() -> Result<ShmOptions, HostError> {
     use crate::settings::{env_integer, env_seconds};
     let mut o = ShmOptions {
         peer_timeout: peer_timeout()?,

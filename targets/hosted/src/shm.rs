@@ -65,6 +65,9 @@ impl Default for ShmOptions {
     }
 }
 
+/// The most ranks a job on this fabric holds (the NIC model's node table).
+pub const MAX_RANKS: usize = volley_myri::MAX_NODES;
+
 /// Where job directories are made: `VOLLEY_SHM_DIR`, else `/dev/shm`.
 pub fn shm_base() -> PathBuf {
     std::env::var_os("VOLLEY_SHM_DIR").map_or_else(|| PathBuf::from("/dev/shm"), PathBuf::from)

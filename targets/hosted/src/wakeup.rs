@@ -15,7 +15,7 @@
 //! poll again. Arming when work is already there returns `Ok(false)` (poll first).
 //! On `shm` a producer raises the interrupt only while its consumer is armed, so a
 //! program that spins pays nothing, and a producer pays a fence and a load.
-//! Every descriptor is close-on-exec. With the `tokio` feature, [`tokio::Async`]
+//! Every descriptor is close-on-exec. With the `tokio` feature, `tokio::Async`
 //! awaits it in a tokio runtime.
 
 use std::io;

@@ -39,6 +39,7 @@ fn run4(fabric: Fabric, prog: &Path, args: &[&str]) -> i32 {
         env: Vec::new(),
         rank0_only: false,
         unikernel: None,
+        stdin: false,
     })
 }
 

@@ -113,6 +113,10 @@ pub(super) fn bcast_rows(
     let mut rows = Vec::new();
     let mut totals = [0u32; 3];
     for (k, (bytes, _)) in BCAST_SIZES.into_iter().enumerate() {
+        // Every rank skips alike: the sizes reach them all on the command line.
+        if !sw.wants(bytes) {
+            continue;
+        }
         progress(&format!("broadcast {bytes} B, {n} ranks"));
         let iters = collective_iters(sw)[1 + k];
         let warm = iters / 10;

@@ -69,12 +69,18 @@ pub struct Row {
 }
 
 impl Row {
-    /// The row as a table line.
+    /// The row as a table line; a test name too long for its column goes on a
+    /// line of its own, the figures below it, so that the columns stay aligned.
     pub fn line(&self) -> String {
+        let (name, lead) = if self.test.chars().count() > TEST_COLUMN {
+            (String::new(), format!("{:<4} {}\n", self.fabric, self.test))
+        } else {
+            (self.test.clone(), String::new())
+        };
         format!(
-            "{:<4} {:<38} {:>9} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>7}",
+            "{lead}{:<4} {:<TEST_COLUMN$} {:>9} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>7}",
             self.fabric,
-            self.test,
+            name,
             self.bytes,
             self.unit,
             self.median,
@@ -96,11 +102,14 @@ fn ratio_text(r: f64) -> String {
     format!("{r:.places$}x")
 }
 
-/// Header for [`Row::line`].
+/// Width of the table's test column.
+const TEST_COLUMN: usize = 44;
+
+/// Header for [`Row::line`], after a line saying what the ratio column is.
 pub fn header() -> String {
     format!(
-        "{:<4} {:<38} {:>9} {:>6} {:>10} {:>10} {:>10} {:>7}",
-        "fab", "test", "bytes", "unit", "median", "p90", "p99", "vs ref"
+        "# ratio: the median over the same fabric's reference row, measured in this run (latency: above 1x is slower; bandwidth: below 1x is slower)\n{:<4} {:<TEST_COLUMN$} {:>9} {:>6} {:>10} {:>10} {:>10} {:>7}",
+        "fab", "test", "bytes", "unit", "median", "p90", "p99", "ratio"
     )
 }
 
@@ -191,9 +200,52 @@ pub struct Sweep {
     /// keep their proportion to it (20000 small : 2000 medium : 200 large, as in the
     /// OSU benchmarks).
     pub iters: Option<usize>,
+    /// Only these message sizes (`-s`), where a test sweeps sizes; every size if
+    /// `None`.
+    pub sizes: Option<Sizes>,
+}
+
+/// A set of message sizes (`volley bench -s`), at most [`Sizes::MAX`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sizes {
+    list: [u64; Sizes::MAX],
+    len: usize,
+}
+
+impl Sizes {
+    /// The most sizes one run takes.
+    pub const MAX: usize = 32;
+
+    /// The set of `sizes`; `None` if there are more than [`Sizes::MAX`].
+    pub fn new(sizes: &[u64]) -> Option<Sizes> {
+        let mut s = Sizes::default();
+        for &b in sizes {
+            if !s.contains(b as usize) {
+                *s.list.get_mut(s.len)? = b;
+                s.len += 1;
+            }
+        }
+        Some(s)
+    }
+
+    /// Whether `bytes` is in the set.
+    pub fn contains(&self, bytes: usize) -> bool {
+        self.list[..self.len].contains(&(bytes as u64))
+    }
+
+    /// As `volley worker --sizes` takes it.
+    pub fn arg(&self) -> String {
+        let v: Vec<String> = self.list[..self.len].iter().map(u64::to_string).collect();
+        v.join(",")
+    }
 }
 
 impl Sweep {
+    /// Whether a test sweeping sizes measures `bytes`.
+    pub fn wants(&self, bytes: usize) -> bool {
+        self.sizes.is_none_or(|s| s.contains(bytes))
+    }
+
     /// Iterations of a test whose full-run count is `default` (of 20000 for small
     /// messages).
     pub fn iters(&self, default: usize) -> usize {
@@ -214,8 +266,19 @@ impl Sweep {
     }
 }
 
+/// Whether this rank says the sweep's progress: rank 0 alone, so that a step is
+/// one line on stderr, not one per rank.
+static SAYS_PROGRESS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Makes rank 0 alone say the progress of the sweep.
+pub fn progress_from(boot: &Boot) {
+    SAYS_PROGRESS.store(boot.rank == 0, std::sync::atomic::Ordering::Relaxed);
+}
+
 fn progress(step: &str) {
-    eprintln!("bench: {step}");
+    if SAYS_PROGRESS.load(std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("bench: {step}");
+    }
 }
 
 fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
@@ -356,6 +419,9 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
                 // Best effort may lose on UDP; on shm it shows the unacked path (8 B).
                 continue;
             }
+            if !sw.wants(len) {
+                continue;
+            }
             progress(&format!("latency {label} {len} B"));
             let iters = sw.iters(if len <= 4096 {
                 20_000
@@ -384,6 +450,9 @@ pub fn pair(boot: &Boot, fabric: Fabric, sw: Sweep) -> Result<Vec<Row>, HostErro
         rows.push(latency_row(name, test, 8, samples, lm));
     }
     for &len in &[4096usize, 65_536, 1 << 20] {
+        if !sw.wants(len) {
+            continue;
+        }
         progress(&format!("bandwidth {len} B"));
         let rounds = sw.rounds(if len >= 1 << 20 { 20 } else { 50 });
         let samples = gamma_stream(&mut g, len, rounds)?;
