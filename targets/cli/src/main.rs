@@ -149,6 +149,23 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
+    /// Installs the C library under a prefix: headers, libvolley.so (with its
+    /// SONAME and links), libvolley.a, lib/pkgconfig/volley.pc, this command and
+    /// its manual pages.
+    Install {
+        /// Where (`/usr/local`, `$HOME/.local`).
+        #[arg(long, value_name = "DIR")]
+        prefix: PathBuf,
+        /// Stage the files under this root instead (for a package), as `make
+        /// DESTDIR=...` does; volley.pc still names PREFIX.
+        #[arg(long, value_name = "DIR")]
+        destdir: Option<PathBuf>,
+        /// The directory holding libvolley.so and libvolley.a (default: this
+        /// command's own, where `cargo build --release -p libvolley -p volley-cli`
+        /// puts all three).
+        #[arg(long, value_name = "DIR")]
+        from: Option<PathBuf>,
+    },
     /// Runs one program inside a rank (under `volley run`, mpiexec or srun).
     Worker {
         /// What to run.
@@ -997,6 +1014,31 @@ fn main() -> ExitCode {
                 out(&info::text(&found));
             }
             0
+        }
+        Cmd::Install {
+            prefix,
+            destdir,
+            from,
+        } => {
+            let from = from.unwrap_or_else(|| {
+                std::env::current_exe()
+                    .ok()
+                    .and_then(|e| e.parent().map(Path::to_path_buf))
+                    .unwrap_or_default()
+            });
+            let mut man = |dir: &Path| clap_mangen::generate_to(Cli::command(), dir);
+            match volley_cli::install::install(&prefix, destdir.as_deref(), &from, &mut man) {
+                Ok(files) => {
+                    for f in files {
+                        eprintln!("volley install: {}", f.display());
+                    }
+                    0
+                }
+                Err(e) => {
+                    eprintln!("volley install: {e}");
+                    1
+                }
+            }
         }
         Cmd::Completions { shell } => {
             let mut buf = Vec::new();

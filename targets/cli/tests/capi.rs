@@ -1172,3 +1172,116 @@ fn c_lfc_cheetah_and_qnix_programs_sleep_on_the_wakeup_descriptor() {
         }
     }
 }
+
+/// `volley install --prefix`: the library under its SONAME with the usual links,
+/// the headers and a `volley.pc` for that prefix, such that a GAMMA program built
+/// with `pkg-config` alone, against the shared or the static library, runs.
+#[test]
+fn the_installed_library_builds_and_runs_a_program() {
+    let prefix =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("install-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&prefix);
+    let o = Command::new(VOLLEY)
+        .args(["install", "--prefix"])
+        .arg(&prefix)
+        .arg("--from")
+        .arg(lib_dir())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let lib = prefix.join("lib");
+    let version = env!("CARGO_PKG_VERSION");
+    let soname = format!("libvolley.so.0.{}", env!("CARGO_PKG_VERSION_MINOR"));
+    let real = format!("libvolley.so.{version}");
+    for link in [&soname, "libvolley.so"] {
+        assert_eq!(
+            std::fs::read_link(lib.join(link)).unwrap(),
+            Path::new(&real)
+        );
+    }
+    let dynamic = Command::new("objdump")
+        .arg("-p")
+        .arg(lib.join(&real))
+        .output()
+        .unwrap();
+    assert!(
+        text(&dynamic).contains(&format!("SONAME               {soname}")),
+        "{}",
+        text(&dynamic)
+    );
+    for h in [
+        "gamma.h",
+        "linux/gamma/libgamma.h",
+        "lfc.h",
+        "cheetah_core.h",
+        "qnix.h",
+        "volley.h",
+    ] {
+        assert!(prefix.join("include").join(h).is_file(), "{h}");
+    }
+    assert!(prefix.join("share/man/man1/volley-run.1").is_file());
+    let pc = |args: &[&str]| {
+        let o = Command::new("pkg-config")
+            .args(args)
+            .arg("volley")
+            .env("PKG_CONFIG_PATH", lib.join("pkgconfig"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let flags = pc(&["--cflags", "--libs"]);
+    assert!(
+        flags.contains(&format!("-I{}", prefix.join("include").display())),
+        "{flags}"
+    );
+    let src = repo().join("targets/capi/examples/pingpong.c");
+    let shared = prefix.join("pingpong-shared");
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cc -O1 {} -o {} {flags}",
+            src.display(),
+            shared.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let needed = Command::new("objdump")
+        .arg("-p")
+        .arg(&shared)
+        .output()
+        .unwrap();
+    assert!(
+        text(&needed).contains(&format!("NEEDED               {soname}")),
+        "{}",
+        text(&needed)
+    );
+    // The static library, with what `pkg-config --static` adds.
+    let statik = prefix.join("pingpong-static");
+    let private = pc(&["--static", "--libs-only-l"]).replace("-lvolley", "");
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cc -O1 {} -o {} -I{} {} {private}",
+            src.display(),
+            statik.display(),
+            prefix.join("include").display(),
+            lib.join("libvolley.a").display()
+        ))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    for prog in [&shared, &statik] {
+        let o = launch_env(
+            "2",
+            "shm",
+            "60",
+            prog,
+            &[],
+            &[("LD_LIBRARY_PATH", lib.to_str().unwrap())],
+        );
+        assert!(o.status.success(), "{}: {}", prog.display(), text(&o));
+    }
+    let _ = std::fs::remove_dir_all(&prefix);
+}
