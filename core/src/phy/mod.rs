@@ -21,7 +21,7 @@ pub mod services;
 pub use fault::{FaultConfig, FaultInjector, FaultStats};
 pub use loopback::{Loopback, Ring};
 #[cfg(feature = "std")]
-pub use pcap::PcapWriter;
+pub use pcap::{write_header, write_record, PcapWriter};
 pub use services::{Board, Liveness, NicAtomics, NicBarrier, SendPool};
 
 /// What a device can do, read once when the engine starts using it.

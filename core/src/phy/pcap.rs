@@ -1,6 +1,6 @@
 //! A pcap writer wrapped around any device: every frame sent and received lands in a
-//! classic pcap file (link type USER0 = 147; Wireshark can be told to dissect it with
-//! the table in `core/WIRE.md`).
+//! classic pcap file (link type USER0 = 147, one frame a record), which
+//! `core/wireshark/volley.lua` dissects.
 
 use std::io::Write;
 
@@ -20,16 +20,29 @@ pub struct PcapWriter<D, W: Write> {
     pub error: Option<std::io::ErrorKind>,
 }
 
+/// Writes a pcap file's global header (link type USER0, frames up to 64 KiB).
+pub fn write_header<W: Write>(sink: &mut W) -> std::io::Result<()> {
+    let mut h = [0u8; 24];
+    h[0..4].copy_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    h[4..6].copy_from_slice(&2u16.to_le_bytes());
+    h[6..8].copy_from_slice(&4u16.to_le_bytes());
+    h[16..20].copy_from_slice(&65535u32.to_le_bytes());
+    h[20..24].copy_from_slice(&LINKTYPE_USER0.to_le_bytes());
+    sink.write_all(&h)
+}
+
+/// Writes one frame's record, stamped `now`, after [`write_header`]: for a
+/// device wrapper of its own that cannot be a [`PcapWriter`].
+pub fn write_record<W: Write>(sink: &mut W, now: Instant, frame: &[u8]) -> std::io::Result<()> {
+    let mut error = None;
+    record(sink, &mut error, now, frame);
+    error.map_or(Ok(()), |k| Err(k.into()))
+}
+
 impl<D: Device, W: Write> PcapWriter<D, W> {
     /// Wraps `inner`, writing the pcap global header to `sink` first.
     pub fn new(inner: D, mut sink: W) -> std::io::Result<Self> {
-        let mut h = [0u8; 24];
-        h[0..4].copy_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
-        h[4..6].copy_from_slice(&2u16.to_le_bytes());
-        h[6..8].copy_from_slice(&4u16.to_le_bytes());
-        h[16..20].copy_from_slice(&65535u32.to_le_bytes());
-        h[20..24].copy_from_slice(&LINKTYPE_USER0.to_le_bytes());
-        sink.write_all(&h)?;
+        write_header(&mut sink)?;
         Ok(PcapWriter {
             inner,
             sink,

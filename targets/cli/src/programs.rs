@@ -601,10 +601,10 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
         )));
     }
     if me == 0 {
-        let (gathered, segmented) = match g.device() {
+        let (gathered, segmented) = match g.device().fabric_device() {
             volley_hosted::HostDevice::Udp(d) => (d.stats().tx_gathered, d.stats().tx_segmented),
             volley_hosted::HostDevice::Eth(d) => (d.stats().tx_gathered, 0),
-            volley_hosted::HostDevice::Shm(_) => (0, 0),
+            _ => (0, 0),
         };
         let s = g.engine().stats();
         println!(
@@ -617,10 +617,10 @@ pub fn flowctl_exact(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
     }
     if me == 1 {
         let s = g.engine().stats();
-        let (strangers, coalesced) = match g.device() {
+        let (strangers, coalesced) = match g.device().fabric_device() {
             volley_hosted::HostDevice::Udp(d) => (d.stats().rx_foreign, d.stats().rx_coalesced),
             volley_hosted::HostDevice::Eth(d) => (d.stats().rx_foreign, 0),
-            volley_hosted::HostDevice::Shm(_) => (0, 0),
+            _ => (0, 0),
         };
         println!(
             "flowctl-exact ok: {count} messages exactly once, in order; {} duplicates and {} bad CRCs dropped; {} unauthenticated frames and {strangers} datagrams from strangers dropped; {coalesced} reads of several datagrams; all in {:.6} s",
@@ -695,10 +695,12 @@ pub fn compute(boot: &Boot, fabric: Fabric) -> Result<(), HostError> {
         g.send_flowctl(me, &pattern(me, 0, 8))?;
     }
     g.sync()?;
-    let beats = match g.device() {
+    let beats = match g.device().fabric_device() {
         volley_hosted::HostDevice::Shm(d) => d.beacons_sent(),
         volley_hosted::HostDevice::Udp(d) => d.beacons_sent(),
         volley_hosted::HostDevice::Eth(d) => d.beacons_sent(),
+        // `fabric_device` unwraps a capture.
+        volley_hosted::HostDevice::Captured(_) => 0,
     };
     let s = g.engine().stats();
     println!(

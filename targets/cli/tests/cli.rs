@@ -418,3 +418,134 @@ fn bench_checks_the_plot_directory_first_and_keeps_the_sizes_asked_for() {
     let err = text(&out.stderr);
     assert_eq!(err.matches("bench: reference").count(), 1, "{err}");
 }
+
+/// The dissector in the repository, run by `tshark` over `pcap`: one line per
+/// record, `fields` separated by `|`.
+fn tshark(pcap: &std::path::Path, fields: &[&str]) -> Vec<String> {
+    let lua =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../core/wireshark/volley.lua");
+    let mut c = Command::new("tshark");
+    c.arg("-X")
+        .arg(format!("lua_script:{}", lua.display()))
+        .arg("-r")
+        .arg(pcap)
+        .args(["-T", "fields", "-E", "separator=|"]);
+    for f in fields {
+        c.args(["-e", f]);
+    }
+    let out = c
+        .output()
+        .expect("tshark runs: install Debian's tshark (.ci/run does)");
+    assert!(out.status.success(), "tshark: {}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(!err.contains("Lua: Error"), "{err}");
+    text(&out.stdout).lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn capture_on_each_fabric_decodes_with_the_dissector() {
+    use std::os::unix::fs::PermissionsExt;
+    for fabric in ["shm", "udp"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = volley(
+            &[
+                "run",
+                "-n",
+                "2",
+                "--fabric",
+                fabric,
+                "--job",
+                "0x5eed",
+                "--",
+                VOLLEY,
+                "worker",
+                "flowctl-exact",
+            ],
+            &[
+                ("VOLLEY_PCAP", dir.path().to_str().unwrap()),
+                ("VOLLEY_MESSAGES", "20"),
+            ],
+        );
+        assert!(out.status.success(), "{fabric}: {}", text(&out.stderr));
+        let mut data = 0;
+        for rank in 0..2 {
+            let pcap = dir.path().join(format!("{:016x}-{rank}.pcap", 0x5eed));
+            let mode = std::fs::metadata(&pcap).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", pcap.display());
+            let lines = tshark(
+                &pcap,
+                &[
+                    "volley.kind",
+                    "volley.compact.magic",
+                    "volley.flags.auth",
+                    "volley.tag",
+                    "volley.payload_len",
+                    "_ws.expert",
+                ],
+            );
+            assert!(
+                lines.len() > 20,
+                "{fabric} rank {rank}: {} records",
+                lines.len()
+            );
+            for l in &lines {
+                let f: Vec<&str> = l.split('|').collect();
+                let (kind, compact, auth, tag, expert) = (f[0], f[1], f[2], f[3], f[5]);
+                assert!(expert.is_empty(), "{fabric}: malformed: {l}");
+                assert!(
+                    !kind.is_empty() || compact == "0xc5" || compact == "0xc6",
+                    "{fabric}: not decoded: {l}"
+                );
+                if fabric == "udp" {
+                    // Across a network every frame is tagged, and the tag shown.
+                    assert!(auth == "1" && tag.len() == 32, "{l}");
+                }
+                if rank == 0 && (kind == "1" || compact == "0xc5") && f[4] != "0" {
+                    data += 1;
+                }
+            }
+            if fabric == "shm" {
+                assert!(
+                    lines.iter().any(|l| l.contains("0xc5")),
+                    "no compact frame on shm"
+                );
+            }
+        }
+        assert!(data >= 20, "{fabric}: {data} data frames");
+        // The same job again: the files are there, and are not written over.
+        let out = volley(
+            &[
+                "run", "-n", "2", "--fabric", fabric, "--job", "0x5eed", "--", VOLLEY, "worker",
+                "attach",
+            ],
+            &[("VOLLEY_PCAP", dir.path().to_str().unwrap())],
+        );
+        assert!(!out.status.success());
+        assert!(
+            text(&out.stderr).contains("VOLLEY_PCAP"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    // A link planted where a capture goes is not followed.
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("elsewhere");
+    std::fs::write(&target, b"keep").unwrap();
+    std::os::unix::fs::symlink(&target, dir.path().join(format!("{:016x}-0.pcap", 0x77))).unwrap();
+    let out = volley(
+        &[
+            "run", "-n", "1", "--job", "0x77", "--", VOLLEY, "worker", "attach",
+        ],
+        &[("VOLLEY_PCAP", dir.path().to_str().unwrap())],
+    );
+    assert!(!out.status.success());
+    assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+    // Not a directory: said before any rank starts.
+    let out = volley(&["demo", "-n", "2"], &[("VOLLEY_PCAP", "/nonexistent/dir")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("VOLLEY_PCAP"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -26,9 +26,238 @@ pub enum HostDevice {
     Udp(Box<UdpDevice>),
     /// Raw Ethernet.
     Eth(Box<EthDevice>),
+    /// Any of the above, every frame it sends and receives written to a capture
+    /// file (`VOLLEY_PCAP`, see [`capture`]). Its board, send slots, NIC barrier and
+    /// atomics are off, so that everything travels as frames the capture sees.
+    Captured(Box<Captured>),
+}
+
+/// A device whose frames go to a pcap file (link type USER0, one Volley frame a
+/// record, WIRE.md; `core/wireshark/volley.lua` dissects it). Its board, send
+/// slots, NIC barrier and NIC atomics are off, so that what this rank sends travels
+/// as frames the capture sees; other ranks' boards are still read.
+#[derive(Debug)]
+pub struct Captured {
+    inner: HostDevice,
+    file: std::fs::File,
+    /// The first write error: the capture stops there, the job goes on.
+    failed: bool,
+    /// The frame on its way in or out.
+    buf: Vec<u8>,
+}
+
+// Out of line and cold, here and in the tokens: the fabrics' own paths through
+// `HostDevice` must stay as short as they are without a capture.
+impl Captured {
+    /// Records `frame`, unless an earlier write failed.
+    fn record(file: &mut std::fs::File, failed: &mut bool, now: Instant, frame: &[u8]) {
+        if !*failed && volley_core::phy::write_record(file, now, frame).is_err() {
+            *failed = true;
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn session(&self) -> Option<(volley_core::wire::AuthKey, HelloConfig)> {
+        self.inner.session()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn set_session(&mut self, s: (volley_core::wire::AuthKey, HelloConfig)) {
+        self.inner.set_session(s)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wakeup(&mut self) -> Result<&crate::wakeup::Wakeup, HostError> {
+        self.inner.wakeup()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn arm_rx(&mut self) -> bool {
+        self.inner.arm_rx()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn has_beacon(&self) -> bool {
+        self.inner.has_beacon()
+    }
+
+    /// Every frame this rank sends goes through the capture: none on the board,
+    /// none from send slots.
+    #[cold]
+    #[inline(never)]
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            board_nodes: 0,
+            board_mtu: 0,
+            pool_slots: 0,
+            pool_slot_size: 0,
+            ..self.inner.capabilities()
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn rx_pending(&self) -> bool {
+        self.inner.rx_pending()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn flush(&mut self, now: Instant) {
+        self.inner.flush(now)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn liveness(&mut self) -> Option<&mut dyn Liveness> {
+        self.inner.liveness()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn board(&mut self) -> Option<&mut dyn Board> {
+        self.inner.board()
+    }
+
+    /// The next frame, taken from the device into `buf` and recorded; the token
+    /// lends it from there.
+    #[cold]
+    #[inline(never)]
+    fn receive(&mut self, now: Instant) -> Option<UdpRx<'_>> {
+        let tok = self.inner.receive(now)?;
+        let source = tok.source();
+        let buf = &mut self.buf;
+        tok.consume_parts(|a, b| {
+            buf.clear();
+            buf.extend_from_slice(a);
+            buf.extend_from_slice(b);
+        });
+        Self::record(&mut self.file, &mut self.failed, now, &self.buf);
+        // A token as the udp device's: a frame in memory and its sender.
+        Some(UdpRx::lent(&self.buf, source.map(|a| a.0)))
+    }
+
+    /// Room for a frame to `dst`, if the device has it now (asked again when the
+    /// frame is written: nothing else reaches the device in between).
+    #[cold]
+    #[inline(never)]
+    fn transmit(&mut self, now: Instant, dst: NodeAddr) -> Option<CapturedTx<'_>> {
+        self.inner.transmit(now, dst)?;
+        Some(CapturedTx {
+            dev: self,
+            dst,
+            now,
+        })
+    }
+}
+
+/// `VOLLEY_PCAP=DIR`: wraps `dev` so that its frames are written to
+/// `DIR/<job>-<rank>.pcap` (job in hex), a new file (never one already there, nor
+/// through a link) that only this user can read. Unset: `dev` as it is.
+pub fn capture(boot: &Boot, dev: HostDevice) -> Result<HostDevice, HostError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Some(dir) = std::env::var_os("VOLLEY_PCAP") else {
+        return Ok(dev);
+    };
+    let path = std::path::Path::new(&dir).join(format!("{:016x}-{}.pcap", boot.job, boot.rank));
+    let bad = |e: std::io::Error| HostError(format!("VOLLEY_PCAP: {}: {e}", path.display()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(bad)?;
+    volley_core::phy::write_header(&mut file).map_err(bad)?;
+    Ok(HostDevice::Captured(Box::new(Captured {
+        inner: dev,
+        file,
+        failed: false,
+        buf: Vec::new(),
+    })))
+}
+
+/// Room for a frame on a captured device: written into the capture's buffer,
+/// recorded, then copied into the device.
+#[derive(Debug)]
+pub struct CapturedTx<'a> {
+    dev: &'a mut Captured,
+    dst: NodeAddr,
+    now: Instant,
+}
+
+impl CapturedTx<'_> {
+    /// Inline, so that the engine's closure is not built in memory for this
+    /// rare path (which would slow every fabric's send); the rest out of line.
+    #[inline(always)]
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let r = f(self.dev.room(len));
+        self.dev.sent(self.now, self.dst);
+        r
+    }
+}
+
+impl Captured {
+    /// `len` zeroed bytes in `buf`, for a frame to be written.
+    #[cold]
+    #[inline(never)]
+    fn room(&mut self, len: usize) -> &mut [u8] {
+        self.buf.clear();
+        self.buf.resize(len, 0);
+        &mut self.buf
+    }
+
+    /// A frame given in parts: joined, recorded, sent as one.
+    #[cold]
+    #[inline(never)]
+    fn transmit_parts(&mut self, now: Instant, dst: NodeAddr, parts: &[&[u8]]) -> bool {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if self.inner.transmit(now, dst).is_none() || len > self.inner.capabilities().mtu {
+            return false;
+        }
+        self.buf.clear();
+        for p in parts {
+            self.buf.extend_from_slice(p);
+        }
+        self.sent(now, dst);
+        true
+    }
+
+    /// Records the frame in `buf` and sends it to `dst`.
+    #[cold]
+    #[inline(never)]
+    fn sent(&mut self, now: Instant, dst: NodeAddr) {
+        Self::record(&mut self.file, &mut self.failed, now, &self.buf);
+        write_through(&mut self.inner, now, dst, &self.buf);
+    }
+}
+
+/// [`Device::gather_from`] of a captured device.
+const CAPTURED_GATHER_FROM: usize = 8192;
+
+/// Sends `frame` on `dev`, where `CapturedTx::transmit` found room and nothing
+/// has reached the device since. Not generic: a closure of a generic function
+/// would make `HostTx::consume` instantiate itself without end.
+fn write_through(dev: &mut HostDevice, now: Instant, dst: NodeAddr, frame: &[u8]) {
+    if let Some(tok) = dev.transmit(now, dst) {
+        tok.consume(frame.len(), |b| b.copy_from_slice(frame));
+    }
 }
 
 impl HostDevice {
+    /// The fabric's own device: this one, or the one a capture wraps.
+    pub fn fabric_device(&self) -> &HostDevice {
+        match self {
+            HostDevice::Captured(c) => &c.inner,
+            d => d,
+        }
+    }
+
     /// This run's frame key and what answers late HELLOs, once the start-up
     /// exchange is through ([`start_session`]); `None` on `shm` or before.
     pub fn session(&self) -> Option<(volley_core::wire::AuthKey, HelloConfig)> {
@@ -36,6 +265,7 @@ impl HostDevice {
             HostDevice::Shm(_) => None,
             HostDevice::Udp(d) => d.session,
             HostDevice::Eth(d) => d.session,
+            HostDevice::Captured(c) => c.session(),
         }
     }
 
@@ -44,6 +274,7 @@ impl HostDevice {
             HostDevice::Shm(_) => {}
             HostDevice::Udp(d) => d.session = Some(s),
             HostDevice::Eth(d) => d.session = Some(s),
+            HostDevice::Captured(c) => c.set_session(s),
         }
     }
 
@@ -53,6 +284,7 @@ impl HostDevice {
             HostDevice::Shm(d) => d.wakeup(),
             HostDevice::Udp(d) => d.wakeup(),
             HostDevice::Eth(d) => d.wakeup(),
+            HostDevice::Captured(c) => c.wakeup(),
         }
     }
 
@@ -63,6 +295,7 @@ impl HostDevice {
             HostDevice::Shm(d) => d.arm_rx(),
             HostDevice::Udp(d) => d.arm_rx(),
             HostDevice::Eth(d) => d.arm_rx(),
+            HostDevice::Captured(c) => c.arm_rx(),
         }
     }
 
@@ -72,6 +305,7 @@ impl HostDevice {
             HostDevice::Shm(d) => d.has_beacon(),
             HostDevice::Udp(d) => d.has_beacon(),
             HostDevice::Eth(d) => d.has_beacon(),
+            HostDevice::Captured(c) => c.has_beacon(),
         }
     }
 }
@@ -96,6 +330,8 @@ pub enum HostTx<'a> {
     Udp(UdpTx<'a>),
     /// In a packet ring.
     Eth(EthTx<'a>),
+    /// In a captured device.
+    Captured(CapturedTx<'a>),
 }
 
 impl RxToken for HostRx<'_> {
@@ -128,6 +364,7 @@ impl TxToken for HostTx<'_> {
             HostTx::Shm(t) => t.consume(len, f),
             HostTx::Udp(t) => t.consume(len, f),
             HostTx::Eth(t) => t.consume(len, f),
+            HostTx::Captured(t) => t.consume(len, f),
         }
     }
 }
@@ -142,6 +379,7 @@ impl Device for HostDevice {
             HostDevice::Shm(d) => d.receive(now).map(HostRx::Shm),
             HostDevice::Udp(d) => d.receive(now).map(HostRx::Udp),
             HostDevice::Eth(d) => d.receive(now).map(HostRx::Eth),
+            HostDevice::Captured(c) => c.receive(now).map(HostRx::Udp),
         }
     }
 
@@ -154,47 +392,61 @@ impl Device for HostDevice {
             HostDevice::Shm(d) => d.transmit(now, dst).map(HostTx::Shm),
             HostDevice::Udp(d) => d.transmit(now, dst).map(HostTx::Udp),
             HostDevice::Eth(d) => d.transmit(now, dst).map(HostTx::Eth),
+            HostDevice::Captured(c) => c.transmit(now, dst).map(HostTx::Captured),
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn capabilities(&self) -> Capabilities {
         match self {
             HostDevice::Shm(d) => d.capabilities(),
             HostDevice::Udp(d) => d.capabilities(),
             HostDevice::Eth(d) => d.capabilities(),
+            HostDevice::Captured(c) => c.capabilities(),
         }
     }
 
+    #[inline(always)]
     fn transmit_reads_time(&self) -> bool {
         match self {
             HostDevice::Shm(d) => d.transmit_reads_time(),
             HostDevice::Udp(d) => d.transmit_reads_time(),
             HostDevice::Eth(d) => d.transmit_reads_time(),
+            // A sent frame is stamped with the time of the poll that sent it. As the
+            // fabrics', so that the send path sees one constant.
+            HostDevice::Captured(_) => false,
         }
     }
 
+    #[inline(always)]
     fn gather_from(&self) -> usize {
         match self {
             HostDevice::Eth(d) => d.gather_from(),
             HostDevice::Udp(d) => d.gather_from(),
             HostDevice::Shm(d) => d.gather_from(),
+            // As `shm` and `eth`, so that the send path sees few constants; the
+            // capture joins the parts (`transmit_parts`).
+            HostDevice::Captured(_) => CAPTURED_GATHER_FROM,
         }
     }
 
+    #[inline(always)]
     fn rx_pending(&self) -> bool {
         match self {
             HostDevice::Shm(d) => d.rx_pending(),
             HostDevice::Udp(d) => d.rx_pending(),
             HostDevice::Eth(d) => d.rx_pending(),
+            HostDevice::Captured(c) => c.rx_pending(),
         }
     }
 
+    #[inline(always)]
     fn flush(&mut self, now: Instant) {
         match self {
             HostDevice::Eth(d) => d.flush(now),
             HostDevice::Udp(d) => d.flush(now),
             HostDevice::Shm(_) => {}
+            HostDevice::Captured(c) => c.flush(now),
         }
     }
 
@@ -203,6 +455,7 @@ impl Device for HostDevice {
             HostDevice::Eth(d) => d.transmit_parts(now, dst, parts),
             HostDevice::Udp(d) => d.transmit_parts(now, dst, parts),
             HostDevice::Shm(d) => d.transmit_parts(now, dst, parts),
+            HostDevice::Captured(c) => c.transmit_parts(now, dst, parts),
         }
     }
 
@@ -213,6 +466,7 @@ impl Device for HostDevice {
             HostDevice::Shm(d) => d.liveness(),
             HostDevice::Udp(d) => d.liveness(),
             HostDevice::Eth(d) => d.liveness(),
+            HostDevice::Captured(c) => c.liveness(),
         }
     }
 
@@ -220,7 +474,7 @@ impl Device for HostDevice {
     fn nic_atomics(&mut self) -> Option<&mut dyn NicAtomics> {
         match self {
             HostDevice::Shm(d) => d.nic_atomics(),
-            HostDevice::Udp(_) | HostDevice::Eth(_) => None,
+            HostDevice::Udp(_) | HostDevice::Eth(_) | HostDevice::Captured(_) => None,
         }
     }
 
@@ -228,7 +482,7 @@ impl Device for HostDevice {
     fn nic_barrier(&mut self) -> Option<&mut dyn NicBarrier> {
         match self {
             HostDevice::Shm(d) => d.nic_barrier(),
-            HostDevice::Udp(_) | HostDevice::Eth(_) => None,
+            HostDevice::Udp(_) | HostDevice::Eth(_) | HostDevice::Captured(_) => None,
         }
     }
 
@@ -236,6 +490,9 @@ impl Device for HostDevice {
     fn board(&mut self) -> Option<&mut dyn Board> {
         match self {
             HostDevice::Shm(d) => d.board(),
+            // Other ranks' boards are read (not captured): one that stopped being
+            // read would hold their boards full. This rank writes none.
+            HostDevice::Captured(c) => c.board(),
             HostDevice::Udp(_) | HostDevice::Eth(_) => None,
         }
     }
@@ -244,7 +501,7 @@ impl Device for HostDevice {
     fn send_pool(&self) -> Option<&dyn SendPool> {
         match self {
             HostDevice::Shm(d) => d.send_pool(),
-            HostDevice::Udp(_) | HostDevice::Eth(_) => None,
+            HostDevice::Udp(_) | HostDevice::Eth(_) | HostDevice::Captured(_) => None,
         }
     }
 
@@ -252,7 +509,7 @@ impl Device for HostDevice {
     fn send_pool_mut(&mut self) -> Option<&mut dyn SendPool> {
         match self {
             HostDevice::Shm(d) => d.send_pool_mut(),
-            HostDevice::Udp(_) | HostDevice::Eth(_) => None,
+            HostDevice::Udp(_) | HostDevice::Eth(_) | HostDevice::Captured(_) => None,
         }
     }
 }
@@ -401,6 +658,8 @@ pub fn engine_setup(
     start_session(boot, &mut dev, &mut cfg)?;
     start_beacon(&mut dev, &cfg, groups, boot.size);
     cfg.ack_exchange_ends = !dev.has_beacon();
+    // After the start-up exchange: the capture holds the job's frames.
+    let dev = capture(boot, dev)?;
     Ok((groups, cfg, dev))
 }
 
@@ -432,6 +691,8 @@ pub fn start_beacon(dev: &mut HostDevice, cfg: &Config, groups: &[Group<'_>], si
         HostDevice::Eth(d) => {
             d.start_beacon(&ranks, build, every);
         }
+        // Wrapped after this (see `engine_setup`).
+        HostDevice::Captured(_) => {}
     }
 }
 
@@ -477,7 +738,7 @@ pub fn engine_config(
             // from resending windows that are still being read.
             cfg.rto_initial = volley_core::time::Duration::from_millis(2);
         }
-        HostDevice::Shm(_) => {}
+        HostDevice::Shm(_) | HostDevice::Captured(_) => {}
     }
     Ok(cfg)
 }

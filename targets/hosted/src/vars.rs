@@ -225,6 +225,19 @@ pub const VARS: &[Var] = &[
         },
     ),
     checked(
+        "VOLLEY_PCAP",
+        Scope::Engine,
+        "directory",
+        "Each rank writes the frames it sends and receives to DIR/<job>-<rank>.pcap (core/wireshark/volley.lua reads them).",
+        || match std::env::var_os("VOLLEY_PCAP") {
+            Some(d) if !std::path::Path::new(&d).is_dir() => Err(HostError(format!(
+                "VOLLEY_PCAP={}: not a directory",
+                std::path::Path::new(&d).display()
+            ))),
+            _ => Ok(()),
+        },
+    ),
+    checked(
         "VOLLEY_CLOCK",
         Scope::Engine,
         "tsc | std",

@@ -14,6 +14,14 @@ pub struct UdpTx<'a> {
     pub(super) to: u16,
 }
 
+impl<'a> UdpRx<'a> {
+    /// A token lending `frame`, from rank `source` if known (a capture's copy of
+    /// a frame, whatever the fabric).
+    pub(crate) fn lent(frame: &'a [u8], source: Option<u16>) -> Self {
+        UdpRx(frame, source)
+    }
+}
+
 impl RxToken for UdpRx<'_> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
         f(self.0)
