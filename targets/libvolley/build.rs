@@ -12,7 +12,28 @@ fn main() {
     } else {
         major
     };
-    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
-        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libvolley.so.{sover}");
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
+        return;
+    }
+    let soname = format!("libvolley.so.{sover}");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
+    // A program linked against the build's `libvolley.so` needs the SONAME's name
+    // beside it to load (the in-tree `volley.pc`, the tests): a link to the
+    // library cargo is about to write there. OUT_DIR is
+    // <target>/<profile>/build/<pkg>-<hash>/out.
+    let Some(out) = std::env::var_os("OUT_DIR") else {
+        return;
+    };
+    let Some(profile) = std::path::Path::new(&out).ancestors().nth(3) else {
+        return;
+    };
+    for dir in [profile.to_path_buf(), profile.join("deps")] {
+        let link = dir.join(&soname);
+        if std::fs::read_link(&link).is_ok_and(|t| t == std::path::Path::new("libvolley.so")) {
+            continue;
+        }
+        let _ = std::fs::remove_file(&link);
+        // A read-only target directory only loses the in-tree convenience.
+        let _ = std::os::unix::fs::symlink("libvolley.so", &link);
     }
 }

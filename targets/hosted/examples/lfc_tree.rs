@@ -14,9 +14,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use volley_core::engine::PacketId;
-use volley_core::lfc::{Keep, Received, UPCALL_MCAST};
 use volley_hosted::lfc::{self, HostLfc, Interrupts};
+use volley_hosted::lfc::{Keep, PacketId, Received, UPCALL_MCAST};
 use volley_hosted::Fabric;
 
 const ROUNDS: u32 = 500;

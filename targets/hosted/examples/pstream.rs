@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 
-use volley_core::gamma::GO_BACK;
+use volley_hosted::gamma::GO_BACK;
 use volley_hosted::Upcall;
 
 const BUF_LEN: usize = 8192;

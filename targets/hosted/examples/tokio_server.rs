@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use volley_core::gamma::GO_BACK;
+use volley_hosted::gamma::GO_BACK;
 use volley_hosted::wakeup::tokio::Async;
 use volley_hosted::{HostError, Upcall};
 

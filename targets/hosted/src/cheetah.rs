@@ -9,10 +9,14 @@
 //! output line prefixed by its context as `volley run` does. Under a launcher,
 //! `-np` must agree with the number of ranks it started.
 
+// What a program needs of the core's cheetah beside this module's start-up, so that
+// it depends on this crate alone.
+pub use volley_core::cheetah::*;
+pub use volley_core::engine::Error;
+
 use std::time::Duration;
 
 use crate::clock::HostClock;
-use volley_core::cheetah::Cheetah;
 use volley_core::engine::Memory;
 
 use crate::bootstrap::{self, Boot, Source};

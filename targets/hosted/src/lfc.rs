@@ -28,12 +28,16 @@
 //! fraction of one; the upcall runs on another thread, so the program's data
 //! shared with it must be `volatile`/atomic, as the seed's example has it.
 
+// What a program needs of the core's lfc beside this module's start-up, so that
+// it depends on this crate alone.
+pub use volley_core::engine::{Error, PacketId};
+pub use volley_core::lfc::*;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use crate::clock::HostClock;
-use volley_core::lfc::{Lfc, Options, Tree, Upcall};
 use volley_core::time::Duration;
 
 use crate::bootstrap::{self, Boot, Source};

@@ -104,6 +104,13 @@ impl Fabric {
 
 pub use node::{HostDevice, HostGamma};
 
+/// GAMMA's constants, handler context and errors (`volley_core::gamma`, and the
+/// engine's `Error` its calls return), so that a program needs this crate alone.
+pub mod gamma {
+    pub use volley_core::engine::Error;
+    pub use volley_core::gamma::*;
+}
+
 /// The context a handler of a hosted GAMMA process runs in: write handlers as
 /// `fn on_message(up: &mut Upcall<MyState>)`.
 pub type Upcall<'u, S> = volley_core::gamma::Upcall<'u, 'static, S>;

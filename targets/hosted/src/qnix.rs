@@ -6,9 +6,12 @@
 //! every endpoint of the job: the names, not the ranks, say who is who, and several
 //! applications may share one job.
 
+// What a program needs of the core's qnix beside this module's start-up, so that
+// it depends on this crate alone.
+pub use volley_core::qnix::*;
+
 use crate::clock::HostClock;
 use volley_core::engine::Memory;
-use volley_core::qnix::Qnix;
 
 use crate::bootstrap::{self, Boot, Source};
 use crate::launcher;
