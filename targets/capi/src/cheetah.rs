@@ -155,17 +155,17 @@ pub unsafe extern "C" fn cheetah_core_setup(argc: *mut c_int, argv: *mut c_void)
             // SAFETY: the caller's contract.
             unsafe { args_of(*argc, *argv) }
         };
-        let np = hosted::parse_args(&mut args).unwrap_or_else(|e| die(&e.0));
+        let np = hosted::parse_args(&mut args).unwrap_or_else(|e| die(&e.to_string()));
         if !argc.is_null() && !argv.is_null() {
             // SAFETY: the caller's contract; `args` is a subsequence of the originals.
             unsafe { crate::lfc::write_back(argc, *argv, &args) };
         }
-        let fabric = Fabric::from_env().unwrap_or_else(|e| die(&e.0));
-        let boot = match hosted::start(np).unwrap_or_else(|e| die(&e.0)) {
+        let fabric = Fabric::from_env().unwrap_or_else(|e| die(&e.to_string()));
+        let boot = match hosted::start(np).unwrap_or_else(|e| die(&e.to_string())) {
             Start::Launch(n) => std::process::exit(hosted::launch(n, &args, fabric)),
             Start::Context(b) => b,
         };
-        let c = direct::cheetah(&boot, fabric).unwrap_or_else(|e| die(&e.0));
+        let c = direct::cheetah(&boot, fabric).unwrap_or_else(|e| die(&e.to_string()));
         let (me, n) = (c.mycontext(), c.ncontexts());
         *lock(&STATE) = Some(c);
         // Our static data to every other context (see the module).

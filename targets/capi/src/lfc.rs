@@ -176,13 +176,13 @@ pub unsafe extern "C" fn volley_lfc_init(
             fatal("lfc_init", "already called in this process");
         }
         let env = |k: &str| std::env::var(k).ok();
-        let settings = hosted::parse_args(&mut args, &env).unwrap_or_else(|e| die(&e.0));
+        let settings = hosted::parse_args(&mut args, &env).unwrap_or_else(|e| die(&e.to_string()));
         if !argc.is_null() && !argv.is_null() {
             // SAFETY: the caller's contract.
             unsafe { write_back(argc, argv, &args) };
         }
         let fabric = Fabric::from_env().unwrap_or_else(|e| fatal("lfc_init", e));
-        let boot = hosted::boot(&settings).unwrap_or_else(|e| die(&e.0));
+        let boot = hosted::boot(&settings).unwrap_or_else(|e| die(&e.to_string()));
         let l = hosted::lfc(&boot, fabric, settings.options, upcall_shim, ())
             .unwrap_or_else(|e| fatal(&format!("lfc_init (rank {})", boot.rank), e));
         if settings.options.verbose {

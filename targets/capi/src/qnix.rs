@@ -183,7 +183,9 @@ impl State {
             let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
             if fd < 0 {
                 let e = std::io::Error::last_os_error();
-                return Err(HostError(format!("wake-up descriptor: eventfd: {e}")));
+                return Err(HostError::Other(format!(
+                    "wake-up descriptor: eventfd: {e}"
+                )));
             }
             // SAFETY: just made, owned by nobody else.
             let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
@@ -366,11 +368,11 @@ fn init(
         QxError::Invalid
     })?;
     let fabric = Fabric::from_env().map_err(|e| {
-        say(&format!("qx_init: {}", e.0));
+        say(&format!("qx_init: {}", e));
         QxError::Invalid
     })?;
     let boot = hosted::boot().map_err(|e| {
-        say(&e.0);
+        say(&e.to_string());
         QxError::Invalid
     })?;
     if group_size > boot.size as c_int {
@@ -381,7 +383,7 @@ fn init(
         return Err(QxError::Size);
     }
     let mut q = hosted::qnix(&boot, fabric, ProcessMemory::default()).map_err(|e| {
-        say(&e.0);
+        say(&e.to_string());
         QxError::Network
     })?;
     q.init(name, group_name, group_size)?;

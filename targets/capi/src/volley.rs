@@ -41,7 +41,7 @@ fn on_personality(
         Some(Err(e)) => fail(call, &e),
         None => fail(
             call,
-            &HostError("no API started in this process (gamma_init, lfc_init, cheetah_core_setup or qx_init first)".into()),
+            &HostError::Other("no API started in this process (gamma_init, lfc_init, cheetah_core_setup or qx_init first)".into()),
         ),
     }
 }

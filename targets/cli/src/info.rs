@@ -62,7 +62,7 @@ pub fn gather() -> Info {
         unikernel: unikernel(),
         settings,
         unknown: vars::unknown(env.iter().map(|(k, _)| k.as_str())),
-        bad_setting: vars::check_env().err().map(|e| e.0),
+        bad_setting: vars::check_env().err().map(|e| e.to_string()),
     }
 }
 

@@ -421,7 +421,7 @@ fn worker(
     sink: RowSink,
     sweep: bench::Sweep,
 ) -> Result<i32, HostError> {
-    let boot: Boot = bootstrap::from_env(hosts).map_err(|e| HostError(e.to_string()))?;
+    let boot: Boot = bootstrap::from_env(hosts).map_err(|e| HostError::Other(e.to_string()))?;
     bench::progress_from(&boot);
     let fabric = match fabric {
         Some(f) => f,
@@ -737,7 +737,7 @@ fn draw(rows: &[bench::Row], dir: &Path) -> bool {
 /// `volley bench --from FILE --plot DIR`: charts of a run saved with `--json`.
 fn plot_saved(from: &Path, dir: &Path) -> u8 {
     let rows = std::fs::read_to_string(from)
-        .map_err(|e| HostError(format!("{}: {e}", from.display())))
+        .map_err(|e| HostError::Other(format!("{}: {e}", from.display())))
         .and_then(|t| bench::rows_from_json(&t));
     match rows {
         Ok(rows) if draw(&rows, dir) => 0,

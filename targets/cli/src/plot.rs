@@ -104,7 +104,8 @@ fn series(rows: &[Row], keep: impl Fn(&Row) -> bool) -> Vec<Series> {
 /// `collectives.svg` and `bandwidth.svg`; returns the files written. A chart
 /// without rows is not written.
 pub fn charts(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>, HostError> {
-    std::fs::create_dir_all(dir).map_err(|e| HostError(format!("plot: {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| HostError::Other(format!("plot: {}: {e}", dir.display())))?;
     let mut written = Vec::new();
     for c in &CHARTS {
         let s = series(rows, |r| {
@@ -114,10 +115,36 @@ pub fn charts(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>, HostError> {
             continue;
         }
         let path = dir.join(c.file);
-        draw(&path, c, &s).map_err(|e| HostError(format!("plot: {}: {e}", path.display())))?;
+        draw(&path, c, &s)
+            .map_err(|e| HostError::Other(format!("plot: {}: {e}", path.display())))?;
         written.push(path);
     }
     Ok(written)
+}
+
+/// Every size some series of a chart has a point at, in order.
+fn size_grid(series: &[Series]) -> Vec<f64> {
+    let mut grid: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .collect();
+    grid.sort_by(f64::total_cmp);
+    grid.dedup();
+    grid
+}
+
+/// `points` (by size) cut where the chart's `grid` has a size between two of them
+/// that they lack: each run is drawn as one line.
+fn runs(points: &[(f64, f64)], grid: &[f64]) -> Vec<Vec<(f64, f64)>> {
+    let place = |x: f64| grid.iter().position(|&g| g == x).unwrap_or(usize::MAX);
+    let mut out: Vec<Vec<(f64, f64)>> = Vec::new();
+    for &p in points {
+        match out.last_mut() {
+            Some(run) if place(run[run.len() - 1].0).wrapping_add(1) == place(p.0) => run.push(p),
+            _ => out.push(vec![p]),
+        }
+    }
+    out
 }
 
 /// Draws marker `shape` (0 circle, 1 square, 2 triangle) at `at`.
@@ -178,28 +205,33 @@ fn draw(path: &Path, c: &Chart, series: &[Series]) -> Result<(), Box<dyn std::er
         .configure_mesh()
         .x_desc("message size (bytes)")
         .y_desc(c.y_desc)
+        .x_labels(12)
+        .y_labels(10)
         .x_label_formatter(&|x| bytes_label(*x))
         .y_label_formatter(&|y| value_label(*y))
         .draw()?;
-    // Colour by test, so one test on two fabrics reads as a pair; the first
-    // fabric's lines are solid, the others' dashed.
-    let mut tests: Vec<&str> = series.iter().map(|s| s.test.as_str()).collect();
-    tests.sort_unstable();
-    tests.dedup();
+    // A colour per line; the first fabric's lines solid, the others' dashed.
     let first = series.first().map(|s| s.fabric.as_str()).unwrap_or("");
+    let grid = size_grid(series);
     let text = ("sans-serif", 13).into_font();
     for (i, s) in series.iter().enumerate() {
-        let k = tests.binary_search(&s.test.as_str()).unwrap_or(0);
-        let color = PALETTE[k % PALETTE.len()];
+        let color = PALETTE[i % PALETTE.len()];
         let style = color.stroke_width(2);
         let solid = s.fabric == first;
-        if solid {
-            chart.draw_series(LineSeries::new(s.points.iter().copied(), style))?;
-        } else {
-            chart.draw_series(DashedLineSeries::new(s.points.iter().copied(), 7, 5, style))?;
+        // A line joins only sizes next to each other on the chart: a series with
+        // no point at a size between two of its points has a gap there.
+        for run in runs(&s.points, &grid) {
+            if run.len() < 2 {
+                continue;
+            }
+            if solid {
+                chart.draw_series(LineSeries::new(run.iter().copied(), style))?;
+            } else {
+                chart.draw_series(DashedLineSeries::new(run.iter().copied(), 7, 5, style))?;
+            }
         }
-        // Past the palette, tests differ by marker as well.
-        let shape = k / PALETTE.len() % 3;
+        // Past the palette, lines differ by marker as well.
+        let shape = i / PALETTE.len() % 3;
         for &p in &s.points {
             marker(chart.plotting_area(), p, shape, color)?;
         }
@@ -263,6 +295,28 @@ mod tests {
         assert_eq!(s[1].points, vec![(8.0, 3.0)]);
         assert_eq!(series(&rows, |r| r.unit == "MB/s").len(), 1);
         assert!(series(&rows, |r| r.unit == "ns").is_empty());
+    }
+
+    #[test]
+    fn a_line_joins_only_neighbouring_sizes() {
+        let a = |pts: &[(f64, f64)]| Series {
+            fabric: "shm".into(),
+            test: "t".into(),
+            points: pts.to_vec(),
+        };
+        let full = a(&[(8.0, 1.0), (64.0, 2.0), (512.0, 3.0), (4096.0, 4.0)]);
+        // A peer measured at 8 B and 4 KiB only: two points, no line across.
+        let peer = a(&[(8.0, 1.5), (4096.0, 5.0)]);
+        let gappy = a(&[(8.0, 1.0), (64.0, 2.0), (4096.0, 4.0)]);
+        let grid = size_grid(&[full, peer, gappy]);
+        assert_eq!(grid, vec![8.0, 64.0, 512.0, 4096.0]);
+        assert_eq!(runs(&[(8.0, 1.5), (4096.0, 5.0)], &grid).len(), 2);
+        let r = runs(&[(8.0, 1.0), (64.0, 2.0), (4096.0, 4.0)], &grid);
+        assert_eq!(r, vec![vec![(8.0, 1.0), (64.0, 2.0)], vec![(4096.0, 4.0)]]);
+        assert_eq!(
+            runs(&[(8.0, 1.0), (64.0, 2.0), (512.0, 3.0)], &grid).len(),
+            1
+        );
     }
 
     #[test]

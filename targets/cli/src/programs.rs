@@ -107,7 +107,7 @@ fn deadline(g: &HostGamma<State>, secs: u64) -> Instant {
 }
 
 fn fail(what: impl Into<String>) -> HostError {
-    HostError(what.into())
+    HostError::Other(what.into())
 }
 
 fn wait1(g: &mut HostGamma<State>, sem: u16, secs: u64) -> Result<(), HostError> {

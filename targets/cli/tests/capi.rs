@@ -837,8 +837,24 @@ fn cheetah_puts_and_gets_complete_while_the_target_never_polls() {
         .expect("volley runs");
     let t = text(&o);
     assert!(!o.status.success(), "{t}");
+    // Said once, by the launcher, before any rank starts.
+    assert_eq!(
+        t,
+        "volley run: VOLLEY_CHEETAH_DIRECT=\"yes\": expected 0 (off) or 1 (on)\n",
+    );
+    // A rank started by another launcher says it itself.
+    let o = Command::new(&prog)
+        .env("VOLLEY_CHEETAH_DIRECT", "yes")
+        .env("VOLLEY_RANK", "0")
+        .env("VOLLEY_SIZE", "1")
+        .env("VOLLEY_JOB", "0x77")
+        .env("VOLLEY_FABRIC", "shm")
+        .output()
+        .expect("the program runs");
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
     assert!(
-        t.contains("[0] volley: VOLLEY_CHEETAH_DIRECT=\"yes\": expected 0 (off) or 1 (on)\n"),
+        t.contains("volley: VOLLEY_CHEETAH_DIRECT=\"yes\": expected 0 (off) or 1 (on)\n"),
         "{t}"
     );
 }
@@ -1050,8 +1066,25 @@ fn qnix_doorbells_ring_while_the_program_calls_nothing() {
     let o = run("fast");
     let t = text(&o);
     assert!(!o.status.success(), "{t}");
+    // Said once, by the launcher, before any rank starts.
+    assert_eq!(
+        t,
+        "volley run: VOLLEY_QNIX_NIC=\"fast\": expected 0 (off) or 1 (on)\n",
+    );
+    // A rank started by another launcher says it itself.
+    let o = Command::new(&prog)
+        .arg("spin")
+        .env("VOLLEY_QNIX_NIC", "fast")
+        .env("VOLLEY_RANK", "0")
+        .env("VOLLEY_SIZE", "1")
+        .env("VOLLEY_JOB", "0x78")
+        .env("VOLLEY_FABRIC", "shm")
+        .output()
+        .expect("the program runs");
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
     assert!(
-        t.contains("[0] volley: qx_init: VOLLEY_QNIX_NIC=\"fast\": expected 0 (off) or 1 (on)\n"),
+        t.contains("volley: qx_init: VOLLEY_QNIX_NIC=\"fast\": expected 0 (off) or 1 (on)\n"),
         "{t}"
     );
     assert!(!t.contains("panicked"), "{t}");

@@ -70,10 +70,10 @@ async fn run() -> Result<(), HostError> {
             1,
             GO_BACK,
             Some(buf),
-        )
-        .map_err(|e| HostError(format!("port {port}: {e:?}")))?;
+        )?;
     }
-    g.sync().map_err(|e| HostError(format!("sync: {e:?}")))?;
+    // The engine's errors keep their type (`HostError::Engine`).
+    g.sync()?;
     let mut ep = Async::new(g)?;
     // The next message a handler left, after a poll that runs the handlers.
     let next = |g: &mut volley_hosted::HostGamma<State>| {
@@ -96,8 +96,7 @@ async fn run() -> Result<(), HostError> {
         for _ in 0..total {
             let (port, v) = ep.until(next).await?;
             ep.get_mut()
-                .send_flowctl(port, &(v * 2 + 1).to_le_bytes())
-                .map_err(|e| HostError(format!("answer: {e:?}")))?;
+                .send_flowctl(port, &(v * 2 + 1).to_le_bytes())?;
         }
         println!(
             "tokio_server ok: {total} requests from {} ranks, ticker ran {} times",
@@ -107,9 +106,7 @@ async fn run() -> Result<(), HostError> {
     } else {
         for i in 0..REQUESTS {
             let request = u64::from(me) * 1_000_000 + i;
-            ep.get_mut()
-                .send_flowctl(1, &request.to_le_bytes())
-                .map_err(|e| HostError(format!("request: {e:?}")))?;
+            ep.get_mut().send_flowctl(1, &request.to_le_bytes())?;
             let (_, answer) = ep.until(next).await?;
             if answer != request * 2 + 1 {
                 fail(format!("rank {me}: answer {answer} to {request}"));
@@ -119,6 +116,6 @@ async fn run() -> Result<(), HostError> {
     }
     // Everybody done before anybody leaves: the last answers' acks still travel.
     let mut g = ep.into_inner();
-    g.sync().map_err(|e| HostError(format!("sync: {e:?}")))?;
+    g.sync()?;
     Ok(())
 }

@@ -248,12 +248,12 @@ pub fn from_env(hosts: Option<Vec<String>>) -> Result<Boot, BootError> {
     if boot.rank == 0 {
         crate::vars::warn_unknown();
     }
-    let verbose =
-        crate::settings::env_integer("VOLLEY_VERBOSE", 0, 1).map_err(|e| BootError(e.0))?;
+    let verbose = crate::settings::env_integer("VOLLEY_VERBOSE", 0, 1)
+        .map_err(|e| BootError(e.to_string()))?;
     if let (Some(line), Some(1)) = (boot.said.as_deref(), verbose) {
         eprintln!("volley: {line}");
     }
-    boot.secret = crate::secret::load(boot.rank).map_err(|e| BootError(e.0))?;
+    boot.secret = crate::secret::load(boot.rank).map_err(|e| BootError(e.to_string()))?;
     Ok(boot)
 }
 

@@ -47,8 +47,9 @@ pub fn parse_args(args: &mut Vec<String>) -> Result<Option<u16>, HostError> {
     }
     while let Some(a) = it.next() {
         let v = if a == "-np" {
-            it.next()
-                .ok_or_else(|| HostError("cheetah_core_setup: -np needs a number".into()))?
+            it.next().ok_or_else(|| {
+                HostError::Bootstrap("cheetah_core_setup: -np needs a number".into())
+            })?
         } else if let Some(v) = a.strip_prefix("-np=") {
             v.to_string()
         } else {
@@ -58,7 +59,7 @@ pub fn parse_args(args: &mut Vec<String>) -> Result<Option<u16>, HostError> {
         np = Some(match v.trim().parse::<u16>() {
             Ok(n) if (1..=4096).contains(&n) => n,
             _ => {
-                return Err(HostError(format!(
+                return Err(HostError::Bootstrap(format!(
                     "cheetah_core_setup: -np {v:?}: expected a number of contexts, 1 to 4096"
                 )))
             }
@@ -72,11 +73,11 @@ pub fn parse_args(args: &mut Vec<String>) -> Result<Option<u16>, HostError> {
 /// launcher of a local job of `np`.
 pub fn start(np: Option<u16>) -> Result<Start, HostError> {
     let env = |k: &str| std::env::var(k).ok();
-    let e = |e: bootstrap::BootError| HostError(format!("cheetah_core_setup: {}", e.0));
+    let e = |e: bootstrap::BootError| HostError::Bootstrap(format!("cheetah_core_setup: {}", e.0));
     if launched(&env) || env("VOLLEY_HOSTS").is_some() {
         let b = bootstrap::from_env(None).map_err(e)?;
         if let Some(n) = np.filter(|&n| n != b.size) {
-            return Err(HostError(format!(
+            return Err(HostError::Bootstrap(format!(
                 "cheetah_core_setup: -np {n}, but the job was started with {} contexts",
                 b.size
             )));
@@ -167,7 +168,7 @@ pub fn cheetah<M: Memory>(
         HostClock::default(),
         mem,
     )
-    .map_err(|e| HostError(format!("cheetah_core_setup: {e}")))?;
+    .map_err(|e| HostError::Bootstrap(format!("cheetah_core_setup: {e}")))?;
     c.set_idle(Some(std::thread::yield_now));
     Ok(c)
 }
@@ -193,7 +194,7 @@ mod tests {
             (None, vec!["p".into(), "y".into()])
         );
         for bad in [&["p", "-np"][..], &["p", "-np", "0"], &["p", "-np", "many"]] {
-            let e = parse(bad).unwrap_err().0;
+            let e = parse(bad).unwrap_err().to_string();
             assert!(
                 e.starts_with("cheetah_core_setup: -np") && !e.contains('\n'),
                 "{e}"

@@ -67,7 +67,7 @@ impl Clock for HostClock {
 pub fn check_setting() -> Result<(), HostError> {
     match std::env::var("VOLLEY_CLOCK").as_deref() {
         Err(_) | Ok("tsc") | Ok("std") => Ok(()),
-        Ok(v) => Err(HostError(format!(
+        Ok(v) => Err(HostError::Setting(format!(
             "VOLLEY_CLOCK={v:?}: expected tsc or std"
         ))),
     }

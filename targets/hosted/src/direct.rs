@@ -573,7 +573,7 @@ pub fn wanted() -> Result<bool, HostError> {
         Ok(v) => match v.trim() {
             "1" | "" => Ok(true),
             "0" => Ok(false),
-            _ => Err(HostError(format!(
+            _ => Err(HostError::Setting(format!(
                 "VOLLEY_CHEETAH_DIRECT={v:?}: expected 0 (off) or 1 (on)"
             ))),
         },

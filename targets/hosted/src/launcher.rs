@@ -351,7 +351,7 @@ fn describe(s: ExitStatus) -> String {
 /// setting, more ranks than the fabric holds, no interface for an `eth` rank. Each
 /// rank would otherwise find it and say it, once per rank.
 pub fn check_job(opts: &RunOptions) -> Result<(), String> {
-    crate::vars::check_env().map_err(|e| e.0)?;
+    crate::vars::check_env().map_err(|e| e.to_string())?;
     let processes = opts.ranks
         - opts
             .unikernel
@@ -365,10 +365,10 @@ pub fn check_job(opts: &RunOptions) -> Result<(), String> {
         )),
         Fabric::Udp => crate::udp::base_port(opts.job.unwrap_or(0), opts.ranks)
             .map(drop)
-            .map_err(|e| e.0),
+            .map_err(|e| e.to_string()),
         Fabric::Eth => (0..processes)
             .try_for_each(|r| crate::eth::interface_name(r).map(drop))
-            .map_err(|e| e.0),
+            .map_err(|e| e.to_string()),
         _ => Ok(()),
     }
 }
@@ -408,7 +408,7 @@ pub fn run(opts: &RunOptions) -> i32 {
                     u.count, opts.ranks
                 ));
             }
-            let base = crate::udp::base_port(job, opts.ranks).map_err(|e| e.0)?;
+            let base = crate::udp::base_port(job, opts.ranks).map_err(|e| e.to_string())?;
             Ok((unikernel_image()?, KeyFile::new(&secret)?, base))
         })();
         match setup {

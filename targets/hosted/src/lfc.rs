@@ -88,7 +88,7 @@ fn env_name(param: &str) -> String {
 fn micros(name: &str, v: &str) -> Result<Duration, HostError> {
     match v.trim().parse::<u64>() {
         Ok(us) if us <= 10_000_000 => Ok(Duration::from_micros(us)),
-        _ => Err(HostError(format!(
+        _ => Err(HostError::Bootstrap(format!(
             "lfc_init: {name} {v:?}: expected microseconds, 0 to 10000000"
         ))),
     }
@@ -114,12 +114,12 @@ pub fn parse_args(
         if FLAGS.contains(&name) {
             given.push((name.to_string(), None));
         } else if VALUED.contains(&name) {
-            let v = it
-                .next()
-                .ok_or_else(|| HostError(format!("lfc_init: -lfc-{name} needs a value")))?;
+            let v = it.next().ok_or_else(|| {
+                HostError::Bootstrap(format!("lfc_init: -lfc-{name} needs a value"))
+            })?;
             given.push((name.to_string(), Some(v)));
         } else {
-            return Err(HostError(format!(
+            return Err(HostError::Bootstrap(format!(
                 "lfc_init: unknown option -lfc-{name} (known: {}, {})",
                 VALUED.join(", "),
                 FLAGS.join(", ")
@@ -152,7 +152,9 @@ pub fn parse_args(
             "hosts" => {
                 let list = bootstrap::parse_hosts(&v.replace(',', " "));
                 if list.is_empty() {
-                    return Err(HostError(format!("lfc_init: {shown}: empty hosts list")));
+                    return Err(HostError::Bootstrap(format!(
+                        "lfc_init: {shown}: empty hosts list"
+                    )));
                 }
                 s.hosts = Some(list);
             }
@@ -160,7 +162,7 @@ pub fn parse_args(
                 s.options.ring_frames = match v.trim().parse::<usize>() {
                     Ok(n) if (1..=0x7FFF).contains(&n) => n,
                     _ => {
-                        return Err(HostError(format!(
+                        return Err(HostError::Bootstrap(format!(
                             "lfc_init: {shown} {v:?}: expected a number of packets, 1 to 32767"
                         )))
                     }
@@ -174,7 +176,7 @@ pub fn parse_args(
                     "binomial" => Tree::Binomial,
                     "chain" => Tree::Chain,
                     _ => {
-                        return Err(HostError(format!(
+                        return Err(HostError::Bootstrap(format!(
                             "lfc_init: {shown} {v:?}: expected binary, binomial or chain"
                         )))
                     }
@@ -195,14 +197,14 @@ pub fn parse_args(
             kept.get(i)
                 .and_then(|a| a.parse::<u16>().ok())
                 .ok_or_else(|| {
-                    HostError(format!(
+                    HostError::Bootstrap(format!(
                         "lfc_init: HOSTS is set, so argv[{i}] must be the {what} (or give -lfc-use-hosts)"
                     ))
                 })
         };
         let (rank, size) = (num(1, "rank")?, num(2, "number of processes")?);
         if size == 0 || rank >= size {
-            return Err(HostError(format!(
+            return Err(HostError::Bootstrap(format!(
                 "lfc_init: rank {rank} is not below the number of processes {size}"
             )));
         }
@@ -228,7 +230,7 @@ pub(crate) fn launched(env: &dyn Fn(&str) -> Option<String>) -> bool {
 /// This rank's place in the job from the settings and the environment.
 pub fn boot(s: &Settings) -> Result<Boot, HostError> {
     let env = |k: &str| std::env::var(k).ok();
-    let e = |e: bootstrap::BootError| HostError(format!("lfc_init: {}", e.0));
+    let e = |e: bootstrap::BootError| HostError::Bootstrap(format!("lfc_init: {}", e.0));
     if launched(&env) {
         return bootstrap::from_env(s.hosts.clone()).map_err(e);
     }
@@ -240,14 +242,15 @@ pub fn boot(s: &Settings) -> Result<Boot, HostError> {
             None => Vec::new(),
         };
         if !hosts.is_empty() && hosts.len() != size as usize {
-            return Err(HostError(format!(
+            return Err(HostError::Bootstrap(format!(
                 "lfc_init: HOSTS names {} processes but argv[2] says {size}",
                 hosts.len()
             )));
         }
         let job = match env("VOLLEY_JOB") {
-            Some(v) => bootstrap::parse_job(&v)
-                .ok_or_else(|| HostError(format!("lfc_init: VOLLEY_JOB={v:?} is not a job id")))?,
+            Some(v) => bootstrap::parse_job(&v).ok_or_else(|| {
+                HostError::Bootstrap(format!("lfc_init: VOLLEY_JOB={v:?} is not a job id"))
+            })?,
             None => 0x40_0000_0000 ^ size as u64,
         };
         let secret = crate::secret::load(rank)?;
@@ -295,7 +298,7 @@ pub fn lfc<S>(
         upcall,
         state,
     )
-    .map_err(|e| HostError(format!("lfc_init: {e}")))?;
+    .map_err(|e| HostError::Bootstrap(format!("lfc_init: {e}")))?;
     l.set_idle(Some(std::thread::yield_now));
     Ok(l)
 }
@@ -486,7 +489,7 @@ mod tests {
             (&["p", "x"], &[("HOSTS", "a b")], "argv[1]"),
             (&["p", "2", "2"], &[("HOSTS", "a b")], "rank 2"),
         ] {
-            let e = parse(args, env).unwrap_err().0;
+            let e = parse(args, env).unwrap_err().to_string();
             assert!(e.contains(what) && !e.contains('\n'), "{args:?}: {e}");
         }
     }

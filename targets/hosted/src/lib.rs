@@ -40,13 +40,46 @@ pub mod vars;
 pub mod wakeup;
 pub mod xdp;
 
-/// A hosted-side failure, as one line of text.
+/// A hosted-side failure. Each variant says where it arose; `Display` gives the
+/// one line to show a user. The engine's own errors keep their type.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostError(pub String);
+#[non_exhaustive]
+pub enum HostError {
+    /// A setting (`VOLLEY_*`, an option) has a value outside its range, or is
+    /// missing where it is needed.
+    Setting(String),
+    /// This rank could not find its place in its job: its rank and size, its hosts
+    /// list entry, the job's secret.
+    Bootstrap(String),
+    /// The fabric could not be opened or used: the shared region, a socket, an
+    /// interface, the start-up exchange, a system call.
+    Fabric(String),
+    /// The engine refused a call or reported a failure (a peer that died is
+    /// `Engine(Error::SendFailure)` or the personality's equivalent).
+    Engine(volley_core::engine::Error),
+    /// Anything else (the tools of the `volley` command, a C facade).
+    Other(String),
+}
+
+impl HostError {
+    /// The engine's error, where this is one.
+    pub fn engine(&self) -> Option<volley_core::engine::Error> {
+        match self {
+            HostError::Engine(e) => Some(*e),
+            _ => None,
+        }
+    }
+}
 
 impl fmt::Display for HostError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            HostError::Setting(m)
+            | HostError::Bootstrap(m)
+            | HostError::Fabric(m)
+            | HostError::Other(m) => f.write_str(m),
+            HostError::Engine(e) => write!(f, "{e}"),
+        }
     }
 }
 
@@ -54,7 +87,13 @@ impl std::error::Error for HostError {}
 
 impl From<volley_core::engine::Error> for HostError {
     fn from(e: volley_core::engine::Error) -> Self {
-        HostError(e.to_string())
+        HostError::Engine(e)
+    }
+}
+
+impl From<bootstrap::BootError> for HostError {
+    fn from(e: bootstrap::BootError) -> Self {
+        HostError::Bootstrap(e.0)
     }
 }
 
@@ -93,11 +132,12 @@ impl Fabric {
     pub fn from_env() -> Result<Fabric, HostError> {
         match std::env::var("VOLLEY_FABRIC") {
             Err(std::env::VarError::NotPresent) => Ok(Fabric::Shm),
-            Err(std::env::VarError::NotUnicode(v)) => Err(HostError(format!(
+            Err(std::env::VarError::NotUnicode(v)) => Err(HostError::Setting(format!(
                 "VOLLEY_FABRIC={v:?}: expected shm, udp or eth"
             ))),
-            Ok(v) => Fabric::parse(&v)
-                .ok_or_else(|| HostError(format!("VOLLEY_FABRIC={v:?}: expected shm, udp or eth"))),
+            Ok(v) => Fabric::parse(&v).ok_or_else(|| {
+                HostError::Setting(format!("VOLLEY_FABRIC={v:?}: expected shm, udp or eth"))
+            }),
         }
     }
 }
@@ -154,7 +194,30 @@ pub(crate) fn set_int(
 /// g.exit();
 /// ```
 pub fn init<S>(state: S) -> Result<HostGamma<S>, HostError> {
-    let boot = bootstrap::from_env(None).map_err(|e| HostError(e.to_string()))?;
+    let boot = bootstrap::from_env(None)?;
     let fabric = Fabric::from_env()?;
     node::gamma(&boot, fabric, state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use volley_core::engine::Error;
+
+    /// A program can tell a dead peer from a bad setting without reading text.
+    #[test]
+    fn errors_keep_their_kind_and_the_engines_its_type() {
+        let e: HostError = Error::SendFailure.into();
+        assert_eq!(e, HostError::Engine(Error::SendFailure));
+        assert_eq!(e.engine(), Some(Error::SendFailure));
+        assert_eq!(e.to_string(), Error::SendFailure.to_string());
+        let boot: HostError = bootstrap::BootError("no rank".into()).into();
+        assert!(matches!(boot, HostError::Bootstrap(ref m) if m == "no rank"));
+        assert_eq!(boot.engine(), None);
+        let bad =
+            HostError::Setting(settings::integer("VOLLEY_PORT", "1", 1024, 65_535).unwrap_err());
+        assert!(bad.to_string().contains("VOLLEY_PORT"));
+        let dyn_err: &dyn std::error::Error = &bad;
+        assert!(dyn_err.to_string().starts_with("VOLLEY_PORT"));
+    }
 }

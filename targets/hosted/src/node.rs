@@ -165,7 +165,8 @@ pub fn capture(boot: &Boot, dev: HostDevice) -> Result<HostDevice, HostError> {
         return Ok(dev);
     };
     let path = std::path::Path::new(&dir).join(format!("{:016x}-{}.pcap", boot.job, boot.rank));
-    let bad = |e: std::io::Error| HostError(format!("VOLLEY_PCAP: {}: {e}", path.display()));
+    let bad =
+        |e: std::io::Error| HostError::Setting(format!("VOLLEY_PCAP: {}: {e}", path.display()));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -547,7 +548,7 @@ pub fn device_barrier() -> Result<bool, HostError> {
     match std::env::var("VOLLEY_BARRIER").as_deref() {
         Err(_) | Ok("device") => Ok(true),
         Ok("frames") => Ok(false),
-        Ok(v) => Err(HostError(format!(
+        Ok(v) => Err(HostError::Setting(format!(
             "VOLLEY_BARRIER={v}: expected device or frames"
         ))),
     }
@@ -563,7 +564,7 @@ pub fn bcast_tree() -> Result<Option<Tree>, HostError> {
         Ok("binary") => Ok(Some(Tree::Binary)),
         Ok("chain") => Ok(Some(Tree::Chain)),
         Ok("flat") => Ok(None),
-        Ok(v) => Err(HostError(format!(
+        Ok(v) => Err(HostError::Setting(format!(
             "VOLLEY_BCAST={v}: expected binomial, binary, chain or flat"
         ))),
     }
@@ -577,7 +578,7 @@ pub(crate) fn shm_options() -> Result<ShmOptions, HostError> {
     };
     if let Some(n) = env_integer("VOLLEY_SHM_SLOTS", 2, 1 << 16)? {
         if !n.is_power_of_two() {
-            return Err(HostError(format!(
+            return Err(HostError::Setting(format!(
                 "VOLLEY_SHM_SLOTS={n}: expected a power of two from 2 to 65536"
             )));
         }
@@ -585,7 +586,7 @@ pub(crate) fn shm_options() -> Result<ShmOptions, HostError> {
     }
     if let Some(n) = env_integer("VOLLEY_SHM_SLOT_SIZE", 128, 1 << 20)? {
         if n % 64 != 0 {
-            return Err(HostError(format!(
+            return Err(HostError::Setting(format!(
                 "VOLLEY_SHM_SLOT_SIZE={n}: expected a multiple of 64 from 128 to 1048576"
             )));
         }
@@ -605,15 +606,15 @@ pub fn groups(size: u16) -> Result<&'static [Group<'static>], HostError> {
         Ok(spec) => spec
             .split(',')
             .map(|s| {
-                s.trim()
-                    .parse::<u16>()
-                    .map_err(|_| HostError(format!("VOLLEY_GROUPS={spec:?}: sizes expected")))
+                s.trim().parse::<u16>().map_err(|_| {
+                    HostError::Setting(format!("VOLLEY_GROUPS={spec:?}: sizes expected"))
+                })
             })
             .collect::<Result<_, _>>()?,
         Err(_) => vec![size],
     };
     if sizes.iter().map(|&s| s as u32).sum::<u32>() != size as u32 || sizes.contains(&0) {
-        return Err(HostError(format!(
+        return Err(HostError::Setting(format!(
             "VOLLEY_GROUPS {sizes:?} does not add up to {size} ranks"
         )));
     }
@@ -780,7 +781,7 @@ pub fn start_session(boot: &Boot, dev: &mut HostDevice, cfg: &mut Config) -> Res
                 }
                 _ => String::new(),
             };
-            return Err(HostError(format!(
+            return Err(HostError::Fabric(format!(
                 "start-up: rank {} gave no answer with this run's nonce within {:?} (VOLLEY_STARTUP_TIMEOUT; {} HELLOs sent, {} taken, {} with an earlier nonce, {} with a bad tag: frames of an earlier run are no answer){refused}",
                 missing.join(", "),
                 limit,
@@ -809,7 +810,7 @@ pub fn start_session(boot: &Boot, dev: &mut HostDevice, cfg: &mut Config) -> Res
 /// The job secret, which fabrics that cross a network cannot do without.
 fn secret_for(boot: &Boot, fabric: Fabric) -> Result<crate::secret::Secret, HostError> {
     boot.secret.ok_or_else(|| {
-        HostError(format!(
+        HostError::Fabric(format!(
             "the {} fabric needs a job secret: start under `volley run` or mpiexec, or set VOLLEY_KEY_FILE to a 0600 file of 32 hex digits",
             fabric.name()
         ))

@@ -22,7 +22,7 @@ pub struct Pmi {
 }
 
 fn err(msg: impl Into<String>) -> HostError {
-    HostError(format!("PMI (mpiexec): {}", msg.into()))
+    HostError::Bootstrap(format!("PMI (mpiexec): {}", msg.into()))
 }
 
 /// The value of `key=` in a response line.

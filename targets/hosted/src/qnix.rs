@@ -26,7 +26,8 @@ pub type HostQnix<M> = Qnix<'static, HostDevice, HostClock, M>;
 pub fn boot() -> Result<Boot, HostError> {
     let env = |k: &str| std::env::var(k).ok();
     if launched(&env) || env("VOLLEY_HOSTS").is_some() {
-        return bootstrap::from_env(None).map_err(|e| HostError(format!("qx_init: {}", e.0)));
+        return bootstrap::from_env(None)
+            .map_err(|e| HostError::Bootstrap(format!("qx_init: {}", e.0)));
     }
     Ok(Boot {
         rank: 0,
@@ -50,7 +51,7 @@ pub fn qnix<M: Memory>(boot: &Boot, fabric: Fabric, mem: M) -> Result<HostQnix<M
         HostClock::default(),
         mem,
     )
-    .map_err(|e| HostError(format!("qx_init: {e}")))?;
+    .map_err(|e| HostError::Bootstrap(format!("qx_init: {e}")))?;
     q.set_idle(Some(std::thread::yield_now));
     Ok(q)
 }

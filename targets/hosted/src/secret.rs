@@ -37,8 +37,9 @@ impl Secret {
     /// 128 bits from the operating system's random source.
     pub fn generate() -> Result<Secret, HostError> {
         let mut b = [0u8; 16];
-        getrandom::getrandom(&mut b)
-            .map_err(|e| HostError(format!("no random numbers for the job secret: {e}")))?;
+        getrandom::getrandom(&mut b).map_err(|e| {
+            HostError::Bootstrap(format!("no random numbers for the job secret: {e}"))
+        })?;
         Ok(Secret(b))
     }
 
@@ -86,7 +87,7 @@ impl Secret {
 
 /// Reads a key file, refusing one that other users could read or replace.
 fn from_file(path: &str) -> Result<Secret, HostError> {
-    let bad = |why: String| HostError(format!("VOLLEY_KEY_FILE={path:?}: {why}"));
+    let bad = |why: String| HostError::Bootstrap(format!("VOLLEY_KEY_FILE={path:?}: {why}"));
     // O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer; the
     // type check below refuses it. A regular file reads the same either way.
     let f = std::fs::OpenOptions::new()
@@ -125,7 +126,7 @@ pub fn load(rank: u16) -> Result<Option<Secret>, HostError> {
     if let Ok(v) = std::env::var(ENV) {
         return Secret::from_hex(&v)
             .map(Some)
-            .ok_or_else(|| HostError(format!("{ENV}: expected 32 hex digits")));
+            .ok_or_else(|| HostError::Bootstrap(format!("{ENV}: expected 32 hex digits")));
     }
     if let Ok(path) = std::env::var("VOLLEY_KEY_FILE") {
         return from_file(&path).map(Some);
@@ -142,8 +143,9 @@ pub fn load(rank: u16) -> Result<Option<Secret>, HostError> {
     } else {
         pmi.barrier()?;
         let v = pmi.get(KEY)?;
-        Secret::from_hex(&v)
-            .ok_or_else(|| HostError("PMI (mpiexec): the job secret is garbled".into()))?
+        Secret::from_hex(&v).ok_or_else(|| {
+            HostError::Bootstrap("PMI (mpiexec): the job secret is garbled".into())
+        })?
     };
     pmi.finalize()?;
     Ok(Some(secret))
@@ -181,10 +183,12 @@ mod tests {
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let t = std::time::Instant::now();
-        let e = from_file(fifo.to_str().unwrap()).unwrap_err().0;
+        let e = from_file(fifo.to_str().unwrap()).unwrap_err().to_string();
         assert!(t.elapsed() < std::time::Duration::from_secs(2), "{e}");
         assert!(e.contains("not a regular file") && !e.contains('\n'), "{e}");
-        let e = from_file(dir.path().to_str().unwrap()).unwrap_err().0;
+        let e = from_file(dir.path().to_str().unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not a regular file"), "{e}");
         let key = dir.path().join("key");
         std::fs::write(&key, Secret([3; 16]).to_hex()).unwrap();
@@ -196,7 +200,7 @@ mod tests {
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert!(from_file(key.to_str().unwrap())
             .unwrap_err()
-            .0
+            .to_string()
             .contains("chmod 600"));
     }
 

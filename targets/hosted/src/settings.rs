@@ -29,7 +29,9 @@ pub fn integer(name: &str, text: &str, min: u64, max: u64) -> Result<u64, String
 /// `name` from the environment as seconds, if set.
 pub fn env_seconds(name: &str, min: f64, max: f64) -> Result<Option<Duration>, HostError> {
     match std::env::var(name) {
-        Ok(v) => seconds(name, &v, min, max).map(Some).map_err(HostError),
+        Ok(v) => seconds(name, &v, min, max)
+            .map(Some)
+            .map_err(HostError::Setting),
         Err(_) => Ok(None),
     }
 }
@@ -37,7 +39,9 @@ pub fn env_seconds(name: &str, min: f64, max: f64) -> Result<Option<Duration>, H
 /// `name` from the environment as an integer, if set.
 pub fn env_integer(name: &str, min: u64, max: u64) -> Result<Option<u64>, HostError> {
     match std::env::var(name) {
-        Ok(v) => integer(name, &v, min, max).map(Some).map_err(HostError),
+        Ok(v) => integer(name, &v, min, max)
+            .map(Some)
+            .map_err(HostError::Setting),
         Err(_) => Ok(None),
     }
 }

@@ -130,7 +130,7 @@ impl PrivateDir {
             )
         };
         if fd < 0 {
-            return Err(HostError(format!(
+            return Err(HostError::Fabric(format!(
                 "{}: {} (set VOLLEY_SHM_DIR to a tmpfs directory)",
                 base.display(),
                 last_os_error()
@@ -148,7 +148,7 @@ impl PrivateDir {
         if unsafe { libc::mkdirat(base.as_raw_fd(), c.as_ptr(), 0o700) } < 0 {
             let e = last_os_error();
             if e.raw_os_error() != Some(libc::EEXIST) {
-                return Err(HostError(format!(
+                return Err(HostError::Fabric(format!(
                     "cannot create {}: {e}",
                     base_path.join(name).display()
                 )));
@@ -161,7 +161,7 @@ impl PrivateDir {
     pub fn open(name: &str) -> Result<Option<PrivateDir>, HostError> {
         let (base, base_path) = Self::open_base()?;
         match Self::check(base, base_path, name) {
-            Err(e) if e.0.ends_with(NOT_THERE) => Ok(None),
+            Err(e) if e.to_string().ends_with(NOT_THERE) => Ok(None),
             r => r.map(Some),
         }
     }
@@ -181,16 +181,19 @@ impl PrivateDir {
                 }
                 _ => e.to_string(),
             };
-            return Err(HostError(format!("{}: {why}", path.display())));
+            return Err(HostError::Fabric(format!("{}: {why}", path.display())));
         }
         // SAFETY: `fd` was just opened and is owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // Checked on the descriptor: what we opened, not whatever the path names now.
-        let m = File::from(fd.try_clone().map_err(|e| HostError(e.to_string()))?)
-            .metadata()
-            .map_err(|e| HostError(format!("{}: {e}", path.display())))?;
+        let m = File::from(
+            fd.try_clone()
+                .map_err(|e| HostError::Fabric(e.to_string()))?,
+        )
+        .metadata()
+        .map_err(|e| HostError::Fabric(format!("{}: {e}", path.display())))?;
         if m.uid() != euid() {
-            return Err(HostError(format!(
+            return Err(HostError::Fabric(format!(
                 "{} belongs to uid {}, not to this user ({}): refused (another user may be interfering; use another job id)",
                 path.display(),
                 m.uid(),
@@ -198,7 +201,7 @@ impl PrivateDir {
             )));
         }
         if m.mode() & 0o077 != 0 {
-            return Err(HostError(format!(
+            return Err(HostError::Fabric(format!(
                 "{} has mode {:o}, not 700: refused",
                 path.display(),
                 m.mode() & 0o777
@@ -234,7 +237,7 @@ impl PrivateDir {
             )
         };
         if fd < 0 {
-            return Err(HostError(format!(
+            return Err(HostError::Fabric(format!(
                 "cannot create {}: {}",
                 self.path.join(name).display(),
                 last_os_error()
@@ -247,7 +250,7 @@ impl PrivateDir {
         if rc != 0 {
             self.remove(name);
             let e = std::io::Error::from_raw_os_error(rc);
-            return Err(HostError(format!(
+            return Err(HostError::Fabric(format!(
                 "the shm region needs {} MiB and {} cannot hold it ({e}): give the job more shared memory (docker run --shm-size=1g; mount -o remount,size=4g /dev/shm) or smaller rings (VOLLEY_SHM_SLOTS, VOLLEY_SHM_SLOT_SIZE)",
                 len.div_ceil(1 << 20),
                 shm_base().display()
@@ -267,16 +270,18 @@ impl PrivateDir {
             if e.raw_os_error() == Some(libc::ENOENT) {
                 return Ok(None);
             }
-            return Err(HostError(format!(
+            return Err(HostError::Fabric(format!(
                 "{}: {e}",
                 self.path.join(name).display()
             )));
         }
         // SAFETY: `fd` was just opened and is owned by nobody else.
         let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-        let m = file.metadata().map_err(|e| HostError(e.to_string()))?;
+        let m = file
+            .metadata()
+            .map_err(|e| HostError::Fabric(e.to_string()))?;
         if !m.file_type().is_file() || m.uid() != euid() || m.mode() & 0o077 != 0 {
-            return Err(HostError(format!(
+            return Err(HostError::Fabric(format!(
                 "{}: not a private regular file of this user: refused",
                 self.path.join(name).display()
             )));
@@ -290,7 +295,7 @@ impl PrivateDir {
         let fd = self.fd.as_raw_fd();
         // SAFETY: valid descriptor and NUL-terminated names.
         if unsafe { libc::renameat(fd, a.as_ptr(), fd, b.as_ptr()) } < 0 {
-            return Err(HostError(format!(
+            return Err(HostError::Fabric(format!(
                 "cannot publish the shm region: {}",
                 last_os_error()
             )));
@@ -466,7 +471,7 @@ fn map(file: &File) -> std::io::Result<MmapMut> {
 /// its own; `None` (one line on stderr) if it cannot be made.
 fn beacon(file: &File, me: u32) -> Option<crate::beacon::Helper> {
     let made = map(file).map_err(|e| e.to_string()).and_then(|mut m| {
-        let r = region(&mut m).map_err(|e| e.0)?;
+        let r = region(&mut m).map_err(|e| e.to_string())?;
         let b = volley_myri::Beacon::new(r, me).map_err(|e| e.to_string())?;
         Ok((b, m))
     });
@@ -484,7 +489,8 @@ fn beacon(file: &File, me: u32) -> Option<crate::beacon::Helper> {
 fn region(map: &mut MmapMut) -> Result<Region, HostError> {
     // SAFETY: the mapping outlives the region (both are kept in `ShmDevice`, the NIC
     // dropped first) and is used by this process only through the region.
-    unsafe { Region::new(map.as_mut_ptr(), map.len()) }.map_err(|e| HostError(e.to_string()))
+    unsafe { Region::new(map.as_mut_ptr(), map.len()) }
+        .map_err(|e| HostError::Fabric(e.to_string()))
 }
 
 /// What the default slot sizes have beyond a power of two. At a power-of-two stride
@@ -563,7 +569,7 @@ impl ShmDevice {
                 opts.slot_size
             };
             if boot.size as usize > volley_myri::MAX_NODES {
-                return Err(HostError(format!(
+                return Err(HostError::Fabric(format!(
                     "the shm fabric holds at most {} ranks, this job has {}: use the udp fabric",
                     volley_myri::MAX_NODES,
                     boot.size
@@ -573,14 +579,14 @@ impl ShmDevice {
             // and read by every member (16 slots: about 1 MiB more per rank).
             let geo = Geometry::new(boot.size as u32, slots, slot_size)
                 .and_then(|g| g.with_board_slot(volley_myri::BOARD_SLOT_LIMIT))
-                .map_err(|e| HostError(e.to_string()))?;
+                .map_err(|e| HostError::Fabric(e.to_string()))?;
             let len = geo
                 .region_len()
-                .ok_or_else(|| HostError("shm region too large".into()))?;
+                .ok_or_else(|| HostError::Fabric("shm region too large".into()))?;
             remove_stale_dirs();
             let dir = PrivateDir::create(&name)?;
             if !dir.try_lock() {
-                return Err(HostError(format!(
+                return Err(HostError::Fabric(format!(
                     "{}: another rank 0 of job {:#x} is starting (job ids must differ)",
                     dir.path().display(),
                     boot.job
@@ -589,10 +595,10 @@ impl ShmDevice {
             dir.clear();
             let tmp = random_name("region")?;
             let file = dir.create_file(&tmp, len as u64)?;
-            let mut m =
-                map(&file).map_err(|e| HostError(format!("cannot map the shm region: {e}")))?;
+            let mut m = map(&file)
+                .map_err(|e| HostError::Fabric(format!("cannot map the shm region: {e}")))?;
             let nic = MyriNic::create(region(&mut m)?, geo, me, boot.job, cfg)
-                .map_err(|e| HostError(e.to_string()))?;
+                .map_err(|e| HostError::Fabric(e.to_string()))?;
             dir.rename(&tmp, "region")?;
             (
                 ShmDevice::new(beacon(&file, me), nic, m, opts.copy),
@@ -602,7 +608,7 @@ impl ShmDevice {
             let mut last = String::from("region never appeared");
             let dev = loop {
                 if StdInstant::now() > deadline {
-                    return Err(HostError(format!(
+                    return Err(HostError::Fabric(format!(
                         "{}: {last} (gave up after {:?})",
                         job_dir(boot.job, boot.secret.as_ref()).display(),
                         opts.startup_timeout
@@ -635,7 +641,10 @@ impl ShmDevice {
                     Ok(nic) => break ShmDevice::new(beacon(&file, me), nic, m, opts.copy),
                     Err(e @ MyriError::NotReady { .. }) => retry(&mut last, e.to_string()),
                     Err(e) => {
-                        return Err(HostError(format!("{}/region: {e}", dir.path().display())))
+                        return Err(HostError::Fabric(format!(
+                            "{}/region: {e}",
+                            dir.path().display()
+                        )))
                     }
                 }
             };
@@ -650,7 +659,7 @@ impl ShmDevice {
                 let missing: Vec<u32> = (0..boot.size as u32)
                     .filter(|&n| dev.nic.state(n) == volley_myri::NodeState::Absent)
                     .collect();
-                return Err(HostError(format!(
+                return Err(HostError::Fabric(format!(
                     "ranks {missing:?} never joined the shm region"
                 )));
             }
@@ -716,7 +725,7 @@ impl ShmDevice {
             let word = self
                 .nic
                 .interrupt_word()
-                .ok_or_else(|| HostError("shm: no interrupt word in the region".into()))?;
+                .ok_or_else(|| HostError::Fabric("shm: no interrupt word in the region".into()))?;
             // SAFETY: the word lies in `_map`, which is dropped after `wakeup` (field
             // order) and never unmapped before.
             self.wakeup = Some(unsafe { crate::wakeup::Wakeup::for_interrupt(word) }?);

@@ -56,7 +56,7 @@ impl CopyMode {
         match std::env::var("VOLLEY_SHM_COPY") {
             Err(_) => Ok(CopyMode::Auto),
             Ok(v) => CopyMode::parse(&v).ok_or_else(|| {
-                crate::HostError(format!(
+                crate::HostError::Setting(format!(
                     "VOLLEY_SHM_COPY={v:?}: expected auto, cached or streaming"
                 ))
             }),

@@ -102,15 +102,15 @@ fn secs(name: &str, min: f64, max: f64) -> Result<(), HostError> {
     crate::settings::env_seconds(name, min, max).map(drop)
 }
 
-fn one_of(name: &str, allowed: &[&str]) -> Result<(), HostError> {
+/// A switch: `0` (off) or `1` (on; empty too), as the personalities read theirs.
+fn on_off(name: &str) -> Result<(), HostError> {
     match std::env::var(name) {
         Err(std::env::VarError::NotPresent) => Ok(()),
-        Ok(v) if allowed.contains(&v.trim()) => Ok(()),
-        Ok(v) => Err(HostError(format!(
-            "{name}={v:?}: expected {}",
-            allowed.join(", ")
+        Ok(v) if matches!(v.trim(), "0" | "1" | "") => Ok(()),
+        Ok(v) => Err(HostError::Setting(format!(
+            "{name}={v:?}: expected 0 (off) or 1 (on)"
         ))),
-        Err(_) => Err(HostError(format!("{name}: not valid UTF-8"))),
+        Err(_) => Err(HostError::Setting(format!("{name}: not valid UTF-8"))),
     }
 }
 
@@ -218,7 +218,7 @@ pub const VARS: &[Var] = &[
                 .all(|s| s.trim().parse::<u16>().is_ok_and(|n| n > 0))
             {
                 true => Ok(()),
-                false => Err(HostError(format!(
+                false => Err(HostError::Setting(format!(
                     "VOLLEY_GROUPS={spec:?}: sizes expected (2,2)"
                 ))),
             }
@@ -230,7 +230,7 @@ pub const VARS: &[Var] = &[
         "directory",
         "Each rank writes the frames it sends and receives to DIR/<job>-<rank>.pcap (core/wireshark/volley.lua reads them).",
         || match std::env::var_os("VOLLEY_PCAP") {
-            Some(d) if !std::path::Path::new(&d).is_dir() => Err(HostError(format!(
+            Some(d) if !std::path::Path::new(&d).is_dir() => Err(HostError::Setting(format!(
                 "VOLLEY_PCAP={}: not a directory",
                 std::path::Path::new(&d).display()
             ))),
@@ -348,14 +348,14 @@ pub const VARS: &[Var] = &[
         Scope::Api,
         "0 | 1",
         "1: cheetah_core_finalize prints the library's counters.",
-        || one_of("VOLLEY_CHEETAH_STATS", &["0", "1"]),
+        || on_off("VOLLEY_CHEETAH_STATS"),
     ),
     checked(
         "VOLLEY_QNIX_NIC",
         Scope::Api,
         "0 | 1",
         "0: no QNIX NIC thread; the NIC's work is done inside calls only.",
-        || one_of("VOLLEY_QNIX_NIC", &["0", "1", ""]),
+        || on_off("VOLLEY_QNIX_NIC"),
     ),
     var(
         "VOLLEY_UNIKERNEL_IMAGE",

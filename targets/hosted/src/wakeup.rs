@@ -37,7 +37,7 @@ use crate::HostError;
 pub mod tokio;
 
 fn os_error(what: &str) -> HostError {
-    HostError(format!(
+    HostError::Fabric(format!(
         "wake-up descriptor: {what}: {}",
         io::Error::last_os_error()
     ))
@@ -260,8 +260,8 @@ impl IrqHelper {
                 irq_loop(word, &event, &s);
             });
         crate::beacon::restore(&old);
-        let thread =
-            spawned.map_err(|e| HostError(format!("wake-up descriptor: no helper thread: {e}")))?;
+        let thread = spawned
+            .map_err(|e| HostError::Fabric(format!("wake-up descriptor: no helper thread: {e}")))?;
         Ok(IrqHelper {
             word: addr,
             stop,

@@ -333,11 +333,11 @@ fn xdp_error(what: &str, e: std::io::Error) -> HostError {
         let exe = std::env::current_exe()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| "PROGRAM".into());
-        return HostError(format!(
+        return HostError::Fabric(format!(
             "eth: AF_XDP needs CAP_NET_ADMIN and CAP_BPF ({what}: {e}): run as root, or `sudo setcap cap_net_raw,cap_net_admin,cap_bpf+ep {exe}`, or set VOLLEY_ETH_XDP=off"
         ));
     }
-    HostError(format!("eth: AF_XDP: {what}: {e}"))
+    HostError::Fabric(format!("eth: AF_XDP: {what}: {e}"))
 }
 
 fn setsockopt<T>(fd: &OwnedFd, opt: libc::c_int, v: &T) -> Result<(), std::io::Error> {
@@ -367,7 +367,7 @@ impl Xsk {
     /// for job key `key`.
     pub fn open(ifindex: i32, key: [u8; 4]) -> Result<Xsk, HostError> {
         if cfg!(target_endian = "big") {
-            return Err(HostError(
+            return Err(HostError::Fabric(
                 "eth: AF_XDP: the XDP program is written for little-endian machines".into(),
             ));
         }
@@ -668,7 +668,7 @@ fn attach(
                 .lines()
                 .rfind(|l| !l.trim().is_empty() && !l.starts_with("processed "))
                 .unwrap_or("");
-            return Err(HostError(format!(
+            return Err(HostError::Fabric(format!(
                 "eth: AF_XDP: the kernel refused the XDP program: {e} ({why})"
             )));
         }
@@ -684,7 +684,7 @@ fn attach(
         Err(_) => match link(XDP_FLAGS_SKB_MODE) {
             Ok(l) => (l, true),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY) | Some(libc::EEXIST)) => {
-                return Err(HostError(format!(
+                return Err(HostError::Fabric(format!(
                     "eth: AF_XDP: the interface already has an XDP program (another job on it, or `ip link set dev IF xdp off`): {e}"
                 )))
             }

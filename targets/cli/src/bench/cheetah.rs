@@ -37,7 +37,7 @@ pub(super) fn cheetah_rows(
     let mut mem = Segments::new();
     mem.expose(Vec::leak(vec![0u8; 2 << 20]));
     mem.expose(Vec::leak(vec![0u8; 64]));
-    let e = |e: volley_core::engine::Error| HostError(format!("cheetah: {e}"));
+    let e = |e: volley_core::engine::Error| HostError::Other(format!("cheetah: {e}"));
     let mut c: BenchCheetah = Cheetah::setup(
         cfg,
         groups,
@@ -230,7 +230,7 @@ pub(super) fn cheetah_direct_rows(
     let groups = node::groups(boot.size)?;
     let mut cfg = node::engine_config(boot, fabric, groups, &dev)?;
     cfg.job_key ^= 0xd1ec;
-    let e = |e: volley_core::engine::Error| HostError(format!("cheetah direct: {e}"));
+    let e = |e: volley_core::engine::Error| HostError::Other(format!("cheetah direct: {e}"));
     let mut c: DirectCheetah = Cheetah::setup(
         cfg,
         groups,
@@ -260,7 +260,7 @@ pub(super) fn cheetah_direct_rows(
         PEER_ADDRS[1].load(Ordering::Relaxed),
     );
     if their_data == 0 {
-        return Err(HostError(
+        return Err(HostError::Other(
             "cheetah direct: the peer's addresses did not come".into(),
         ));
     }
@@ -307,7 +307,7 @@ pub(super) fn cheetah_direct_rows(
         ));
         let d = volley_hosted::direct::stats(&c);
         if d.puts == 0 || d.gets == 0 {
-            return Err(HostError(format!(
+            return Err(HostError::Other(format!(
                 "cheetah direct: the copies went through the fabric ({d:?})"
             )));
         }

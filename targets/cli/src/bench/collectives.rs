@@ -134,7 +134,9 @@ pub(super) fn bcast_rows(
             }
         }
         if me != 0 && g.buffer(2).map(|b| &b[..bytes]) != Some(&data[..bytes]) {
-            return Err(HostError(format!("broadcast of {bytes} B arrived wrong")));
+            return Err(HostError::Other(format!(
+                "broadcast of {bytes} B arrived wrong"
+            )));
         }
         let (m, p90, p99) = stats(samples);
         for (var, v) in [m, p90, p99].into_iter().enumerate() {

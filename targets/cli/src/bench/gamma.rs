@@ -126,7 +126,7 @@ pub(super) fn handler_echo(g: &mut HostGamma<State>, iters: usize) -> Result<Vec
         }
     }
     if let Some(b) = g.state().bad.first() {
-        return Err(HostError(format!("bench: {b}")));
+        return Err(HostError::Other(format!("bench: {b}")));
     }
     Ok(samples)
 }

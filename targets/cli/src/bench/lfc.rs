@@ -49,7 +49,7 @@ pub(super) fn lfc_rows(
         lfc_count,
         LfcBench::default(),
     )
-    .map_err(|e| HostError(format!("lfc: {e}")))?;
+    .map_err(|e| HostError::Other(format!("lfc: {e}")))?;
     l.start()?;
     let me = l.my_proc();
     let peer = 1 - me;
@@ -59,7 +59,7 @@ pub(super) fn lfc_rows(
     let send = |l: &mut HostLfc<LfcBench>, size: usize| -> Result<(), HostError> {
         let p = l.send_alloc(true)?;
         l.packet_mut(p)
-            .ok_or_else(|| HostError("lfc packet".into()))?[..size]
+            .ok_or_else(|| HostError::Other("lfc packet".into()))?[..size]
             .fill(7);
         l.ucast_launch(peer, p, size, true)?;
         Ok(())
@@ -118,7 +118,7 @@ pub(super) fn lfc_rows(
     let bcast = |l: &mut HostLfc<LfcBench>| -> Result<(), HostError> {
         let p = l.send_alloc(true)?;
         l.packet_mut(p)
-            .ok_or_else(|| HostError("lfc packet".into()))?[..8]
+            .ok_or_else(|| HostError::Other("lfc packet".into()))?[..8]
             .copy_from_slice(&[7; 8]);
         l.bcast_launch(p, 8, true)?;
         Ok(())
@@ -171,7 +171,7 @@ pub(super) fn lfc_rows(
     lock_lfc(&shared).intr_disable();
     drop(intr);
     let mut l = Arc::into_inner(shared)
-        .ok_or_else(|| HostError("lfc: interrupt thread still holds the process".into()))?
+        .ok_or_else(|| HostError::Other("lfc: interrupt thread still holds the process".into()))?
         .into_inner()
         .unwrap_or_else(|p| p.into_inner());
     if me == 0 {

@@ -161,7 +161,7 @@ pub fn rows_from_json(text: &str) -> Result<Vec<Row>, HostError> {
     }
     serde_json::from_str::<Doc>(text)
         .map(|d| d.rows)
-        .map_err(|e| HostError(format!("not a `volley bench --json` document: {e}")))
+        .map_err(|e| HostError::Other(format!("not a `volley bench --json` document: {e}")))
 }
 
 /// Appends rows to the file the `volley bench` command collects them from (one JSON
@@ -171,23 +171,25 @@ pub fn append_rows(path: &std::path::Path, rows: &[Row]) -> Result<(), HostError
     let mut f = std::fs::OpenOptions::new()
         .append(true)
         .open(path)
-        .map_err(|e| HostError(format!("bench rows {}: {e}", path.display())))?;
+        .map_err(|e| HostError::Other(format!("bench rows {}: {e}", path.display())))?;
     let mut text = String::new();
     for r in rows {
         text.push_str(&serde_json::to_string(r).unwrap_or_default());
         text.push('\n');
     }
     f.write_all(text.as_bytes())
-        .map_err(|e| HostError(format!("bench rows {}: {e}", path.display())))
+        .map_err(|e| HostError::Other(format!("bench rows {}: {e}", path.display())))
 }
 
 /// Reads the rows [`append_rows`] wrote.
 pub fn read_rows(path: &std::path::Path) -> Result<Vec<Row>, HostError> {
     let text = std::fs::read_to_string(path)
-        .map_err(|e| HostError(format!("bench rows {}: {e}", path.display())))?;
+        .map_err(|e| HostError::Other(format!("bench rows {}: {e}", path.display())))?;
     text.lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).map_err(|e| HostError(format!("bench row {l:?}: {e}"))))
+        .map(|l| {
+            serde_json::from_str(l).map_err(|e| HostError::Other(format!("bench row {l:?}: {e}")))
+        })
         .collect()
 }
 
@@ -485,9 +487,9 @@ pub(super) fn sleep_if_armed(ep: &mut impl EventLoop, since: StdInstant) -> Resu
     let limit = StdDuration::from_secs(10);
     let left = limit
         .checked_sub(since.elapsed())
-        .ok_or_else(|| HostError("bench: asleep 10 s with a message on its way".into()))?;
+        .ok_or_else(|| HostError::Other("bench: asleep 10 s with a message on its way".into()))?;
     if ep.arm()? && !ep.wakeup()?.wait(Some(left))? {
-        return Err(HostError(
+        return Err(HostError::Other(
             "bench: asleep 10 s with a message on its way".into(),
         ));
     }

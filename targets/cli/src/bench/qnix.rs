@@ -25,7 +25,7 @@ pub(super) fn qnix_rows(
     let pool_len = 8 << 20;
     let mut mem = Segments::new();
     let pool = mem.expose(Vec::leak(vec![0u8; pool_len]));
-    let e = |e: QxError| HostError(format!("qnix: {e}"));
+    let e = |e: QxError| HostError::Other(format!("qnix: {e}"));
     let mut q: BenchQnix = volley_core::qnix::Qnix::new(
         cfg,
         groups,

@@ -43,14 +43,15 @@ pub(super) fn flag_pingpong(boot: &Boot, iters: usize) -> Result<Vec<f64>, HostE
             match f {
                 Some(f) if f.metadata().map(|m| m.len()).unwrap_or(0) == 4096 => break (f, None),
                 _ if StdInstant::now() > deadline => {
-                    return Err(HostError("flag file never appeared".into()))
+                    return Err(HostError::Other("flag file never appeared".into()))
                 }
                 _ => std::thread::sleep(StdDuration::from_millis(1)),
             }
         }
     };
     // SAFETY: a private file of this job, accessed below only through atomics.
-    let mut map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| HostError(e.to_string()))?;
+    let mut map =
+        unsafe { MmapMut::map_mut(&file) }.map_err(|e| HostError::Other(e.to_string()))?;
     let base = map.as_mut_ptr();
     // SAFETY: the mapping is 4096 bytes, page-aligned, and outlives these references;
     // both processes touch the two words only atomically.
@@ -100,7 +101,7 @@ pub(super) fn eth_reference(
     use volley_core::phy::{Device, RxToken, TxToken};
     let s = boot
         .secret
-        .ok_or_else(|| HostError("eth reference: no job secret".into()))?;
+        .ok_or_else(|| HostError::Other("eth reference: no job secret".into()))?;
     let mut dev = volley_hosted::eth::EthDevice::open_with(boot, &s, xdp)?;
     let peer = volley_core::NodeAddr(1 - boot.rank);
     let epoch = StdInstant::now();
@@ -141,7 +142,9 @@ pub(super) fn eth_reference(
                     if spins.is_multiple_of(SPINS) {
                         let at = StdInstant::now();
                         if at > deadline {
-                            return Err(HostError("eth reference: no stop from rank 0".into()));
+                            return Err(HostError::Other(
+                                "eth reference: no stop from rank 0".into(),
+                            ));
                         }
                         t = since(at);
                     }
@@ -162,7 +165,9 @@ pub(super) fn eth_reference(
                 spins = spins.wrapping_add(1);
                 if spins.is_multiple_of(SPINS) && sent.elapsed() > StdDuration::from_millis(100) {
                     if StdInstant::now() > deadline {
-                        return Err(HostError("eth reference: rank 1 does not answer".into()));
+                        return Err(HostError::Other(
+                            "eth reference: rank 1 does not answer".into(),
+                        ));
                     }
                     sent = StdInstant::now();
                     t = since(sent);
@@ -249,7 +254,9 @@ pub(super) fn eth_stream(
         let (mut round, mut next) = (0u32, 0u32);
         loop {
             if StdInstant::now() > deadline {
-                return Err(HostError("eth reference: the stream did not end".into()));
+                return Err(HostError::Other(
+                    "eth reference: the stream did not end".into(),
+                ));
             }
             let Some(tok) = dev.receive(now()) else {
                 continue;
@@ -303,7 +310,9 @@ pub(super) fn eth_stream(
         let mut acked_at = t0;
         while acked < frames {
             if StdInstant::now() > deadline {
-                return Err(HostError("eth reference: rank 1 does not ack".into()));
+                return Err(HostError::Other(
+                    "eth reference: rank 1 does not ack".into(),
+                ));
             }
             while next < frames && next - acked < credit {
                 let pos = next as usize * chunk;
@@ -352,10 +361,10 @@ pub(super) fn udp_pingpong(boot: &Boot, len: usize, iters: usize) -> Result<Vec<
         base - 5_000
     };
     let me = UdpSocket::bind(("127.0.0.1", base + boot.rank))
-        .map_err(|e| HostError(format!("udp reference: {e}")))?;
+        .map_err(|e| HostError::Other(format!("udp reference: {e}")))?;
     let peer = ("127.0.0.1", base + 1 - boot.rank);
     me.set_nonblocking(true)
-        .map_err(|e| HostError(e.to_string()))?;
+        .map_err(|e| HostError::Other(e.to_string()))?;
     let mut buf = vec![1u8; len.max(8)];
     let mut rx = vec![0u8; 65_536];
     let mut out = Vec::with_capacity(iters);
@@ -372,7 +381,9 @@ pub(super) fn udp_pingpong(boot: &Boot, len: usize, iters: usize) -> Result<Vec<
             }
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(SPINS) && StdInstant::now() > deadline {
-                return Err(HostError("udp reference: no stop from rank 0".into()));
+                return Err(HostError::Other(
+                    "udp reference: no stop from rank 0".into(),
+                ));
             }
         }
     }
@@ -393,7 +404,9 @@ pub(super) fn udp_pingpong(boot: &Boot, len: usize, iters: usize) -> Result<Vec<
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(SPINS) && sent.elapsed() > StdDuration::from_millis(100) {
                 if StdInstant::now() > deadline {
-                    return Err(HostError("udp reference: rank 1 does not answer".into()));
+                    return Err(HostError::Other(
+                        "udp reference: rank 1 does not answer".into(),
+                    ));
                 }
                 sent = StdInstant::now();
                 let _ = me.send_to(&buf[..len.max(8)], peer);
@@ -427,7 +440,7 @@ pub(super) fn tcp_stream(
     } else {
         base - 7_000
     };
-    let err = |e: std::io::Error| HostError(format!("tcp reference: {e}"));
+    let err = |e: std::io::Error| HostError::Other(format!("tcp reference: {e}"));
     let deadline = StdInstant::now() + StdDuration::from_secs(10);
     let mut s = if boot.rank == 1 {
         let l = TcpListener::bind(("127.0.0.1", port)).map_err(err)?;

@@ -164,7 +164,7 @@ pub(super) fn discover(
             let r = h.rank as usize;
             if let Some(j) = macs.iter().position(|m| *m == Some(h.mac)) {
                 if j != r {
-                    return Err(HostError(format!(
+                    return Err(HostError::Fabric(format!(
                         "eth: ranks {j} and {r} both have MAC {} on {}: each rank needs its own interface",
                         mac_text(&h.mac),
                         iface.name
@@ -181,7 +181,7 @@ pub(super) fn discover(
                 .filter(|&r| macs[r].is_none())
                 .map(|r| r.to_string())
                 .collect();
-            return Err(HostError(format!(
+            return Err(HostError::Fabric(format!(
                 "eth: no hello from rank {} on {} within {:.0} s: are they started, each on its own interface on this LAN, with this job's id and secret?",
                 missing.join(", "),
                 iface.name,

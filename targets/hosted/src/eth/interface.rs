@@ -43,7 +43,7 @@ pub(super) fn needs_cap_net_raw() -> HostError {
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "PROGRAM".into());
-    HostError(format!(
+    HostError::Fabric(format!(
         "the eth fabric needs CAP_NET_RAW to open a packet socket: run as root, or grant it once with `sudo setcap cap_net_raw+ep {exe}`"
     ))
 }
@@ -62,7 +62,7 @@ pub(super) fn packet_socket(proto: u16) -> Result<OwnedFd, HostError> {
         let e = std::io::Error::last_os_error();
         return Err(match e.raw_os_error() {
             Some(libc::EPERM) | Some(libc::EACCES) => needs_cap_net_raw(),
-            _ => HostError(format!("eth: packet socket: {e}")),
+            _ => HostError::Fabric(format!("eth: packet socket: {e}")),
         });
     }
     // SAFETY: `fd` was just opened and nothing else owns it.
@@ -84,7 +84,7 @@ pub(super) fn bind(fd: &OwnedFd, iface: &Interface, proto: u16) -> Result<(), Ho
         )
     };
     if r != 0 {
-        return Err(HostError(format!(
+        return Err(HostError::Fabric(format!(
             "eth: cannot bind to {}: {}",
             iface.name,
             std::io::Error::last_os_error()
@@ -131,21 +131,23 @@ pub(super) fn interfaces_up() -> String {
 
 /// Checks interface `name` (exists, Ethernet, up, carrier, MTU) with socket `fd`.
 pub fn check_interface(fd: &OwnedFd, name: &str) -> Result<Interface, HostError> {
-    let c = CString::new(name).map_err(|_| HostError("VOLLEY_ETH_IF: a NUL byte".into()))?;
+    let c =
+        CString::new(name).map_err(|_| HostError::Setting("VOLLEY_ETH_IF: a NUL byte".into()))?;
     // SAFETY: a valid C string.
     let index = unsafe { libc::if_nametoindex(c.as_ptr()) } as i32;
     if index == 0 {
-        return Err(HostError(format!(
+        return Err(HostError::Setting(format!(
             "VOLLEY_ETH_IF={name}: no such interface ({})",
             interfaces_up()
         )));
     }
-    let hw = if_ioctl(fd, name, libc::SIOCGIFHWADDR)
-        .ok_or_else(|| HostError(format!("VOLLEY_ETH_IF={name}: cannot read its address")))?;
+    let hw = if_ioctl(fd, name, libc::SIOCGIFHWADDR).ok_or_else(|| {
+        HostError::Setting(format!("VOLLEY_ETH_IF={name}: cannot read its address"))
+    })?;
     // SAFETY: SIOCGIFHWADDR filled the hardware-address member of the union.
     let sa = unsafe { hw.ifr_ifru.ifru_hwaddr };
     if sa.sa_family != libc::ARPHRD_ETHER {
-        return Err(HostError(format!(
+        return Err(HostError::Setting(format!(
             "VOLLEY_ETH_IF={name}: not an Ethernet interface ({})",
             interfaces_up()
         )));
@@ -154,26 +156,27 @@ pub fn check_interface(fd: &OwnedFd, name: &str) -> Result<Interface, HostError>
     for (m, b) in mac.iter_mut().zip(sa.sa_data.iter()) {
         *m = *b as u8;
     }
-    let flags = if_ioctl(fd, name, libc::SIOCGIFFLAGS)
-        .ok_or_else(|| HostError(format!("VOLLEY_ETH_IF={name}: cannot read its flags")))?;
+    let flags = if_ioctl(fd, name, libc::SIOCGIFFLAGS).ok_or_else(|| {
+        HostError::Setting(format!("VOLLEY_ETH_IF={name}: cannot read its flags"))
+    })?;
     // SAFETY: SIOCGIFFLAGS filled the flags member.
     let flags = unsafe { flags.ifr_ifru.ifru_flags } as libc::c_int;
     if flags & libc::IFF_UP == 0 {
-        return Err(HostError(format!(
+        return Err(HostError::Setting(format!(
             "VOLLEY_ETH_IF={name} is down: `ip link set {name} up`"
         )));
     }
     if flags & libc::IFF_RUNNING == 0 {
-        return Err(HostError(format!(
+        return Err(HostError::Setting(format!(
             "VOLLEY_ETH_IF={name} has no carrier (cable, or the other end of a veth pair, down)"
         )));
     }
     let m = if_ioctl(fd, name, libc::SIOCGIFMTU)
-        .ok_or_else(|| HostError(format!("VOLLEY_ETH_IF={name}: cannot read its MTU")))?;
+        .ok_or_else(|| HostError::Setting(format!("VOLLEY_ETH_IF={name}: cannot read its MTU")))?;
     // SAFETY: SIOCGIFMTU filled the MTU member.
     let mtu = unsafe { m.ifr_ifru.ifru_mtu }.max(0) as usize;
     if mtu < MIN_MTU {
-        return Err(HostError(format!(
+        return Err(HostError::Setting(format!(
             "VOLLEY_ETH_IF={name}: MTU {mtu} is below the {MIN_MTU} bytes a frame needs"
         )));
     }
@@ -188,7 +191,7 @@ pub fn check_interface(fd: &OwnedFd, name: &str) -> Result<Interface, HostError>
 /// This rank's interface name from `VOLLEY_ETH_IF`.
 pub fn interface_name(rank: u16) -> Result<String, HostError> {
     let list = std::env::var("VOLLEY_ETH_IF").map_err(|_| {
-        HostError(format!(
+        HostError::Fabric(format!(
             "the eth fabric needs VOLLEY_ETH_IF, the interface to use ({})",
             interfaces_up()
         ))
@@ -198,14 +201,16 @@ pub fn interface_name(rank: u16) -> Result<String, HostError> {
         names[0]
     } else {
         names.get(rank as usize).copied().ok_or_else(|| {
-            HostError(format!(
+            HostError::Setting(format!(
                 "VOLLEY_ETH_IF has {} interfaces but no entry for rank {rank}",
                 names.len()
             ))
         })?
     };
     if name.is_empty() {
-        return Err(HostError("VOLLEY_ETH_IF: an empty interface name".into()));
+        return Err(HostError::Setting(
+            "VOLLEY_ETH_IF: an empty interface name".into(),
+        ));
     }
     Ok(name.into())
 }
@@ -224,7 +229,7 @@ pub fn given_macs(boot: &Boot) -> Result<Option<Vec<[u8; 6]>>, HostError> {
                 return Ok(None);
             }
             if with_macs != boot.hosts.len() {
-                return Err(HostError(format!(
+                return Err(HostError::Fabric(format!(
                     "the hosts list gives MAC addresses for {with_macs} of {} ranks: give every entry as host=MAC, or none",
                     boot.hosts.len()
                 )));
@@ -239,7 +244,7 @@ pub fn given_macs(boot: &Boot) -> Result<Option<Vec<[u8; 6]>>, HostError> {
         }
     };
     if texts.len() != boot.size as usize {
-        return Err(HostError(format!(
+        return Err(HostError::Fabric(format!(
             "{what} has {} MAC addresses for {} ranks",
             texts.len(),
             boot.size
@@ -248,7 +253,8 @@ pub fn given_macs(boot: &Boot) -> Result<Option<Vec<[u8; 6]>>, HostError> {
     let macs = texts
         .iter()
         .map(|t| {
-            parse_mac(t).ok_or_else(|| HostError(format!("{what}: {t:?} is not a MAC address")))
+            parse_mac(t)
+                .ok_or_else(|| HostError::Fabric(format!("{what}: {t:?} is not a MAC address")))
         })
         .collect::<Result<Vec<_>, _>>()?;
     check_distinct(&macs, what)?;
@@ -259,7 +265,7 @@ pub fn given_macs(boot: &Boot) -> Result<Option<Vec<[u8; 6]>>, HostError> {
 pub(super) fn check_distinct(macs: &[[u8; 6]], what: &str) -> Result<(), HostError> {
     for (i, a) in macs.iter().enumerate() {
         if let Some(j) = macs[i + 1..].iter().position(|b| b == a) {
-            return Err(HostError(format!(
+            return Err(HostError::Fabric(format!(
                 "{what}: ranks {i} and {} both have MAC {}: each rank needs its own interface",
                 i + 1 + j,
                 mac_text(a)

@@ -111,7 +111,7 @@ pub fn xdp_setting() -> Result<XdpSetting, HostError> {
             "off" | "0" | "" => Ok(XdpSetting::Off),
             "on" | "1" => Ok(XdpSetting::On),
             "auto" => Ok(XdpSetting::Auto),
-            _ => Err(HostError(format!(
+            _ => Err(HostError::Setting(format!(
                 "VOLLEY_ETH_XDP={v:?}: expected off, on or auto"
             ))),
         },
@@ -222,7 +222,7 @@ impl EthDevice {
         let fd = packet_socket(ETHERTYPE)?;
         let v2 = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
         if !set_int(&fd, libc::SOL_PACKET, libc::PACKET_VERSION, v2) {
-            return Err(HostError(format!(
+            return Err(HostError::Fabric(format!(
                 "eth: TPACKET_V2 rings are not available: {}",
                 std::io::Error::last_os_error()
             )));
@@ -248,7 +248,7 @@ impl EthDevice {
             )
         };
         if base == libc::MAP_FAILED {
-            return Err(HostError(format!(
+            return Err(HostError::Fabric(format!(
                 "eth: cannot map the packet rings: {}",
                 std::io::Error::last_os_error()
             )));
@@ -276,7 +276,7 @@ impl EthDevice {
         let (macs, hellos) = match given {
             Some(macs) => {
                 if macs[boot.rank as usize] != iface.mac {
-                    return Err(HostError(format!(
+                    return Err(HostError::Fabric(format!(
                         "eth: rank {} is listed at MAC {} but {} is {}",
                         boot.rank,
                         mac_text(&macs[boot.rank as usize]),
@@ -316,8 +316,8 @@ impl EthDevice {
             XdpSetting::Auto => match Xsk::open(iface.index, job_key.to_be_bytes()) {
                 Ok(x) => (Some(Box::new(x)), None),
                 Err(e) => {
-                    eprintln!("volley: VOLLEY_ETH_XDP=auto: packet rings only ({})", e.0);
-                    (None, Some(e.0))
+                    eprintln!("volley: VOLLEY_ETH_XDP=auto: packet rings only ({})", e);
+                    (None, Some(e.to_string()))
                 }
             },
         };
@@ -585,7 +585,7 @@ mod tests {
             loop {
                 match EthDevice::open_on(&boot(rank), &secret, XdpSetting::Off, name) {
                     Ok(d) => return d,
-                    Err(e) if t0.elapsed() > StdDuration::from_secs(5) => panic!("{}", e.0),
+                    Err(e) if t0.elapsed() > StdDuration::from_secs(5) => panic!("{}", e),
                     Err(_) => std::thread::sleep(StdDuration::from_millis(10)),
                 }
             }
@@ -629,10 +629,13 @@ mod tests {
             .unwrap();
         assert_eq!(m[1], [2, 0, 0, 0, 0, 2]);
         let e = given_macs(&boot(&["a=02:00:00:00:00:01", "b"])).unwrap_err();
-        assert!(e.0.contains("1 of 2 ranks"), "{}", e.0);
+        assert!(e.to_string().contains("1 of 2 ranks"), "{e}");
         let e = given_macs(&boot(&["a=02:00:00:00:00:01", "b=02:00:00:00:00:01"])).unwrap_err();
-        assert!(e.0.contains("ranks 0 and 1 both have MAC"), "{}", e.0);
+        assert!(e.to_string().contains("ranks 0 and 1 both have MAC"), "{e}");
         let e = given_macs(&boot(&["a=02:00:00:00:00:01", "b=nonsense"])).unwrap_err();
-        assert!(e.0.contains("\"nonsense\" is not a MAC address"), "{}", e.0);
+        assert!(
+            e.to_string().contains("\"nonsense\" is not a MAC address"),
+            "{e}"
+        );
     }
 }

@@ -69,7 +69,7 @@ pub(super) fn setup_ring(
         )
     };
     if r != 0 {
-        return Err(HostError(format!(
+        return Err(HostError::Fabric(format!(
             "eth: cannot set up the packet ring: {}",
             std::io::Error::last_os_error()
         )));

@@ -134,9 +134,9 @@ pub fn base_port(job: u64, size: u16) -> Result<u16, HostError> {
 pub fn peer_addrs(boot: &Boot) -> Result<Vec<SocketAddr>, HostError> {
     if let Ok(list) = std::env::var("VOLLEY_UDP_PEERS") {
         let addrs: Result<Vec<SocketAddr>, _> = list.split(',').map(|a| a.trim().parse()).collect();
-        let addrs = addrs.map_err(|e| HostError(format!("VOLLEY_UDP_PEERS: {e}")))?;
+        let addrs = addrs.map_err(|e| HostError::Setting(format!("VOLLEY_UDP_PEERS: {e}")))?;
         if addrs.len() != boot.size as usize {
-            return Err(HostError(format!(
+            return Err(HostError::Setting(format!(
                 "VOLLEY_UDP_PEERS has {} addresses for {} ranks",
                 addrs.len(),
                 boot.size
@@ -153,12 +153,12 @@ pub fn peer_addrs(boot: &Boot) -> Result<Vec<SocketAddr>, HostError> {
                 .map_or("127.0.0.1", |h| crate::bootstrap::host_name(h));
             let port = base
                 .checked_add(i)
-                .ok_or_else(|| HostError(format!("port {base} + rank {i} overflows")))?;
+                .ok_or_else(|| HostError::Fabric(format!("port {base} + rank {i} overflows")))?;
             (host, port)
                 .to_socket_addrs()
-                .map_err(|e| HostError(format!("cannot resolve {host}: {e}")))?
+                .map_err(|e| HostError::Fabric(format!("cannot resolve {host}: {e}")))?
                 .find(SocketAddr::is_ipv4)
-                .ok_or_else(|| HostError(format!("{host} has no IPv4 address")))
+                .ok_or_else(|| HostError::Fabric(format!("{host} has no IPv4 address")))
         })
         .collect()
 }
@@ -334,14 +334,14 @@ impl UdpDevice {
                     0
                 })
                 .ok_or_else(|| {
-                    HostError(format!(
+                    HostError::Setting(format!(
                         "VOLLEY_UDP_BIND has no address for rank {}",
                         boot.rank
                     ))
                 })?
                 .trim()
                 .parse()
-                .map_err(|e| HostError(format!("VOLLEY_UDP_BIND: {e}")))?,
+                .map_err(|e| HostError::Setting(format!("VOLLEY_UDP_BIND: {e}")))?,
             Err(_) => {
                 let mut a = peers[boot.rank as usize];
                 if boot.hosts.is_empty() {
@@ -361,15 +361,15 @@ impl UdpDevice {
                 },
             };
         let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
-            .map_err(|e| HostError(format!("udp socket: {e}")))?;
+            .map_err(|e| HostError::Fabric(format!("udp socket: {e}")))?;
         // Deep buffers absorb a window of frames from a few peers at once.
         let fd = s.as_raw_fd();
         let rcvbuf = size_buffer(fd, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, SOCKET_BUFFER);
         let sndbuf = size_buffer(fd, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, SOCKET_BUFFER);
         s.bind(&bind.into())
-            .map_err(|e| HostError(format!("cannot bind udp {bind}: {e}")))?;
+            .map_err(|e| HostError::Fabric(format!("cannot bind udp {bind}: {e}")))?;
         s.set_nonblocking(true)
-            .map_err(|e| HostError(format!("udp nonblocking: {e}")))?;
+            .map_err(|e| HostError::Fabric(format!("udp nonblocking: {e}")))?;
         let sock: UdpSocket = s.into();
         // ICMP errors (a peer's port closed: the process died) reach us in the
         // socket's error queue.

@@ -35,7 +35,7 @@ pub struct Async<E> {
 }
 
 fn io_error(e: std::io::Error) -> HostError {
-    HostError(format!("wake-up descriptor in the tokio reactor: {e}"))
+    HostError::Fabric(format!("wake-up descriptor in the tokio reactor: {e}"))
 }
 
 impl<E: EventLoop> Async<E> {
