@@ -274,22 +274,27 @@ fn scan_pages(job: u64) -> Vec<(u32, i32, u64)> {
         if e.metadata().map_or(true, |m| m.uid() != uid) {
             continue;
         }
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
             continue;
         };
-        for line in maps.lines() {
-            let Some(at) = line.find(prefix) else {
+        use procfs_core::FromBufRead;
+        let Ok(maps) = procfs_core::process::MemoryMaps::from_buf_read(text.as_bytes()) else {
+            continue;
+        };
+        for m in maps.0 {
+            let name = match &m.pathname {
+                procfs_core::process::MMapPath::Path(p) => p.to_string_lossy().into_owned(),
+                procfs_core::process::MMapPath::Other(s) => s.clone(),
+                _ => continue,
+            };
+            let Some(at) = name.find(prefix) else {
                 continue;
             };
-            let rest = &line[at + prefix.len()..];
-            let node = rest.split(' ').next().and_then(|n| n.parse::<u32>().ok());
-            let start = line
-                .split('-')
-                .next()
-                .and_then(|a| u64::from_str_radix(a, 16).ok());
-            let (Some(node), Some(start)) = (node, start) else {
+            let rest = &name[at + prefix.len()..];
+            let Some(node) = rest.split(' ').next().and_then(|n| n.parse::<u32>().ok()) else {
                 continue;
             };
+            let start = m.address.0;
             let ok = read_page(pid, start)
                 .is_some_and(|(table, _)| read_table(pid, table, job, node).is_ok());
             if ok {

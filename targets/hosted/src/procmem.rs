@@ -19,34 +19,34 @@ pub(crate) struct Mapping {
     pub(crate) write: bool,
 }
 
-/// The private mappings listed in a `maps` file's text.
+/// The private mappings listed in a `maps` file's text, read by `procfs-core`. A
+/// text it cannot read gives none: nothing is reachable then, rather than a guess.
 pub(crate) fn parse_maps(text: &str) -> Vec<Mapping> {
-    let mut maps = Vec::new();
-    for line in text.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
-            continue;
-        };
-        let name = f.nth(3).unwrap_or("");
-        let p = perms.as_bytes();
+    use procfs_core::process::{MMPermissions, MMapPath, MemoryMaps};
+    use procfs_core::FromBufRead;
+    let Ok(maps) = MemoryMaps::from_buf_read(text.as_bytes()) else {
+        return Vec::new();
+    };
+    maps.0
+        .into_iter()
         // Private mappings only, never the kernel's special pages.
-        if p.len() < 4 || p[3] != b'p' || name.starts_with("[v") {
-            continue;
-        }
-        let Some((a, b)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
-            continue;
-        };
-        maps.push(Mapping {
-            start,
-            end,
-            read: p[0] == b'r',
-            write: p[0] == b'r' && p[1] == b'w',
-        });
-    }
-    maps
+        .filter(|m| m.perms.contains(MMPermissions::PRIVATE))
+        .filter(|m| match &m.pathname {
+            MMapPath::Vdso | MMapPath::Vvar | MMapPath::Vsyscall => false,
+            // The kernel's other pages (`[vvar_vclock]`), brackets taken off.
+            MMapPath::Other(name) => !name.starts_with('v'),
+            _ => true,
+        })
+        .map(|m| {
+            let read = m.perms.contains(MMPermissions::READ);
+            Mapping {
+                start: m.address.0,
+                end: m.address.1,
+                read,
+                write: read && m.perms.contains(MMPermissions::WRITE),
+            }
+        })
+        .collect()
 }
 
 /// Whether `[addr, addr + len)` lies in consecutive mappings of `maps` that allow
@@ -209,6 +209,8 @@ mod tests {
 7f0000000000-7f0000100000 rw-s 00000000 00:1a 9 /dev/shm/x/region
 7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
 7ffd00100000-7ffd00102000 r--p 00000000 00:00 0 [vvar]
+7ffd00102000-7ffd00104000 r-xp 00000000 00:00 0 [vdso]
+7ffd00104000-7ffd00106000 r--p 00000000 00:00 0 [vvar_vclock]
 ";
 
     #[test]
