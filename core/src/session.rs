@@ -404,21 +404,25 @@ impl<'a> Session<'a> {
 
     /// The frame key of this run, once [`Session::complete`]: derived from the job's
     /// and every rank's nonce in address order, so every rank computes the same,
-    /// and no other run's.
+    /// and no other run's. HKDF-SHA256 (RFC 5869): the job's frame key as salt,
+    /// the nonces end to end as input key material, `"volley run key"` as info.
     pub fn run_key(&self) -> Option<AuthKey> {
         if !self.complete() {
             return None;
         }
-        let mut h = SipHasher24::new_with_key(&self.frame_key);
-        h.write(b"volley run key");
+        let mut extract = hkdf::HkdfExtract::<sha2::Sha256>::new(Some(&self.frame_key));
         for (i, p) in self.peers.iter().enumerate() {
             if i == self.me as usize {
-                h.write(&self.hello.nonce);
+                extract.input_ikm(&self.hello.nonce);
             } else {
-                h.write(&p.nonce);
+                extract.input_ikm(&p.nonce);
             }
         }
-        Some(h.finish128().as_bytes())
+        let (_, kdf) = extract.finalize();
+        let mut key = [0u8; 16];
+        // 16 bytes: within HKDF's limit, it cannot fail.
+        let _ = kdf.expand(b"volley run key", &mut key);
+        Some(key)
     }
 
     /// What the engine needs to answer late HELLOs.
