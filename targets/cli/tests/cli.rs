@@ -549,3 +549,73 @@ fn capture_on_each_fabric_decodes_with_the_dissector() {
         text(&out.stderr)
     );
 }
+
+/// `volley run --unikernel` has cargo bring the image up to date with the source
+/// tree before it boots any node (a stale image is never booted unseen), and says
+/// so; a failed build stops the job with one line. A stand-in `cargo` records
+/// that it was asked and fails.
+#[test]
+fn the_unikernel_image_is_brought_up_to_date_before_a_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let asked = dir.path().join("asked");
+    let fake = dir.path().join("cargo");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\necho \"$PWD $*\" > {}\nexit 1\n",
+            asked.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = volley(
+        &[
+            "run",
+            "-n",
+            "2",
+            "--unikernel",
+            "1",
+            "--timeout",
+            "30",
+            "--",
+            "true",
+        ],
+        &[("CARGO", fake.to_str().unwrap())],
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("bringing the unikernel image up to date"),
+        "{err}"
+    );
+    assert!(err.contains("building the unikernel image failed"), "{err}");
+    let call = std::fs::read_to_string(&asked).expect("cargo was asked");
+    assert!(
+        call.trim_end().ends_with("/unikernel build --release"),
+        "{call}"
+    );
+    // Another image, named: no build.
+    let image = dir.path().join("image");
+    std::fs::write(&image, b"not a kernel").unwrap();
+    std::fs::remove_file(&asked).unwrap();
+    let out = volley(
+        &[
+            "run",
+            "-n",
+            "1",
+            "--unikernel",
+            "1",
+            "--timeout",
+            "5",
+            "--",
+            "true",
+        ],
+        &[
+            ("CARGO", fake.to_str().unwrap()),
+            ("VOLLEY_UNIKERNEL_IMAGE", image.to_str().unwrap()),
+        ],
+    );
+    assert!(!asked.exists(), "cargo asked for a named image");
+    assert!(!out.status.success());
+}
