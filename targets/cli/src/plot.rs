@@ -122,25 +122,18 @@ pub fn charts(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>, HostError> {
     Ok(written)
 }
 
-/// Every size some series of a chart has a point at, in order.
-fn size_grid(series: &[Series]) -> Vec<f64> {
-    let mut grid: Vec<f64> = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.0))
-        .collect();
-    grid.sort_by(f64::total_cmp);
-    grid.dedup();
-    grid
-}
+/// The widest step between two sizes of one sweep that a line still joins: the
+/// sweeps step by 8 (latency) or 16 (bandwidth); a series measured at sizes
+/// farther apart (a peer's 8 B and 1 MiB) has no points between them to draw.
+const JOINED_STEP: f64 = 16.0;
 
-/// `points` (by size) cut where the chart's `grid` has a size between two of them
-/// that they lack: each run is drawn as one line.
-fn runs(points: &[(f64, f64)], grid: &[f64]) -> Vec<Vec<(f64, f64)>> {
-    let place = |x: f64| grid.iter().position(|&g| g == x).unwrap_or(usize::MAX);
+/// `points` (by size) cut where two neighbours are more than [`JOINED_STEP`]
+/// apart: each run is drawn as one line.
+fn runs(points: &[(f64, f64)]) -> Vec<Vec<(f64, f64)>> {
     let mut out: Vec<Vec<(f64, f64)>> = Vec::new();
     for &p in points {
         match out.last_mut() {
-            Some(run) if place(run[run.len() - 1].0).wrapping_add(1) == place(p.0) => run.push(p),
+            Some(run) if p.0 <= run[run.len() - 1].0 * JOINED_STEP => run.push(p),
             _ => out.push(vec![p]),
         }
     }
@@ -192,7 +185,9 @@ fn draw(path: &Path, c: &Chart, series: &[Series]) -> Result<(), Box<dyn std::er
     }
     // Room around the points, and a range even for a single one.
     let (x0, x1, y0, y1) = (x0 / 2.0, x1 * 2.0, y0 / 1.5, y1 * 1.5);
-    let root = SVGBackend::new(path, (1200, 720)).into_drawing_area();
+    // Tall enough for the legend's every line.
+    let height = (60 + 20 * series.len() as u32).max(720);
+    let root = SVGBackend::new(path, (1200, height)).into_drawing_area();
     root.fill(&WHITE)?;
     let (left, right) = root.split_horizontally(820);
     let mut chart = ChartBuilder::on(&left)
@@ -212,15 +207,13 @@ fn draw(path: &Path, c: &Chart, series: &[Series]) -> Result<(), Box<dyn std::er
         .draw()?;
     // A colour per line; the first fabric's lines solid, the others' dashed.
     let first = series.first().map(|s| s.fabric.as_str()).unwrap_or("");
-    let grid = size_grid(series);
     let text = ("sans-serif", 13).into_font();
     for (i, s) in series.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
         let style = color.stroke_width(2);
         let solid = s.fabric == first;
-        // A line joins only sizes next to each other on the chart: a series with
-        // no point at a size between two of its points has a gap there.
-        for run in runs(&s.points, &grid) {
+        // A line joins only sizes of one sweep: none is drawn across a gap.
+        for run in runs(&s.points) {
             if run.len() < 2 {
                 continue;
             }
@@ -298,24 +291,20 @@ mod tests {
     }
 
     #[test]
-    fn a_line_joins_only_neighbouring_sizes() {
-        let a = |pts: &[(f64, f64)]| Series {
-            fabric: "shm".into(),
-            test: "t".into(),
-            points: pts.to_vec(),
-        };
-        let full = a(&[(8.0, 1.0), (64.0, 2.0), (512.0, 3.0), (4096.0, 4.0)]);
-        // A peer measured at 8 B and 4 KiB only: two points, no line across.
-        let peer = a(&[(8.0, 1.5), (4096.0, 5.0)]);
-        let gappy = a(&[(8.0, 1.0), (64.0, 2.0), (4096.0, 4.0)]);
-        let grid = size_grid(&[full, peer, gappy]);
-        assert_eq!(grid, vec![8.0, 64.0, 512.0, 4096.0]);
-        assert_eq!(runs(&[(8.0, 1.5), (4096.0, 5.0)], &grid).len(), 2);
-        let r = runs(&[(8.0, 1.0), (64.0, 2.0), (4096.0, 4.0)], &grid);
-        assert_eq!(r, vec![vec![(8.0, 1.0), (64.0, 2.0)], vec![(4096.0, 4.0)]]);
+    fn a_line_joins_only_the_steps_of_a_sweep() {
+        // A sweep by 8 is one line.
+        let sweep = [(8.0, 1.0), (64.0, 2.0), (512.0, 3.0), (4096.0, 4.0)];
+        assert_eq!(runs(&sweep).len(), 1);
+        // A peer measured at 8 B and 1 MiB only: two points, no line across.
+        assert_eq!(runs(&[(8.0, 1.5), (1048576.0, 5.0)]).len(), 2);
+        // A gap in a sweep cuts its line there.
+        let r = runs(&[(8.0, 1.0), (64.0, 2.0), (32768.0, 4.0), (262144.0, 5.0)]);
         assert_eq!(
-            runs(&[(8.0, 1.0), (64.0, 2.0), (512.0, 3.0)], &grid).len(),
-            1
+            r,
+            vec![
+                vec![(8.0, 1.0), (64.0, 2.0)],
+                vec![(32768.0, 4.0), (262144.0, 5.0)]
+            ]
         );
     }
 
