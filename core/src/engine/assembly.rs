@@ -150,7 +150,7 @@ impl<'a> Engine<'a> {
     ) -> bool {
         let dp = repr.ends.dst_port;
         let unbound = match self.ports.get(dp as usize) {
-            _ if dp == BARRIER_PORT || dp == BROADCAST_PORT => return true,
+            _ if dp >= self.cfg.reserved_ports_from => return true,
             None => return true,
             Some(p) => !p.input,
         };

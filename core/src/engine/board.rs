@@ -83,7 +83,7 @@ impl<'a> Engine<'a> {
         // Most callers here are unicasts without a channel yet: ruled out first.
         // Any length one board frame holds goes (`board_fits`): written from the
         // caller's bytes, it needs no copy, however long.
-        if dest.node != BROADCAST || head.len() > HEAD_MAX {
+        if dest.node != BROADCAST || head.len() > INLINE_HEAD_MAX {
             return false;
         }
         let me = self.cfg.node;

@@ -84,6 +84,11 @@ pub struct Config {
     /// engine answers HELLOs that come late (a peer that lost the last one). `None`
     /// (the default): HELLOs are dropped as malformed.
     pub hello: Option<crate::session::HelloConfig>,
+    /// Ports from this one up are the personality's own, never a message's
+    /// destination (GAMMA keeps 1023 and 1024 for broadcast and barrier): a reliable
+    /// message to one is refused at once, without the grace an unbound port gets.
+    /// `PortId::MAX` (the default): the last port only, which no table reaches.
+    pub reserved_ports_from: PortId,
 }
 
 impl Config {
@@ -109,6 +114,7 @@ impl Config {
             bcast_tree: Some(Tree::Binomial),
             ack_exchange_ends: true,
             hello: None,
+            reserved_ports_from: PortId::MAX,
         }
     }
 }

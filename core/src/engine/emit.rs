@@ -293,7 +293,7 @@ impl<'t, D: Device> Tx<'t, D> {
         let mut flags = self.data_flags(ch, o, offset, payload, last, resend);
         // A tree broadcast's fragments start with its root, shape and number; the
         // first piece (at most the 20-byte head) is copied behind them.
-        let mut first = [0u8; wire::TREE_PREFIX + HEAD_MAX];
+        let mut first = [0u8; wire::TREE_PREFIX + INLINE_HEAD_MAX];
         let pieces = if o.tree {
             flags |= Flags::TREE;
             let n = wire::TREE_PREFIX + pieces[0].len();
@@ -483,8 +483,8 @@ impl<'t, D: Device> Tx<'t, D> {
             flags,
             job_key: 0,
             ends: Endpoints {
-                src_port: BARRIER_PORT,
-                dst_port: BARRIER_PORT,
+                src_port: wire::BARRIER_TOKEN_PORT,
+                dst_port: wire::BARRIER_TOKEN_PORT,
                 ..Endpoints::default()
             },
             seq,

@@ -21,7 +21,7 @@ pub enum Error {
     NoResources,
     /// The handle does not name a live send operation.
     InvalidHandle,
-    /// The first piece of a two-piece send is longer than [`HEAD_MAX`](super::HEAD_MAX).
+    /// The first piece of a two-piece send is longer than [`INLINE_HEAD_MAX`](super::INLINE_HEAD_MAX).
     FirstPieceTooLong,
     /// The message is longer than the wire can describe (4 GiB).
     MessageTooLong,

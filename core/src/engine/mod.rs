@@ -107,8 +107,9 @@ fn peer_alive<D: Device>(dev: &mut D, now: Instant, peer: NodeAddr) -> bool {
 
 /// Destination instance meaning "every member of the group but the sender".
 pub const BROADCAST: NodeId = u16::MAX;
-/// Longest first piece of a two-piece send (GAMMA `send_2p`), copied at call time.
-pub const HEAD_MAX: usize = 20;
+/// Longest first piece of a message sent in two pieces, which an operation holds
+/// inline (copied at the send call); the body is sent from where it lies.
+pub const INLINE_HEAD_MAX: usize = 20;
 /// Largest message a blocking reliable send copies into an engine buffer and returns
 /// from at once (MPI's eager protocol); larger ones wait for the receiver's ack.
 pub const EAGER_MAX: usize = 16 * 1024;
@@ -120,10 +121,6 @@ pub const NOT_RUNNING_AFTER: Duration = Duration::from_millis(20);
 const BARRIER_PROBE: u32 = u32::MAX;
 /// Barrier round bit meaning "this barrier failed": the receiver's fails too.
 const BARRIER_ABORT: u32 = 1 << 31;
-/// Port number that barrier tokens carry (GAMMA reserves 1024 for barriers).
-pub const BARRIER_PORT: PortId = 1024;
-/// Port reserved for collective broadcast (GAMMA: 1023); never a message's destination.
-pub const BROADCAST_PORT: PortId = 1023;
 /// `offset` of a CONTROL frame that rejects a message (WIRE.md).
 const CONTROL_REJECT: u32 = 1;
 /// `offset` of a CONTROL frame that denies a put: its address is not exposed.
@@ -390,14 +387,6 @@ impl<'a> Engine<'a> {
     /// Instances in this process's group.
     pub fn size(&self) -> u16 {
         self.size
-    }
-    /// Number of ports.
-    pub fn port_count(&self) -> usize {
-        self.ports.len()
-    }
-    /// Number of semaphores.
-    pub fn sem_count(&self) -> usize {
-        self.sems.len()
     }
 
     #[inline]

@@ -90,7 +90,7 @@ pub struct Op<'a> {
     pub(super) detached: bool,
     /// The receiver discarded the message (port not bound): fails once acked.
     pub(super) rejected: bool,
-    pub(super) head: [u8; HEAD_MAX],
+    pub(super) head: [u8; INLINE_HEAD_MAX],
     pub(super) head_len: u8,
     pub(super) body: &'a [u8],
     pub(super) total: u32,
@@ -139,7 +139,7 @@ impl Op<'_> {
         bell: 0,
         detached: false,
         rejected: false,
-        head: [0; HEAD_MAX],
+        head: [0; INLINE_HEAD_MAX],
         head_len: 0,
         body: &[],
         total: 0,
@@ -194,12 +194,9 @@ impl Op<'_> {
 pub struct SendHandle(u32);
 
 impl SendHandle {
-    /// The handle as an integer (for a C facade).
-    pub fn to_raw(self) -> u32 {
-        self.0
-    }
-    /// A handle from [`SendHandle::to_raw`].
-    pub fn from_raw(v: u32) -> Self {
+    /// A handle from its integer, as a forged or stale one would be (tests).
+    #[cfg(test)]
+    pub(crate) fn from_raw(v: u32) -> Self {
         SendHandle(v)
     }
     pub(super) fn new(idx: usize, gen: u16) -> Self {

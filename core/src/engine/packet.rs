@@ -84,14 +84,6 @@ impl PacketId {
     pub fn index(self) -> usize {
         (self.0 & !RX_BIT) as usize
     }
-    /// The id as an integer (for a C facade).
-    pub fn to_raw(self) -> u16 {
-        self.0
-    }
-    /// An id from [`PacketId::to_raw`] (checked when used).
-    pub fn from_raw(v: u16) -> Self {
-        PacketId(v)
-    }
 }
 
 /// A received packet, waiting for the program.
@@ -551,7 +543,8 @@ impl<'a> Engine<'a> {
     /// instance ([`MCAST_ALL`]) would go through this instance's board (written
     /// once in NIC memory, read there by every other instance; no relays): the
     /// device has one for the whole group and no packet tree was used.
-    pub fn board_takes_packet(&self, len: usize) -> bool {
+    #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
+    pub(crate) fn board_takes_packet(&self, len: usize) -> bool {
         len <= self.packet_size() && self.packet_board_fits(len)
     }
 
@@ -559,14 +552,16 @@ impl<'a> Engine<'a> {
     /// instance goes down a tree of relays, and always will: the device has no
     /// board for the whole group, so no launch takes another path that a later
     /// one could overtake, and the packet fits.
-    pub fn tree_takes_packet(&self, len: usize) -> bool {
+    #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
+    pub(crate) fn tree_takes_packet(&self, len: usize) -> bool {
         self.caps.board_nodes != self.size && len <= self.packet_size()
     }
 
     /// Whether `root`'s packets to every instance ([`MCAST_ALL`]) down `tree`
     /// reach this instance through `via`, a relay above it: once `via` is dead,
     /// what `root` multicasts no longer comes here.
-    pub fn relayed_through(&self, root: NodeId, via: NodeId, tree: Tree) -> bool {
+    #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
+    pub(crate) fn relayed_through(&self, root: NodeId, via: NodeId, tree: Tree) -> bool {
         let mut x = self.cfg.node;
         // A parent's position is below its child's: at most `size` steps.
         for _ in 0..self.size {

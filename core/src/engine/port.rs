@@ -46,15 +46,6 @@ pub enum RecvBuf<'a> {
 }
 
 impl<'a> RecvBuf<'a> {
-    /// The lent slice back, if this buffer was lent.
-    pub fn into_lent(self) -> Option<&'a mut [u8]> {
-        match self {
-            RecvBuf::Lent(b) => Some(b),
-            #[cfg(feature = "alloc")]
-            RecvBuf::Owned(_) => None,
-        }
-    }
-
     /// The owned buffer back, if this buffer was owned.
     #[cfg(feature = "alloc")]
     pub fn into_owned(self) -> Option<alloc::boxed::Box<[u8]>> {
@@ -302,7 +293,8 @@ impl<'a> HandlerView<'_, 'a> {
         attach_buffer(self.ports, port, buf)
     }
     /// Takes the buffer back from `port`.
-    pub fn take_buffer(&mut self, port: PortId) -> Result<Option<RecvBuf<'a>>, Error> {
+    #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
+    pub(crate) fn take_buffer(&mut self, port: PortId) -> Result<Option<RecvBuf<'a>>, Error> {
         take_buffer(self.ports, port)
     }
     /// A semaphore's state.
@@ -313,7 +305,7 @@ impl<'a> HandlerView<'_, 'a> {
             .ok_or(Error::InvalidSemaphore)
     }
     /// Queues a send through `port`, reliable or best-effort: `head` (at most
-    /// [`HEAD_MAX`] bytes) and `body` are copied into one of the engine's eager
+    /// [`INLINE_HEAD_MAX`] bytes) and `body` are copied into one of the engine's eager
     /// buffers, so together at most [`EAGER_MAX`] bytes; the message leaves at the
     /// next transmit pass, in the order queued. A failure later is a `SendFailure`
     /// notice (or an error on the port's semaphore). Returns the length.
@@ -348,7 +340,7 @@ impl<'a> HandlerView<'_, 'a> {
             } if reliable && group == self.bcast.0 => self.bcast.1,
             _ => 0,
         };
-        if head.len() > HEAD_MAX {
+        if head.len() > INLINE_HEAD_MAX {
             return Err(Error::FirstPieceTooLong);
         }
         let len = head.len() + body.len();
@@ -625,11 +617,6 @@ impl<'a> Engine<'a> {
         buf: impl Into<RecvBuf<'a>>,
     ) -> Result<Option<RecvBuf<'a>>, Error> {
         attach_buffer(&mut self.ports, port, buf.into())
-    }
-
-    /// Takes the buffer back from `port`.
-    pub fn take_buffer(&mut self, port: PortId) -> Result<Option<RecvBuf<'a>>, Error> {
-        take_buffer(&mut self.ports, port)
     }
 
     /// The port's buffer, to read what was delivered into it.

@@ -180,7 +180,8 @@ impl<'a> Engine<'a> {
     /// be reused (the target has them all), `remote_bell` there once they have all
     /// landed. A refused address or a dead peer shows up in
     /// [`Engine::take_rma_failure`] and the local bell is not rung.
-    pub fn start_put(&mut self, mem: &mut dyn Memory, t: Transfer) -> Result<(), Error> {
+    #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
+    pub(crate) fn start_put(&mut self, mem: &mut dyn Memory, t: Transfer) -> Result<(), Error> {
         let ci = self.put_channel(mem, t.group, t.node, t.local, t.len)?;
         let oi = self.alloc_op()?;
         let op = put_op(&t);
@@ -213,7 +214,8 @@ impl<'a> Engine<'a> {
     /// Starts reading `len` bytes at address `remote` of instance `node` of `group`
     /// into local address `local`. `local_bell` is rung here once the data has all
     /// landed, `remote_bell` there once the source may be reused.
-    pub fn start_get(&mut self, mem: &mut dyn Memory, t: Transfer) -> Result<(), Error> {
+    #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
+    pub(crate) fn start_get(&mut self, mem: &mut dyn Memory, t: Transfer) -> Result<(), Error> {
         let Transfer {
             group,
             node,
@@ -290,7 +292,8 @@ impl<'a> Engine<'a> {
     }
 
     /// The next one-sided operation of ours that failed, oldest first.
-    pub fn take_rma_failure(&mut self) -> Option<RmaFailure> {
+    #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
+    pub(crate) fn take_rma_failure(&mut self) -> Option<RmaFailure> {
         let f = self.rma.failures[0].take();
         self.rma.failures.rotate_left(1);
         f

@@ -35,7 +35,7 @@ impl<'k> Targets<'k> {
 impl<'a> Engine<'a> {
     // ---------------------------------------------------------------- sends
 
-    /// Starts sending `head` (copied, at most [`HEAD_MAX`] bytes) followed by `body`
+    /// Starts sending `head` (copied, at most [`INLINE_HEAD_MAX`] bytes) followed by `body`
     /// through `port`'s output binding. `reliable` selects the flow-controlled,
     /// retransmitting service. A broadcast binding sends to every other member.
     #[inline]
@@ -77,7 +77,7 @@ impl<'a> Engine<'a> {
     ) -> Result<SendHandle, Error> {
         let p = self.ports.get(port as usize).ok_or(Error::InvalidPort)?;
         let dest = p.dest.ok_or(Error::NotBound)?;
-        if head.len() > HEAD_MAX {
+        if head.len() > INLINE_HEAD_MAX {
             return Err(Error::FirstPieceTooLong);
         }
         let mut eager = NONE;

@@ -9,7 +9,7 @@ use super::*;
 pub struct OneFrame<'b> {
     /// The port it goes through (its output binding names the destination).
     pub port: PortId,
-    /// A first piece, copied (at most [`HEAD_MAX`] bytes), then `body`.
+    /// A first piece, copied (at most [`INLINE_HEAD_MAX`] bytes), then `body`.
     pub head: &'b [u8],
     /// The rest of the message.
     pub body: &'b [u8],
@@ -210,7 +210,8 @@ impl<'a> Engine<'a> {
     /// `Ok(false)`, nothing changed: not sent (something ahead, no credit, too long
     /// for one frame, no free operation, the device full); `start_put` takes it.
     /// The caller flushes the device ([`Device::flush`]).
-    pub fn put_now<D: Device>(
+    #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
+    pub(crate) fn put_now<D: Device>(
         &mut self,
         now: Instant,
         dev: &mut D,
@@ -272,7 +273,8 @@ impl<'a> Engine<'a> {
     /// may take a new frame ahead of nothing (as [`Engine::put_now`]). `Ok(false)`,
     /// nothing changed: not sent (something ahead, no credit, no free get slot, the
     /// device full); `start_get` takes it. The caller flushes the device.
-    pub fn get_now<D: Device>(
+    #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
+    pub(crate) fn get_now<D: Device>(
         &mut self,
         now: Instant,
         dev: &mut D,
@@ -510,7 +512,8 @@ impl<'a> Engine<'a> {
     /// `Engine::launch_unicast_now` allows: `Ok(true)` if it left, `Ok(false)` if
     /// it was queued for the next transmit pass (the caller flushes the device, as
     /// there).
-    pub fn launch_unicast_on<D: Device>(
+    #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
+    pub(crate) fn launch_unicast_on<D: Device>(
         &mut self,
         now: Instant,
         dev: &mut D,

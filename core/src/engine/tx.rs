@@ -233,7 +233,7 @@ impl<'a> Engine<'a> {
         let p = self.ports.get(port as usize)?;
         // No address for a broadcast.
         let (dest, addr) = (p.dest?, p.dest_addr?);
-        if head.len() > HEAD_MAX {
+        if head.len() > INLINE_HEAD_MAX {
             return None;
         }
         match self.peer_map.get(addr.0 as usize) {

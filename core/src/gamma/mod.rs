@@ -70,9 +70,12 @@ pub const LOOKS_SENDING: u32 = 32;
 /// Semaphores per process, numbered `0..=1024`.
 pub const SEMAPHORES: usize = 1025;
 /// Port and semaphore reserved for broadcast.
-pub const BROADCAST_PORT: PortId = crate::engine::BROADCAST_PORT;
-/// Port and semaphore reserved for barrier synchronisation.
-pub const BARRIER_PORT: PortId = crate::engine::BARRIER_PORT;
+pub const BROADCAST_PORT: PortId = 1023;
+/// Port and semaphore reserved for barrier synchronisation (the port the engine's
+/// barrier tokens carry).
+pub const BARRIER_PORT: PortId = crate::wire::BARRIER_TOKEN_PORT;
+/// Longest first piece of a two-piece send (`send_2p`), copied at the call.
+pub const HEAD_MAX: usize = crate::engine::INLINE_HEAD_MAX;
 /// Store each message after the previous one.
 pub const GO_AHEAD: BufferKind = BufferKind::GoAhead;
 /// Store each message at the start of the buffer.
@@ -281,7 +284,7 @@ impl<'a, S> Upcall<'_, 'a, S> {
         self.view.semaphore(sem)
     }
     /// Queues a best-effort send through `port` (GAMMA `gamma_send` from a handler).
-    /// `head` (at most [`crate::engine::HEAD_MAX`] bytes) and `body` are copied into
+    /// `head` (at most [`HEAD_MAX`] bytes) and `body` are copied into
     /// one of the engine's eager buffers, so together at most
     /// [`crate::engine::EAGER_MAX`] bytes; the message leaves when the handler has
     /// returned, in the order queued. A failure later is reported through the port's
@@ -359,6 +362,11 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         if handlers.len() < PORTS {
             return Err(Error::BadConfig);
         }
+        // Broadcast's and barrier's ports are GAMMA's own.
+        let cfg = Config {
+            reserved_ports_from: BROADCAST_PORT,
+            ..cfg
+        };
         let mut engine = Engine::new(cfg, groups, storage)?;
         // Sends before the first poll are framed to this device's MTU.
         engine.set_capabilities(dev.capabilities());

@@ -48,6 +48,8 @@ pub const GET_REQUEST_LEN: usize = 24;
 /// message's bytes: root instance (u16), tree shape (u8), reserved (u8), the root's
 /// broadcast sequence number (u32).
 pub const TREE_PREFIX: usize = 8;
+/// The port number barrier tokens carry in both port fields (WIRE.md, `BARRIER`).
+pub const BARRIER_TOKEN_PORT: crate::PortId = 1024;
 
 /// The tag of a header and payload: with the hash `cache` keeps where one is given.
 #[inline]
