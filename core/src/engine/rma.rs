@@ -155,7 +155,7 @@ fn be64(b: &[u8]) -> u64 {
 /// A one-sided transfer between `len` bytes at local address `local` and address
 /// `remote` of instance `node` of `group`. A put writes there; a get reads from
 /// there. `local_bell` is rung here and `remote_bell` there, each once its end is
-/// done with the bytes (see [`Engine::start_put`] and [`Engine::start_get`]).
+/// done with the bytes (see `Engine::start_put` and `Engine::start_get`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transfer {
     /// The peer's group.
