@@ -78,16 +78,25 @@ pub fn install(
                bytes: &[u8],
                mode: u32|
      -> Result<PathBuf, String> {
-        use std::os::unix::fs::PermissionsExt;
+        use std::io::Write;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
         let p = root.join(rel);
         if let Some(dir) = p.parent() {
             std::fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
         }
-        // A fresh file: whatever was there (a link to elsewhere, say) is replaced,
-        // not written through.
+        // A fresh file: whatever was there (a link to elsewhere, say) is removed,
+        // never written through; one that appears meanwhile is an error.
         let _ = std::fs::remove_file(&p);
-        std::fs::write(&p, bytes).map_err(|e| err(&p, e))?;
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&p)
+            .map_err(|e| err(&p, e))?;
+        f.write_all(bytes).map_err(|e| err(&p, e))?;
+        // The mode asked for, whatever the umask.
+        f.set_permissions(std::fs::Permissions::from_mode(mode))
             .map_err(|e| err(&p, e))?;
         written.push(p.clone());
         Ok(p)
