@@ -410,19 +410,18 @@ impl<'a> Session<'a> {
         if !self.complete() {
             return None;
         }
-        let mut extract = hkdf::HkdfExtract::<sha2::Sha256>::new(Some(&self.frame_key));
-        for (i, p) in self.peers.iter().enumerate() {
+        let nonces = self.peers.iter().enumerate().map(|(i, p)| {
             if i == self.me as usize {
-                extract.input_ikm(&self.hello.nonce);
+                &self.hello.nonce[..]
             } else {
-                extract.input_ikm(&p.nonce);
+                &p.nonce[..]
             }
-        }
-        let (_, kdf) = extract.finalize();
-        let mut key = [0u8; 16];
-        // 16 bytes: within HKDF's limit, it cannot fail.
-        let _ = kdf.expand(b"volley run key", &mut key);
-        Some(key)
+        });
+        Some(crate::wire::hkdf16(
+            &self.frame_key,
+            nonces,
+            &[b"volley run key"],
+        ))
     }
 
     /// What the engine needs to answer late HELLOs.

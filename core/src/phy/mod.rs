@@ -66,6 +66,19 @@ impl Capabilities {
             compact: false,
         }
     }
+
+    /// These capabilities with no broadcast board and no send slots, for a wrapper
+    /// that must see every frame its node sends (a capture): everything then goes
+    /// through transmit tokens.
+    pub const fn frames_only(self) -> Capabilities {
+        Capabilities {
+            board_nodes: 0,
+            board_mtu: 0,
+            pool_slots: 0,
+            pool_slot_size: 0,
+            ..self
+        }
+    }
 }
 
 /// Where a barrier that the device runs in its own memory stands.

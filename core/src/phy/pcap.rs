@@ -147,16 +147,10 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
     }
 
     fn capabilities(&self) -> Capabilities {
-        // Every frame this node sends goes through the capture, so none on the board
-        // and none from send slots. Compact frames are recorded as they travel
-        // (WIRE.md: a dissector tells them by their first byte).
-        Capabilities {
-            board_nodes: 0,
-            board_mtu: 0,
-            pool_slots: 0,
-            pool_slot_size: 0,
-            ..self.inner.capabilities()
-        }
+        // Every frame this node sends goes through the capture. Compact frames are
+        // recorded as they travel (WIRE.md: a dissector tells them by their first
+        // byte).
+        self.inner.capabilities().frames_only()
     }
 
     // Other nodes' board frames are read (not captured): a reader that stopped

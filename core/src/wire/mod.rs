@@ -415,12 +415,16 @@ pub type AuthKey = [u8; 16];
 /// secret as input key material, and `what` then the little-endian job as info.
 /// Hosted ranks and unikernel nodes derive alike, so they can share a job.
 pub fn derive_key(secret: &AuthKey, what: &[u8], job: u64) -> [u8; 16] {
-    hkdf16(b"volley", &[secret], &[what, &job.to_le_bytes()])
+    hkdf16(b"volley", [&secret[..]], &[what, &job.to_le_bytes()])
 }
 
 /// The first 16 bytes of HKDF-SHA256 (RFC 5869) of the input key material given in
 /// `ikm` pieces, laid end to end, under `salt`, with `info` pieces likewise.
-pub(crate) fn hkdf16(salt: &[u8], ikm: &[&[u8]], info: &[&[u8]]) -> [u8; 16] {
+pub(crate) fn hkdf16<'i>(
+    salt: &[u8],
+    ikm: impl IntoIterator<Item = &'i [u8]>,
+    info: &[&[u8]],
+) -> [u8; 16] {
     let mut extract = hkdf::HkdfExtract::<sha2::Sha256>::new(Some(salt));
     for piece in ikm {
         extract.input_ikm(piece);
@@ -924,7 +928,7 @@ mod tests {
         let salt: [u8; 13] = core::array::from_fn(|i| i as u8);
         let info: [u8; 10] = core::array::from_fn(|i| 0xf0 + i as u8);
         // The OKM's first bytes, given in pieces as the callers give theirs.
-        let okm = hkdf16(&salt, &[&ikm[..7], &ikm[7..]], &[&info[..3], &info[3..]]);
+        let okm = hkdf16(&salt, [&ikm[..7], &ikm[7..]], &[&info[..3], &info[3..]]);
         let want = [
             0x3c, 0xb2, 0x5f, 0x25, 0xfa, 0xac, 0xd5, 0x7a, 0x90, 0x43, 0x4f, 0x64, 0xd0, 0x36,
             0x2f, 0x2a,

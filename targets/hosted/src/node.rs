@@ -91,13 +91,7 @@ impl Captured {
     #[cold]
     #[inline(never)]
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            board_nodes: 0,
-            board_mtu: 0,
-            pool_slots: 0,
-            pool_slot_size: 0,
-            ..self.inner.capabilities()
-        }
+        self.inner.capabilities().frames_only()
     }
 
     #[cold]
