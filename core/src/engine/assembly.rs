@@ -73,18 +73,12 @@ impl Assembly {
     };
 }
 
-/// The lowest free assembly slot, if any; `hwm` follows the highest ever taken.
-pub(super) fn free_asm(asms: &[Assembly], hwm: &mut usize) -> Option<usize> {
-    let ai = asms.iter().position(|a| !a.used)?;
-    *hwm = (*hwm).max(ai + 1);
-    Some(ai)
-}
 
 impl<'a> Engine<'a> {
     /// The assembly of message `msg_id` on channel `ci` (a board broadcast's, by
     /// the root's broadcast number instead, is not one: see `rx_board_next`).
     pub(super) fn find_asm(&self, ci: usize, msg_id: u32, reliable: bool) -> Option<usize> {
-        self.asms[..self.asm_hwm].iter().position(|a| {
+        self.asms.table[..self.asms.hwm].iter().position(|a| {
             a.used
                 && a.chan == ci as u16
                 && a.msg_id == msg_id
@@ -103,11 +97,11 @@ impl<'a> Engine<'a> {
         now: Instant,
     ) -> Option<usize> {
         let port = repr.ends.dst_port;
-        let p = self.ports.get_mut(port as usize)?;
+        let p = self.ports.table.get_mut(port as usize)?;
         if !p.input || p.busy {
             return None;
         }
-        let ai = free_asm(&self.asms, &mut self.asm_hwm)?;
+        let ai = self.asms.free_slot()?;
         let base = match p.kind {
             Fill::Restart => 0,
             Fill::Append => p.cursor,
@@ -118,9 +112,9 @@ impl<'a> Engine<'a> {
         }
         p.busy = true;
         if !reliable {
-            self.be_asms += 1;
+            self.asms.best_effort += 1;
         }
-        self.asms[ai] = Assembly {
+        self.asms.table[ai] = Assembly {
             used: true,
             chan: ci as u16,
             msg_id: repr.msg_id,
@@ -149,12 +143,12 @@ impl<'a> Engine<'a> {
         board: bool,
     ) -> bool {
         let dp = repr.ends.dst_port;
-        let unbound = match self.ports.get(dp as usize) {
+        let unbound = match self.ports.table.get(dp as usize) {
             _ if dp >= self.cfg.reserved_ports_from => return true,
             None => return true,
             Some(p) => !p.input,
         };
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         let waiting = if board {
             &mut ch.unbound_board
         } else {
@@ -185,11 +179,11 @@ impl<'a> Engine<'a> {
         repr: &Repr,
         now: Instant,
     ) -> Option<usize> {
-        if self.chans[ci].ctrl_full() {
+        if self.chans.table[ci].ctrl_full() {
             return None;
         }
-        let ai = free_asm(&self.asms, &mut self.asm_hwm)?;
-        self.asms[ai] = Assembly {
+        let ai = self.asms.free_slot()?;
+        self.asms.table[ai] = Assembly {
             used: true,
             discard: true,
             chan: ci as u16,
@@ -210,7 +204,7 @@ impl<'a> Engine<'a> {
     /// Copies a fragment into its place in the port buffer.
     #[inline]
     pub(super) fn place(&mut self, ai: usize, offset: u32, payload: &[u8]) {
-        let a = &mut self.asms[ai];
+        let a = &mut self.asms.table[ai];
         a.received = a.received.saturating_add(payload.len() as u32);
         let off = offset as usize;
         if off >= a.cap {
@@ -242,7 +236,7 @@ impl<'a> Engine<'a> {
         if let Some(ai) = self.find_asm(ci, repr.msg_id, true) {
             return Ok(ai);
         }
-        let next = self.chans[ci].next_reserve;
+        let next = self.chans.table[ci].next_reserve;
         if seq_lt(repr.msg_id, next) {
             // Its message is already complete: nothing left to place.
             self.stats.rx_dropped += 1;
@@ -253,7 +247,7 @@ impl<'a> Engine<'a> {
             return Err(false);
         }
         let ai = reserve(self).ok_or(false)?;
-        self.chans[ci].next_reserve = next.wrapping_add(1);
+        self.chans.table[ci].next_reserve = next.wrapping_add(1);
         Ok(ai)
     }
 
@@ -265,7 +259,7 @@ impl<'a> Engine<'a> {
         repr: &Repr,
         payload: &[u8],
     ) -> bool {
-        let ch = &self.chans[ci];
+        let ch = &self.chans.table[ci];
         if repr.msg_id == ch.next_reserve
             && ch.next_deliver == ch.next_reserve
             && self.rx_single_frame(ci, repr, payload, true)
@@ -300,7 +294,7 @@ impl<'a> Engine<'a> {
         payload: &[u8],
         mem: &mut dyn Memory,
     ) -> bool {
-        let ch = &self.chans[ci];
+        let ch = &self.chans.table[ci];
         if repr.offset == 0
             && repr.flags.contains(Flags::LAST)
             && repr.msg_id == ch.next_reserve
@@ -317,7 +311,7 @@ impl<'a> Engine<'a> {
             Ok(ai) => ai,
             Err(taken) => return taken,
         };
-        if self.asms[ai].rma == RMA_NONE {
+        if self.asms.table[ai].rma == RMA_NONE {
             // A message id of a DATA message: the frame contradicts its sender.
             self.stats.rx_malformed += 1;
             return true;
@@ -330,11 +324,11 @@ impl<'a> Engine<'a> {
     #[inline]
     pub(super) fn deliver_in_order(&mut self, ci: usize, mem: &mut dyn Memory) {
         loop {
-            let want = self.chans[ci].next_deliver;
+            let want = self.chans.table[ci].next_deliver;
             let Some(ai) = self.find_asm(ci, want, true) else {
                 return;
             };
-            let a = self.asms[ai];
+            let a = self.asms.table[ai];
             if a.received < a.total {
                 if a.stream != NONE {
                     // Its turn to be passed on may have come.
@@ -342,9 +336,9 @@ impl<'a> Engine<'a> {
                 }
                 return;
             }
-            self.chans[ci].next_deliver = want.wrapping_add(1);
+            self.chans.table[ci].next_deliver = want.wrapping_add(1);
             if a.rma != RMA_NONE {
-                self.asms[ai].used = false;
+                self.asms.table[ai].used = false;
                 self.deliver_rma(a, mem);
                 // A get reply frees a get; a denial may now fit the control queue.
                 self.wake_refused();
@@ -359,7 +353,7 @@ impl<'a> Engine<'a> {
     /// member below a relay that died answers fences without what the relay lost
     /// (see `orphan`).
     pub(super) fn bcast_passed(&mut self, root: NodeId, bseq: u32) {
-        if let Some(s) = self.bcast_seq.get_mut(root as usize) {
+        if let Some(s) = self.bcast.seq.get_mut(root as usize) {
             if !seq_lt(bseq, *s) {
                 *s = bseq.wrapping_add(1);
             }
@@ -369,10 +363,10 @@ impl<'a> Engine<'a> {
     /// Hands a finished (or abandoned, with `lost`) message to its port.
     #[inline]
     pub(super) fn deliver(&mut self, ai: usize, lost: Option<Fault>) {
-        let a = &mut self.asms[ai];
+        let a = &mut self.asms.table[ai];
         a.used = false;
         if !a.reliable {
-            self.be_asms -= 1;
+            self.asms.best_effort -= 1;
         }
         let a = *a;
         if a.tree {
@@ -393,8 +387,8 @@ impl<'a> Engine<'a> {
                     .chans
                     .get(a.chan as usize)
                     .is_some_and(|c| c.peer_node == a.src.src_node);
-            if let Some(ch) = self.chans.get_mut(a.chan as usize).filter(|_| from_root) {
-                self.chan_work.set(true);
+            if let Some(ch) = self.chans.table.get_mut(a.chan as usize).filter(|_| from_root) {
+                self.chans.work.set(true);
                 ch.queue_ctrl(Slot::Reject {
                     msg: a.msg_id,
                     port: a.src.src_port,
@@ -402,7 +396,7 @@ impl<'a> Engine<'a> {
             }
             return;
         }
-        self.delivered = true;
+        self.progress.delivered = true;
         let truncated = (a.total as usize) > a.cap;
         let fault = lost.or(truncated.then_some(Fault::Truncated));
         match fault {
@@ -412,7 +406,7 @@ impl<'a> Engine<'a> {
         }
         // Whoever was refused may find this port free now.
         self.wake_refused();
-        if let Some(p) = self.ports.get_mut(a.port as usize) {
+        if let Some(p) = self.ports.table.get_mut(a.port as usize) {
             p.busy = false;
             if p.kind == Fill::Append {
                 let len = p.buf.as_ref().map_or(0, |b| b.len().min(p.buf_len));
@@ -441,22 +435,56 @@ impl<'a> Engine<'a> {
     #[inline]
     pub(super) fn wake_refused(&mut self) {
         // The test inline (every delivery makes it), the waking out of line.
-        if self.owed_retries > 0 {
+        if self.chans.owed_retries > 0 {
             self.wake_refused_now();
         }
     }
 
     #[inline(never)]
     pub(super) fn wake_refused_now(&mut self) {
-        self.owed_retries = 0;
-        for ch in self.chans[..self.chan_hwm]
+        self.chans.owed_retries = 0;
+        for ch in self.chans.table[..self.chans.hwm]
             .iter_mut()
             .filter(|c| c.owed_retry)
         {
             ch.owed_retry = false;
             ch.retry_now = true;
             ch.ack_now = true;
-            self.chan_work.set(true);
+            self.chans.work.set(true);
         }
+    }
+}
+
+/// The messages being assembled, in caller storage, and counts that bound the
+/// scans over them.
+#[derive(Debug)]
+pub(crate) struct Assemblies<'a> {
+    pub(crate) table: ManagedSlice<'a, Assembly>,
+    /// One past the highest slot ever taken: lookups scan no further (slots are
+    /// taken lowest first, so this stays small).
+    pub(crate) hwm: usize,
+    /// Best-effort messages being stored (their timers need watching).
+    pub(crate) best_effort: usize,
+}
+
+impl Assemblies<'_> {
+    /// The lowest free slot, if any (`hwm` follows the highest ever taken).
+    pub(crate) fn free_slot(&mut self) -> Option<usize> {
+        let ai = self.table.iter().position(|a| !a.used)?;
+        self.hwm = self.hwm.max(ai + 1);
+        Some(ai)
+    }
+}
+
+impl core::ops::Deref for Assemblies<'_> {
+    type Target = [Assembly];
+    fn deref(&self) -> &[Assembly] {
+        &self.table
+    }
+}
+
+impl core::ops::DerefMut for Assemblies<'_> {
+    fn deref_mut(&mut self) -> &mut [Assembly] {
+        &mut self.table
     }
 }

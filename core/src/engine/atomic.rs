@@ -67,12 +67,12 @@ impl<'a> Engine<'a> {
             .position(|f| f.state == FetchState::Free)
             .ok_or(Error::NoResources)?;
         let ci = self.channel_for(addr, group, node)?;
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         if ch.failed {
             return Err(Error::SendFailure);
         }
         let req = self.atomics.next_req;
-        self.chan_work.set(true);
+        self.chans.work.set(true);
         if !ch.queue_ctrl(Slot::FetchAdd { req, var, delta }) {
             return Err(Error::NoResources);
         }
@@ -136,7 +136,7 @@ impl<'a> Engine<'a> {
     /// A `FETCH_ADD` request accepted in sequence: apply it once and queue the answer.
     /// `false` (refuse, the peer sends it again) if there is no room for the answer.
     pub(super) fn rx_fetch_add(&mut self, ci: usize, repr: &Repr) -> bool {
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         if ch.ctrl_full() {
             return false;
         }
@@ -149,7 +149,7 @@ impl<'a> Engine<'a> {
         let value = *c;
         *c = c.wrapping_add(repr.offset);
         // Room was checked above.
-        self.chan_work.set(true);
+        self.chans.work.set(true);
         ch.queue_ctrl(Slot::FetchAddReply {
             req: repr.msg_id,
             value,

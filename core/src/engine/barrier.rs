@@ -30,9 +30,9 @@ impl<'a> Engine<'a> {
     /// program holding its port or packets decides when those land, maybe only after
     /// the barrier).
     fn sends_landed(&self) -> bool {
-        self.board_head == NONE
-            && self.gate.len == 0
-            && self.chans[..self.chan_hwm].iter().all(|c| {
+        self.bcast.board_head == NONE
+            && self.bcast.gate.len == 0
+            && self.chans.table[..self.chans.hwm].iter().all(|c| {
                 !c.in_use
                     || c.failed
                     || c.held
@@ -79,8 +79,8 @@ impl<'a> Engine<'a> {
     /// go (no channel, peer failed) or must wait (queue full).
     pub(super) fn queue_barrier_frame(&mut self, peer: NodeId, round: u32) -> Result<bool, Error> {
         let ci = self.live_channel(peer)?;
-        self.chan_work.set(true);
-        Ok(self.chans[ci].queue_ctrl(Slot::Barrier {
+        self.chans.work.set(true);
+        Ok(self.chans.table[ci].queue_ctrl(Slot::Barrier {
             epoch: self.bar.epoch,
             round,
         }))
@@ -90,7 +90,7 @@ impl<'a> Engine<'a> {
     fn live_channel(&mut self, peer: NodeId) -> Result<usize, Error> {
         let addr = self.addr_of(self.cfg.group, peer)?;
         let ci = self.channel_for(addr, self.cfg.group, peer)?;
-        if self.chans[ci].failed {
+        if self.chans.table[ci].failed {
             return Err(Error::SendFailure);
         }
         Ok(ci)
@@ -103,9 +103,9 @@ impl<'a> Engine<'a> {
     /// is still starting). `SendFailure` once it is known dead.
     fn probe_barrier_source(&mut self, peer: NodeId) -> Result<(), Error> {
         let ci = self.live_channel(peer)?;
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         if ch.outstanding() == 0 && ch.ctrl_len == 0 {
-            self.chan_work.set(true);
+            self.chans.work.set(true);
             ch.queue_ctrl(Slot::Barrier {
                 epoch: self.bar.epoch,
                 round: BARRIER_PROBE,

@@ -77,7 +77,7 @@ impl<'a> Engine<'a> {
         head: &[u8],
         body: &[u8],
     ) -> bool {
-        let Some(dest) = self.ports.get(port as usize).and_then(|p| p.dest) else {
+        let Some(dest) = self.ports.table.get(port as usize).and_then(|p| p.dest) else {
             return false;
         };
         // Most callers here are unicasts without a channel yet: ruled out first.
@@ -88,7 +88,7 @@ impl<'a> Engine<'a> {
         }
         let me = self.cfg.node;
         let total = head.len() + body.len();
-        let numbered = dest.group == self.cfg.group && (me as usize) < self.bcast_seq.len();
+        let numbered = dest.group == self.cfg.group && (me as usize) < self.bcast.seq.len();
         let fits = self
             .group(dest.group)
             .is_some_and(|g| self.board_fits(g, total as u32));
@@ -102,11 +102,11 @@ impl<'a> Engine<'a> {
         op.src_port = port;
         op.dest = dest;
         op.root = me;
-        op.bseq = self.bcast_next;
+        op.bseq = self.bcast.next;
         let Some((ok, _)) = self.write_board(now, dev, &op, Some(body), None) else {
             return false;
         };
-        self.bcast_next = op.bseq.wrapping_add(1);
+        self.bcast.next = op.bseq.wrapping_add(1);
         self.bcast_released(BOARD, op.bseq);
         self.stats.board_now += 1;
         if !ok {
@@ -118,13 +118,13 @@ impl<'a> Engine<'a> {
     /// Queues broadcast `op` (its copy taken) for the board; it is written at the
     /// next transmit pass, after the board broadcasts queued before it.
     pub(super) fn queue_board(&mut self, pi: usize) {
-        self.ops[pi].next = NONE;
-        if self.board_tail == NONE {
-            self.board_head = pi as u16;
+        self.ops.table[pi].next = NONE;
+        if self.bcast.board_tail == NONE {
+            self.bcast.board_head = pi as u16;
         } else {
-            self.ops[self.board_tail as usize].next = pi as u16;
+            self.ops.table[self.bcast.board_tail as usize].next = pi as u16;
         }
-        self.board_tail = pi as u16;
+        self.bcast.board_tail = pi as u16;
     }
 
     /// Writes queued board broadcasts, oldest first, frame by frame while the
@@ -140,20 +140,20 @@ impl<'a> Engine<'a> {
         ext: Option<&[u8]>,
     ) -> usize {
         let mut sent = 0;
-        while self.board_head != NONE {
-            let oi = self.board_head as usize;
-            let o = self.ops[oi];
+        while self.bcast.board_head != NONE {
+            let oi = self.bcast.board_head as usize;
+            let o = self.ops.table[oi];
             let Some((ok, end)) = self.write_board(now, dev, &o, None, ext) else {
                 break;
             };
             sent += 1;
             if ok && end < o.total {
-                self.ops[oi].framed = end;
+                self.ops.table[oi].framed = end;
                 continue;
             }
-            self.board_head = o.next;
-            if self.board_head == NONE {
-                self.board_tail = NONE;
+            self.bcast.board_head = o.next;
+            if self.bcast.board_head == NONE {
+                self.bcast.board_tail = NONE;
             }
             finish_op(&mut self.ops, &mut self.bufs, oi, ok);
             if !ok && o.detached && o.kind != Kind::Packet {
@@ -340,7 +340,7 @@ impl<'a> Engine<'a> {
         }
         if repr.kind == Kind::Packet {
             if let Ok(ci) = self.channel_for(addr, repr.ends.src_group, repr.ends.src_node) {
-                let ch = &mut self.chans[ci];
+                let ch = &mut self.chans.table[ci];
                 ch.heard_at = now;
                 ch.silent_since = None;
                 ch.met = true;
@@ -351,7 +351,7 @@ impl<'a> Engine<'a> {
                 false => BoardTake::Held,
             };
         }
-        if self.delivered {
+        if self.progress.delivered {
             // One message to a port per poll, as from the rings: its owner's handler
             // reads it in place before the port may store the next (GO_BACK).
             return BoardTake::Later;
@@ -379,7 +379,7 @@ impl<'a> Engine<'a> {
             // No channel slot for the root yet: try again later.
             return BoardTake::Held;
         };
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         ch.heard_at = now;
         ch.silent_since = None;
         ch.met = true;
@@ -393,7 +393,7 @@ impl<'a> Engine<'a> {
             self.stats.rx_malformed += 1;
             self.deliver(ai, Some(Fault::Lost));
         }
-        let Some(&want) = self.bcast_seq.get(tag.root as usize) else {
+        let Some(&want) = self.bcast.seq.get(tag.root as usize) else {
             self.stats.rx_malformed += 1;
             return BoardTake::Taken;
         };
@@ -431,16 +431,16 @@ impl<'a> Engine<'a> {
                 };
             }
         };
-        self.chans[ci].unbound_board = None;
+        self.chans.table[ci].unbound_board = None;
         self.place(ai, 0, &payload[wire::TREE_PREFIX..]);
-        let a = &mut self.asms[ai];
+        let a = &mut self.asms.table[ai];
         a.tree = true;
         a.shape = BOARD;
         a.bseq = tag.bseq;
         self.stats.rx_frames += 1;
         self.stats.board_rx += 1;
         if last {
-            let whole = self.asms[ai].received == repr.total_len;
+            let whole = self.asms.table[ai].received == repr.total_len;
             self.deliver(ai, (!whole).then_some(Fault::Lost));
         }
         BoardTake::Taken
@@ -449,7 +449,7 @@ impl<'a> Engine<'a> {
     /// The board message from channel `ci`'s peer being assembled (number `bseq`,
     /// or any).
     fn board_asm(&self, ci: usize, bseq: Option<u32>) -> Option<usize> {
-        self.asms[..self.asm_hwm].iter().position(|a| {
+        self.asms.table[..self.asms.hwm].iter().position(|a| {
             a.used
                 && a.chan == ci as u16
                 && a.tree
@@ -469,7 +469,7 @@ impl<'a> Engine<'a> {
         };
         self.stats.rx_frames += 1;
         self.stats.board_rx += 1;
-        let a = self.asms[ai];
+        let a = self.asms.table[ai];
         if a.total != repr.total_len || a.received != repr.offset {
             self.stats.rx_malformed += 1;
             self.deliver(ai, Some(Fault::Lost));
@@ -477,7 +477,7 @@ impl<'a> Engine<'a> {
         }
         self.place(ai, repr.offset, data);
         if repr.flags.contains(Flags::LAST) {
-            let whole = self.asms[ai].received == repr.total_len;
+            let whole = self.asms.table[ai].received == repr.total_len;
             self.deliver(ai, (!whole).then_some(Fault::Lost));
         }
         BoardTake::Taken

@@ -7,6 +7,7 @@
 
 use crate::time::{Duration, Instant};
 use crate::wire::AckInfo;
+use managed::ManagedSlice;
 use crate::{GroupId, NodeAddr, NodeId};
 
 /// Largest number of unacknowledged frames per channel (the width of the SACK bitmap).
@@ -771,5 +772,68 @@ mod tests {
         ack(&mut c, all);
         c.measure(t + ms(50), floor, ceiling);
         assert_eq!(c.rto_base, settled);
+    }
+}
+
+/// The channels, one per peer endpoint, and what the engine keeps across them:
+/// which peer has which, how far the table is in use, the earliest timer, and
+/// counts that spare a scan of the table when nothing waits.
+#[derive(Debug)]
+pub(crate) struct Channels<'a> {
+    pub(crate) table: ManagedSlice<'a, Channel>,
+    /// Device address to channel index, `NONE` where none is open.
+    pub(crate) peer_map: ManagedSlice<'a, u16>,
+    /// Channels in use all sit below this index (they are allocated lowest first).
+    pub(crate) hwm: usize,
+    /// Channels with [`Channel::unreported`] set.
+    pub(crate) unreported: usize,
+    /// Channels owed a RETRY when a port frees up.
+    pub(crate) owed_retries: usize,
+    /// Whether a channel may have something to send (a queued send, a control
+    /// frame, an ack owed now, a resend): false only once a look at every channel
+    /// (`sends_waiting`, `poll_transmit`) found none, until something gives one
+    /// work; every place that does sets it (debug builds check). Spares those
+    /// looks, one per delivered message and one per poll, their cost per open
+    /// channel.
+    pub(crate) work: core::cell::Cell<bool>,
+    /// No channel's retransmission or delayed-ack timer is due before this (an
+    /// early bound, made exact by each look at the timers): until then a poll
+    /// leaves the channels' timers alone.
+    pub(crate) timer_at: Instant,
+    /// Channels holding an ack to take at the next poll (`Channel::ack_due`).
+    pub(crate) acks_due: u16,
+    /// Where the transmit pass starts its round over the channels.
+    pub(crate) rr: usize,
+    /// A retransmission timer fired since the last liveness check.
+    pub(crate) timer_fired: bool,
+}
+
+impl<'a> Channels<'a> {
+    pub(crate) fn new(table: ManagedSlice<'a, Channel>, peer_map: ManagedSlice<'a, u16>) -> Self {
+        Channels {
+            table,
+            peer_map,
+            hwm: 0,
+            unreported: 0,
+            owed_retries: 0,
+            work: core::cell::Cell::new(true),
+            timer_at: Instant::ZERO,
+            acks_due: 0,
+            rr: 0,
+            timer_fired: false,
+        }
+    }
+}
+
+impl core::ops::Deref for Channels<'_> {
+    type Target = [Channel];
+    fn deref(&self) -> &[Channel] {
+        &self.table
+    }
+}
+
+impl core::ops::DerefMut for Channels<'_> {
+    fn deref_mut(&mut self) -> &mut [Channel] {
+        &mut self.table
     }
 }

@@ -83,20 +83,20 @@ impl<'a> Engine<'a> {
     /// something of ours waits there already, or it is flat and an earlier one by
     /// board or tree may still be on its way.
     pub(super) fn must_hold(&self, flat: bool) -> bool {
-        self.gate.len > 0 || (flat && self.gate.need.is_some())
+        self.bcast.gate.len > 0 || (flat && self.bcast.gate.need.is_some())
     }
 
     /// Whether the gate has room for one more broadcast.
     pub(super) fn gate_room(&self) -> bool {
-        (self.gate.len as usize) < GATE_MAX
+        (self.bcast.gate.len as usize) < GATE_MAX
     }
 
     /// Queues numbered broadcast `pi` (a board op, or a parent whose forwards are
     /// linked through `next` and on no channel) behind the gate.
     pub(super) fn hold(&mut self, pi: usize) {
-        let gen = self.ops[pi].gen;
+        let gen = self.ops.table[pi].gen;
         // Room was checked by the caller (`gate_room`).
-        let pushed = self.gate.push(pi, gen);
+        let pushed = self.bcast.gate.push(pi, gen);
         debug_assert!(pushed);
     }
 
@@ -104,19 +104,19 @@ impl<'a> Engine<'a> {
     /// board or tree fences the next flat one.
     pub(super) fn bcast_released(&mut self, aux: u8, bseq: u32) {
         if aux != FLAT {
-            self.gate.need = Some(bseq);
+            self.bcast.gate.need = Some(bseq);
         }
     }
 
     /// Lets the gate's broadcasts go, oldest first, while their fences allow.
     pub(super) fn release_gate(&mut self) {
-        while let Some((pi, gen)) = self.gate.front() {
-            let Some(o) = self.ops.get(pi as usize).copied() else {
-                self.gate.pop();
+        while let Some((pi, gen)) = self.bcast.gate.front() {
+            let Some(o) = self.ops.table.get(pi as usize).copied() else {
+                self.bcast.gate.pop();
                 continue;
             };
             if o.gen != gen || o.state != OpState::Active {
-                self.gate.pop();
+                self.bcast.gate.pop();
                 continue;
             }
             if !o.tree && o.next == NONE {
@@ -124,18 +124,18 @@ impl<'a> Engine<'a> {
                 // it by, so what follows waits until its copies have left.
                 return;
             }
-            if o.aux == FLAT && self.gate.need.is_some() {
+            if o.aux == FLAT && self.bcast.gate.need.is_some() {
                 if !self.fence_answered(o.bseq) {
                     return;
                 }
-                self.gate.need = None;
+                self.bcast.gate.need = None;
             }
             if !o.tree {
                 // Best-effort: released, but it stays at the front (see above).
                 self.queue_forwards(pi as usize);
                 continue;
             }
-            self.gate.pop();
+            self.bcast.gate.pop();
             if o.aux == BOARD {
                 self.queue_board(pi as usize);
             } else {
@@ -148,9 +148,9 @@ impl<'a> Engine<'a> {
     /// Puts the forwards linked from parent `pi` (a held broadcast of ours, or
     /// one we relay) on their channels.
     pub(super) fn queue_forwards(&mut self, pi: usize) {
-        let mut oi = core::mem::replace(&mut self.ops[pi].next, NONE);
+        let mut oi = core::mem::replace(&mut self.ops.table[pi].next, NONE);
         let group = self.cfg.group;
-        while let Some(o) = self.ops.get(oi as usize).copied() {
+        while let Some(o) = self.ops.table.get(oi as usize).copied() {
             let next = o.next;
             let ci = self
                 .addr_of(group, o.dest.node)
@@ -182,12 +182,12 @@ impl<'a> Engine<'a> {
                 all = false;
                 continue;
             };
-            let ch = &mut self.chans[ci];
+            let ch = &mut self.chans.table[ci];
             if ch.failed || ch.fence_ok == Some(bseq) {
                 continue;
             }
             all = false;
-            self.chan_work.set(true);
+            self.chans.work.set(true);
             if ch.fence_asked != Some(bseq) && ch.queue_ctrl(Slot::Fence { bseq }) {
                 ch.fence_asked = Some(bseq);
             }
@@ -202,7 +202,7 @@ impl<'a> Engine<'a> {
     /// broadcasts before `msg_id`. Refused (asked again) only while the control
     /// queue is full.
     pub(super) fn rx_fence(&mut self, ci: usize, repr: &Repr) -> bool {
-        let ch = &self.chans[ci];
+        let ch = &self.chans.table[ci];
         if ch.peer_group != self.cfg.group {
             self.stats.rx_malformed += 1;
             return true;
@@ -210,16 +210,16 @@ impl<'a> Engine<'a> {
         let bseq = repr.msg_id;
         let had = ch.fence_wait.is_some();
         if self.fence_met(ci, bseq) {
-            self.chan_work.set(true);
-            let ch = &mut self.chans[ci];
+            self.chans.work.set(true);
+            let ch = &mut self.chans.table[ci];
             if !ch.queue_ctrl(Slot::FenceOk { bseq }) {
                 return false;
             }
             ch.fence_wait = None;
         } else {
-            self.chans[ci].fence_wait = Some(bseq);
+            self.chans.table[ci].fence_wait = Some(bseq);
             if !had {
-                self.gate.waits += 1;
+                self.bcast.gate.waits += 1;
             }
         }
         true
@@ -227,8 +227,8 @@ impl<'a> Engine<'a> {
 
     /// Whether we have delivered the broadcasts of channel `ci`'s peer before `bseq`.
     fn fence_met(&self, ci: usize, bseq: u32) -> bool {
-        let root = self.chans[ci].peer_node;
-        self.bcast_seq
+        let root = self.chans.table[ci].peer_node;
+        self.bcast.seq
             .get(root as usize)
             .is_none_or(|&want| !seq_lt(want, bseq))
     }
@@ -236,27 +236,49 @@ impl<'a> Engine<'a> {
     /// Answers the fences that the broadcasts delivered since have met.
     pub(super) fn answer_fences(&mut self) {
         let mut waits = 0;
-        for ci in 0..self.chan_hwm {
-            let Some(bseq) = self.chans[ci].fence_wait else {
+        for ci in 0..self.chans.hwm {
+            let Some(bseq) = self.chans.table[ci].fence_wait else {
                 continue;
             };
-            let ch = &self.chans[ci];
+            let ch = &self.chans.table[ci];
             if !ch.in_use || ch.failed {
-                self.chans[ci].fence_wait = None;
+                self.chans.table[ci].fence_wait = None;
                 continue;
             }
-            self.chan_work.set(true);
-            if self.fence_met(ci, bseq) && self.chans[ci].queue_ctrl(Slot::FenceOk { bseq }) {
-                self.chans[ci].fence_wait = None;
+            self.chans.work.set(true);
+            if self.fence_met(ci, bseq) && self.chans.table[ci].queue_ctrl(Slot::FenceOk { bseq }) {
+                self.chans.table[ci].fence_wait = None;
             } else {
                 waits += 1;
             }
         }
-        self.gate.waits = waits;
+        self.bcast.gate.waits = waits;
     }
 
     /// A FENCE_OK from a member: it has our broadcasts before `msg_id`.
     pub(super) fn rx_fence_ok(&mut self, ci: usize, repr: &Repr) {
-        self.chans[ci].fence_ok = Some(repr.msg_id);
+        self.chans.table[ci].fence_ok = Some(repr.msg_id);
     }
+}
+
+/// A root's reliable broadcasts and their order: the numbers of the next one
+/// and of each root's next to deliver, those waiting for the device's board,
+/// and those waiting in the gate.
+#[derive(Debug)]
+pub(crate) struct Broadcasts<'a> {
+    /// See [`Storage::bcast_seq`].
+    pub(crate) seq: ManagedSlice<'a, u32>,
+    /// Our next reliable broadcast's sequence number.
+    pub(crate) next: u32,
+    /// Eager buffers the copy of a short broadcast down our tree must leave free.
+    pub(crate) keep: usize,
+    /// Broadcasts waiting to be written into the device's board, oldest first,
+    /// linked through their ops' `next`.
+    pub(crate) board_head: u16,
+    pub(crate) board_tail: u16,
+    /// A multicast packet of ours went down a tree: the later ones must too (see
+    /// `packet_board_fits`).
+    pub(crate) packet_tree_used: bool,
+    /// Our broadcasts waiting for a fence, and fences we owe (see `fence`).
+    pub(crate) gate: Gate,
 }

@@ -359,7 +359,7 @@ impl<'a> Engine<'a> {
             Ok(ai) => ai,
             Err(taken) => return taken,
         };
-        let a = self.asms[ai];
+        let a = self.asms.table[ai];
         let relay = self
             .ops
             .get(a.relay as usize)
@@ -387,8 +387,8 @@ impl<'a> Engine<'a> {
     /// messages that came before it on its channel have been delivered (and so
     /// forwarded): a member passes its parent's messages on in the order they came.
     pub(super) fn kick_stream(&mut self, ai: usize) {
-        let a = self.asms[ai];
-        let Some(p) = self.ops.get(a.relay as usize) else {
+        let a = self.asms.table[ai];
+        let Some(p) = self.ops.table.get(a.relay as usize) else {
             return;
         };
         let ready = self
@@ -417,7 +417,7 @@ impl<'a> Engine<'a> {
     ) -> Option<usize> {
         let me = self.cfg.node;
         let sane = repr.ends.src_group == self.cfg.group && tag.root < self.size && tag.root != me;
-        if let Some(&want) = self.bcast_seq.get(tag.root as usize) {
+        if let Some(&want) = self.bcast.seq.get(tag.root as usize) {
             // A tree broadcast waits for the root's earlier flat ones (too long
             // for the relays' rings), which the root sent straight to us and so
             // before it sent this one to anyone. Only tree messages wait: a
@@ -429,8 +429,8 @@ impl<'a> Engine<'a> {
             let root_dead = self
                 .addr_of(self.cfg.group, tag.root)
                 .ok()
-                .and_then(|a| self.peer_map.get(a.0 as usize))
-                .and_then(|&c| self.chans.get(c as usize))
+                .and_then(|a| self.chans.peer_map.get(a.0 as usize))
+                .and_then(|&c| self.chans.table.get(c as usize))
                 .is_some_and(|c| c.failed);
             if sane && tag.shape != FLAT && seq_lt(want, tag.bseq) && !root_dead {
                 return None;
@@ -494,8 +494,8 @@ impl<'a> Engine<'a> {
             }
             None => return None,
         };
-        self.chans[ci].unbound_msg = None;
-        let a = &mut self.asms[ai];
+        self.chans.table[ci].unbound_msg = None;
+        let a = &mut self.asms.table[ai];
         a.tree = sane;
         a.shape = tag.shape;
         a.bseq = tag.bseq;
@@ -505,10 +505,10 @@ impl<'a> Engine<'a> {
         if n > 0 {
             let si = ring.map_or(NONE, |len| self.open_stream(repr.total_len, len));
             let pi = self.reserve_forwards(repr, tag, eager, si, &kids[..n]);
-            let a = &mut self.asms[ai];
+            let a = &mut self.asms.table[ai];
             a.relay = pi;
             a.stream = si;
-            a.relay_gen = self.ops.get(pi as usize).map_or(0, |p| p.gen);
+            a.relay_gen = self.ops.table.get(pi as usize).map_or(0, |p| p.gen);
         }
         Some(ai)
     }
@@ -547,24 +547,24 @@ impl<'a> Engine<'a> {
         // Room was checked by the caller.
         let Ok(pi) = self.alloc_op() else { return NONE };
         let mut parent = op;
-        parent.gen = self.ops[pi].gen;
+        parent.gen = self.ops.table[pi].gen;
         parent.children = kids.len() as u16;
         op.parent = pi as u16;
         let mut next = NONE;
         for &k in kids.iter().rev() {
             let Ok(oi) = self.alloc_op() else { break };
             let mut child = op;
-            child.gen = self.ops[oi].gen;
+            child.gen = self.ops.table[oi].gen;
             child.dest.node = k;
             child.next = next;
-            self.ops[oi] = child;
+            self.ops.table[oi] = child;
             next = oi as u16;
             if stream != NONE {
                 self.stream_kid(stream, oi);
             }
         }
         parent.next = next;
-        self.ops[pi] = parent;
+        self.ops.table[pi] = parent;
         pi as u16
     }
 
@@ -575,7 +575,7 @@ impl<'a> Engine<'a> {
     /// this ends). Call before the forward ends. A long one whose first chunks are
     /// gone from our ring already cannot be sent from the start, and is not.
     pub(super) fn reroute(&mut self, oi: usize) {
-        let o = self.ops[oi];
+        let o = self.ops.table[oi];
         let Some(tree) = Tree::from_u32(o.aux as u32) else {
             return; // flat, board, or not a broadcast: nobody below
         };
@@ -602,9 +602,9 @@ impl<'a> Engine<'a> {
             copy.started = false;
             copy.next = NONE;
             copy.chan = NONE;
-            copy.gen = self.ops[ni].gen;
-            self.ops[ni] = copy;
-            self.ops[o.parent as usize].children += 1;
+            copy.gen = self.ops.table[ni].gen;
+            self.ops.table[ni] = copy;
+            self.ops.table[o.parent as usize].children += 1;
             if o.stream != NONE {
                 self.stream_kid(o.stream, ni);
             }

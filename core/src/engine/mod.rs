@@ -164,42 +164,18 @@ pub struct Engine<'a> {
     cfg: Config,
     groups: &'a [Group<'a>],
     size: u16,
-    ports: ManagedSlice<'a, Port<'a>>,
-    notices: Notices<'a>,
-    sems: ManagedSlice<'a, Semaphore>,
-    chans: ManagedSlice<'a, Channel>,
-    peer_map: ManagedSlice<'a, u16>,
-    ops: ManagedSlice<'a, Op<'a>>,
-    asms: ManagedSlice<'a, Assembly>,
+    ports: port::Ports<'a>,
+    chans: channel::Channels<'a>,
+    ops: ops::Ops<'a>,
+    asms: assembly::Assemblies<'a>,
     bufs: Bufs<'a>,
     mcast: McastTables<'a>,
-    /// See [`Storage::bcast_seq`].
-    bcast_seq: ManagedSlice<'a, u32>,
-    /// Our next reliable broadcast's sequence number.
-    bcast_next: u32,
-    /// Eager buffers the copy of a short broadcast down our tree must leave free.
-    bcast_keep: usize,
-    /// Broadcasts waiting to be written into the device's board, oldest first,
-    /// linked through their ops' `next`.
-    board_head: u16,
-    board_tail: u16,
-    /// A multicast packet of ours went down a tree: the later ones must too (see
-    /// `packet_board_fits`).
-    packet_tree_used: bool,
-    /// Our broadcasts waiting for a fence, and fences we owe (see `fence`).
-    gate: fence::Gate,
-    /// When the senders of unfinished messages are next looked at (see `orphan`).
-    orphan_check_at: Instant,
-    /// A forward cut short may be ready to end (see `orphan`).
-    cuts: bool,
+    bcast: fence::Broadcasts<'a>,
+    orphans: orphan::Orphans,
     /// Answers to late HELLOs waiting to go ([`Config::hello`]).
     hellos: hello::LateHellos,
-    /// The time of the last poll: what a send that leaves at once gives a device
-    /// that does not read it ([`Device::transmit_reads_time`]).
-    polled_at: Instant,
     /// The short tags' hashes of the last header sent and received (`wire::TagCache`).
-    tag_tx: wire::TagCache,
-    tag_rx: wire::TagCache,
+    tags: Tags,
     stats: Stats,
     caps: Capabilities,
     /// Whether a poll has read `caps` from its device: once, as a device's
@@ -207,22 +183,25 @@ pub struct Engine<'a> {
     /// every poll cost 10 to 25 instructions a poll, `engine_cost`, `shm_cost`).
     caps_read: bool,
     bar: BarrierState,
-    rr: usize,
-    /// Channels in use all sit below this index (they are allocated lowest first).
-    chan_hwm: usize,
-    /// Channels with [`Channel::unreported`] set.
-    unreported: usize,
-    /// Best-effort messages being stored (their timers need watching).
-    be_asms: usize,
-    /// One past the highest assembly slot ever taken: lookups scan no further (slots
-    /// are taken lowest first, so this stays small).
-    asm_hwm: usize,
-    /// Channels owed a RETRY when a port frees up.
-    owed_retries: usize,
-    /// Where the search for a free operation slot starts.
-    op_hint: usize,
-    /// A retransmission timer fired since the last liveness check.
-    timer_fired: bool,
+    progress: Progress,
+    /// Sends handlers queued.
+    outbox: Outbox,
+    /// Counters served here and fetch-and-adds waiting for answers.
+    atomics: atomic::Atomics,
+    /// Gets waiting for data, one-sided failures.
+    rma: rma::Rma,
+}
+
+/// The short tags' cached hashes, of the last header sent and received.
+#[derive(Debug, Default)]
+struct Tags {
+    tx: wire::TagCache,
+    rx: wire::TagCache,
+}
+
+/// What a poll leaves for the next, and the time it ran.
+#[derive(Debug, Clone, Copy, Default)]
+struct Progress {
     /// A message was handed to a port during the current poll.
     delivered: bool,
     /// A packet was stored for the program during the current poll (LFC's upcall),
@@ -231,25 +210,9 @@ pub struct Engine<'a> {
     /// The last poll delivered a message and left timers and transmission to the
     /// next one.
     upkeep_due: bool,
-    /// Whether a channel may have something to send (a queued send, a control
-    /// frame, an ack owed now, a resend): false only once a look at every channel
-    /// (`sends_waiting`, `poll_transmit`) found none, until something gives one
-    /// work; every place that does sets it (debug builds check). Spares those
-    /// looks, one per delivered message and one per poll, their cost per open
-    /// channel.
-    chan_work: core::cell::Cell<bool>,
-    /// No channel's retransmission or delayed-ack timer is due before this (an
-    /// early bound, made exact by each look at the timers): until then a poll
-    /// leaves the channels' timers alone.
-    timer_at: Instant,
-    /// Channels holding an ack to take at the next poll (`Channel::ack_due`).
-    acks_due: u16,
-    /// Sends handlers queued.
-    outbox: Outbox,
-    /// Counters served here and fetch-and-adds waiting for answers.
-    atomics: atomic::Atomics,
-    /// Gets waiting for data, one-sided failures.
-    rma: rma::Rma,
+    /// The time of the last poll: what a send that leaves at once gives a device
+    /// that does not read it ([`Device::transmit_reads_time`]).
+    polled_at: Instant,
 }
 
 impl core::fmt::Debug for Engine<'_> {
@@ -288,16 +251,23 @@ impl<'a> Engine<'a> {
             });
         Ok(Engine {
             size,
-            bcast_keep,
             cfg,
             groups,
-            ports: storage.ports,
-            notices: Notices::new(storage.notices),
-            sems: storage.sems,
-            chans: storage.channels,
-            peer_map: storage.peer_map,
-            ops: storage.ops,
-            asms: storage.assemblies,
+            ports: port::Ports {
+                table: storage.ports,
+                notices: Notices::new(storage.notices),
+                sems: storage.sems,
+            },
+            chans: channel::Channels::new(storage.channels, storage.peer_map),
+            ops: ops::Ops {
+                table: storage.ops,
+                hint: 0,
+            },
+            asms: assembly::Assemblies {
+                table: storage.assemblies,
+                hwm: 0,
+                best_effort: 0,
+            },
             bufs: Bufs {
                 eager: storage.eager,
                 pkts: storage.packets,
@@ -310,36 +280,23 @@ impl<'a> Engine<'a> {
                 eager_hint: 0,
             },
             mcast: storage.mcast,
-            bcast_seq: storage.bcast_seq,
-            bcast_next: 0,
-            board_head: NONE,
-            board_tail: NONE,
-            packet_tree_used: false,
-            gate: fence::Gate::default(),
-            orphan_check_at: Instant::ZERO,
-            cuts: false,
+            bcast: fence::Broadcasts {
+                seq: storage.bcast_seq,
+                next: 0,
+                keep: bcast_keep,
+                board_head: NONE,
+                board_tail: NONE,
+                packet_tree_used: false,
+                gate: fence::Gate::default(),
+            },
+            orphans: orphan::Orphans::default(),
             hellos: hello::LateHellos::new(),
-            polled_at: Instant::ZERO,
-            tag_tx: wire::TagCache::default(),
-            tag_rx: wire::TagCache::default(),
+            tags: Tags::default(),
             stats: Stats::default(),
             caps: Capabilities::new(1500, false, false),
             caps_read: false,
             bar: BarrierState::default(),
-            rr: 0,
-            chan_hwm: 0,
-            unreported: 0,
-            be_asms: 0,
-            asm_hwm: 0,
-            owed_retries: 0,
-            op_hint: 0,
-            timer_fired: false,
-            delivered: false,
-            stored: false,
-            upkeep_due: false,
-            chan_work: core::cell::Cell::new(true),
-            timer_at: Instant::ZERO,
-            acks_due: 0,
+            progress: Progress::default(),
             outbox: Outbox::default(),
             atomics: atomic::Atomics::default(),
             rma: rma::Rma::default(),
@@ -368,8 +325,8 @@ impl<'a> Engine<'a> {
         let group = self.cfg.group;
         self.addr_of(group, node)
             .ok()
-            .and_then(|a| self.peer_map.get(a.0 as usize).copied())
-            .and_then(|ci| self.chans.get(ci as usize))
+            .and_then(|a| self.chans.peer_map.get(a.0 as usize).copied())
+            .and_then(|ci| self.chans.table.get(ci as usize))
             .filter(|c| c.in_use && c.peer_group == group && c.peer_node == node)
             .map_or(PeerStatus::default(), |c| PeerStatus {
                 heard_from: c.met,
@@ -420,14 +377,14 @@ impl<'a> Engine<'a> {
             self.caps = dev.capabilities();
             self.caps_read = true;
         }
-        self.polled_at = now;
+        self.progress.polled_at = now;
         self.take_due_acks(now);
         let mut busy = false;
         // A bounded batch keeps transmission (and acks) flowing under a receive flood;
         // once a message has been delivered the caller gets control back at once (it
         // is probably waiting for it), without another look at the device.
-        self.delivered = false;
-        self.stored = false;
+        self.progress.delivered = false;
+        self.progress.stored = false;
         for _ in 0..256 {
             let Some(tok) = dev.receive(now) else { break };
             let src = tok.source();
@@ -443,28 +400,28 @@ impl<'a> Engine<'a> {
                 }
             });
             busy = true;
-            if self.delivered {
+            if self.progress.delivered {
                 break;
             }
         }
-        if !self.delivered {
+        if !self.progress.delivered {
             busy |= dev
                 .board()
                 .is_some_and(|b| b.read(now, &mut |from, f| self.rx_board(now, from, f)));
         }
         // (`busy` first: an empty poll decides on one register.)
-        if busy && (self.delivered || self.stored) && self.upkeep_can_wait() {
+        if busy && (self.progress.delivered || self.progress.stored) && self.upkeep_can_wait() {
             // Timers, acks that may wait and transmission come at the next poll,
             // after this message's handler (or the packet's upcall) and the reply
             // it probably sends, rather than before them.
-            self.upkeep_due = true;
+            self.progress.upkeep_due = true;
             return busy;
         }
-        self.upkeep_due = false;
+        self.progress.upkeep_due = false;
         self.handle_timeout_vouched(now, &mut |peer| {
             dev.liveness().is_some_and(|l| l.peer_vouched(now, peer))
         });
-        if core::mem::take(&mut self.timer_fired) {
+        if core::mem::take(&mut self.chans.timer_fired) {
             self.check_liveness(now, dev);
         }
         if self.bar.active {
@@ -478,8 +435,8 @@ impl<'a> Engine<'a> {
         if !busy && self.cfg.auth_key.is_some() {
             // Nothing to do: hash ahead the headers of the frames most likely to
             // come and go next, so that their tags cost less when they do.
-            self.tag_rx.prepare();
-            self.tag_tx.prepare();
+            self.tags.rx.prepare();
+            self.tags.tx.prepare();
         }
         busy
     }
@@ -492,7 +449,7 @@ impl<'a> Engine<'a> {
     #[inline(never)]
     fn resumed(&mut self, gap: Duration) {
         let mut silent = false;
-        for ch in self.chans[..self.chan_hwm].iter_mut() {
+        for ch in self.chans.table[..self.chans.hwm].iter_mut() {
             if let Some(t) = ch.silent_since.as_mut() {
                 *t += gap;
                 silent = true;
@@ -521,7 +478,7 @@ impl<'a> Engine<'a> {
     /// handler's send), no barrier runs, no one-sided operation has finished, and
     /// the poll before did not leave its own. Timers and delayed acks can wait.
     fn upkeep_can_wait(&self) -> bool {
-        !self.upkeep_due && self.bufs.rma_done == 0 && !self.sends_waiting()
+        !self.progress.upkeep_due && self.bufs.rma_done == 0 && !self.sends_waiting()
     }
 }
 

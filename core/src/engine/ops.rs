@@ -276,3 +276,25 @@ pub(super) fn finish_op(ops: &mut [Op<'_>], bufs: &mut Bufs<'_>, i: usize, ok: b
         op.state = OpState::Free;
     }
 }
+
+/// The outgoing operations, in caller storage, and where the search for a free
+/// one starts.
+#[derive(Debug)]
+pub(crate) struct Ops<'a> {
+    pub(crate) table: ManagedSlice<'a, Op<'a>>,
+    /// Where the search for a free operation slot starts.
+    pub(crate) hint: usize,
+}
+
+impl<'a> core::ops::Deref for Ops<'a> {
+    type Target = [Op<'a>];
+    fn deref(&self) -> &[Op<'a>] {
+        &self.table
+    }
+}
+
+impl<'a> core::ops::DerefMut for Ops<'a> {
+    fn deref_mut(&mut self) -> &mut [Op<'a>] {
+        &mut self.table
+    }
+}

@@ -22,16 +22,16 @@ impl<'a> Engine<'a> {
     /// for `keepalive`; `handle_timeout` calls it once `orphan_check_at` is due,
     /// so at most once per `keepalive`.
     pub(super) fn watch_senders(&mut self, now: Instant) {
-        self.orphan_check_at = now + self.cfg.keepalive;
-        if self.gate.waits > 0 {
+        self.orphans.check_at = now + self.cfg.keepalive;
+        if self.bcast.gate.waits > 0 {
             self.give_up_fences(now);
         }
-        for ai in 0..self.asm_hwm {
-            let a = self.asms[ai];
+        for ai in 0..self.asms.hwm {
+            let a = self.asms.table[ai];
             if !a.used || !a.reliable {
                 continue;
             }
-            let Some(ch) = self.chans.get(a.chan as usize) else {
+            let Some(ch) = self.chans.table.get(a.chan as usize) else {
                 continue;
             };
             let (group, node) = (ch.peer_group, ch.peer_node);
@@ -47,8 +47,8 @@ impl<'a> Engine<'a> {
             return;
         };
         let (me, group) = (self.cfg.node, self.cfg.group);
-        for ci in 0..self.chan_hwm {
-            let ch = &self.chans[ci];
+        for ci in 0..self.chans.hwm {
+            let ch = &self.chans.table[ci];
             let Some(bseq) = ch.fence_wait.filter(|_| ch.in_use && !ch.failed) else {
                 continue;
             };
@@ -63,9 +63,9 @@ impl<'a> Engine<'a> {
                 let pc = self
                     .addr_of(group, p)
                     .ok()
-                    .and_then(|a| self.peer_map.get(a.0 as usize).copied());
+                    .and_then(|a| self.chans.peer_map.get(a.0 as usize).copied());
                 if pc
-                    .and_then(|c| self.chans.get(c as usize))
+                    .and_then(|c| self.chans.table.get(c as usize))
                     .is_some_and(|c| c.failed)
                 {
                     dead = true;
@@ -73,10 +73,10 @@ impl<'a> Engine<'a> {
                 }
                 x = p;
             }
-            self.chan_work.set(true);
-            if dead && self.chans[ci].queue_ctrl(Slot::FenceOk { bseq }) {
-                self.chans[ci].fence_wait = None;
-                self.gate.waits = self.gate.waits.saturating_sub(1);
+            self.chans.work.set(true);
+            if dead && self.chans.table[ci].queue_ctrl(Slot::FenceOk { bseq }) {
+                self.chans.table[ci].fence_wait = None;
+                self.bcast.gate.waits = self.bcast.gate.waits.saturating_sub(1);
                 self.stats.fences_given_up += 1;
             }
         }
@@ -86,20 +86,20 @@ impl<'a> Engine<'a> {
     /// unfinished ones as lost, and the forwards of those we relay are stopped.
     pub(super) fn drop_orphans(&mut self, ci: usize) {
         loop {
-            let want = self.chans[ci].next_deliver;
+            let want = self.chans.table[ci].next_deliver;
             let Some(ai) = self.find_asm(ci, want, true) else {
                 break;
             };
-            let a = self.asms[ai];
+            let a = self.asms.table[ai];
             if a.received >= a.total && a.rma == RMA_NONE {
-                self.chans[ci].next_deliver = want.wrapping_add(1);
+                self.chans.table[ci].next_deliver = want.wrapping_add(1);
                 self.deliver(ai, None);
             } else {
                 self.drop_message(ai);
             }
         }
-        for ai in 0..self.asm_hwm {
-            let a = self.asms[ai];
+        for ai in 0..self.asms.hwm {
+            let a = self.asms.table[ai];
             if a.used && a.reliable && a.chan == ci as u16 {
                 self.drop_message(ai);
             }
@@ -110,17 +110,17 @@ impl<'a> Engine<'a> {
     /// is dropped: `fail_gets` and the initiator report those), stopping its
     /// forwards.
     fn drop_message(&mut self, ai: usize) {
-        let a = self.asms[ai];
+        let a = self.asms.table[ai];
         if a.relay != NONE {
             self.stop_forwards(a.relay, a.relay_gen);
-            self.asms[ai].relay = NONE;
+            self.asms.table[ai].relay = NONE;
         }
         self.stats.rx_orphaned += 1;
         if a.rma != RMA_NONE {
-            self.asms[ai].used = false;
+            self.asms.table[ai].used = false;
             return;
         }
-        if let Some(ch) = self.chans.get_mut(a.chan as usize) {
+        if let Some(ch) = self.chans.table.get_mut(a.chan as usize) {
             if ch.next_deliver == a.msg_id {
                 ch.next_deliver = a.msg_id.wrapping_add(1);
             }
@@ -141,8 +141,8 @@ impl<'a> Engine<'a> {
             return;
         };
         // Not queued yet: linked from the parent.
-        let mut oi = core::mem::replace(&mut self.ops[pi as usize].next, NONE);
-        while let Some(o) = self.ops.get(oi as usize).copied() {
+        let mut oi = core::mem::replace(&mut self.ops.table[pi as usize].next, NONE);
+        while let Some(o) = self.ops.table.get(oi as usize).copied() {
             finish_op(&mut self.ops, &mut self.bufs, oi as usize, false);
             oi = o.next;
         }
@@ -165,26 +165,26 @@ impl<'a> Engine<'a> {
     /// Forward `oi`, on a channel, sends nothing more: taken off the channel's
     /// queue, its message ends at what it has sent, and its child is told.
     fn cut_forward(&mut self, oi: usize) {
-        let ci = self.ops[oi].chan as usize;
-        let ch = &mut self.chans[ci];
+        let ci = self.ops.table[oi].chan as usize;
+        let ch = &mut self.chans.table[ci];
         // Unlink it from the queue of operations still sending.
         let (mut prev, mut cur) = (NONE, ch.q_head);
         while cur != NONE && cur as usize != oi {
             prev = cur;
-            cur = self.ops[cur as usize].next;
+            cur = self.ops.table[cur as usize].next;
         }
         if cur != NONE {
-            let next = self.ops[oi].next;
+            let next = self.ops.table[oi].next;
             if prev == NONE {
                 ch.q_head = next;
             } else {
-                self.ops[prev as usize].next = next;
+                self.ops.table[prev as usize].next = next;
             }
             if ch.q_tail == cur {
                 ch.q_tail = prev;
             }
         }
-        let o = &mut self.ops[oi];
+        let o = &mut self.ops.table[oi];
         o.total = o.framed;
         o.started = true;
         if o.unacked == 0 {
@@ -195,25 +195,25 @@ impl<'a> Engine<'a> {
     /// A cut forward's frames are all acknowledged: it ends, and its child learns
     /// that the rest of the message will not come.
     pub(super) fn end_cut_forward(&mut self, oi: usize) {
-        let o = self.ops[oi];
+        let o = self.ops.table[oi];
         // A child takes an ABORT only for its next message, and one it refused
         // would hold the window that an earlier message's frames need: it goes once
         // every earlier message on the channel has been acknowledged, so has landed.
-        let earlier = self.ops.iter().any(|p| {
+        let earlier = self.ops.table.iter().any(|p| {
             p.state == OpState::Active
                 && p.reliable
                 && p.chan == o.chan
                 && seq_lt(p.msg_id, o.msg_id)
         });
         if earlier {
-            self.cuts = true;
+            self.orphans.cuts = true;
             return;
         }
-        if let Some(ch) = self.chans.get_mut(o.chan as usize) {
-            self.chan_work.set(true);
+        if let Some(ch) = self.chans.table.get_mut(o.chan as usize) {
+            self.chans.work.set(true);
             if !ch.failed && !ch.queue_ctrl(Slot::Abort { msg: o.msg_id }) {
                 // Room comes as control frames leave: tried again next pass.
-                self.cuts = true;
+                self.orphans.cuts = true;
                 return;
             }
         }
@@ -222,9 +222,9 @@ impl<'a> Engine<'a> {
 
     /// Ends the cut forwards whose frames are all acknowledged.
     pub(super) fn end_cuts(&mut self) {
-        self.cuts = false;
-        for oi in 0..self.ops.len() {
-            let o = &self.ops[oi];
+        self.orphans.cuts = false;
+        for oi in 0..self.ops.table.len() {
+            let o = &self.ops.table[oi];
             let forward = o.parent != NONE && o.chan != NONE;
             if forward && o.state == OpState::Active && o.unacked == 0 && o.cut(&self.bufs) {
                 self.end_cut_forward(oi);
@@ -237,7 +237,7 @@ impl<'a> Engine<'a> {
     /// unfinished, or its control queue is full.
     pub(super) fn rx_abort(&mut self, ci: usize, repr: &Repr) -> bool {
         let msg = repr.msg_id;
-        let (deliver, reserve) = (self.chans[ci].next_deliver, self.chans[ci].next_reserve);
+        let (deliver, reserve) = (self.chans.table[ci].next_deliver, self.chans.table[ci].next_reserve);
         if seq_lt(msg, deliver) {
             return true; // handed over already
         }
@@ -248,11 +248,19 @@ impl<'a> Engine<'a> {
             self.drop_message(ai);
         } else if reserve == msg {
             // None of it came: it is skipped.
-            let ch = &mut self.chans[ci];
+            let ch = &mut self.chans.table[ci];
             ch.next_reserve = msg.wrapping_add(1);
             ch.next_deliver = msg.wrapping_add(1);
             self.stats.rx_orphaned += 1;
         }
         true
     }
+}
+
+/// When the senders of unfinished messages are next looked at, and whether a
+/// forward cut short may be ready to end.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Orphans {
+    pub(crate) check_at: Instant,
+    pub(crate) cuts: bool,
 }

@@ -498,7 +498,7 @@ impl<'a> Engine<'a> {
         let mut out = [0; MAX_CHILDREN];
         let n = forward_targets(members, me, me, tree, &mut out).unwrap_or(0);
         self.reserve_sends(&out[..n], 0)?;
-        self.packet_tree_used = true;
+        self.bcast.packet_tree_used = true;
         let b = &mut self.bufs.pkts.tx[id.index()];
         b.len = len as u16;
         b.user = false;
@@ -526,7 +526,7 @@ impl<'a> Engine<'a> {
         let anyone = self
             .mcast_members(gid)
             .is_some_and(|m| (0..m.len()).any(|i| m.get(i) != me));
-        if anyone && self.board_head == NONE && self.packet_board_fits(len) {
+        if anyone && self.bcast.board_head == NONE && self.packet_board_fits(len) {
             self.bufs.pkts.tx[id.index()].len = len as u16;
             let op = self.board_packet_op(id, gid, len);
             if self.write_board(now, dev, &op, None, None).is_some() {
@@ -584,7 +584,7 @@ impl<'a> Engine<'a> {
         } else {
             0
         };
-        !self.packet_tree_used
+        !self.bcast.packet_tree_used
             && self.caps.board_nodes == self.size
             && HEADER_LEN + len + tag <= self.caps.board_mtu
             && (0..self.size).all(|i| {
@@ -632,8 +632,8 @@ impl<'a> Engine<'a> {
         let mut op = self.board_packet_op(id, gid, len);
         op.state = OpState::Active;
         op.detached = true;
-        op.gen = self.ops[oi].gen;
-        self.ops[oi] = op;
+        op.gen = self.ops.table[oi].gen;
+        self.ops.table[oi] = op;
         self.queue_board(oi);
         Ok(())
     }
@@ -675,7 +675,7 @@ impl<'a> Engine<'a> {
     /// is one, and room in the delivery queue) and queues its delivery.
     fn store_packet(&mut self, payload: &[u8], root: NodeId, gid: u16) -> Option<PacketId> {
         let slot = self.bufs.pkts.rx.iter().position(PacketBuf::is_free)?;
-        self.stored = true;
+        self.progress.stored = true;
         let n = payload.len().min(PACKET_MAX);
         self.bufs.pkts.rx_used += 1;
         let b = &mut self.bufs.pkts.rx[slot];
@@ -757,7 +757,7 @@ impl<'a> Engine<'a> {
     /// queued, or refused (false) until a receive slot, an operation slot or the
     /// messages before it are free.
     pub(super) fn rx_packet(&mut self, ci: usize, repr: &Repr, payload: &[u8]) -> bool {
-        let ch = &self.chans[ci];
+        let ch = &self.chans.table[ci];
         let next = ch.next_reserve;
         if seq_lt(repr.msg_id, next) {
             self.stats.rx_dropped += 1;
@@ -822,7 +822,7 @@ impl<'a> Engine<'a> {
         }
         self.stats.forwarded += u64::from(kids > 0);
         self.consume_message(ci);
-        // Not `self.delivered`: a poll goes on draining (LFC makes an upcall for
+        // Not `self.progress.delivered`: a poll goes on draining (LFC makes an upcall for
         // each packet that has arrived), bounded by its batch.
         true
     }
@@ -847,7 +847,7 @@ impl<'a> Engine<'a> {
 
     /// The channel's next message has been taken whole.
     fn consume_message(&mut self, ci: usize) {
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         ch.unbound_msg = None;
         ch.next_reserve = ch.next_reserve.wrapping_add(1);
         ch.next_deliver = ch.next_deliver.wrapping_add(1);
@@ -932,14 +932,14 @@ impl<'a> Engine<'a> {
         if let Some(n) = self.bufs.pkts.failed.take() {
             return Some(n);
         }
-        if self.unreported == 0 {
+        if self.chans.unreported == 0 {
             return None;
         }
-        let ch = self.chans[..self.chan_hwm]
+        let ch = self.chans.table[..self.chans.hwm]
             .iter_mut()
             .find(|c| c.unreported)?;
         ch.unreported = false;
-        self.unreported -= 1;
+        self.chans.unreported -= 1;
         Some(ch.peer_node)
     }
 

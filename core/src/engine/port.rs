@@ -219,8 +219,7 @@ pub struct Notice {
 /// The parts of the engine a handler may touch while it runs: ports, semaphores and
 /// the outbox of sends queued from handlers (started once the handler returns).
 pub struct HandlerView<'u, 'a> {
-    ports: &'u mut [Port<'a>],
-    sems: &'u mut [Semaphore],
+    ports: &'u mut Ports<'a>,
     bufs: &'u mut Bufs<'a>,
     outbox: &'u mut Outbox,
     /// Our group, and the eager buffers a broadcast's copy in it must leave free
@@ -261,6 +260,7 @@ impl<'a> HandlerView<'_, 'a> {
     pub fn data(&self, n: &Notice) -> &[u8] {
         let end = n.base + n.stored;
         self.ports
+            .table
             .get(n.port as usize)
             .and_then(|p| p.buf.as_deref())
             .and_then(|b| b.get(n.base..end))
@@ -268,11 +268,11 @@ impl<'a> HandlerView<'_, 'a> {
     }
     /// Increments semaphore `sem`.
     pub fn signal(&mut self, sem: u16) -> Result<(), Error> {
-        signal(self.sems, sem)
+        signal(&mut self.ports.sems, sem)
     }
     /// Increments error semaphore `sem`.
     pub fn sigerr(&mut self, sem: u16) -> Result<(), Error> {
-        sigerr(self.sems, sem)
+        sigerr(&mut self.ports.sems, sem)
     }
     /// Binds a fresh buffer to `port`, returning the previous one. Allowed on the
     /// port whose notice is being handled: its message has landed, and the next one
@@ -299,7 +299,7 @@ impl<'a> HandlerView<'_, 'a> {
     }
     /// A semaphore's state.
     pub fn semaphore(&self, sem: u16) -> Result<Semaphore, Error> {
-        self.sems
+        self.ports.sems
             .get(sem as usize)
             .copied()
             .ok_or(Error::InvalidSemaphore)
@@ -328,7 +328,7 @@ impl<'a> HandlerView<'_, 'a> {
         body: &[u8],
         reliable: bool,
     ) -> Result<usize, Error> {
-        let p = self.ports.get(port as usize).ok_or(Error::InvalidPort)?;
+        let p = self.ports.table.get(port as usize).ok_or(Error::InvalidPort)?;
         let Some(dest) = p.dest else {
             return Err(Error::NotBound);
         };
@@ -498,14 +498,14 @@ impl<'a> Engine<'a> {
     /// failed send through it; the engine's counters still see it.
     #[inline]
     pub(super) fn notify(&mut self, n: Note) {
-        let Some(p) = self.ports.get(n.port as usize) else {
+        let Some(p) = self.ports.table.get(n.port as usize) else {
             return;
         };
         if !p.input && n.fault != Some(Fault::SendFailed) {
             return;
         }
         let wanted = if n.fault.is_some() { p.err } else { p.recv };
-        if let Some(s) = self.sems.get_mut(p.sem as usize) {
+        if let Some(s) = self.ports.sems.get_mut(p.sem as usize) {
             if n.count {
                 s.count = s.count.saturating_add(1);
             }
@@ -524,7 +524,7 @@ impl<'a> Engine<'a> {
             base: n.base,
             src: n.src,
         };
-        if !self.notices.push(notice) {
+        if !self.ports.notices.push(notice) {
             // Sized so that this cannot happen when notices are taken after every
             // call (see `Capacity`); counted if it does.
             self.stats.notices_dropped += 1;
@@ -536,13 +536,12 @@ impl<'a> Engine<'a> {
     /// message is stored only at the next receive.
     #[inline]
     pub fn next_notice(&mut self) -> Option<(Notice, HandlerView<'_, 'a>)> {
-        let n = self.notices.pop()?;
+        let n = self.ports.notices.pop()?;
         let view = HandlerView {
             ports: &mut self.ports,
-            sems: &mut self.sems,
             bufs: &mut self.bufs,
             outbox: &mut self.outbox,
-            bcast: (self.cfg.group, self.bcast_keep),
+            bcast: (self.cfg.group, self.bcast.keep),
         };
         Some((n, view))
     }
@@ -550,7 +549,7 @@ impl<'a> Engine<'a> {
     /// Notices waiting.
     #[inline]
     pub(crate) fn notices_pending(&self) -> usize {
-        self.notices.len
+        self.ports.notices.len
     }
 
     /// Sends queued from handlers that no transmit pass has started yet.
@@ -564,7 +563,7 @@ impl<'a> Engine<'a> {
     /// Sets a port up (or re-binds it). Fails with `PortBusy` while a message is being
     /// stored into it.
     pub fn bind_port(&mut self, port: PortId, setup: PortSetup<'a>) -> Result<(), Error> {
-        if setup.sem as usize >= self.sems.len() {
+        if setup.sem as usize >= self.ports.sems.len() {
             return Err(Error::InvalidSemaphore);
         }
         if let Some(d) = setup.dest {
@@ -575,7 +574,7 @@ impl<'a> Engine<'a> {
             if d.group == self.cfg.group && d.node == self.cfg.node {
                 return Err(Error::SelfConnect);
             }
-            if d.port as usize >= self.ports.len() {
+            if d.port as usize >= self.ports.table.len() {
                 return Err(Error::InvalidPort);
             }
         }
@@ -621,29 +620,29 @@ impl<'a> Engine<'a> {
 
     /// The port's buffer, to read what was delivered into it.
     pub fn buffer(&self, port: PortId) -> Option<&[u8]> {
-        let p = self.ports.get(port as usize)?;
+        let p = self.ports.table.get(port as usize)?;
         let len = p.buf_len;
         p.buf.as_deref().map(|b| &b[..len.min(b.len())])
     }
 
     /// The port's output binding.
     pub(crate) fn port_dest(&self, port: PortId) -> Option<Dest> {
-        self.ports.get(port as usize).and_then(|p| p.dest)
+        self.ports.table.get(port as usize).and_then(|p| p.dest)
     }
 
     // ----------------------------------------------------------- semaphores
 
     /// Increments semaphore `sem`.
     pub fn signal(&mut self, sem: u16) -> Result<(), Error> {
-        signal(&mut self.sems, sem)
+        signal(&mut self.ports.sems, sem)
     }
     /// Increments error semaphore `sem`.
     pub fn sigerr(&mut self, sem: u16) -> Result<(), Error> {
-        sigerr(&mut self.sems, sem)
+        sigerr(&mut self.ports.sems, sem)
     }
     /// The semaphore's state.
     pub fn semaphore(&self, sem: u16) -> Result<Semaphore, Error> {
-        self.sems
+        self.ports.sems
             .get(sem as usize)
             .copied()
             .ok_or(Error::InvalidSemaphore)
@@ -652,6 +651,7 @@ impl<'a> Engine<'a> {
     /// count; otherwise `None`.
     pub(crate) fn try_take(&mut self, sem: u16, n: u32) -> Result<Option<u32>, Error> {
         let s = self
+            .ports
             .sems
             .get_mut(sem as usize)
             .ok_or(Error::InvalidSemaphore)?;
@@ -660,5 +660,26 @@ impl<'a> Engine<'a> {
         }
         s.count -= n;
         Ok(Some(core::mem::take(&mut s.errors)))
+    }
+}
+
+/// The ports, their semaphores, and the notices waiting for the personality.
+#[derive(Debug)]
+pub(super) struct Ports<'a> {
+    pub(super) table: ManagedSlice<'a, Port<'a>>,
+    pub(super) notices: Notices<'a>,
+    pub(super) sems: ManagedSlice<'a, Semaphore>,
+}
+
+impl<'a> core::ops::Deref for Ports<'a> {
+    type Target = [Port<'a>];
+    fn deref(&self) -> &[Port<'a>] {
+        &self.table
+    }
+}
+
+impl<'a> core::ops::DerefMut for Ports<'a> {
+    fn deref_mut(&mut self) -> &mut [Port<'a>] {
+        &mut self.table
     }
 }

@@ -205,7 +205,7 @@ impl<'a> Engine<'a> {
         }
         let addr = self.addr_of(group, node)?;
         let ci = self.channel_for(addr, group, node)?;
-        if self.chans[ci].failed {
+        if self.chans.table[ci].failed {
             return Err(Error::SendFailure);
         }
         Ok(ci)
@@ -226,9 +226,9 @@ impl<'a> Engine<'a> {
             remote_bell,
         } = t;
         let (gi, ci) = self.get_slot(mem, group, node, local, len)?;
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         let req = self.rma.next_req;
-        self.chan_work.set(true);
+        self.chans.work.set(true);
         if !ch.queue_ctrl(Slot::GetRequest {
             get: gi as u16,
             req,
@@ -269,7 +269,7 @@ impl<'a> Engine<'a> {
             .position(|g| g.state == GetState::Free)
             .ok_or(Error::NoResources)?;
         let ci = self.channel_for(addr, group, node)?;
-        if self.chans[ci].failed {
+        if self.chans.table[ci].failed {
             return Err(Error::SendFailure);
         }
         Ok((gi, ci))
@@ -320,7 +320,7 @@ impl<'a> Engine<'a> {
         let Ok(oi) = self.alloc_op() else {
             return false;
         };
-        let ch = &self.chans[ci];
+        let ch = &self.chans.table[ci];
         let mut op = Op::EMPTY;
         op.state = OpState::Active;
         op.reliable = true;
@@ -344,8 +344,8 @@ impl<'a> Engine<'a> {
     /// Queues a denial of put message / get request `msg`; false if the control
     /// queue is full (the frame is refused and comes again).
     fn deny(&mut self, ci: usize, msg: u32, code: u32) -> bool {
-        self.chan_work.set(true);
-        let queued = self.chans[ci].queue_ctrl(Slot::Deny { msg, code });
+        self.chans.work.set(true);
+        let queued = self.chans.table[ci].queue_ctrl(Slot::Deny { msg, code });
         if queued {
             self.stats.rma_denied += 1;
         }
@@ -388,11 +388,11 @@ impl<'a> Engine<'a> {
                 None => (None, NO_BELL, NONE),
             }
         };
-        let ai = super::assembly::free_asm(&self.asms, &mut self.asm_hwm)?;
-        if dest.is_none() && repr.kind == Kind::Put && self.chans[ci].ctrl_full() {
+        let ai = self.asms.free_slot()?;
+        if dest.is_none() && repr.kind == Kind::Put && self.chans.table[ci].ctrl_full() {
             return None;
         }
-        self.asms[ai] = Assembly {
+        self.asms.table[ai] = Assembly {
             used: true,
             discard: dest.is_none(),
             chan: ci as u16,
@@ -496,7 +496,7 @@ impl<'a> Engine<'a> {
             // As `place_rma`: checked, then unmapped by its owner.
             self.stats.rma_denied += 1;
         }
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         let next = repr.msg_id.wrapping_add(1);
         ch.next_reserve = next;
         ch.next_deliver = next;
@@ -504,13 +504,13 @@ impl<'a> Engine<'a> {
         mem.ring(bell);
         // Its owner probably waits on the bell: as for a stored packet, the poll's
         // upkeep may come after it has seen it.
-        self.stored = true;
+        self.progress.stored = true;
         self.wake_refused();
     }
 
     /// Writes a put or get-reply fragment to its place.
     pub(super) fn place_rma(&mut self, ai: usize, offset: u32, data: &[u8], mem: &mut dyn Memory) {
-        let a = &mut self.asms[ai];
+        let a = &mut self.asms.table[ai];
         a.received = a.received.saturating_add(data.len() as u32);
         // Only the range checked at the first fragment: a later frame claiming a
         // longer message does not reach past it.
@@ -546,7 +546,7 @@ impl<'a> Engine<'a> {
     /// A CONTROL denial: our put message or get request `msg_id` named memory the
     /// peer does not expose.
     pub(super) fn rx_deny(&mut self, ci: usize, repr: &Repr) {
-        let ch = &self.chans[ci];
+        let ch = &self.chans.table[ci];
         let failure = RmaFailure {
             group: ch.peer_group,
             node: ch.peer_node,
@@ -566,7 +566,7 @@ impl<'a> Engine<'a> {
             }
             return;
         }
-        if let Some(o) = self.ops.iter_mut().find(|o| {
+        if let Some(o) = self.ops.table.iter_mut().find(|o| {
             o.owned && o.state != OpState::Free && o.chan == ci as u16 && o.msg_id == repr.msg_id
         }) {
             match o.state {
@@ -588,7 +588,7 @@ impl<'a> Engine<'a> {
 
     /// Gets waiting on channel `ci`, whose peer died, fail.
     pub(super) fn fail_gets(&mut self, ci: usize) {
-        let ch = &self.chans[ci];
+        let ch = &self.chans.table[ci];
         let failure = RmaFailure {
             group: ch.peer_group,
             node: ch.peer_node,
@@ -621,7 +621,7 @@ impl<'a> Engine<'a> {
         self.bufs.rma_done = 0;
         self.bufs.rma_tail = NONE;
         let mut next = core::mem::replace(&mut self.bufs.rma_head, NONE);
-        while let Some(o) = self.ops.get_mut(next as usize) {
+        while let Some(o) = self.ops.table.get_mut(next as usize) {
             next = core::mem::replace(&mut o.settle_next, NONE);
             o.listed = false;
             if !o.owned || matches!(o.state, OpState::Free | OpState::Active) {

@@ -92,7 +92,7 @@ impl<'a> Engine<'a> {
         };
         // Only a frame that says something new shows the peer is alive: a replayed
         // one (valid, but recorded earlier) must not keep a dead peer so.
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         if fresh(ch, &repr) {
             ch.heard_at = now;
             ch.silent_since = None;
@@ -124,7 +124,7 @@ impl<'a> Engine<'a> {
                 self.rx_reliable(now, ci, &repr, payload, mem)
             }
             Kind::Data | Kind::Multicast => {
-                let ch = &self.chans[ci];
+                let ch = &self.chans.table[ci];
                 let next = ch.be_asm == NONE && repr.msg_id == ch.be_expect;
                 if !(next && self.rx_single_frame(ci, &repr, payload, false)) {
                     self.rx_best_effort(now, ci, &repr, payload)
@@ -184,7 +184,7 @@ impl<'a> Engine<'a> {
     /// it.
     #[inline]
     fn defer_ack(&mut self, now: Instant, ci: usize, a: AckInfo) {
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         if ch.ack_due.is_some_and(|(d, _)| seq_lt(a.ack, d.ack)) {
             self.take_due_ack(now, ci);
             self.on_ack(now, now, ci, a, Flags::empty());
@@ -193,7 +193,7 @@ impl<'a> Engine<'a> {
         let fresh = ch.ack_due.is_none();
         ch.ack_due = Some((a, now));
         ch.peer_window = a.window;
-        self.acks_due += u16::from(fresh);
+        self.chans.acks_due += u16::from(fresh);
     }
 
     /// Ack `a` of channel `ci` on a frame without `REFUSED` or `RETRY`, with no
@@ -203,7 +203,7 @@ impl<'a> Engine<'a> {
     /// one on any other frame: the caller takes it at once.
     #[inline(always)]
     pub(super) fn plain_ack(&mut self, now: Instant, ci: usize, a: AckInfo, data: bool) -> bool {
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         if a.ack == ch.snd_una && a.sack == 0 && ch.ack_due.is_none() {
             ch.peer_window = a.window;
         } else if data {
@@ -217,8 +217,8 @@ impl<'a> Engine<'a> {
     /// Takes the ack channel `ci` keeps (see `defer_ack`), if any: the round trip
     /// is measured to when it came, the timer restarts from `now`.
     pub(super) fn take_due_ack(&mut self, now: Instant, ci: usize) {
-        if let Some((a, heard)) = self.chans[ci].ack_due.take() {
-            self.acks_due -= 1;
+        if let Some((a, heard)) = self.chans.table[ci].ack_due.take() {
+            self.chans.acks_due -= 1;
             self.on_ack(now, heard, ci, a, Flags::empty());
         }
     }
@@ -226,12 +226,12 @@ impl<'a> Engine<'a> {
     /// Takes every kept ack (at the start of each poll).
     #[inline]
     pub(super) fn take_due_acks(&mut self, now: Instant) {
-        if self.acks_due == 0 {
+        if self.chans.acks_due == 0 {
             return;
         }
         // Until the last kept ack is taken: the rest hold none.
-        for ci in 0..self.chan_hwm {
-            if self.acks_due == 0 {
+        for ci in 0..self.chans.hwm {
+            if self.chans.acks_due == 0 {
                 break;
             }
             self.take_due_ack(now, ci);
@@ -251,7 +251,7 @@ impl<'a> Engine<'a> {
         let refused = flags.contains(Flags::REFUSED);
         let ops = &mut self.ops;
         let bufs = &mut self.bufs;
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         let mut cut = false;
         let progress = ch.on_ack(a, |slot| {
             if let Slot::Data { op, .. } = slot {
@@ -268,13 +268,13 @@ impl<'a> Engine<'a> {
                 }
             }
         });
-        self.cuts |= cut;
+        self.orphans.cuts |= cut;
         if refused {
             ch.refused = true;
             ch.held = true;
         } else if !self.caps.reliable {
             ch.mark_holes_for_resend(a);
-            self.chan_work.set(true);
+            self.chans.work.set(true);
         }
         if progress || refused {
             ch.retries = 0;
@@ -285,13 +285,13 @@ impl<'a> Engine<'a> {
             ch.rto = ch.rto_base;
             ch.rto_at = (ch.outstanding() > 0).then(|| now + ch.rto);
             if let Some(t) = ch.rto_at {
-                self.timer_at = self.timer_at.min(t);
+                self.chans.timer_at = self.chans.timer_at.min(t);
             }
         }
         if flags.contains(Flags::RETRY) {
             // The port that refused us is free: no need to wait for the timer.
             ch.mark_all_for_resend();
-            self.chan_work.set(true);
+            self.chans.work.set(true);
         }
         if self.bufs.queued_streams > 0 {
             self.release_streams();
@@ -314,32 +314,32 @@ impl<'a> Engine<'a> {
             repr.msg_id,
             repr.offset,
             repr.ends.src_node,
-            self.chans[ci].check_seq(repr.seq),
-            self.chans[ci].rcv_nxt
+            self.chans.table[ci].check_seq(repr.seq),
+            self.chans.table[ci].rcv_nxt
         );
-        match self.chans[ci].check_seq(repr.seq) {
+        match self.chans.table[ci].check_seq(repr.seq) {
             SeqCheck::Duplicate => {
                 self.stats.rx_duplicates += 1;
-                let ch = &mut self.chans[ci];
+                let ch = &mut self.chans.table[ci];
                 ch.ack_now = true;
                 ch.out_of_order = ch.out_of_order.saturating_add(1);
-                self.chan_work.set(true);
+                self.chans.work.set(true);
                 return;
             }
             SeqCheck::OutOfWindow => {
                 self.stats.rx_out_of_window += 1;
-                self.chans[ci].ack_now = true;
-                self.chan_work.set(true);
+                self.chans.table[ci].ack_now = true;
+                self.chans.work.set(true);
                 return;
             }
             SeqCheck::New => {
-                let ch = &mut self.chans[ci];
+                let ch = &mut self.chans.table[ci];
                 if repr.seq != ch.rcv_nxt {
                     // After a gap: the sender is missing an ack (TCP acks such a
                     // segment at once).
                     ch.out_of_order = ch.out_of_order.saturating_add(1);
                     ch.ack_now = true;
-                    self.chan_work.set(true);
+                    self.chans.work.set(true);
                 }
             }
         }
@@ -362,16 +362,16 @@ impl<'a> Engine<'a> {
             }
             _ => self.rx_reliable_data(now, ci, repr, payload),
         };
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         if !accepted {
             self.stats.rx_refused += 1;
             ch.refusing = true;
             if !ch.owed_retry {
                 ch.owed_retry = true;
-                self.owed_retries += 1;
+                self.chans.owed_retries += 1;
             }
             ch.ack_now = true;
-            self.chan_work.set(true);
+            self.chans.work.set(true);
             return;
         }
         self.took_reliable(now, ci, repr);
@@ -382,8 +382,8 @@ impl<'a> Engine<'a> {
             _ => false,
         };
         if ends && self.cfg.ack_exchange_ends {
-            self.chans[ci].ack_now = true;
-            self.chan_work.set(true);
+            self.chans.table[ci].ack_now = true;
+            self.chans.work.set(true);
         }
         if matches!(
             repr.kind,
@@ -402,7 +402,7 @@ impl<'a> Engine<'a> {
     /// its ack due at once or within the delay.
     #[inline(always)]
     pub(super) fn took_reliable(&mut self, now: Instant, ci: usize, repr: &Repr) {
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         ch.mark_received(repr.seq);
         ch.since_ack = ch.since_ack.saturating_add(1);
         // A member draining into the device's barrier waits for this ack.
@@ -412,7 +412,7 @@ impl<'a> Engine<'a> {
             || ch.since_ack >= (self.cfg.window / 2).max(1)
         {
             ch.ack_now = true;
-            self.chan_work.set(true);
+            self.chans.work.set(true);
         } else {
             // Credits come back within the delay even if nothing is sent meanwhile;
             // a token's ack may wait longer (see `Config::barrier_ack_delay`), a
@@ -428,7 +428,7 @@ impl<'a> Engine<'a> {
             };
             let due = now + delay;
             ch.ack_at = Some(ch.ack_at.map_or(due, |t| t.min(due)));
-            self.timer_at = self.timer_at.min(due);
+            self.chans.timer_at = self.chans.timer_at.min(due);
         }
     }
 
@@ -449,8 +449,8 @@ impl<'a> Engine<'a> {
                 return true;
             }
             CONTROL_BYE => {
-                if !self.chans[ci].left {
-                    self.chans[ci].left = true;
+                if !self.chans.table[ci].left {
+                    self.chans.table[ci].left = true;
                     self.stats.peers_left += 1;
                 }
                 return true;
@@ -462,17 +462,17 @@ impl<'a> Engine<'a> {
             }
         }
         self.stats.tx_rejected += 1;
-        let found = self.ops.iter().position(|o| {
+        let found = self.ops.table.iter().position(|o| {
             o.state != OpState::Free && o.reliable && o.chan == ci as u16 && o.msg_id == repr.msg_id
         });
-        let ch = &self.chans[ci];
+        let ch = &self.chans.table[ci];
         let mut dest = Dest {
             group: ch.peer_group,
             node: ch.peer_node,
             port: 0,
         };
         if let Some(i) = found {
-            let o = &mut self.ops[i];
+            let o = &mut self.ops.table[i];
             dest = o.dest;
             match o.state {
                 OpState::Active => o.rejected = true,
@@ -509,7 +509,7 @@ impl<'a> Engine<'a> {
     /// Reports a best-effort message lost before any of it was placed.
     pub(super) fn report_lost(&mut self, repr: &Repr) {
         self.stats.lost += 1;
-        if (repr.ends.dst_port as usize) < self.ports.len() {
+        if (repr.ends.dst_port as usize) < self.ports.table.len() {
             self.notify(Note {
                 port: repr.ends.dst_port,
                 fault: Some(Fault::Lost),
@@ -525,22 +525,22 @@ impl<'a> Engine<'a> {
     #[inline]
     pub(super) fn rx_best_effort(&mut self, now: Instant, ci: usize, repr: &Repr, payload: &[u8]) {
         let msg = repr.msg_id;
-        let expect = self.chans[ci].be_expect;
-        let cur = self.chans[ci].be_asm;
+        let expect = self.chans.table[ci].be_expect;
+        let cur = self.chans.table[ci].be_asm;
         // `be_expect` is already past the message being assembled: its later fragments
         // belong to `cur`, everything else older is stale.
-        let continues = cur != NONE && self.asms[cur as usize].msg_id == msg;
+        let continues = cur != NONE && self.asms.table[cur as usize].msg_id == msg;
         if !continues && seq_lt(msg, expect) {
             self.stats.rx_dropped += 1;
             return;
         }
         if cur != NONE && !continues {
             // A later message started: the unfinished one lost frames.
-            self.chans[ci].be_asm = NONE;
+            self.chans.table[ci].be_asm = NONE;
             self.deliver(cur as usize, Some(Fault::Lost));
         }
-        let ai = if self.chans[ci].be_asm != NONE {
-            self.chans[ci].be_asm as usize
+        let ai = if self.chans.table[ci].be_asm != NONE {
+            self.chans.table[ci].be_asm as usize
         } else {
             // Whole messages vanished between `expect` and `msg`: one report each, so
             // that every message is either delivered or reported (bounded by a window,
@@ -549,7 +549,7 @@ impl<'a> Engine<'a> {
             for _ in 0..vanished {
                 self.report_lost(repr);
             }
-            self.chans[ci].be_expect = msg.wrapping_add(1);
+            self.chans.table[ci].be_expect = msg.wrapping_add(1);
             if repr.offset != 0 {
                 self.stats.rx_dropped += 1;
                 self.report_lost(repr);
@@ -560,24 +560,24 @@ impl<'a> Engine<'a> {
                 self.report_lost(repr);
                 return;
             };
-            self.chans[ci].be_asm = ai as u16;
+            self.chans.table[ci].be_asm = ai as u16;
             ai
         };
-        let next = self.asms[ai].received;
+        let next = self.asms.table[ai].received;
         if repr.offset < next {
             // A duplicate of a fragment already placed.
             self.stats.rx_dropped += 1;
             return;
         }
         if repr.offset > next {
-            self.chans[ci].be_asm = NONE;
+            self.chans.table[ci].be_asm = NONE;
             self.deliver(ai, Some(Fault::Lost));
             return;
         }
         self.place(ai, repr.offset, payload);
-        self.asms[ai].deadline = now + self.cfg.reassembly_timeout;
-        if self.asms[ai].received >= self.asms[ai].total {
-            self.chans[ci].be_asm = NONE;
+        self.asms.table[ai].deadline = now + self.cfg.reassembly_timeout;
+        if self.asms.table[ai].received >= self.asms.table[ai].total {
+            self.chans.table[ci].be_asm = NONE;
             self.deliver(ai, None);
         }
     }

@@ -13,6 +13,7 @@ impl Engine<'_> {
             return false;
         }
         self.ports
+            .table
             .get(repr.ends.dst_port as usize)
             .is_some_and(|p| p.input && !p.busy && p.kind == Fill::Restart && p.room(0) >= n)
     }
@@ -43,14 +44,14 @@ impl Engine<'_> {
         reliable: bool,
     ) -> bool {
         let n = payload.len();
-        let Some(p) = self.ports.get_mut(repr.ends.dst_port as usize) else {
+        let Some(p) = self.ports.table.get_mut(repr.ends.dst_port as usize) else {
             return false;
         };
         let Some(dst) = p.buf.as_deref_mut().and_then(|b| b.get_mut(..n)) else {
             return false;
         };
         copy_short(dst, payload);
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         let next = repr.msg_id.wrapping_add(1);
         if reliable {
             ch.next_reserve = next;
@@ -59,7 +60,7 @@ impl Engine<'_> {
         } else {
             ch.be_expect = next;
         }
-        self.delivered = true;
+        self.progress.delivered = true;
         self.stats.delivered += 1;
         self.wake_refused();
         self.notify(Note {
@@ -125,7 +126,7 @@ impl<'a> Engine<'a> {
         let key = self.cfg.auth_key.as_ref();
         let kind = if PACKET { Kind::Packet } else { Kind::Data };
         let taken =
-            Repr::parse_single_cached(frame, kind, key, Some(&self.tag_rx), |repr, payload| {
+            Repr::parse_single_cached(frame, kind, key, Some(&self.tags.rx), |repr, payload| {
                 self.predicts::<PACKET, false>(repr, payload.len(), source)
             });
         let Some((repr, payload, (ci, reliable))) = taken else {
@@ -151,7 +152,7 @@ impl<'a> Engine<'a> {
     #[inline(always)]
     pub(super) fn took_predicted(&mut self, now: Instant, ci: usize, repr: &Repr, reliable: bool) {
         self.stats.rx_predicted += 1;
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         // A predicted reliable frame is the next on its channel: new (the ack it
         // carries is then not looked at here; a replay of one of its kind is a
         // duplicate, and its ack moves `ack_heard` at most once).
@@ -264,8 +265,8 @@ impl<'a> Engine<'a> {
         }
         self.took_predicted(now, ci, repr, true);
         if self.cfg.ack_exchange_ends {
-            self.chans[ci].ack_now = true;
-            self.chan_work.set(true);
+            self.chans.table[ci].ack_now = true;
+            self.chans.work.set(true);
         }
         true
     }
@@ -310,11 +311,11 @@ impl<'a> Engine<'a> {
             Some(a) => a,
             None => self.addr_of(e.src_group, e.src_node).ok()?,
         };
-        let ci = *self.peer_map.get(addr.0 as usize)?;
+        let ci = *self.chans.peer_map.get(addr.0 as usize)?;
         if ci == NONE {
             return None;
         }
-        let ch = self.chans.get(ci as usize)?;
+        let ch = self.chans.table.get(ci as usize)?;
         let reliable = repr.flags.contains(Flags::RELIABLE);
         let next = if reliable {
             repr.seq == ch.rcv_nxt

@@ -75,7 +75,7 @@ impl<'a> Engine<'a> {
         body: Src<'a, '_>,
         reliable: bool,
     ) -> Result<SendHandle, Error> {
-        let p = self.ports.get(port as usize).ok_or(Error::InvalidPort)?;
+        let p = self.ports.table.get(port as usize).ok_or(Error::InvalidPort)?;
         let dest = p.dest.ok_or(Error::NotBound)?;
         if head.len() > INLINE_HEAD_MAX {
             return Err(Error::FirstPieceTooLong);
@@ -130,7 +130,7 @@ impl<'a> Engine<'a> {
                 }
             };
             self.enqueue(ci, oi, &op);
-            return Ok(SendHandle::new(oi, self.ops[oi].gen));
+            return Ok(SendHandle::new(oi, self.ops.table[oi].gen));
         }
         // Broadcast: a parent slot plus one child per target, all or nothing.
         let g = *self.group(dest.group).ok_or(Error::UnknownGroup)?;
@@ -142,7 +142,7 @@ impl<'a> Engine<'a> {
         // tree when every level of relays can hold all of it in eager buffers (a
         // long one passed on chunk by chunk, see `stream`) and, past 256 KiB, when
         // that spares the root enough copies (`stream::long_tree_pays`).
-        let numbered = own && reliable && (me as usize) < self.bcast_seq.len();
+        let numbered = own && reliable && (me as usize) < self.bcast.seq.len();
         let tree = self.cfg.bcast_tree.filter(|&t| {
             let size = self.size as usize;
             let levels = t.height(0, size);
@@ -157,7 +157,7 @@ impl<'a> Engine<'a> {
         // relay's at the top of the tree: it leaves a unit of buffers for each level
         // of relays below it (see `reserve_tree`), so that broadcasts from every
         // root at once cannot take the buffers their relays need.
-        let keep = if tree.is_some() { self.bcast_keep } else { 0 };
+        let keep = if tree.is_some() { self.bcast.keep } else { 0 };
         // Written once where every member reads it (see `board`), after our
         // broadcasts waiting in the gate (see `fence`): a short copy in one frame,
         // or the caller's bytes in as many frames as they take.
@@ -167,7 +167,7 @@ impl<'a> Engine<'a> {
         // root's order. Elsewhere it waits in the gate like a flat one (below).
         let be_board = own
             && !reliable
-            && (me as usize) < self.bcast_seq.len()
+            && (me as usize) < self.bcast.seq.len()
             && bcast_copy.is_none()
             && self.board_takes(&g);
         let board =
@@ -187,17 +187,17 @@ impl<'a> Engine<'a> {
             op.tree = true;
             op.root = me;
             op.aux = mcast::BOARD;
-            op.bseq = self.bcast_next;
-            self.bcast_next = self.bcast_next.wrapping_add(1);
-            op.gen = self.ops[pi].gen;
-            self.ops[pi] = op;
+            op.bseq = self.bcast.next;
+            self.bcast.next = self.bcast.next.wrapping_add(1);
+            op.gen = self.ops.table[pi].gen;
+            self.ops.table[pi] = op;
             if held {
                 self.hold(pi);
             } else {
                 self.queue_board(pi);
                 self.bcast_released(mcast::BOARD, op.bseq);
             }
-            return Ok(SendHandle::new(pi, self.ops[pi].gen));
+            return Ok(SendHandle::new(pi, self.ops.table[pi].gen));
         }
         let targets: Targets = match tree {
             Some(t) => {
@@ -208,7 +208,7 @@ impl<'a> Engine<'a> {
             None => Targets::AllBut(g.members.len(), own.then_some(me)),
         };
         let members = targets.len() as u16;
-        let free = self.ops.iter().filter(|o| o.state == OpState::Free).count();
+        let free = self.ops.table.iter().filter(|o| o.state == OpState::Free).count();
         if free < members as usize + 1 {
             return Err(Error::NoResources);
         }
@@ -216,13 +216,13 @@ impl<'a> Engine<'a> {
         let need = targets
             .iter()
             .filter_map(|i| g.members.addr(i))
-            .filter(|a| self.peer_map.get(a.0 as usize).is_none_or(|&s| s == NONE))
+            .filter(|a| self.chans.peer_map.get(a.0 as usize).is_none_or(|&s| s == NONE))
             .count();
-        let free_chans = self.chans.iter().filter(|c| !c.in_use).count();
+        let free_chans = self.chans.table.iter().filter(|c| !c.in_use).count();
         let unmapped = targets
             .iter()
             .filter_map(|i| g.members.addr(i))
-            .any(|a| a.0 as usize >= self.peer_map.len());
+            .any(|a| a.0 as usize >= self.chans.peer_map.len());
         if need > free_chans || unmapped {
             return Err(Error::NoResources);
         }
@@ -231,7 +231,7 @@ impl<'a> Engine<'a> {
         // does every best-effort one to our group: unnumbered, members cannot
         // order it, so the gate does (fenced behind our earlier board and tree
         // ones, and holding later ones until its copies have left).
-        let be_gated = own && !reliable && (me as usize) < self.bcast_seq.len();
+        let be_gated = own && !reliable && (me as usize) < self.bcast.seq.len();
         let held = members > 0 && (be_gated || (numbered && self.must_hold(tree.is_none())));
         if held && !self.gate_room() {
             return Err(Error::NoResources);
@@ -244,22 +244,22 @@ impl<'a> Engine<'a> {
             op.tree = true;
             op.root = me;
             op.aux = tree.map_or(FLAT, |t| t as u8);
-            op.bseq = self.bcast_next;
-            self.bcast_next = self.bcast_next.wrapping_add(1);
+            op.bseq = self.bcast.next;
+            self.bcast.next = self.bcast.next.wrapping_add(1);
         } else if be_gated {
             // Its fence asks for every numbered one before the next number.
             op.aux = FLAT;
-            op.bseq = self.bcast_next;
+            op.bseq = self.bcast.next;
         }
         let mut parent = op;
         parent.children = members;
-        parent.gen = self.ops[pi].gen;
+        parent.gen = self.ops.table[pi].gen;
         parent.state = if members == 0 {
             OpState::Done
         } else {
             OpState::Active
         };
-        self.ops[pi] = parent;
+        self.ops.table[pi] = parent;
         op.kind = Kind::Multicast;
         op.parent = pi as u16;
         let mut last = NONE;
@@ -274,12 +274,12 @@ impl<'a> Engine<'a> {
             let oi = self.alloc_op()?;
             if held {
                 // Linked from the parent in target order, queued on release.
-                child.gen = self.ops[oi].gen;
-                self.ops[oi] = child;
+                child.gen = self.ops.table[oi].gen;
+                self.ops.table[oi] = child;
                 if last == NONE {
-                    self.ops[pi].next = oi as u16;
+                    self.ops.table[pi].next = oi as u16;
                 } else {
-                    self.ops[last as usize].next = oi as u16;
+                    self.ops.table[last as usize].next = oi as u16;
                 }
                 last = oi as u16;
             } else {
@@ -291,15 +291,15 @@ impl<'a> Engine<'a> {
         } else if numbered {
             self.bcast_released(op.aux, op.bseq);
         }
-        Ok(SendHandle::new(pi, self.ops[pi].gen))
+        Ok(SendHandle::new(pi, self.ops.table[pi].gen))
     }
 
     /// [`Engine::alloc_op`] that first tries the hint alone: where
     /// [`Engine::hint_free_op`] ran since, no search.
     #[inline(always)]
     pub(super) fn alloc_op_hinted(&mut self) -> Result<usize, Error> {
-        let h = self.op_hint;
-        match self.ops.get_mut(h) {
+        let h = self.ops.hint;
+        match self.ops.table.get_mut(h) {
             Some(o) if o.state == OpState::Free => {
                 o.gen = o.gen.wrapping_add(1);
                 o.state = OpState::Active;
@@ -314,7 +314,7 @@ impl<'a> Engine<'a> {
     /// single look.
     pub(super) fn hint_free_op(&mut self) {
         if let Some(i) = self.free_op() {
-            self.op_hint = i;
+            self.ops.hint = i;
         }
     }
 
@@ -322,20 +322,20 @@ impl<'a> Engine<'a> {
     /// near where the last search ended.
     #[inline]
     fn free_op(&self) -> Option<usize> {
-        let n = self.ops.len();
-        let h = self.op_hint.min(n);
+        let n = self.ops.table.len();
+        let h = self.ops.hint.min(n);
         (h..n)
             .chain(0..h)
-            .find(|&i| self.ops[i].state == OpState::Free)
+            .find(|&i| self.ops.table[i].state == OpState::Free)
     }
 
     pub(super) fn alloc_op(&mut self) -> Result<usize, Error> {
         let i = self.free_op().ok_or(Error::NoResources)?;
-        self.op_hint = i;
+        self.ops.hint = i;
         // Bump the generation so stale handles to this slot are recognised.
-        let gen = self.ops[i].gen.wrapping_add(1);
-        self.ops[i].gen = gen;
-        self.ops[i].state = OpState::Active;
+        let gen = self.ops.table[i].gen.wrapping_add(1);
+        self.ops.table[i].gen = gen;
+        self.ops.table[i].state = OpState::Active;
         Ok(i)
     }
 
@@ -343,9 +343,9 @@ impl<'a> Engine<'a> {
     /// channel `ci`.
     #[inline]
     pub(super) fn enqueue(&mut self, ci: usize, oi: usize, proto: &Op<'a>) {
-        let ch = &mut self.chans[ci];
-        let gen = self.ops[oi].gen;
-        let op = &mut self.ops[oi];
+        let ch = &mut self.chans.table[ci];
+        let gen = self.ops.table[oi].gen;
+        let op = &mut self.ops.table[oi];
         *op = *proto;
         op.gen = gen;
         op.chan = ci as u16;
@@ -372,11 +372,11 @@ impl<'a> Engine<'a> {
             op.msg_id = ch.next_be_msg;
             ch.next_be_msg = ch.next_be_msg.wrapping_add(1);
         }
-        self.chan_work.set(true);
+        self.chans.work.set(true);
         if ch.q_tail == NONE {
             ch.q_head = oi as u16;
         } else {
-            self.ops[ch.q_tail as usize].next = oi as u16;
+            self.ops.table[ch.q_tail as usize].next = oi as u16;
         }
         ch.q_tail = oi as u16;
     }
@@ -400,7 +400,7 @@ impl<'a> Engine<'a> {
 
     /// Progress of a send. A finished one keeps its slot until [`Engine::release`].
     pub fn send_status(&self, h: SendHandle) -> Result<SendStatus, Error> {
-        let op = self.ops.get(h.idx()).ok_or(Error::InvalidHandle)?;
+        let op = self.ops.table.get(h.idx()).ok_or(Error::InvalidHandle)?;
         if op.gen != h.gen() || op.state == OpState::Free || op.parent != NONE {
             return Err(Error::InvalidHandle);
         }
@@ -416,7 +416,7 @@ impl<'a> Engine<'a> {
     /// send, the caller's part is then over), or the send has finished.
     pub(crate) fn handed_off(&self, h: SendHandle) -> Result<bool, Error> {
         let st = self.send_status(h)?;
-        let op = &self.ops[h.idx()];
+        let op = &self.ops.table[h.idx()];
         // A broadcast's children send from the root's eager copy.
         let copied = op.dest.node == BROADCAST && op.eager != NONE;
         Ok(st != SendStatus::Pending || copied || (op.started && op.framed == op.total))
@@ -426,14 +426,14 @@ impl<'a> Engine<'a> {
     /// bytes are no longer needed), as [`Engine::start_send_eager`]'s do.
     pub fn copied(&self, h: SendHandle) -> Result<bool, Error> {
         self.send_status(h)?;
-        Ok(self.ops[h.idx()].eager != NONE)
+        Ok(self.ops.table[h.idx()].eager != NONE)
     }
 
     /// Lets go of a send: its slot frees itself when it finishes. A failure is still
     /// reported through the port's error handler or error semaphore.
     pub fn detach(&mut self, h: SendHandle) -> Result<(), Error> {
         let st = self.send_status(h)?;
-        let op = &mut self.ops[h.idx()];
+        let op = &mut self.ops.table[h.idx()];
         if st == SendStatus::Pending {
             op.detached = true;
         } else {
@@ -446,7 +446,7 @@ impl<'a> Engine<'a> {
     pub fn release(&mut self, h: SendHandle) -> Result<SendStatus, Error> {
         let st = self.send_status(h)?;
         if st != SendStatus::Pending {
-            self.ops[h.idx()].state = OpState::Free;
+            self.ops.table[h.idx()].state = OpState::Free;
         }
         Ok(st)
     }
@@ -458,7 +458,7 @@ impl<'a> Engine<'a> {
         group: GroupId,
         node: NodeId,
     ) -> Result<usize, Error> {
-        match self.peer_map.get(addr.0 as usize) {
+        match self.chans.peer_map.get(addr.0 as usize) {
             Some(&slot) if slot != NONE => Ok(slot as usize),
             Some(_) => self.open_channel_to(addr, group, node),
             None => Err(Error::NoResources),
@@ -480,15 +480,15 @@ impl<'a> Engine<'a> {
             .iter()
             .position(|c| !c.in_use)
             .ok_or(Error::NoResources)?;
-        self.chans[ci].open(
+        self.chans.table[ci].open(
             addr,
             group,
             node,
             self.cfg.window.min(MAX_WINDOW as u16),
             self.cfg.rto_initial,
         );
-        self.peer_map[addr.0 as usize] = ci as u16;
-        self.chan_hwm = self.chan_hwm.max(ci + 1);
+        self.chans.peer_map[addr.0 as usize] = ci as u16;
+        self.chans.hwm = self.chans.hwm.max(ci + 1);
         Ok(ci)
     }
 }

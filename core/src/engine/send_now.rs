@@ -99,8 +99,8 @@ impl<'a> Engine<'a> {
     ) -> Option<SendHandle> {
         // The handle's slot, taken first: the message must not leave without one.
         let token = self.alloc_op().ok()?;
-        let gen = self.ops[token].gen;
-        self.ops[token] = Op {
+        let gen = self.ops.table[token].gen;
+        self.ops.table[token] = Op {
             gen,
             state: OpState::Done,
             ..Op::EMPTY
@@ -108,7 +108,7 @@ impl<'a> Engine<'a> {
         if self.send_one_reliable(dev, port, head, body, now) {
             Some(SendHandle::new(token, gen))
         } else {
-            self.ops[token].state = OpState::Free;
+            self.ops.table[token].state = OpState::Free;
             None
         }
     }
@@ -161,7 +161,7 @@ impl<'a> Engine<'a> {
         };
         let total = head.len() + body.len();
         let max = max_payload(&self.cfg, &self.caps);
-        let ready = self.chans[ci].free_to_send_now();
+        let ready = self.chans.table[ci].free_to_send_now();
         if !ready || max == 0 || total > max || body.len() > EAGER_MAX {
             return false;
         }
@@ -180,7 +180,7 @@ impl<'a> Engine<'a> {
             cfg,
             caps,
             stats,
-            tag_tx,
+            tags,
             ..
         } = self;
         let ch = &mut chans[ci];
@@ -192,8 +192,8 @@ impl<'a> Engine<'a> {
         }
         let repr = single_repr(port, dest, flags, ch.snd_nxt, ch.next_msg, total);
         let early = dev.transmit_reads_time().then(&mut now);
-        let at = early.unwrap_or(self.polled_at);
-        let mut tx = Tx::new(dev, at, caps, cfg, tag_tx, stats, bufs);
+        let at = early.unwrap_or(self.progress.polled_at);
+        let mut tx = Tx::new(dev, at, caps, cfg, &tags.tx, stats, bufs);
         if !tx.single(ch, repr, head, body) {
             ops[oi].state = OpState::Free;
             return false;
@@ -221,21 +221,20 @@ impl<'a> Engine<'a> {
         let len = t.len;
         let ci = self.put_channel(mem, t.group, t.node, t.local, len)?;
         let fits = len as usize + wire::RMA_PREFIX <= max_payload(&self.cfg, &self.caps);
-        if !fits || !self.nothing_ahead() || !self.chans[ci].free_to_send_now() {
+        if !fits || !self.nothing_ahead() || !self.chans.table[ci].free_to_send_now() {
             return Ok(false);
         }
         let Ok(oi) = self.alloc_op() else {
             return Ok(false);
         };
         let Engine {
-            chans,
+            chans: channel::Channels { table: chans, timer_at, .. },
             ops,
             bufs,
             cfg,
             caps,
             stats,
-            tag_tx,
-            timer_at,
+            tags,
             ..
         } = self;
         let ch = &mut chans[ci];
@@ -247,7 +246,7 @@ impl<'a> Engine<'a> {
             ..super::rma::put_op(&t)
         };
         let seq = ch.snd_nxt;
-        let mut tx = Tx::new(dev, now, caps, cfg, tag_tx, stats, bufs);
+        let mut tx = Tx::new(dev, now, caps, cfg, &tags.tx, stats, bufs);
         if !tx.rma(ch, &ops[oi], seq, 0, len as u16, true, false, mem) {
             ops[oi].state = OpState::Free;
             return Ok(false);
@@ -296,18 +295,17 @@ impl<'a> Engine<'a> {
             Err(e) => return Err(e),
         };
         let open = max_payload(&self.cfg, &self.caps) >= wire::GET_REQUEST_LEN;
-        if !open || !self.nothing_ahead() || !self.chans[ci].free_to_send_now() {
+        if !open || !self.nothing_ahead() || !self.chans.table[ci].free_to_send_now() {
             return Ok(false);
         }
         let Engine {
-            chans,
+            chans: channel::Channels { table: chans, timer_at, .. },
             bufs,
             cfg,
             caps,
             stats,
-            tag_tx,
+            tags,
             rma,
-            timer_at,
             ..
         } = self;
         let ch = &mut chans[ci];
@@ -327,7 +325,7 @@ impl<'a> Engine<'a> {
             req,
         };
         let seq = ch.snd_nxt;
-        let mut tx = Tx::new(dev, now, caps, cfg, tag_tx, stats, bufs);
+        let mut tx = Tx::new(dev, now, caps, cfg, &tags.tx, stats, bufs);
         if !tx.slot(ch, seq, slot, &rma.gets) {
             rma.gets[gi].state = rma::GetState::Free;
             return Ok(false);
@@ -358,7 +356,14 @@ impl<'a> Engine<'a> {
         let now = now();
         let total = head.len() + body.len();
         let Engine {
-            chans, ops, bufs, ..
+            chans: channel::Channels {
+                table: chans,
+                timer_at,
+                ..
+            },
+            ops,
+            bufs,
+            ..
         } = self;
         let ch = &mut chans[ci];
         let op = fresh_reliable_op(ops, oi);
@@ -391,7 +396,7 @@ impl<'a> Engine<'a> {
         op.started = true;
         op.unacked = 1;
         op.detached = true;
-        ch.arm_rto(now, &mut self.timer_at);
+        ch.arm_rto(now, timer_at);
         // The next send's slot, looked for now rather than before its frame.
         self.hint_free_op();
     }
@@ -422,10 +427,10 @@ impl<'a> Engine<'a> {
             return Ok(false);
         }
         let ci = match self.addr_of(group, dest) {
-            Ok(a) => self.peer_map.get(a.0 as usize).map_or(NONE, |&c| c) as usize,
+            Ok(a) => self.chans.peer_map.get(a.0 as usize).map_or(NONE, |&c| c) as usize,
             Err(_) => return Ok(false),
         };
-        let Some(ch) = self.chans[..self.chan_hwm].get(ci) else {
+        let Some(ch) = self.chans.table[..self.chans.hwm].get(ci) else {
             return Ok(false);
         };
         let ready = ch.peer_group == group && ch.peer_node == dest && ch.free_to_send_now();
@@ -437,13 +442,18 @@ impl<'a> Engine<'a> {
             return Ok(false);
         };
         let Engine {
-            chans,
+            chans:
+                channel::Channels {
+                    table: chans,
+                    timer_at,
+                    ..
+                },
             ops,
             bufs,
             cfg,
             caps,
             stats,
-            tag_tx,
+            tags,
             ..
         } = self;
         let ch = &mut chans[ci];
@@ -472,10 +482,10 @@ impl<'a> Engine<'a> {
         let early = dev.transmit_reads_time().then(&mut now);
         let mut tx = Tx::new(
             dev,
-            early.unwrap_or(self.polled_at),
+            early.unwrap_or(self.progress.polled_at),
             caps,
             cfg,
-            tag_tx,
+            &tags.tx,
             stats,
             bufs,
         );
@@ -504,7 +514,7 @@ impl<'a> Engine<'a> {
         op.framed = len as u32;
         op.started = true;
         op.unacked = 1;
-        ch.arm_rto(now, &mut self.timer_at);
+        ch.arm_rto(now, timer_at);
         Ok(true)
     }
 
@@ -543,7 +553,7 @@ impl<'a> Engine<'a> {
         let at = if dev.transmit_reads_time() {
             now()
         } else {
-            self.polled_at
+            self.progress.polled_at
         };
         let Engine {
             chans,
@@ -551,7 +561,7 @@ impl<'a> Engine<'a> {
             cfg,
             caps,
             stats,
-            tag_tx,
+            tags,
             ..
         } = self;
         let ch = &mut chans[ci];
@@ -564,7 +574,7 @@ impl<'a> Engine<'a> {
         }
         // One frame, no op: the header straight from what is known here.
         let repr = single_repr(port, dest, Flags::LAST, 0, ch.next_be_msg, total);
-        let mut tx = Tx::new(dev, at, caps, cfg, tag_tx, stats, bufs);
+        let mut tx = Tx::new(dev, at, caps, cfg, &tags.tx, stats, bufs);
         if !tx.single(ch, repr, head, body) {
             return false;
         }

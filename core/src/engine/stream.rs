@@ -183,7 +183,7 @@ impl<'a> Engine<'a> {
 
     /// Records forward `oi` of stream `si`, whose acks free its chunks.
     pub(super) fn stream_kid(&mut self, si: u16, oi: usize) {
-        let gen = self.ops[oi].gen;
+        let gen = self.ops.table[oi].gen;
         if let Some(st) = self.bufs.streams.get_mut(si as usize) {
             if (st.nkids as usize) < MAX_CHILDREN {
                 st.kids[st.nkids as usize] = (oi as u16, gen);
@@ -263,8 +263,8 @@ impl<'a> Engine<'a> {
     /// The bytes of operation `oi`'s message below which every frame it sent has
     /// been acknowledged.
     fn acked_prefix(&self, oi: usize) -> u32 {
-        let o = &self.ops[oi];
-        let Some(ch) = self.chans.get(o.chan as usize) else {
+        let o = &self.ops.table[oi];
+        let Some(ch) = self.chans.table.get(o.chan as usize) else {
             return 0;
         };
         let mut s = ch.snd_una;

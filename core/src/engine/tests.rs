@@ -691,7 +691,7 @@ fn a_refusal_with_nothing_new_in_its_ack_still_holds_and_wakes_the_sender() {
     // C takes the refusal: its ack says nothing new.
     c.poll(Instant::ZERO, &mut view(&mut rings, 2), None);
     assert!(
-        c.chans[c.peer_map[1] as usize].refused,
+        c.chans[c.chans.peer_map[1] as usize].refused,
         "held by the refusal"
     );
     for f in &frames[1..4] {
@@ -1210,7 +1210,7 @@ fn single_frame_messages_skip_the_assembly_and_keep_the_order() {
         want.push((2, msg.to_vec(), None, 0));
     }
     assert_eq!(b.state(), &want);
-    assert_eq!(b.asm_hwm, 0, "no assembly was taken");
+    assert_eq!(b.asms.hwm, 0, "no assembly was taken");
     assert_eq!(b.semaphore(3).unwrap().count, 12);
     // All but the first (which opened the channel) by header prediction.
     assert_eq!(b.stats().rx_predicted, 11, "{:?}", b.stats());
@@ -1225,7 +1225,7 @@ fn single_frame_messages_skip_the_assembly_and_keep_the_order() {
         b.state()[12],
         (2, std::vec![9; 16], Some(Fault::Truncated), 0)
     );
-    assert_eq!(b.asm_hwm, 1);
+    assert_eq!(b.asms.hwm, 1);
     // Both services go on in order after it.
     for (k, reliable) in [(20u8, true), (21, false), (22, true)] {
         let h = a
@@ -1453,7 +1453,7 @@ fn an_ack_on_a_reply_is_taken_at_the_next_poll_as_of_its_arrival() {
         let mut rings = rings();
         let (mut a, mut b) = ping_pong_pair();
         let at = Instant::from_micros;
-        let ca = |a: &TE| a.peer_map[1] as usize;
+        let ca = |a: &TE| a.chans.peer_map[1] as usize;
         a.poll(at(0), &mut view(&mut rings, 0), None);
         let h = a.start_send_eager(1, b"", b"ping").unwrap();
         a.poll(at(0), &mut view(&mut rings, 0), None);
@@ -1465,7 +1465,7 @@ fn an_ack_on_a_reply_is_taken_at_the_next_poll_as_of_its_arrival() {
         // The pong lands 10 us after the ping left, or (late) long after the ping's
         // retransmission timer: in the same poll, the kept ack ends that wait.
         let heard = if late { 50_000 } else { 10 };
-        a.upkeep_due = true;
+        a.progress.upkeep_due = true;
         a.poll(at(heard), &mut view(&mut rings, 0), None);
         assert_eq!(a.state()[0].1, b"pong");
         assert_eq!(a.stats().timeouts, 0, "late {late}");
@@ -1480,7 +1480,7 @@ fn an_ack_on_a_reply_is_taken_at_the_next_poll_as_of_its_arrival() {
         }
         a.poll(at(heard + 5_000), &mut view(&mut rings, 0), None);
         assert_eq!(a.send_status(h), Err(Error::InvalidHandle), "taken: freed");
-        assert_eq!(a.acks_due, 0);
+        assert_eq!(a.chans.acks_due, 0);
         // Measured to the pong's arrival, not to the poll that took it.
         assert_eq!(a.chans[ca(&a)].srtt, heard * 1000, "late {late}");
         assert!(a.is_quiescent());
@@ -1519,10 +1519,10 @@ fn a_delivering_poll_leaves_timers_to_the_next_unless_an_ack_is_asked_for() {
         assert_eq!(b.state().len(), 1);
         assert_eq!(b.stats().tx_acks, u64::from(ask), "ask {ask}");
         assert_eq!(b.stats().timeouts, u64::from(ask), "ask {ask}");
-        assert_eq!(b.upkeep_due, !ask);
+        assert_eq!(b.progress.upkeep_due, !ask);
         b.poll(at(60), &mut view(&mut rings, 1), None);
         assert_eq!(b.stats().timeouts, 1, "ask {ask}");
-        assert!(!b.upkeep_due);
+        assert!(!b.progress.upkeep_due);
         if ask {
             a.poll(at(61), &mut view(&mut rings, 0), None);
             assert_eq!(a.send_status(h), Ok(SendStatus::Done));
@@ -1663,12 +1663,12 @@ fn an_ack_on_a_reply_packet_is_taken_at_the_next_poll() {
     b.poll(at(1), &mut view(&mut rings, 1), None);
     a.poll(at(10), &mut view(&mut rings, 0), None);
     assert!(a.next_delivery().is_some(), "the reply");
-    let ca = a.peer_map[1] as usize;
+    let ca = a.chans.peer_map[1] as usize;
     assert!(a.chans[ca].ack_due.is_some(), "its ack kept");
-    assert_eq!(a.acks_due, 1);
+    assert_eq!(a.chans.acks_due, 1);
     assert!(a.ops.iter().any(|o| o.state == OpState::Active));
     a.poll(at(12), &mut view(&mut rings, 0), None);
-    assert_eq!(a.acks_due, 0);
+    assert_eq!(a.chans.acks_due, 0);
     assert!(
         a.ops.iter().all(|o| o.state == OpState::Free),
         "taken: freed"
@@ -1701,7 +1701,7 @@ fn a_relayed_broadcast_leaves_in_the_poll_that_delivers_it() {
     es[1].poll(now, &mut view(&mut rings, 1), None);
     assert_eq!(es[1].state().len(), 1);
     assert_eq!(es[1].stats().forwarded, 1);
-    assert!(!es[1].upkeep_due, "a forward to send");
+    assert!(!es[1].progress.upkeep_due, "a forward to send");
     es[2].poll(now, &mut view(&mut rings, 2), None);
     assert_eq!(es[2].state().len(), 1, "forwarded in node 1's poll");
     assert_eq!(es[2].state()[0].1, b"all");
@@ -1727,18 +1727,18 @@ fn a_stored_packet_defers_the_upkeep_unless_it_is_forwarded() {
     b.poll(now, &mut view(&mut rings, 1), None);
     assert_eq!(b.next_delivery().map(|d| d.src), Some(0));
     assert!(
-        b.upkeep_due,
+        b.progress.upkeep_due,
         "stored for the program: upkeep at the next poll"
     );
     b.poll(now, &mut view(&mut rings, 1), None);
-    assert!(!b.upkeep_due);
+    assert!(!b.progress.upkeep_due);
     // Down the chain 0 -> 1 -> 2: node 1 forwards in the poll that stores it.
     let p = a.packet_alloc().unwrap();
     a.packet_mut(p).unwrap()[..4].copy_from_slice(b"tree");
     a.launch_multicast(p, MCAST_ALL, 4, Tree::Chain).unwrap();
     a.poll(now, &mut view(&mut rings, 0), None);
     b.poll(now, &mut view(&mut rings, 1), None);
-    assert!(!b.upkeep_due, "a forward goes at once");
+    assert!(!b.progress.upkeep_due, "a forward goes at once");
     assert_eq!(b.stats().forwarded, 1);
     c.poll(now, &mut view(&mut rings, 2), None);
     let d = c.next_delivery().expect("forwarded in node 1's poll");
@@ -1770,7 +1770,7 @@ fn a_message_acked_on_a_reply_stays_done_when_its_peer_is_found_dead() {
         dead_1: true,
         ..Special::new(view(&mut rings, 0))
     };
-    a.upkeep_due = true;
+    a.progress.upkeep_due = true;
     a.poll(at(50), &mut dev, None);
     assert_eq!(a.state()[0].1, b"pong");
     assert_eq!(a.stats().peers_failed, 1, "{:?}", a.stats());

@@ -27,20 +27,20 @@ impl<'a> Engine<'a> {
         now: Instant,
         vouched: &mut dyn FnMut(NodeAddr) -> bool,
     ) {
-        if now >= self.timer_at {
-            let late = now.saturating_since(self.timer_at);
+        if now >= self.chans.timer_at {
+            let late = now.saturating_since(self.chans.timer_at);
             if late > NOT_RUNNING_AFTER {
                 self.resumed(late);
             }
-            for ci in 0..self.chan_hwm {
-                let ch = &mut self.chans[ci];
+            for ci in 0..self.chans.hwm {
+                let ch = &mut self.chans.table[ci];
                 if !ch.in_use {
                     continue;
                 }
                 if ch.ack_at.is_some_and(|t| t <= now) {
                     ch.ack_at = None;
                     ch.ack_now = true;
-                    self.chan_work.set(true);
+                    self.chans.work.set(true);
                 }
                 let Some(t) = ch.rto_at else { continue };
                 if t > now {
@@ -49,17 +49,17 @@ impl<'a> Engine<'a> {
                 if ch.ack_due.is_some() {
                     // The ack kept for this poll may end what the timer waits for.
                     self.take_due_ack(now, ci);
-                    if self.chans[ci].rto_at.is_none_or(|t| t > now) {
+                    if self.chans.table[ci].rto_at.is_none_or(|t| t > now) {
                         continue;
                     }
                 }
-                let ch = &mut self.chans[ci];
+                let ch = &mut self.chans.table[ci];
                 if ch.outstanding() == 0 {
                     ch.rto_at = None;
                     continue;
                 }
                 self.stats.timeouts += 1;
-                self.timer_fired = true;
+                self.chans.timer_fired = true;
                 let refused = core::mem::take(&mut ch.refused);
                 if !refused {
                     ch.retries = ch.retries.saturating_add(1);
@@ -90,7 +90,7 @@ impl<'a> Engine<'a> {
                         continue;
                     }
                 }
-                let ch = &mut self.chans[ci];
+                let ch = &mut self.chans.table[ci];
                 ch.untime();
                 if self.caps.reliable && !refused {
                     // Nothing is lost on this link: probe with the oldest frame only.
@@ -103,7 +103,7 @@ impl<'a> Engine<'a> {
                 } else {
                     ch.mark_all_for_resend();
                 }
-                self.chan_work.set(true);
+                self.chans.work.set(true);
                 // Back off, but no further than BACKOFF_MAX doublings of the timeout
                 // the round trips give: failure is judged by time (`peer_timeout`),
                 // and a burst of losses costs one timeout per round of frames it
@@ -115,25 +115,25 @@ impl<'a> Engine<'a> {
                     ch.rto.doubled()
                 };
                 ch.rto_at = Some(now + ch.rto);
-                self.timer_at = self.timer_at.min(now + ch.rto);
+                self.chans.timer_at = self.chans.timer_at.min(now + ch.rto);
             }
-            self.timer_at = self.next_channel_timer();
+            self.chans.timer_at = self.next_channel_timer();
         } else {
             debug_assert!(
-                self.next_channel_timer() >= self.timer_at,
+                self.next_channel_timer() >= self.chans.timer_at,
                 "a channel timer was set without `timer_at`"
             );
         }
-        if now >= self.orphan_check_at {
+        if now >= self.orphans.check_at {
             self.watch_senders(now);
         }
-        if self.be_asms == 0 {
+        if self.asms.best_effort == 0 {
             return;
         }
-        for ai in 0..self.asms.len() {
-            let a = &self.asms[ai];
+        for ai in 0..self.asms.table.len() {
+            let a = &self.asms.table[ai];
             if a.used && !a.reliable && a.deadline <= now {
-                if let Some(ch) = self.chans.get_mut(a.chan as usize) {
+                if let Some(ch) = self.chans.table.get_mut(a.chan as usize) {
                     ch.be_asm = NONE;
                 }
                 self.deliver(ai, Some(Fault::Lost));
@@ -143,7 +143,7 @@ impl<'a> Engine<'a> {
 
     /// The earliest retransmission or delayed-ack timer of the channels in use.
     fn next_channel_timer(&self) -> Instant {
-        self.chans[..self.chan_hwm]
+        self.chans.table[..self.chans.hwm]
             .iter()
             .filter(|c| c.in_use)
             .flat_map(|c| [c.rto_at, c.ack_at])
@@ -155,7 +155,7 @@ impl<'a> Engine<'a> {
     /// Declares the peer of channel `ci` dead: every send to it fails.
     pub(super) fn fail_channel(&mut self, ci: usize) {
         // What the peer acknowledged before it went has landed: not a failure.
-        let heard = self.chans[ci].heard_at;
+        let heard = self.chans.table[ci].heard_at;
         self.take_due_ack(heard, ci);
         self.stats.peers_failed += 1;
         // Packets have no port to tell: the personality reports the peer, and its
@@ -163,12 +163,12 @@ impl<'a> Engine<'a> {
         // A peer that said goodbye is not reported: silence is what it promised
         // (a packet lost to it still is, through `packet_send_failed`).
         let packets = !self.bufs.pkts.rx.is_empty();
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         if packets && !ch.failed && !ch.unreported && !ch.left {
             ch.unreported = true;
-            self.unreported += 1;
+            self.chans.unreported += 1;
         }
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         ch.failed = true;
         ch.rto_at = None;
         ch.ctrl_len = 0;
@@ -176,8 +176,8 @@ impl<'a> Engine<'a> {
         ch.q_tail = NONE;
         ch.snd_una = ch.snd_nxt;
         ch.inflight.iter_mut().for_each(|e| e.slot = Slot::Free);
-        for oi in 0..self.ops.len() {
-            let o = self.ops[oi];
+        for oi in 0..self.ops.table.len() {
+            let o = self.ops.table[oi];
             if o.state == OpState::Active && o.chan == ci as u16 && o.children == 0 {
                 self.reroute(oi);
                 finish_op(&mut self.ops, &mut self.bufs, oi, false);
@@ -198,7 +198,7 @@ impl<'a> Engine<'a> {
                     .get(port as usize)
                     .filter(|p| p.input)
                     .map(|p| p.sem);
-                if let Some(s) = sem.and_then(|s| self.sems.get_mut(s as usize)) {
+                if let Some(s) = sem.and_then(|s| self.ports.sems.get_mut(s as usize)) {
                     s.peer_dead = true;
                 }
             }
@@ -207,9 +207,9 @@ impl<'a> Engine<'a> {
         self.fail_fetches(ci);
         self.fail_gets(ci);
         self.drop_orphans(ci);
-        if self.bar.active && self.chans[ci].peer_group == self.cfg.group {
+        if self.bar.active && self.chans.table[ci].peer_group == self.cfg.group {
             // The member we send to or wait for in this round is gone.
-            let peer = self.chans[ci].peer_node as u32;
+            let peer = self.chans.table[ci].peer_node as u32;
             let n = self.size as u32;
             let me = self.cfg.node as u32;
             let step = (1u32 << self.bar.round.min(31)) % n.max(1);
@@ -223,9 +223,9 @@ impl<'a> Engine<'a> {
     /// broadcast binding to its group: `SENDFAILURE` on the port, and its semaphore
     /// marked so that a wait for messages that cannot come ends.
     pub(super) fn fail_ports_bound_to(&mut self, ci: usize) {
-        let (group, node) = (self.chans[ci].peer_group, self.chans[ci].peer_node);
-        for port in 0..self.ports.len() {
-            let p = &self.ports[port];
+        let (group, node) = (self.chans.table[ci].peer_group, self.chans.table[ci].peer_node);
+        for port in 0..self.ports.table.len() {
+            let p = &self.ports.table[port];
             let bound = p.input
                 && p.dest
                     .is_some_and(|d| d.group == group && (d.node == node || d.node == BROADCAST));
@@ -233,7 +233,7 @@ impl<'a> Engine<'a> {
                 continue;
             }
             let (sem, dest) = (p.sem as usize, p.dest);
-            if let Some(s) = self.sems.get_mut(sem) {
+            if let Some(s) = self.ports.sems.get_mut(sem) {
                 if s.peer_dead {
                     continue; // told already (another port on this semaphore)
                 }
@@ -251,8 +251,8 @@ impl<'a> Engine<'a> {
     /// device that knows) instead of waiting forever.
     pub fn keepalive(&mut self, now: Instant, sem: u16) {
         let me = (self.cfg.group, self.cfg.node);
-        for port in 0..self.ports.len() {
-            let p = &self.ports[port];
+        for port in 0..self.ports.table.len() {
+            let p = &self.ports.table[port];
             let Some(d) = p.dest.filter(|_| p.input && p.sem == sem) else {
                 continue;
             };
@@ -299,13 +299,13 @@ impl<'a> Engine<'a> {
             else {
                 continue;
             };
-            let ch = &mut self.chans[ci];
+            let ch = &mut self.chans.table[ci];
             if ch.failed || ch.left || ch.bye_queued {
                 continue;
             }
             if ch.queue_ctrl(Slot::Bye) {
                 ch.bye_queued = true;
-                self.chan_work.set(true);
+                self.chans.work.set(true);
             } else {
                 all = false;
             }
@@ -322,8 +322,8 @@ impl<'a> Engine<'a> {
         }
         self.addr_of(self.cfg.group, node)
             .ok()
-            .and_then(|a| self.peer_map.get(a.0 as usize).copied())
-            .and_then(|c| self.chans.get(c as usize))
+            .and_then(|a| self.chans.peer_map.get(a.0 as usize).copied())
+            .and_then(|c| self.chans.table.get(c as usize))
             .is_some_and(|c| c.in_use && c.left)
     }
 
@@ -334,7 +334,7 @@ impl<'a> Engine<'a> {
         let Ok(ci) = self.channel_for(addr, group, node) else {
             return;
         };
-        let ch = &mut self.chans[ci];
+        let ch = &mut self.chans.table[ci];
         let idle = ch.outstanding() == 0 && ch.ctrl_len == 0 && ch.q_head == NONE;
         if ch.failed || !idle || now.saturating_since(ch.heard_at) < self.cfg.keepalive {
             return;
@@ -346,18 +346,18 @@ impl<'a> Engine<'a> {
         };
         ch.ctrl_len = 1;
         ch.heard_at = now;
-        self.chan_work.set(true);
+        self.chans.work.set(true);
     }
 
     /// Sends every ack held back (delayed to ride on data) at the next transmit.
     pub(crate) fn flush_acks(&mut self) {
-        for ch in self.chans[..self.chan_hwm]
+        for ch in self.chans.table[..self.chans.hwm]
             .iter_mut()
             .filter(|c| c.in_use && !c.failed)
         {
             if ch.ack_at.take().is_some() || ch.since_ack > 0 {
                 ch.ack_now = true;
-                self.chan_work.set(true);
+                self.chans.work.set(true);
             }
         }
     }
@@ -370,7 +370,7 @@ impl<'a> Engine<'a> {
             .ops
             .iter()
             .all(|o| o.state != OpState::Active || o.chan_gone(&self.chans));
-        let chans_idle = self.chans[..self.chan_hwm].iter().all(|c| {
+        let chans_idle = self.chans.table[..self.chans.hwm].iter().all(|c| {
             !c.in_use
                 || c.failed
                 || c.left
@@ -386,8 +386,8 @@ impl<'a> Engine<'a> {
     /// Asks the device about every peer still owed an ack; a peer the device knows
     /// to be dead fails at once instead of after the whole back-off.
     pub(super) fn check_liveness<D: Device>(&mut self, now: Instant, dev: &mut D) {
-        for ci in 0..self.chan_hwm {
-            let ch = &self.chans[ci];
+        for ci in 0..self.chans.hwm {
+            let ch = &self.chans.table[ci];
             if ch.in_use && !ch.failed && ch.outstanding() > 0 && !peer_alive(dev, now, ch.peer) {
                 self.fail_channel(ci);
             }
@@ -398,7 +398,7 @@ impl<'a> Engine<'a> {
     /// long broadcast waiting for its next chunk cannot).
     fn sendable(&self, ch: &Channel) -> bool {
         let mut oi = ch.q_head;
-        while let Some(op) = self.ops.get(oi as usize) {
+        while let Some(op) = self.ops.table.get(oi as usize) {
             let waiting = self
                 .bufs
                 .streams
@@ -421,17 +421,17 @@ impl<'a> Engine<'a> {
         // a control queue, each of which comes with a poll.
         // Kept acks are taken at the next poll.
         // So is a delivering poll's upkeep.
-        if self.outbox.len > 0 || self.acks_due > 0 || self.upkeep_due {
+        if self.outbox.len > 0 || self.chans.acks_due > 0 || self.progress.upkeep_due {
             min(now);
         }
         // Senders of unfinished messages and relays above owed fences are watched.
-        let partial = self.asms[..self.asm_hwm.min(self.asms.len())]
+        let partial = self.asms.table[..self.asms.hwm.min(self.asms.table.len())]
             .iter()
             .any(|a| a.used && a.reliable);
-        if partial || self.gate.waits > 0 {
-            min(self.orphan_check_at.max(now));
+        if partial || self.bcast.gate.waits > 0 {
+            min(self.orphans.check_at.max(now));
         }
-        for ch in self.chans.iter().filter(|c| c.in_use && !c.failed) {
+        for ch in self.chans.table.iter().filter(|c| c.in_use && !c.failed) {
             if ch.ack_now || ch.resend_any || (ch.ctrl_len > 0 && ch.can_send_new()) {
                 min(now);
             }
@@ -445,7 +445,7 @@ impl<'a> Engine<'a> {
                 min(t);
             }
         }
-        for a in self.asms.iter().filter(|a| a.used && !a.reliable) {
+        for a in self.asms.table.iter().filter(|a| a.used && !a.reliable) {
             min(a.deadline);
         }
         // A started barrier queues its token at the next poll (the device's barrier

@@ -54,41 +54,41 @@ impl<'a> Engine<'a> {
     ) -> usize {
         let mut sent = 0;
         if self.outbox.len > 0
-            || self.gate.len > 0
-            || self.gate.waits > 0
-            || self.cuts
-            || self.board_head != NONE
+            || self.bcast.gate.len > 0
+            || self.bcast.gate.waits > 0
+            || self.orphans.cuts
+            || self.bcast.board_head != NONE
             || self.hellos.waiting()
         {
             sent += self.transmit_queued(now, dev, ext);
         }
-        let n = self.chan_hwm;
+        let n = self.chans.hwm;
         if n == 0 {
             return sent;
         }
-        if self.chan_work.get() {
+        if self.chans.work.get() {
             // Start at a different channel each time so no peer is always served last.
-            self.rr = if self.rr + 1 >= n { 0 } else { self.rr + 1 };
-            let mut ci = self.rr;
+            self.chans.rr = if self.chans.rr + 1 >= n { 0 } else { self.chans.rr + 1 };
+            let mut ci = self.chans.rr;
             // Cleared first: what the pass itself gives a channel sets it again.
-            self.chan_work.set(false);
+            self.chans.work.set(false);
             for _ in 0..n {
-                if self.chans[ci].to_transmit() {
+                if self.chans.table[ci].to_transmit() {
                     sent += self.transmit_chan(now, dev, ci, ext, mem);
-                    if self.chans[ci].to_transmit() {
+                    if self.chans.table[ci].to_transmit() {
                         // Still waiting (for credits, room): looked at next time.
-                        self.chan_work.set(true);
+                        self.chans.work.set(true);
                     }
                 }
                 ci = if ci + 1 == n { 0 } else { ci + 1 };
             }
         } else {
             debug_assert!(
-                !self.chans[..n].iter().any(Channel::to_transmit),
+                !self.chans.table[..n].iter().any(Channel::to_transmit),
                 "a channel was given work without `chan_work`"
             );
         }
-        if self.gate.len > 0 {
+        if self.bcast.gate.len > 0 {
             // A best-effort broadcast whose copies left in this pass lets what
             // waits behind it go (their frames at the next pass, which their
             // channels' work asks for).
@@ -112,20 +112,20 @@ impl<'a> Engine<'a> {
         if self.outbox.len > 0 {
             self.start_queued();
         }
-        if self.gate.len > 0 {
+        if self.bcast.gate.len > 0 {
             self.release_gate();
         }
-        if self.gate.waits > 0 {
+        if self.bcast.gate.waits > 0 {
             self.answer_fences();
         }
-        if self.cuts {
+        if self.orphans.cuts {
             self.end_cuts();
         }
         let mut sent = 0;
         if self.hellos.waiting() {
             sent += self.send_hellos(now, dev);
         }
-        if self.board_head != NONE {
+        if self.bcast.board_head != NONE {
             return sent + self.transmit_board(now, dev, ext);
         }
         sent
@@ -141,7 +141,7 @@ impl<'a> Engine<'a> {
         h: SendHandle,
         ext: Option<&[u8]>,
     ) -> usize {
-        let ci = match self.ops.get(h.idx()) {
+        let ci = match self.ops.table.get(h.idx()) {
             Some(o) if o.gen == h.gen() && o.dest.node != BROADCAST => o.chan as usize,
             _ => NONE as usize,
         };
@@ -157,8 +157,8 @@ impl<'a> Engine<'a> {
         ci: usize,
         ext: Option<&[u8]>,
     ) -> usize {
-        let alone = ci < self.chan_hwm && self.nothing_ahead();
-        if !alone || !self.chans[ci].in_use || self.chans[ci].failed {
+        let alone = ci < self.chans.hwm && self.nothing_ahead();
+        if !alone || !self.chans.table[ci].in_use || self.chans.table[ci].failed {
             return self.poll_transmit(now, dev, ext);
         }
         let sent = self.transmit_chan(now, dev, ci, ext, &mut NoMemory);
@@ -180,7 +180,7 @@ impl<'a> Engine<'a> {
         let ci = self
             .addr_of(self.cfg.group, dest)
             .ok()
-            .and_then(|a| self.peer_map.get(a.0 as usize).copied())
+            .and_then(|a| self.chans.peer_map.get(a.0 as usize).copied())
             .map_or(NONE as usize, |c| c as usize);
         self.transmit_only(now, dev, ci, None)
     }
@@ -189,10 +189,10 @@ impl<'a> Engine<'a> {
     /// a send may go straight out on its own channel.
     pub(super) fn nothing_ahead(&self) -> bool {
         self.outbox.len == 0
-            && self.board_head == NONE
-            && self.gate.len == 0
-            && self.gate.waits == 0
-            && !self.cuts
+            && self.bcast.board_head == NONE
+            && self.bcast.gate.len == 0
+            && self.bcast.gate.waits == 0
+            && !self.orphans.cuts
     }
 
     /// Whether anything waits to be transmitted: a queued or refused send, a
@@ -206,37 +206,37 @@ impl<'a> Engine<'a> {
         if !self.nothing_ahead() || self.bar.active || self.bufs.queued_streams > 0 {
             return true;
         }
-        if !self.chan_work.get() {
+        if !self.chans.work.get() {
             // Every place that gives a channel work says so (tests check it).
             debug_assert!(
-                !self.chans[..self.chan_hwm].iter().any(Channel::has_work),
+                !self.chans.table[..self.chans.hwm].iter().any(Channel::has_work),
                 "a channel was given work without `chan_work`"
             );
             return false;
         }
         // A plain loop: `Iter::any` with this closure was a call of its own per scan.
         let mut in_flight_untimed = false;
-        for c in &self.chans[..self.chan_hwm] {
+        for c in &self.chans.table[..self.chans.hwm] {
             if c.has_work() {
                 return true;
             }
             in_flight_untimed |= c.to_transmit();
         }
         // Cleared only where `poll_transmit` has nothing to do either.
-        self.chan_work.set(in_flight_untimed);
+        self.chans.work.set(in_flight_untimed);
         false
     }
 
     /// The destination of `port` (one node) and the channel already open to it, for
     /// a send of first piece `head` that may skip the queue.
     pub(super) fn open_channel(&self, port: PortId, head: &[u8]) -> Option<(Dest, usize)> {
-        let p = self.ports.get(port as usize)?;
+        let p = self.ports.table.get(port as usize)?;
         // No address for a broadcast.
         let (dest, addr) = (p.dest?, p.dest_addr?);
         if head.len() > INLINE_HEAD_MAX {
             return None;
         }
-        match self.peer_map.get(addr.0 as usize) {
+        match self.chans.peer_map.get(addr.0 as usize) {
             Some(&ci) if ci != NONE => Some((dest, ci as usize)),
             _ => None,
         }
@@ -251,14 +251,19 @@ impl<'a> Engine<'a> {
         mem: &mut dyn Memory,
     ) -> usize {
         let Engine {
-            chans,
+            chans:
+                channel::Channels {
+                    table: chans,
+                    timer_at,
+                    ..
+                },
             ops,
             bufs,
             cfg,
             caps,
             stats,
             rma,
-            tag_tx,
+            tags,
             ..
         } = self;
         let gets = &rma.gets[..];
@@ -267,7 +272,7 @@ impl<'a> Engine<'a> {
         if max_payload == 0 {
             return 0;
         }
-        let mut tx = Tx::new(dev, now, caps, cfg, tag_tx, stats, bufs);
+        let mut tx = Tx::new(dev, now, caps, cfg, &tags.tx, stats, bufs);
 
         // 1. Frames to send again.
         let mut s = ch.snd_una;
@@ -435,7 +440,7 @@ impl<'a> Engine<'a> {
             }
         }
         if ch.outstanding() > 0 {
-            ch.arm_rto(now, &mut self.timer_at);
+            ch.arm_rto(now, timer_at);
         }
         tx.sent
     }
