@@ -455,7 +455,7 @@ fn bcast_engine(node: u16, key: Option<AuthKey>) -> Engine<'static> {
     .unwrap();
     // Owned, so that it goes with the engine: rounds make thousands of them.
     let buf = vec![0u8; 250_000].into_boxed_slice();
-    e.post_recv(3, RecvBuf::Owned(buf)).unwrap();
+    e.ports_mut().post_recv(3, RecvBuf::Owned(buf)).unwrap();
     e
 }
 

@@ -73,7 +73,6 @@ impl Assembly {
     };
 }
 
-
 impl<'a> Engine<'a> {
     /// The assembly of message `msg_id` on channel `ci` (a board broadcast's, by
     /// the root's broadcast number instead, is not one: see `rx_board_next`).
@@ -214,6 +213,7 @@ impl<'a> Engine<'a> {
         let at = a.base + off;
         if let Some(buf) = self
             .ports
+            .table
             .get_mut(a.port as usize)
             .and_then(|p| p.buf.as_deref_mut())
         {
@@ -387,7 +387,12 @@ impl<'a> Engine<'a> {
                     .chans
                     .get(a.chan as usize)
                     .is_some_and(|c| c.peer_node == a.src.src_node);
-            if let Some(ch) = self.chans.table.get_mut(a.chan as usize).filter(|_| from_root) {
+            if let Some(ch) = self
+                .chans
+                .table
+                .get_mut(a.chan as usize)
+                .filter(|_| from_root)
+            {
                 self.chans.work.set(true);
                 ch.queue_ctrl(Slot::Reject {
                     msg: a.msg_id,

@@ -422,6 +422,7 @@ impl<'a> Engine<'a> {
             None => {
                 let bound = self
                     .ports
+                    .table
                     .get(repr.ends.dst_port as usize)
                     .is_some_and(|p| p.input);
                 return if bound {

@@ -7,8 +7,8 @@
 
 use crate::time::{Duration, Instant};
 use crate::wire::AckInfo;
-use managed::ManagedSlice;
 use crate::{GroupId, NodeAddr, NodeId};
+use managed::ManagedSlice;
 
 /// Largest number of unacknowledged frames per channel (the width of the SACK bitmap).
 pub const MAX_WINDOW: usize = 64;

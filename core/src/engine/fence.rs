@@ -228,7 +228,8 @@ impl<'a> Engine<'a> {
     /// Whether we have delivered the broadcasts of channel `ci`'s peer before `bseq`.
     fn fence_met(&self, ci: usize, bseq: u32) -> bool {
         let root = self.chans.table[ci].peer_node;
-        self.bcast.seq
+        self.bcast
+            .seq
             .get(root as usize)
             .is_none_or(|&want| !seq_lt(want, bseq))
     }

@@ -545,14 +545,16 @@ impl<'a> Engine<'a> {
         op.bseq = tag.bseq;
         op.stream = stream;
         // Room was checked by the caller.
-        let Ok(pi) = self.alloc_op() else { return NONE };
+        let Ok(pi) = self.ops.alloc() else {
+            return NONE;
+        };
         let mut parent = op;
         parent.gen = self.ops.table[pi].gen;
         parent.children = kids.len() as u16;
         op.parent = pi as u16;
         let mut next = NONE;
         for &k in kids.iter().rev() {
-            let Ok(oi) = self.alloc_op() else { break };
+            let Ok(oi) = self.ops.alloc() else { break };
             let mut child = op;
             child.gen = self.ops.table[oi].gen;
             child.dest.node = k;
@@ -592,7 +594,7 @@ impl<'a> Engine<'a> {
         }
         let group = self.cfg.group;
         for &k in &kids[..n] {
-            let Ok(ni) = self.alloc_op() else {
+            let Ok(ni) = self.ops.alloc() else {
                 return;
             };
             let mut copy = o;

@@ -286,6 +286,54 @@ pub(crate) struct Ops<'a> {
     pub(crate) hint: usize,
 }
 
+impl Ops<'_> {
+    /// [`Ops::alloc`] that first tries the hint alone: where [`Ops::hint_free`]
+    /// ran since, no search.
+    #[inline(always)]
+    pub(crate) fn alloc_hinted(&mut self) -> Result<usize, Error> {
+        let h = self.hint;
+        match self.table.get_mut(h) {
+            Some(o) if o.state == OpState::Free => {
+                o.gen = o.gen.wrapping_add(1);
+                o.state = OpState::Active;
+                Ok(h)
+            }
+            _ => self.alloc(),
+        }
+    }
+
+    /// Points the hint at a free slot, if there is one (taking nothing): done where
+    /// time does not count, so that the next [`Ops::alloc_hinted`] is a
+    /// single look.
+    pub(crate) fn hint_free(&mut self) {
+        if let Some(i) = self.free() {
+            self.hint = i;
+        }
+    }
+
+    /// A free operation slot, searched from the hint on: freed slots are usually
+    /// near where the last search ended.
+    #[inline]
+    fn free(&self) -> Option<usize> {
+        let n = self.table.len();
+        let h = self.hint.min(n);
+        (h..n)
+            .chain(0..h)
+            .find(|&i| self.table[i].state == OpState::Free)
+    }
+
+    /// Takes a free slot, its generation bumped.
+    pub(crate) fn alloc(&mut self) -> Result<usize, Error> {
+        let i = self.free().ok_or(Error::NoResources)?;
+        self.hint = i;
+        // Bump the generation so stale handles to this slot are recognised.
+        let gen = self.table[i].gen.wrapping_add(1);
+        self.table[i].gen = gen;
+        self.table[i].state = OpState::Active;
+        Ok(i)
+    }
+}
+
 impl<'a> core::ops::Deref for Ops<'a> {
     type Target = [Op<'a>];
     fn deref(&self) -> &[Op<'a>] {

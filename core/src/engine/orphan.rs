@@ -237,7 +237,10 @@ impl<'a> Engine<'a> {
     /// unfinished, or its control queue is full.
     pub(super) fn rx_abort(&mut self, ci: usize, repr: &Repr) -> bool {
         let msg = repr.msg_id;
-        let (deliver, reserve) = (self.chans.table[ci].next_deliver, self.chans.table[ci].next_reserve);
+        let (deliver, reserve) = (
+            self.chans.table[ci].next_deliver,
+            self.chans.table[ci].next_reserve,
+        );
         if seq_lt(msg, deliver) {
             return true; // handed over already
         }

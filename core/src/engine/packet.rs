@@ -623,7 +623,11 @@ impl<'a> Engine<'a> {
         len: usize,
         anyone: bool,
     ) -> Result<(), Error> {
-        let oi = if anyone { Some(self.alloc_op()?) } else { None };
+        let oi = if anyone {
+            Some(self.ops.alloc()?)
+        } else {
+            None
+        };
         let b = &mut self.bufs.pkts.tx[id.index()];
         b.len = len as u16;
         b.user = false;
@@ -731,7 +735,7 @@ impl<'a> Engine<'a> {
         else {
             return;
         };
-        let Ok(oi) = self.alloc_op() else { return };
+        let Ok(oi) = self.ops.alloc() else { return };
         let len = self.bufs.pkts.buf(id).map_or(0, |b| b.len);
         if let Some(b) = self.bufs.pkts.buf_mut(id) {
             b.net += 1;

@@ -266,44 +266,6 @@ impl<'a> HandlerView<'_, 'a> {
             .and_then(|b| b.get(n.base..end))
             .unwrap_or(&[])
     }
-    /// Increments semaphore `sem`.
-    pub fn signal(&mut self, sem: u16) -> Result<(), Error> {
-        signal(&mut self.ports.sems, sem)
-    }
-    /// Increments error semaphore `sem`.
-    pub fn sigerr(&mut self, sem: u16) -> Result<(), Error> {
-        sigerr(&mut self.ports.sems, sem)
-    }
-    /// Binds a fresh buffer to `port`, returning the previous one. Allowed on the
-    /// port whose notice is being handled: its message has landed, and the next one
-    /// goes into `buf`.
-    pub fn post_recv(
-        &mut self,
-        port: PortId,
-        buf: RecvBuf<'a>,
-    ) -> Result<Option<RecvBuf<'a>>, Error> {
-        post_recv(self.ports, port, buf)
-    }
-    /// Binds a fresh buffer keeping the port's buffer size.
-    pub fn attach_buffer(
-        &mut self,
-        port: PortId,
-        buf: RecvBuf<'a>,
-    ) -> Result<Option<RecvBuf<'a>>, Error> {
-        attach_buffer(self.ports, port, buf)
-    }
-    /// Takes the buffer back from `port`.
-    #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
-    pub(crate) fn take_buffer(&mut self, port: PortId) -> Result<Option<RecvBuf<'a>>, Error> {
-        take_buffer(self.ports, port)
-    }
-    /// A semaphore's state.
-    pub fn semaphore(&self, sem: u16) -> Result<Semaphore, Error> {
-        self.ports.sems
-            .get(sem as usize)
-            .copied()
-            .ok_or(Error::InvalidSemaphore)
-    }
     /// Queues a send through `port`, reliable or best-effort: `head` (at most
     /// [`INLINE_HEAD_MAX`] bytes) and `body` are copied into one of the engine's eager
     /// buffers, so together at most [`EAGER_MAX`] bytes; the message leaves at the
@@ -328,7 +290,11 @@ impl<'a> HandlerView<'_, 'a> {
         body: &[u8],
         reliable: bool,
     ) -> Result<usize, Error> {
-        let p = self.ports.table.get(port as usize).ok_or(Error::InvalidPort)?;
+        let p = self
+            .ports
+            .table
+            .get(port as usize)
+            .ok_or(Error::InvalidPort)?;
         let Some(dest) = p.dest else {
             return Err(Error::NotBound);
         };
@@ -363,70 +329,6 @@ impl<'a> HandlerView<'_, 'a> {
         self.outbox.len += 1;
         Ok(len)
     }
-}
-
-pub(super) fn signal(sems: &mut [Semaphore], sem: u16) -> Result<(), Error> {
-    let s = sems.get_mut(sem as usize).ok_or(Error::InvalidSemaphore)?;
-    s.count = s.count.saturating_add(1);
-    Ok(())
-}
-
-pub(super) fn sigerr(sems: &mut [Semaphore], sem: u16) -> Result<(), Error> {
-    let s = sems.get_mut(sem as usize).ok_or(Error::InvalidSemaphore)?;
-    s.errors = s.errors.saturating_add(1);
-    Ok(())
-}
-
-pub(super) fn port_mut<'p, 'a>(
-    ports: &'p mut [Port<'a>],
-    port: PortId,
-) -> Result<&'p mut Port<'a>, Error> {
-    ports.get_mut(port as usize).ok_or(Error::InvalidPort)
-}
-
-pub(super) fn post_recv<'a>(
-    ports: &mut [Port<'a>],
-    port: PortId,
-    buf: RecvBuf<'a>,
-) -> Result<Option<RecvBuf<'a>>, Error> {
-    let p = port_mut(ports, port)?;
-    if p.busy {
-        return Err(Error::PortBusy);
-    }
-    p.buf_len = buf.len();
-    p.cursor = 0;
-    p.full = false;
-    Ok(p.buf.replace(buf))
-}
-
-pub(super) fn attach_buffer<'a>(
-    ports: &mut [Port<'a>],
-    port: PortId,
-    buf: RecvBuf<'a>,
-) -> Result<Option<RecvBuf<'a>>, Error> {
-    let p = port_mut(ports, port)?;
-    if p.busy {
-        return Err(Error::PortBusy);
-    }
-    if buf.len() < p.buf_len {
-        return Err(Error::BufferTooSmall);
-    }
-    p.cursor = 0;
-    p.full = false;
-    Ok(p.buf.replace(buf))
-}
-
-pub(super) fn take_buffer<'a>(
-    ports: &mut [Port<'a>],
-    port: PortId,
-) -> Result<Option<RecvBuf<'a>>, Error> {
-    let p = port_mut(ports, port)?;
-    if p.busy {
-        return Err(Error::PortBusy);
-    }
-    p.cursor = 0;
-    p.full = false;
-    Ok(p.buf.take())
 }
 
 /// What to tell a port's owner (see `Engine::notify`).
@@ -582,7 +484,7 @@ impl<'a> Engine<'a> {
             .dest
             .filter(|d| d.node != BROADCAST)
             .and_then(|d| self.addr_of(d.group, d.node).ok());
-        let p = port_mut(&mut self.ports, port)?;
+        let p = self.ports.port_mut(port)?;
         if p.busy {
             return Err(Error::PortBusy);
         }
@@ -600,29 +502,14 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// Binds a fresh buffer to `port`, returning the previous one.
-    pub fn post_recv(
-        &mut self,
-        port: PortId,
-        buf: impl Into<RecvBuf<'a>>,
-    ) -> Result<Option<RecvBuf<'a>>, Error> {
-        post_recv(&mut self.ports, port, buf.into())
+    /// The ports and semaphores, for the program: buffers posted, semaphores
+    /// signalled and read.
+    pub fn ports(&self) -> &Ports<'a> {
+        &self.ports
     }
-
-    /// Binds a fresh buffer keeping the port's buffer size, returning the previous one.
-    pub fn attach_buffer(
-        &mut self,
-        port: PortId,
-        buf: impl Into<RecvBuf<'a>>,
-    ) -> Result<Option<RecvBuf<'a>>, Error> {
-        attach_buffer(&mut self.ports, port, buf.into())
-    }
-
-    /// The port's buffer, to read what was delivered into it.
-    pub fn buffer(&self, port: PortId) -> Option<&[u8]> {
-        let p = self.ports.table.get(port as usize)?;
-        let len = p.buf_len;
-        p.buf.as_deref().map(|b| &b[..len.min(b.len())])
+    /// [`Engine::ports`], to change.
+    pub fn ports_mut(&mut self) -> &mut Ports<'a> {
+        &mut self.ports
     }
 
     /// The port's output binding.
@@ -630,23 +517,6 @@ impl<'a> Engine<'a> {
         self.ports.table.get(port as usize).and_then(|p| p.dest)
     }
 
-    // ----------------------------------------------------------- semaphores
-
-    /// Increments semaphore `sem`.
-    pub fn signal(&mut self, sem: u16) -> Result<(), Error> {
-        signal(&mut self.ports.sems, sem)
-    }
-    /// Increments error semaphore `sem`.
-    pub fn sigerr(&mut self, sem: u16) -> Result<(), Error> {
-        sigerr(&mut self.ports.sems, sem)
-    }
-    /// The semaphore's state.
-    pub fn semaphore(&self, sem: u16) -> Result<Semaphore, Error> {
-        self.ports.sems
-            .get(sem as usize)
-            .copied()
-            .ok_or(Error::InvalidSemaphore)
-    }
     /// If `sem` has reached `n`, takes `n` from it and returns (and clears) the error
     /// count; otherwise `None`.
     pub(crate) fn try_take(&mut self, sem: u16, n: u32) -> Result<Option<u32>, Error> {
@@ -663,23 +533,111 @@ impl<'a> Engine<'a> {
     }
 }
 
-/// The ports, their semaphores, and the notices waiting for the personality.
+/// The ports, their semaphores, and the notices waiting for the personality:
+/// what a program (through [`Engine::ports_mut`]) and a handler (through its
+/// [`HandlerView`]) use alike.
 #[derive(Debug)]
-pub(super) struct Ports<'a> {
+pub struct Ports<'a> {
     pub(super) table: ManagedSlice<'a, Port<'a>>,
     pub(super) notices: Notices<'a>,
     pub(super) sems: ManagedSlice<'a, Semaphore>,
 }
 
-impl<'a> core::ops::Deref for Ports<'a> {
-    type Target = [Port<'a>];
-    fn deref(&self) -> &[Port<'a>] {
-        &self.table
+impl<'a> Ports<'a> {
+    pub(super) fn port_mut(&mut self, port: PortId) -> Result<&mut Port<'a>, Error> {
+        self.table.get_mut(port as usize).ok_or(Error::InvalidPort)
+    }
+
+    /// A port not storing a message, its buffer's cursor rewound.
+    fn idle_port(&mut self, port: PortId) -> Result<&mut Port<'a>, Error> {
+        let p = self.port_mut(port)?;
+        if p.busy {
+            return Err(Error::PortBusy);
+        }
+        p.cursor = 0;
+        p.full = false;
+        Ok(p)
+    }
+
+    /// Binds a fresh buffer to `port`, returning the previous one. From a
+    /// handler, allowed on the port whose notice is being handled: its message has
+    /// landed, and the next one goes into `buf`.
+    pub fn post_recv(
+        &mut self,
+        port: PortId,
+        buf: impl Into<RecvBuf<'a>>,
+    ) -> Result<Option<RecvBuf<'a>>, Error> {
+        let buf = buf.into();
+        let p = self.idle_port(port)?;
+        p.buf_len = buf.len();
+        Ok(p.buf.replace(buf))
+    }
+
+    /// Binds a fresh buffer keeping the port's buffer size, returning the previous one.
+    pub fn attach_buffer(
+        &mut self,
+        port: PortId,
+        buf: impl Into<RecvBuf<'a>>,
+    ) -> Result<Option<RecvBuf<'a>>, Error> {
+        let buf = buf.into();
+        let p = self.port_mut(port)?;
+        if !p.busy && buf.len() < p.buf_len {
+            return Err(Error::BufferTooSmall);
+        }
+        Ok(self.idle_port(port)?.buf.replace(buf))
+    }
+
+    /// Takes the buffer back from `port`.
+    #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
+    pub(crate) fn take_buffer(&mut self, port: PortId) -> Result<Option<RecvBuf<'a>>, Error> {
+        Ok(self.idle_port(port)?.buf.take())
+    }
+
+    /// The port's buffer, to read what was delivered into it.
+    pub fn buffer(&self, port: PortId) -> Option<&[u8]> {
+        let p = self.table.get(port as usize)?;
+        let len = p.buf_len;
+        p.buf.as_deref().map(|b| &b[..len.min(b.len())])
+    }
+
+    /// Increments semaphore `sem`.
+    pub fn signal(&mut self, sem: u16) -> Result<(), Error> {
+        let s = self.sem_mut(sem)?;
+        s.count = s.count.saturating_add(1);
+        Ok(())
+    }
+
+    /// Increments error semaphore `sem`.
+    pub fn sigerr(&mut self, sem: u16) -> Result<(), Error> {
+        let s = self.sem_mut(sem)?;
+        s.errors = s.errors.saturating_add(1);
+        Ok(())
+    }
+
+    /// The semaphore's state.
+    pub fn semaphore(&self, sem: u16) -> Result<Semaphore, Error> {
+        self.sems
+            .get(sem as usize)
+            .copied()
+            .ok_or(Error::InvalidSemaphore)
+    }
+
+    fn sem_mut(&mut self, sem: u16) -> Result<&mut Semaphore, Error> {
+        self.sems
+            .get_mut(sem as usize)
+            .ok_or(Error::InvalidSemaphore)
     }
 }
 
-impl<'a> core::ops::DerefMut for Ports<'a> {
-    fn deref_mut(&mut self) -> &mut [Port<'a>] {
-        &mut self.table
+impl<'a> core::ops::Deref for HandlerView<'_, 'a> {
+    type Target = Ports<'a>;
+    fn deref(&self) -> &Ports<'a> {
+        self.ports
+    }
+}
+
+impl<'a> core::ops::DerefMut for HandlerView<'_, 'a> {
+    fn deref_mut(&mut self) -> &mut Ports<'a> {
+        self.ports
     }
 }

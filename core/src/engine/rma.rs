@@ -183,7 +183,7 @@ impl<'a> Engine<'a> {
     #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
     pub(crate) fn start_put(&mut self, mem: &mut dyn Memory, t: Transfer) -> Result<(), Error> {
         let ci = self.put_channel(mem, t.group, t.node, t.local, t.len)?;
-        let oi = self.alloc_op()?;
+        let oi = self.ops.alloc()?;
         let op = put_op(&t);
         self.enqueue(ci, oi, &op);
         Ok(())
@@ -317,7 +317,7 @@ impl<'a> Engine<'a> {
         if mem.check(remote, len as u64, Access::PeerRead).is_err() || !peer_bell(mem, bell) {
             return self.deny(ci, repr.msg_id, CONTROL_DENY_GET);
         }
-        let Ok(oi) = self.alloc_op() else {
+        let Ok(oi) = self.ops.alloc() else {
             return false;
         };
         let ch = &self.chans.table[ci];

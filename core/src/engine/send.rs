@@ -75,7 +75,11 @@ impl<'a> Engine<'a> {
         body: Src<'a, '_>,
         reliable: bool,
     ) -> Result<SendHandle, Error> {
-        let p = self.ports.table.get(port as usize).ok_or(Error::InvalidPort)?;
+        let p = self
+            .ports
+            .table
+            .get(port as usize)
+            .ok_or(Error::InvalidPort)?;
         let dest = p.dest.ok_or(Error::NotBound)?;
         if head.len() > INLINE_HEAD_MAX {
             return Err(Error::FirstPieceTooLong);
@@ -121,7 +125,7 @@ impl<'a> Engine<'a> {
             let slots = self
                 .addr_of(dest.group, dest.node)
                 .and_then(|addr| self.channel_for(addr, dest.group, dest.node))
-                .and_then(|ci| Ok((ci, self.alloc_op()?)));
+                .and_then(|ci| Ok((ci, self.ops.alloc()?)));
             let (ci, oi) = match slots {
                 Ok(x) => x,
                 Err(e) => {
@@ -180,7 +184,7 @@ impl<'a> Engine<'a> {
             if let Some(b) = bcast_copy {
                 op.eager = self.bufs.eager_copy(b, keep).ok_or(Error::NoResources)?;
             }
-            let Ok(pi) = self.alloc_op() else {
+            let Ok(pi) = self.ops.alloc() else {
                 self.bufs.give_eager(op.eager);
                 return Err(Error::NoResources);
             };
@@ -208,7 +212,12 @@ impl<'a> Engine<'a> {
             None => Targets::AllBut(g.members.len(), own.then_some(me)),
         };
         let members = targets.len() as u16;
-        let free = self.ops.table.iter().filter(|o| o.state == OpState::Free).count();
+        let free = self
+            .ops
+            .table
+            .iter()
+            .filter(|o| o.state == OpState::Free)
+            .count();
         if free < members as usize + 1 {
             return Err(Error::NoResources);
         }
@@ -216,7 +225,12 @@ impl<'a> Engine<'a> {
         let need = targets
             .iter()
             .filter_map(|i| g.members.addr(i))
-            .filter(|a| self.chans.peer_map.get(a.0 as usize).is_none_or(|&s| s == NONE))
+            .filter(|a| {
+                self.chans
+                    .peer_map
+                    .get(a.0 as usize)
+                    .is_none_or(|&s| s == NONE)
+            })
             .count();
         let free_chans = self.chans.table.iter().filter(|c| !c.in_use).count();
         let unmapped = targets
@@ -239,7 +253,7 @@ impl<'a> Engine<'a> {
         if let (Some(b), true) = (bcast_copy, members > 0) {
             op.eager = self.bufs.eager_copy(b, keep).ok_or(Error::NoResources)?;
         }
-        let pi = self.alloc_op()?;
+        let pi = self.ops.alloc()?;
         if numbered {
             op.tree = true;
             op.root = me;
@@ -271,7 +285,7 @@ impl<'a> Engine<'a> {
             child.dest.node = i;
             // Room was checked above.
             let ci = self.channel_for(addr, dest.group, i)?;
-            let oi = self.alloc_op()?;
+            let oi = self.ops.alloc()?;
             if held {
                 // Linked from the parent in target order, queued on release.
                 child.gen = self.ops.table[oi].gen;
@@ -294,52 +308,7 @@ impl<'a> Engine<'a> {
         Ok(SendHandle::new(pi, self.ops.table[pi].gen))
     }
 
-    /// [`Engine::alloc_op`] that first tries the hint alone: where
-    /// [`Engine::hint_free_op`] ran since, no search.
-    #[inline(always)]
-    pub(super) fn alloc_op_hinted(&mut self) -> Result<usize, Error> {
-        let h = self.ops.hint;
-        match self.ops.table.get_mut(h) {
-            Some(o) if o.state == OpState::Free => {
-                o.gen = o.gen.wrapping_add(1);
-                o.state = OpState::Active;
-                Ok(h)
-            }
-            _ => self.alloc_op(),
-        }
-    }
-
-    /// Points the hint at a free slot, if there is one (taking nothing): done where
-    /// time does not count, so that the next [`Engine::alloc_op_hinted`] is a
-    /// single look.
-    pub(super) fn hint_free_op(&mut self) {
-        if let Some(i) = self.free_op() {
-            self.ops.hint = i;
-        }
-    }
-
-    /// A free operation slot, searched from the hint on: freed slots are usually
-    /// near where the last search ended.
-    #[inline]
-    fn free_op(&self) -> Option<usize> {
-        let n = self.ops.table.len();
-        let h = self.ops.hint.min(n);
-        (h..n)
-            .chain(0..h)
-            .find(|&i| self.ops.table[i].state == OpState::Free)
-    }
-
-    pub(super) fn alloc_op(&mut self) -> Result<usize, Error> {
-        let i = self.free_op().ok_or(Error::NoResources)?;
-        self.ops.hint = i;
-        // Bump the generation so stale handles to this slot are recognised.
-        let gen = self.ops.table[i].gen.wrapping_add(1);
-        self.ops.table[i].gen = gen;
-        self.ops.table[i].state = OpState::Active;
-        Ok(i)
-    }
-
-    /// Fills slot `oi` (already taken by `alloc_op`) from `proto` and queues it on
+    /// Fills slot `oi` (already taken by `Ops::alloc`) from `proto` and queues it on
     /// channel `ci`.
     #[inline]
     pub(super) fn enqueue(&mut self, ci: usize, oi: usize, proto: &Op<'a>) {

@@ -98,7 +98,7 @@ impl<'a> Engine<'a> {
         now: impl FnMut() -> Instant,
     ) -> Option<SendHandle> {
         // The handle's slot, taken first: the message must not leave without one.
-        let token = self.alloc_op().ok()?;
+        let token = self.ops.alloc().ok()?;
         let gen = self.ops.table[token].gen;
         self.ops.table[token] = Op {
             gen,
@@ -170,7 +170,7 @@ impl<'a> Engine<'a> {
         if self.bufs.eager_free == 0 {
             return false;
         }
-        let Ok(oi) = self.alloc_op_hinted() else {
+        let Ok(oi) = self.ops.alloc_hinted() else {
             return false;
         };
         let Engine {
@@ -224,11 +224,16 @@ impl<'a> Engine<'a> {
         if !fits || !self.nothing_ahead() || !self.chans.table[ci].free_to_send_now() {
             return Ok(false);
         }
-        let Ok(oi) = self.alloc_op() else {
+        let Ok(oi) = self.ops.alloc() else {
             return Ok(false);
         };
         let Engine {
-            chans: channel::Channels { table: chans, timer_at, .. },
+            chans:
+                channel::Channels {
+                    table: chans,
+                    timer_at,
+                    ..
+                },
             ops,
             bufs,
             cfg,
@@ -299,7 +304,12 @@ impl<'a> Engine<'a> {
             return Ok(false);
         }
         let Engine {
-            chans: channel::Channels { table: chans, timer_at, .. },
+            chans:
+                channel::Channels {
+                    table: chans,
+                    timer_at,
+                    ..
+                },
             bufs,
             cfg,
             caps,
@@ -356,11 +366,12 @@ impl<'a> Engine<'a> {
         let now = now();
         let total = head.len() + body.len();
         let Engine {
-            chans: channel::Channels {
-                table: chans,
-                timer_at,
-                ..
-            },
+            chans:
+                channel::Channels {
+                    table: chans,
+                    timer_at,
+                    ..
+                },
             ops,
             bufs,
             ..
@@ -398,7 +409,7 @@ impl<'a> Engine<'a> {
         op.detached = true;
         ch.arm_rto(now, timer_at);
         // The next send's slot, looked for now rather than before its frame.
-        self.hint_free_op();
+        self.ops.hint_free();
     }
 
     /// [`Engine::launch_unicast`] with the frame sent in this call, when nothing is
@@ -438,7 +449,7 @@ impl<'a> Engine<'a> {
         if !ready || max == 0 || len > max {
             return Ok(false);
         }
-        let Ok(oi) = self.alloc_op() else {
+        let Ok(oi) = self.ops.alloc() else {
             return Ok(false);
         };
         let Engine {

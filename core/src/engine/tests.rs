@@ -184,7 +184,7 @@ fn reliable_message_lands_in_buffer_and_runs_handler() {
     assert_eq!((*port, *fault, *src), (2, None, 0));
     assert_eq!(&data[..3], b"hdr");
     assert_eq!(&data[3..], msg);
-    assert_eq!(b.semaphore(3).unwrap().count, 1);
+    assert_eq!(b.ports().semaphore(3).unwrap().count, 1);
     assert_eq!(b.try_take(3, 1), Ok(Some(0)));
     assert_eq!(a.release(h), Ok(SendStatus::Done));
     assert_eq!(a.send_status(h), Err(Error::InvalidHandle));
@@ -215,7 +215,7 @@ fn go_ahead_gathers_and_truncation_reports_msgtoolong() {
         (log[2].1.as_slice(), log[2].2),
         (&b"ij"[..], Some(Fault::Truncated))
     );
-    assert_eq!(b.buffer(2).unwrap(), b"abcdefghij");
+    assert_eq!(b.ports().buffer(2).unwrap(), b"abcdefghij");
     // The buffer stays filled until a fresh one is posted.
     let h = a.start_send(1, b"zz", Body::Borrowed(&[]), true).unwrap();
     run(&mut [&mut a, &mut b], &mut rings, |es| {
@@ -224,7 +224,7 @@ fn go_ahead_gathers_and_truncation_reports_msgtoolong() {
     assert_eq!(b.state()[3].2, Some(Fault::Truncated));
     assert!(b.state()[3].1.is_empty());
     assert_eq!(a.release(h), Ok(SendStatus::Done));
-    let old = b.post_recv(2, leak(4)).unwrap().unwrap();
+    let old = b.ports_mut().post_recv(2, leak(4)).unwrap().unwrap();
     assert_eq!(&old[..], b"abcdefghij");
 }
 
@@ -391,9 +391,12 @@ fn api_misuse_is_a_typed_error() {
     );
     a.start_barrier().unwrap();
     assert_eq!(a.start_barrier(), Err(Error::BarrierInProgress));
-    assert_eq!(a.attach_buffer(1, leak(1)), Ok(None));
-    a.post_recv(1, leak(8)).unwrap();
-    assert_eq!(a.attach_buffer(1, leak(4)), Err(Error::BufferTooSmall));
+    assert_eq!(a.ports_mut().attach_buffer(1, leak(1)), Ok(None));
+    a.ports_mut().post_recv(1, leak(8)).unwrap();
+    assert_eq!(
+        a.ports_mut().attach_buffer(1, leak(4)),
+        Err(Error::BufferTooSmall)
+    );
     let bad_cfg = Config::new(1, 7, 3);
     assert!(Engine::new(bad_cfg, G, Storage::with_capacity(cap())).is_err());
 }
@@ -882,7 +885,7 @@ fn ping_pong_pair() -> (TE, TE) {
         },
     )
     .unwrap();
-    a.post_recv(1, leak(16)).unwrap();
+    a.ports_mut().post_recv(1, leak(16)).unwrap();
     b.bind_port(2, input(leak(16), Fill::Restart, 0)).unwrap();
     b.bind_port(3, out(0, 1)).unwrap();
     (a, b)
@@ -1211,7 +1214,7 @@ fn single_frame_messages_skip_the_assembly_and_keep_the_order() {
     }
     assert_eq!(b.state(), &want);
     assert_eq!(b.asms.hwm, 0, "no assembly was taken");
-    assert_eq!(b.semaphore(3).unwrap().count, 12);
+    assert_eq!(b.ports().semaphore(3).unwrap().count, 12);
     // All but the first (which opened the channel) by header prediction.
     assert_eq!(b.stats().rx_predicted, 11, "{:?}", b.stats());
     // Too long for the buffer: the general path, truncated.

@@ -195,6 +195,7 @@ impl<'a> Engine<'a> {
                 // That port has been told: the scan below does not tell it again.
                 let sem = self
                     .ports
+                    .table
                     .get(port as usize)
                     .filter(|p| p.input)
                     .map(|p| p.sem);
@@ -223,7 +224,10 @@ impl<'a> Engine<'a> {
     /// broadcast binding to its group: `SENDFAILURE` on the port, and its semaphore
     /// marked so that a wait for messages that cannot come ends.
     pub(super) fn fail_ports_bound_to(&mut self, ci: usize) {
-        let (group, node) = (self.chans.table[ci].peer_group, self.chans.table[ci].peer_node);
+        let (group, node) = (
+            self.chans.table[ci].peer_group,
+            self.chans.table[ci].peer_node,
+        );
         for port in 0..self.ports.table.len() {
             let p = &self.ports.table[port];
             let bound = p.input

@@ -68,7 +68,11 @@ impl<'a> Engine<'a> {
         }
         if self.chans.work.get() {
             // Start at a different channel each time so no peer is always served last.
-            self.chans.rr = if self.chans.rr + 1 >= n { 0 } else { self.chans.rr + 1 };
+            self.chans.rr = if self.chans.rr + 1 >= n {
+                0
+            } else {
+                self.chans.rr + 1
+            };
             let mut ci = self.chans.rr;
             // Cleared first: what the pass itself gives a channel sets it again.
             self.chans.work.set(false);
@@ -209,7 +213,9 @@ impl<'a> Engine<'a> {
         if !self.chans.work.get() {
             // Every place that gives a channel work says so (tests check it).
             debug_assert!(
-                !self.chans.table[..self.chans.hwm].iter().any(Channel::has_work),
+                !self.chans.table[..self.chans.hwm]
+                    .iter()
+                    .any(Channel::has_work),
                 "a channel was given work without `chan_work`"
             );
             return false;

@@ -538,7 +538,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         buffer: impl Into<RecvBuf<'a>>,
     ) -> Result<Option<RecvBuf<'a>>, Error> {
         user_port(port)?;
-        self.ep.engine.post_recv(port, buffer)
+        self.ep.engine.ports_mut().post_recv(port, buffer)
     }
 
     /// `gamma_attach_buffer`: as `post_recv`, keeping the port's buffer size (`buffer`
@@ -549,12 +549,12 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         buffer: impl Into<RecvBuf<'a>>,
     ) -> Result<Option<RecvBuf<'a>>, Error> {
         user_port(port)?;
-        self.ep.engine.attach_buffer(port, buffer)
+        self.ep.engine.ports_mut().attach_buffer(port, buffer)
     }
 
     /// The buffer bound to `port`, to read what landed there.
     pub fn buffer(&self, port: PortId) -> Option<&[u8]> {
-        self.ep.engine.buffer(port)
+        self.ep.engine.ports().buffer(port)
     }
 
     fn blocking_send(
@@ -770,13 +770,13 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// `gamma_signal`.
     pub fn signal(&mut self, sem: u16) -> Result<(), Error> {
         user_sem(sem)?;
-        self.ep.engine.signal(sem)
+        self.ep.engine.ports_mut().signal(sem)
     }
 
     /// `gamma_sigerr`.
     pub fn sigerr(&mut self, sem: u16) -> Result<(), Error> {
         user_sem(sem)?;
-        self.ep.engine.sigerr(sem)
+        self.ep.engine.ports_mut().sigerr(sem)
     }
 
     /// `gamma_wait`: polls until semaphore `sem` reaches `n`, takes `n` from it, and
@@ -807,7 +807,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
                     if let Some(errors) = self.ep.engine.try_take(sem, n)? {
                         return Ok(-(errors.min(i32::MAX as u32) as i32));
                     }
-                    if self.ep.engine.semaphore(sem)?.peer_dead {
+                    if self.ep.engine.ports().semaphore(sem)?.peer_dead {
                         return Err(Error::SendFailure);
                     }
                     // One clock read per turn serves the deadline and the poll.
@@ -871,7 +871,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     pub fn test(&mut self, sem: u16) -> Result<u32, Error> {
         user_sem(sem)?;
         self.poll();
-        Ok(self.ep.engine.semaphore(sem)?.count)
+        Ok(self.ep.engine.ports().semaphore(sem)?.count)
     }
 
     /// `gamma_atomic`: runs `f` with no handler in between (handlers only run inside

@@ -70,7 +70,7 @@ fn frames_without_the_jobs_tag_never_reach_a_handler() {
     let s = sim.nodes[1].engine().stats();
     assert!(s.rx_unauthenticated > 20, "seed {seed}: {s:?}");
     assert_eq!(
-        sim.nodes[1].engine().semaphore(2).unwrap(),
+        sim.nodes[1].engine().ports().semaphore(2).unwrap(),
         Default::default()
     );
 }

@@ -410,7 +410,13 @@ fn a_rank_waiting_for_a_dead_sender_gets_an_error_not_a_hang() {
         let _ = sim.run_until(step, |_, _| false);
         let now = sim.now();
         sim.nodes[1].engine_mut().keepalive(now, 1);
-        if sim.nodes[1].engine().semaphore(1).unwrap().peer_dead {
+        if sim.nodes[1]
+            .engine()
+            .ports()
+            .semaphore(1)
+            .unwrap()
+            .peer_dead
+        {
             dead_at = Some(now);
             break;
         }

@@ -163,12 +163,12 @@ fn best_effort_to_an_unbound_port_touches_no_semaphore() {
     assert!(rx.stats().rx_dropped >= 5, "seed {seed}");
     for sem in [0u16, 9] {
         assert_eq!(
-            rx.semaphore(sem).unwrap().errors,
+            rx.ports().semaphore(sem).unwrap().errors,
             0,
             "seed {seed}: sem {sem}"
         );
         assert_eq!(
-            rx.semaphore(sem).unwrap().count,
+            rx.ports().semaphore(sem).unwrap().count,
             0,
             "seed {seed}: sem {sem}"
         );
@@ -291,7 +291,11 @@ fn a_handlers_send_over_the_limit_names_the_limit() {
     sim.nodes[1].post_recv(1, vec![0u8; 64]).unwrap();
     sim.nodes[0].send_flowctl(1, b"ping").unwrap();
     sim.run_until(sim.now() + Duration::from_secs(2), |nodes, _| {
-        nodes[0].engine().semaphore(1).is_ok_and(|s| s.count == 1)
+        nodes[0]
+            .engine()
+            .ports()
+            .semaphore(1)
+            .is_ok_and(|s| s.count == 1)
     })
     .unwrap_or_else(|e| panic!("seed {seed}: the short answer never came: {e:?}"));
     let got = sim.nodes[1].state();

@@ -74,7 +74,7 @@ fn open_all(gs: &mut [G]) {
                 .unwrap();
             gs[s].send_flowctl(2, b"hello").unwrap();
             let t = WallInstant::now();
-            while gs[k].engine().semaphore(2).unwrap().count == 0 {
+            while gs[k].engine().ports().semaphore(2).unwrap().count == 0 {
                 for g in gs.iter_mut() {
                     g.test(2).unwrap();
                 }

@@ -678,7 +678,7 @@ fn a_message_sent_before_a_nic_barrier_has_landed_when_it_ends() {
             done[i] = true;
             // Whoever leaves first: every receiver has the whole message by now.
             for (k, g) in gs.iter().enumerate().skip(1) {
-                let count = g.engine().semaphore(5).unwrap().count;
+                let count = g.engine().ports().semaphore(5).unwrap().count;
                 assert_eq!(count, 1, "member {i} left while {k} had not got it");
                 assert_eq!(g.buffer(5).unwrap(), msg, "member {k}'s copy");
             }
@@ -716,7 +716,7 @@ fn a_refused_message_does_not_hold_the_nic_barrier() {
     gs[1]
         .set_passive_port(5, 0, 1, 5, 5, GO_BACK, Some(Vec::leak(vec![0; 64])))
         .unwrap();
-    while gs[1].engine().semaphore(5).unwrap().count == 0 {
+    while gs[1].engine().ports().semaphore(5).unwrap().count == 0 {
         assert!(t0.elapsed().as_secs() < 10, "the message never landed");
         gs[0].poll();
         gs[1].poll();

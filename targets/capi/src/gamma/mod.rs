@@ -589,7 +589,7 @@ fn test(sem: u16) -> c_int {
         let r = if polls {
             i.g.test(sem)
         } else {
-            i.g.engine().semaphore(sem).map(|s| s.count)
+            i.g.engine().ports().semaphore(sem).map(|s| s.count)
         };
         r.map_or_else(code, count)
     })
