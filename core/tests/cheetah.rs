@@ -4,7 +4,7 @@
 //! test prints its seed.
 
 use volley_core::cheetah::{Segments, AINVOKE_MAX};
-use volley_core::engine::{Config, Error};
+use volley_core::engine::{Config, Error, NoMemory, Received};
 use volley_core::phy::FaultConfig;
 use volley_core::sim::{Sim, SimCheetah, SimConfig};
 use volley_core::time::{Duration, Instant};
@@ -324,10 +324,14 @@ fn a_denial_arriving_after_the_put_completed_is_still_reported() {
     let mut f = vec![0u8; repr.buffer_len()];
     repr.emit_with_payload(&mut f, &[], false).unwrap();
     let now = sim.now();
-    sim.nodes[0].engine_mut().handle_frame(now, &f);
+    sim.nodes[0]
+        .engine_mut()
+        .handle_frame(now, Received::from(&f[..]), &mut NoMemory);
     assert_eq!(sim.nodes[0].poll(), Err(Error::BadAddress));
     // Once: the same denial again is a duplicate.
-    sim.nodes[0].engine_mut().handle_frame(now, &f);
+    sim.nodes[0]
+        .engine_mut()
+        .handle_frame(now, Received::from(&f[..]), &mut NoMemory);
     assert_eq!(sim.nodes[0].poll(), Ok(0));
 }
 

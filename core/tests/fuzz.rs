@@ -3,7 +3,8 @@
 
 use proptest::prelude::*;
 use volley_core::engine::{
-    Body, Capacity, Config, Dest, Engine, Fill, Group, Members, PortSetup, Storage,
+    Body, Capacity, Config, Dest, Engine, Fill, Group, Members, NoMemory, PortSetup, Received,
+    Storage,
 };
 use volley_core::phy::{Loopback, Ring};
 use volley_core::time::{Duration, Instant};
@@ -177,7 +178,7 @@ proptest! {
     fn engine_survives_random_bytes(frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..120), 1..20)) {
         let mut e = target();
         for (i, f) in frames.iter().enumerate() {
-            e.handle_frame(Instant::from_micros(i as u64), f);
+            e.handle_frame(Instant::from_micros(i as u64), Received::from(&f[..]), &mut NoMemory);
             drain(&mut e);
         }
         prop_assert_eq!(e.stats().rx_frames, frames.len() as u64);
@@ -196,7 +197,7 @@ proptest! {
                 let n = f.len();
                 f[at % n] ^= x;
             }
-            e.handle_frame(now, &f);
+            e.handle_frame(now, Received::from(&f[..]), &mut NoMemory);
             drain(&mut e);
             now += Duration::from_micros(7);
             e.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);
@@ -402,7 +403,7 @@ proptest! {
             // `x` takes the frame and sends what it answers in one poll, as `y`
             // does in its first below.
             let before = x.stats().rx_frames;
-            x.handle_frame(now, f);
+            x.handle_frame(now, Received::from(&f[..]), &mut NoMemory);
             took_x += x.stats().rx_frames - before;
             x.poll(now, &mut Loopback::new(&mut rings_x, NodeAddr(1)), None);
             let from = f[11] as usize % 4;
@@ -593,7 +594,7 @@ proptest! {
         let mut rings: Vec<Ring<128, 512>> = (0..4).map(|_| Ring::new()).collect();
         let mut now = Instant::ZERO;
         for f in frames {
-            e.handle_frame_mem(now, &f, None, &mut mem);
+            e.handle_frame(now, Received::from(&f[..]), &mut mem);
             drain(&mut e);
             now += Duration::from_micros(7);
             e.poll_mem(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None, &mut mem);

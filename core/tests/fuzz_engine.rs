@@ -14,8 +14,8 @@
 //! `VOLLEY_FUZZ_SECS=3600 VOLLEY_SEED=7 cargo test --release -p volley-core --test fuzz_engine`.
 
 use volley_core::engine::{
-    Body, Capacity, Config, Dest, Engine, Fill, Group, Members, NoMemory, PortSetup, RecvBuf,
-    Storage, Tree, BROADCAST, MCAST_ALL,
+    Body, Capacity, Config, Dest, Engine, Fill, Group, Members, NoMemory, PortSetup, Received,
+    RecvBuf, Storage, Tree, BROADCAST, MCAST_ALL,
 };
 use volley_core::phy::{Device, Loopback, Ring, RxToken};
 use volley_core::rng::Rng;
@@ -113,7 +113,14 @@ fn step(
     while let Some(t) = lb.receive(now) {
         t.consume(|f| {
             recorded.push(f.to_vec());
-            b.handle_frame_from(now, f, from)
+            b.handle_frame(
+                now,
+                Received {
+                    source: from,
+                    ..Received::from(f)
+                },
+                &mut NoMemory,
+            )
         });
         *handled += notices(b);
     }
@@ -328,9 +335,24 @@ fn mutated_frames_never_panic_the_engine() {
                     let k = rng.below(f.len() as u64 + 1) as usize;
                     (f[..k].to_vec(), f[k..].to_vec())
                 };
-                e.handle_split_frame(now, &head, &payload, from, &mut NoMemory);
+                e.handle_frame(
+                    now,
+                    Received {
+                        bytes: &head,
+                        payload: Some(&payload),
+                        source: from,
+                    },
+                    &mut NoMemory,
+                );
             } else {
-                e.handle_frame_from(now, &f, from);
+                e.handle_frame(
+                    now,
+                    Received {
+                        source: from,
+                        ..Received::from(&f[..])
+                    },
+                    &mut NoMemory,
+                );
             }
             notices(&mut e);
             drain(&mut e);
@@ -397,7 +419,14 @@ fn replayed_frames_are_rejected() {
         let before = b.stats().delivered;
         for f in &recorded {
             now += Duration::from_micros(10);
-            b.handle_frame_from(now, f, from);
+            b.handle_frame(
+                now,
+                Received {
+                    source: from,
+                    ..Received::from(&f[..])
+                },
+                &mut NoMemory,
+            );
             handled += notices(&mut b);
             assert_eq!(
                 drain(&mut b),
@@ -478,7 +507,7 @@ fn bcast_step(
             while let Some(t) = lb.receive(now) {
                 t.consume(|f| {
                     recorded.push(f.to_vec());
-                    e.handle_frame(now, f)
+                    e.handle_frame(now, Received::from(f), &mut NoMemory)
                 });
                 notices(e);
             }
@@ -575,7 +604,7 @@ fn mutated_broadcast_frames_never_panic_a_relay() {
                     if with_key && rng.chance(0.8) {
                         resign(&mut f);
                     }
-                    e.handle_frame(now, &f);
+                    e.handle_frame(now, Received::from(&f[..]), &mut NoMemory);
                     notices(e);
                     fed += 1;
                 }

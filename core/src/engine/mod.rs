@@ -85,6 +85,7 @@ pub use packet::{Delivery, PacketBuf, PacketId, Packets, PACKET_MAX};
 pub use port::*;
 use rma::RMA_NONE;
 pub use rma::{Access, Memory, NoMemory, RmaFailure, Transfer, GET_SLOTS, NO_BELL};
+pub use rx::Received;
 pub use timers::{beacon_frame, BEACON_LEN};
 
 pub use assembly::Assembly;
@@ -396,7 +397,7 @@ impl<'a> Engine<'a> {
                         self.rx_general(now, f, src, mem)
                     }
                 } else {
-                    self.handle_split_frame(now, f, body, src, mem)
+                    self.handle_split(now, f, body, src, mem)
                 }
             });
             busy = true;
@@ -469,7 +470,7 @@ impl<'a> Engine<'a> {
         source: Option<NodeAddr>,
         mem: &mut dyn Memory,
     ) {
-        self.handle_frame_mem(now, frame, source, mem)
+        self.handle_whole(now, frame, source, mem)
     }
 
     /// Whether a poll that delivered may leave its upkeep to the next poll:

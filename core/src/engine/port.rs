@@ -40,7 +40,7 @@ pub enum Fault {
 pub enum RecvBuf<'a> {
     /// Memory the caller lends.
     Lent(&'a mut [u8]),
-    /// Memory handed over; [`Engine::post_recv`] gives it back.
+    /// Memory handed over; [`Ports::post_recv`] gives it back.
     #[cfg(feature = "alloc")]
     Owned(alloc::boxed::Box<[u8]>),
 }

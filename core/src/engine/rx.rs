@@ -4,24 +4,47 @@
 
 use super::*;
 
+/// A received frame, as [`Engine::handle_frame`] takes it: `From` a whole
+/// frame's bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Received<'f> {
+    /// The whole frame, or its header (and tag) where `payload` lies apart.
+    pub bytes: &'f [u8],
+    /// The payload where its sender's device left it
+    /// ([`crate::phy::RxToken::consume_parts`]), apart from `bytes`.
+    pub payload: Option<&'f [u8]>,
+    /// The fabric address the device saw the frame come from: a header claiming
+    /// another sender is dropped (`rx_spoofed`).
+    pub source: Option<NodeAddr>,
+}
+
+impl<'f> From<&'f [u8]> for Received<'f> {
+    fn from(bytes: &'f [u8]) -> Self {
+        Received {
+            bytes,
+            payload: None,
+            source: None,
+        }
+    }
+}
+
 impl<'a> Engine<'a> {
     // ------------------------------------------------------------ receiving
 
-    /// Processes one received frame. Never panics, whatever the bytes. The CRC is
-    /// skipped only if the device last given to [`Engine::poll`] guarantees integrity.
-    pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
-        self.handle_frame_from(now, frame, None)
+    /// Processes one received frame (see [`Received`]), with program memory for
+    /// one-sided operations (`&mut NoMemory` where there is none). Never panics,
+    /// whatever the bytes. The CRC is skipped only if the device last given to
+    /// [`Engine::poll`] guarantees integrity.
+    pub fn handle_frame(&mut self, now: Instant, frame: Received<'_>, mem: &mut dyn Memory) {
+        match frame.payload {
+            None => self.handle_whole(now, frame.bytes, frame.source, mem),
+            Some(payload) => self.handle_split(now, frame.bytes, payload, frame.source, mem),
+        }
     }
 
-    /// [`Engine::handle_frame`] for a frame the device saw come from fabric address
-    /// `source`: a header claiming another sender is dropped (`rx_spoofed`).
-    pub fn handle_frame_from(&mut self, now: Instant, frame: &[u8], source: Option<NodeAddr>) {
-        self.handle_frame_mem(now, frame, source, &mut NoMemory)
-    }
-
-    /// [`Engine::handle_frame_from`] with program memory for one-sided operations.
+    /// [`Engine::handle_frame`] of a whole frame.
     #[inline]
-    pub fn handle_frame_mem(
+    pub(super) fn handle_whole(
         &mut self,
         now: Instant,
         frame: &[u8],
@@ -44,10 +67,10 @@ impl<'a> Engine<'a> {
         self.handle_parsed(now, repr, payload, source, mem)
     }
 
-    /// [`Engine::handle_frame_mem`] of a frame received in two parts: the header (and
+    /// [`Engine::handle_frame`] of a frame received in two parts: the header (and
     /// tag) in `head`, the payload where its sender's device left it
-    /// ([`crate::phy::RxToken::consume_parts`]). Never panics, whatever the bytes.
-    pub fn handle_split_frame(
+    /// ([`crate::phy::RxToken::consume_parts`]).
+    pub(super) fn handle_split(
         &mut self,
         now: Instant,
         head: &[u8],

@@ -58,8 +58,8 @@ impl TE {
         self.record();
         busy
     }
-    fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
-        self.e.handle_frame(now, frame);
+    fn handle_frame(&mut self, now: Instant, frame: Received<'_>, mem: &mut dyn Memory) {
+        self.e.handle_frame(now, frame, mem);
         self.record();
     }
     fn handle_timeout(&mut self, now: Instant) {
@@ -485,7 +485,7 @@ fn best_effort_loss_is_reported_as_framelost() {
         let mut lb = Loopback::new(&mut rings, NodeAddr(1));
         let first = lb.receive(Instant::ZERO).unwrap().consume(|f| f.to_vec());
         lb.receive(Instant::ZERO).unwrap().consume(|_| ());
-        b.handle_frame(Instant::ZERO, &first);
+        b.handle_frame(Instant::ZERO, Received::from(&first[..]), &mut NoMemory);
     }
     b.poll(
         Instant::ZERO,
@@ -508,7 +508,7 @@ fn best_effort_loss_is_reported_as_framelost() {
         .unwrap()
         .consume(|f| f.to_vec());
     rings[1] = Ring::new();
-    b.handle_frame(Instant::ZERO, &first);
+    b.handle_frame(Instant::ZERO, Received::from(&first[..]), &mut NoMemory);
     b.handle_timeout(Instant::from_millis(50));
     assert_eq!(b.state().len(), 1);
     b.handle_timeout(Instant::from_millis(200));
@@ -642,7 +642,7 @@ fn a_refused_sender_is_told_to_retry_when_the_port_frees() {
     assert_eq!(frames.len(), 8);
     // Interleave: A0, C0 (port busy: refused), A1..A3 (A completes), C1..C3.
     for i in [0, 4, 1, 2, 3, 5, 6, 7] {
-        b.handle_frame(Instant::ZERO, &frames[i]);
+        b.handle_frame(Instant::ZERO, Received::from(&frames[i][..]), &mut NoMemory);
     }
     assert_eq!(b.stats().rx_refused, 1);
     let mut now = Instant::ZERO;
@@ -687,8 +687,8 @@ fn a_refusal_with_nothing_new_in_its_ack_still_holds_and_wakes_the_sender() {
     assert_eq!(frames.len(), 5);
     // A0, then C's only frame (the port is busy with A's message: refused), then
     // A1..A3.
-    b.handle_frame(Instant::ZERO, &frames[0]);
-    b.handle_frame(Instant::ZERO, &frames[4]);
+    b.handle_frame(Instant::ZERO, Received::from(&frames[0][..]), &mut NoMemory);
+    b.handle_frame(Instant::ZERO, Received::from(&frames[4][..]), &mut NoMemory);
     assert_eq!(b.stats().rx_refused, 1);
     b.poll(Instant::ZERO, &mut view(&mut rings, 1), None);
     // C takes the refusal: its ack says nothing new.
@@ -698,7 +698,7 @@ fn a_refusal_with_nothing_new_in_its_ack_still_holds_and_wakes_the_sender() {
         "held by the refusal"
     );
     for f in &frames[1..4] {
-        b.handle_frame(Instant::ZERO, f);
+        b.handle_frame(Instant::ZERO, Received::from(&f[..]), &mut NoMemory);
     }
     let mut now = Instant::ZERO;
     // Well within one retransmission timeout (50 us).
@@ -1362,10 +1362,10 @@ fn a_multicast_packet_from_a_member_not_our_parent_is_dropped() {
         .emit_frame(&mut forged, &[payload], false, None)
         .unwrap();
     let malformed = b.stats().rx_malformed;
-    b.handle_frame(now, &forged[..n]);
+    b.handle_frame(now, Received::from(&forged[..n][..]), &mut NoMemory);
     assert_eq!(b.stats().rx_malformed, malformed + 1);
     assert!(b.next_delivery().is_none(), "taken as root 0's");
-    b.handle_frame(now, &frames[1]);
+    b.handle_frame(now, Received::from(&frames[1][..]), &mut NoMemory);
     let d = b.next_delivery().expect("the next one of 2's own");
     assert_eq!((d.src, d.multicast), (2, true));
     assert_eq!(&b.packet(d.packet).unwrap()[..4], b"real");
@@ -1939,18 +1939,46 @@ fn short_messages_travel_compact_where_the_device_names_their_sender() {
 
     // Refused without the sender's name, and from a device that does not vouch
     // for it (B's last poll told it its device's capabilities: none yet).
-    b.handle_frame(now, &f);
-    b.handle_frame_from(now, &f, Some(NodeAddr(0)));
+    b.handle_frame(now, Received::from(&f[..]), &mut NoMemory);
+    b.handle_frame(
+        now,
+        Received {
+            source: Some(NodeAddr(0)),
+            ..Received::from(&f[..])
+        },
+        &mut NoMemory,
+    );
     assert_eq!(b.stats().rx_unauthenticated, 2);
     // Through a vouching device: from a node its header does not name, dropped.
     b.poll(now, &mut Loopback::vouching(&mut rings, NodeAddr(1)), None);
-    b.handle_frame_from(now, &f, Some(NodeAddr(2)));
+    b.handle_frame(
+        now,
+        Received {
+            source: Some(NodeAddr(2)),
+            ..Received::from(&f[..])
+        },
+        &mut NoMemory,
+    );
     assert_eq!(b.stats().rx_spoofed, 1);
     assert!(b.state().is_empty());
     // From its sender: delivered, by prediction; a second copy is a duplicate.
-    b.handle_frame_from(now, &f, Some(NodeAddr(0)));
+    b.handle_frame(
+        now,
+        Received {
+            source: Some(NodeAddr(0)),
+            ..Received::from(&f[..])
+        },
+        &mut NoMemory,
+    );
     b.record();
-    b.handle_frame_from(now, &f, Some(NodeAddr(0)));
+    b.handle_frame(
+        now,
+        Received {
+            source: Some(NodeAddr(0)),
+            ..Received::from(&f[..])
+        },
+        &mut NoMemory,
+    );
     b.record();
     assert_eq!(b.state().len(), 1);
     assert_eq!(b.state()[0].1, b"ping");
@@ -2034,12 +2062,26 @@ fn compact_frames_need_a_vouching_device_and_a_job_without_a_key() {
     assert!(repr.compactable());
     repr.emit_compact(&mut f, |p| p.copy_from_slice(b"forge"))
         .unwrap();
-    b.handle_frame_from(Instant::ZERO, &f, Some(NodeAddr(0)));
+    b.handle_frame(
+        Instant::ZERO,
+        Received {
+            source: Some(NodeAddr(0)),
+            ..Received::from(&f[..])
+        },
+        &mut NoMemory,
+    );
     b.record();
     assert_eq!(b.stats().rx_unauthenticated, 1);
     // A compact put likewise.
     f[0] = wire::COMPACT_PUT_MAGIC;
-    b.handle_frame_from(Instant::ZERO, &f, Some(NodeAddr(0)));
+    b.handle_frame(
+        Instant::ZERO,
+        Received {
+            source: Some(NodeAddr(0)),
+            ..Received::from(&f[..])
+        },
+        &mut NoMemory,
+    );
     assert_eq!(b.stats().rx_unauthenticated, 2);
     assert_eq!(b.state().len(), 1, "only the tagged message");
 
@@ -2063,7 +2105,14 @@ fn compact_frames_need_a_vouching_device_and_a_job_without_a_key() {
                 wire::COMPACT_PUT_MAGIC
             };
         }
-        d.handle_frame_from(Instant::ZERO, &g, Some(NodeAddr(rng.below(3) as u16)));
+        d.handle_frame(
+            Instant::ZERO,
+            Received {
+                source: Some(NodeAddr(rng.below(3) as u16)),
+                ..Received::from(&g[..])
+            },
+            &mut NoMemory,
+        );
         d.record();
     }
     let st = d.stats();
@@ -2178,10 +2227,10 @@ fn a_running_engine_answers_late_hellos() {
     };
     let hk = crate::session::hello_key(&key);
     let before = e.stats().hellos_answered;
-    e.handle_frame(now, &h.emit(&hk));
+    e.handle_frame(now, Received::from(&h.emit(&hk)[..]), &mut NoMemory);
     let mut bad = Hello { job: 0xAB, ..h }.emit(&hk);
     bad[30] ^= 1;
-    e.handle_frame(now, &bad);
+    e.handle_frame(now, Received::from(&bad[..]), &mut NoMemory);
     e.poll(now, &mut view(&mut rings, 0), None);
     assert_eq!(e.stats().hellos_answered, before);
     assert_eq!(e.stats().hellos_dropped, 2);

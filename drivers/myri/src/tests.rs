@@ -5,6 +5,7 @@ use std::vec;
 use std::vec::Vec;
 
 use super::*;
+use volley_core::engine::{NoMemory, Received};
 use volley_core::phy::{Board, Liveness, SendPool};
 use volley_core::sim::Pair;
 
@@ -860,7 +861,10 @@ fn a_concurrent_writer_never_panics_the_receiver() {
             send(&mut pair.a);
         }
         while let Some(t) = b.receive(now) {
-            t.consume(|f| pair.b.handle_frame(now, f));
+            t.consume(|f| {
+                pair.b
+                    .handle_frame(now, Received::from(f), &mut NoMemory)
+            });
             seen += 1;
         }
     }
