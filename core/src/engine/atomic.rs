@@ -120,7 +120,7 @@ impl<'a> Engine<'a> {
     }
 
     /// The fabric address of instance `node` of group `group`.
-    pub fn address(&self, group: GroupId, node: NodeId) -> Result<NodeAddr, Error> {
+    pub(crate) fn address(&self, group: GroupId, node: NodeId) -> Result<NodeAddr, Error> {
         self.addr_of(group, node)
     }
 

@@ -809,7 +809,7 @@ pub(crate) struct Channels<'a> {
 }
 
 impl<'a> Channels<'a> {
-    pub(crate) fn new(table: ManagedSlice<'a, Channel>, peer_map: ManagedSlice<'a, u16>) -> Self {
+    pub fn new(table: ManagedSlice<'a, Channel>, peer_map: ManagedSlice<'a, u16>) -> Self {
         Channels {
             table,
             peer_map,

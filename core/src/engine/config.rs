@@ -135,18 +135,14 @@ pub enum Members<'a> {
 
 impl Members<'_> {
     /// Number of instances.
-    pub fn len(&self) -> u16 {
+    pub(crate) fn len(&self) -> u16 {
         match *self {
             Members::Range { count, .. } => count,
             Members::List(l) => l.len().min(u16::MAX as usize) as u16,
         }
     }
-    /// True for an empty group.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
     /// Fabric address of instance `i`.
-    pub fn addr(&self, i: NodeId) -> Option<NodeAddr> {
+    pub(crate) fn addr(&self, i: NodeId) -> Option<NodeAddr> {
         match *self {
             Members::Range { first, count } => (i < count).then(|| NodeAddr(first.wrapping_add(i))),
             Members::List(l) => l.get(i as usize).copied(),

@@ -43,7 +43,7 @@ pub enum Tree {
 
 impl Tree {
     /// The shape for a wire value.
-    pub fn from_u32(v: u32) -> Option<Tree> {
+    pub(crate) fn from_u32(v: u32) -> Option<Tree> {
         match v {
             0 => Some(Tree::Binary),
             1 => Some(Tree::Binomial),
@@ -54,7 +54,7 @@ impl Tree {
 
     /// Children of position `p` in a tree of `n` positions, written to `out`;
     /// returns how many.
-    pub fn children(self, p: usize, n: usize, out: &mut [usize; MAX_CHILDREN]) -> usize {
+    pub(crate) fn children(self, p: usize, n: usize, out: &mut [usize; MAX_CHILDREN]) -> usize {
         let mut k = 0;
         let mut push = |c: usize| {
             if c < n && k < MAX_CHILDREN {

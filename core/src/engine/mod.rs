@@ -343,7 +343,7 @@ impl<'a> Engine<'a> {
         self.stats = Stats::default();
     }
     /// Instances in this process's group.
-    pub fn size(&self) -> u16 {
+    pub(crate) fn size(&self) -> u16 {
         self.size
     }
 

@@ -377,7 +377,7 @@ impl<'a> Engine<'a> {
 
     /// The packet a pointer into a pool names, for a C facade: `addr` must be the
     /// start of a buffer's data.
-    pub fn packet_at(&self, addr: usize) -> Option<PacketId> {
+    pub(crate) fn packet_at(&self, addr: usize) -> Option<PacketId> {
         let find = |pool: &[PacketBuf]| {
             let base = pool.as_ptr() as usize;
             let size = core::mem::size_of::<PacketBuf>();

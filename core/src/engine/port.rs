@@ -274,7 +274,7 @@ impl<'a> HandlerView<'_, 'a> {
     /// `NoResources` when no buffer is free; a reliable broadcast in our group
     /// also leaves free the buffers its tree's relays need (as `start_send_eager`
     /// does).
-    pub fn send(
+    pub(crate) fn send(
         &mut self,
         port: PortId,
         head: &[u8],
@@ -574,7 +574,7 @@ impl<'a> Ports<'a> {
     }
 
     /// Binds a fresh buffer keeping the port's buffer size, returning the previous one.
-    pub fn attach_buffer(
+    pub(crate) fn attach_buffer(
         &mut self,
         port: PortId,
         buf: impl Into<RecvBuf<'a>>,
@@ -594,21 +594,21 @@ impl<'a> Ports<'a> {
     }
 
     /// The port's buffer, to read what was delivered into it.
-    pub fn buffer(&self, port: PortId) -> Option<&[u8]> {
+    pub(crate) fn buffer(&self, port: PortId) -> Option<&[u8]> {
         let p = self.table.get(port as usize)?;
         let len = p.buf_len;
         p.buf.as_deref().map(|b| &b[..len.min(b.len())])
     }
 
     /// Increments semaphore `sem`.
-    pub fn signal(&mut self, sem: u16) -> Result<(), Error> {
+    pub(crate) fn signal(&mut self, sem: u16) -> Result<(), Error> {
         let s = self.sem_mut(sem)?;
         s.count = s.count.saturating_add(1);
         Ok(())
     }
 
     /// Increments error semaphore `sem`.
-    pub fn sigerr(&mut self, sem: u16) -> Result<(), Error> {
+    pub(crate) fn sigerr(&mut self, sem: u16) -> Result<(), Error> {
         let s = self.sem_mut(sem)?;
         s.errors = s.errors.saturating_add(1);
         Ok(())

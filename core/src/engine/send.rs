@@ -393,7 +393,7 @@ impl<'a> Engine<'a> {
 
     /// True if the send works from a copy in an eager buffer (the caller's
     /// bytes are no longer needed), as [`Engine::start_send_eager`]'s do.
-    pub fn copied(&self, h: SendHandle) -> Result<bool, Error> {
+    pub(crate) fn copied(&self, h: SendHandle) -> Result<bool, Error> {
         self.send_status(h)?;
         Ok(self.ops.table[h.idx()].eager != NONE)
     }

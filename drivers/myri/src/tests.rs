@@ -861,10 +861,7 @@ fn a_concurrent_writer_never_panics_the_receiver() {
             send(&mut pair.a);
         }
         while let Some(t) = b.receive(now) {
-            t.consume(|f| {
-                pair.b
-                    .handle_frame(now, Received::from(f), &mut NoMemory)
-            });
+            t.consume(|f| pair.b.handle_frame(now, Received::from(f), &mut NoMemory));
             seen += 1;
         }
     }
