@@ -9,7 +9,7 @@ use std::hint::black_box;
 use std::time::Instant as WallClock;
 
 use volley_core::engine::{
-    Body, Capacity, Config, Dest, Engine, Fill, Group, Members, PortSetup, Storage,
+    Body, Capacity, Config, Dest, Engine, Fill, Group, Members, PortSetup, SendRequest, Storage,
 };
 use volley_core::phy::{Device, Loopback, Ring, RxToken, TxToken};
 use volley_core::time::Instant;
@@ -92,7 +92,12 @@ fn engine_trial(reliable: bool) -> f64 {
     for i in 0..MSGS {
         let word = (i as u64).to_le_bytes();
         let h = a
-            .start_send(1, &word, Body::Borrowed(&[]), reliable)
+            .start_send(SendRequest {
+                port: 1,
+                head: &word,
+                body: Body::Borrowed(&[]),
+                reliable,
+            })
             .unwrap();
         a.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
         b.poll(now, &mut Loopback::new(&mut rings, NodeAddr(1)), None);

@@ -651,10 +651,15 @@ impl Pair {
         rounds: usize,
         step: Duration,
     ) -> bool {
-        use crate::engine::{Body, SendStatus};
+        use crate::engine::{Body, SendRequest, SendStatus};
         let h = self
             .a
-            .start_send(0, b"", Body::Borrowed(msg), true)
+            .start_send(SendRequest {
+                port: 0,
+                head: b"",
+                body: Body::Borrowed(msg),
+                reliable: true,
+            })
             .expect("the send starts");
         let mut now = Instant::ZERO;
         for _ in 0..rounds {

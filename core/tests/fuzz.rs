@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use volley_core::engine::{
     Body, Capacity, Config, Dest, Engine, Fill, Group, Members, NoMemory, PortSetup, Received,
-    Storage,
+    SendRequest, Storage,
 };
 use volley_core::phy::{Loopback, Ring};
 use volley_core::time::{Duration, Instant};
@@ -191,7 +191,7 @@ proptest! {
         let mut now = Instant::ZERO;
         // A send of our own keeps the sending side busy meanwhile.
         e.bind_port(5, PortSetup { dest: Some(Dest { group: 3, node: 2, port: 1 }), input: false, recv: false, err: false, sem: 5, kind: Fill::Restart, buffer: None }).unwrap();
-        let h = e.start_send(5, b"hello", Body::Borrowed(&[1; 700]), true).unwrap();
+        let h = e.start_send(SendRequest { port: 5, head: b"hello", body: Body::Borrowed(&[1; 700]), reliable: true }).unwrap();
         for (i, mut f) in frames.into_iter().enumerate() {
             if let Some(&(at, x)) = flips.get(i) {
                 let n = f.len();

@@ -15,7 +15,7 @@
 
 use volley_core::engine::{
     Body, Capacity, Config, Dest, Engine, Fill, Group, Members, NoMemory, PortSetup, Received,
-    RecvBuf, Storage, Tree, BROADCAST, MCAST_ALL,
+    RecvBuf, SendRequest, Storage, Tree, BROADCAST, MCAST_ALL,
 };
 use volley_core::phy::{Device, Loopback, Ring, RxToken};
 use volley_core::rng::Rng;
@@ -167,10 +167,25 @@ fn corpus(key: Option<AuthKey>, vouching: bool) -> Vec<Vec<u8>> {
     let mut now = Instant::ZERO;
     for (i, len) in [0usize, 10, 1400, 4000, 20_000].into_iter().enumerate() {
         let body: &'static [u8] = Vec::leak(vec![i as u8; len]);
-        let _ = a.start_send(1, b"hd", Body::Borrowed(body), i % 2 == 0);
+        let _ = a.start_send(SendRequest {
+            port: 1,
+            head: b"hd",
+            body: Body::Borrowed(body),
+            reliable: i % 2 == 0,
+        });
         // And a short one of the other service (compact on vouching rings).
-        let _ = a.start_send(2, b"", Body::Borrowed(&body[..len.min(9)]), i % 2 == 1);
-        let _ = a.start_send(7, b"", Body::Borrowed(body), true); // unbound: rejected
+        let _ = a.start_send(SendRequest {
+            port: 2,
+            head: b"",
+            body: Body::Borrowed(&body[..len.min(9)]),
+            reliable: i % 2 == 1,
+        });
+        let _ = a.start_send(SendRequest {
+            port: 7,
+            head: b"",
+            body: Body::Borrowed(body),
+            reliable: true,
+        }); // unbound: rejected
         let _ = a.start_barrier();
         let _ = b.start_barrier();
         launch_packets(&mut a, i);
@@ -395,8 +410,13 @@ fn replayed_frames_are_rejected() {
         let mut now = Instant::ZERO;
         for (i, len) in [10usize, 3000, 0, 4000].into_iter().enumerate() {
             let body: &'static [u8] = Vec::leak(vec![i as u8; len]);
-            a.start_send(1, b"", Body::Borrowed(body), i % 2 == 0)
-                .unwrap();
+            a.start_send(SendRequest {
+                port: 1,
+                head: b"",
+                body: Body::Borrowed(body),
+                reliable: i % 2 == 0,
+            })
+            .unwrap();
             launch_packets(&mut a, i + 1);
             for _ in 0..40 {
                 now += Duration::from_micros(50);
@@ -546,8 +566,18 @@ fn mutated_broadcast_frames_never_panic_a_relay() {
         let mut rings: Vec<Ring<64, 1500>> = (0..4).map(|_| Ring::new()).collect();
         let mut now = Instant::ZERO;
         for (i, body) in bodies.iter().enumerate() {
-            let _ = es[0].start_send(3, b"", Body::Borrowed(body), true);
-            let _ = es[1].start_send(3, b"hd", Body::Borrowed(bodies[i / 2]), true);
+            let _ = es[0].start_send(SendRequest {
+                port: 3,
+                head: b"",
+                body: Body::Borrowed(body),
+                reliable: true,
+            });
+            let _ = es[1].start_send(SendRequest {
+                port: 3,
+                head: b"hd",
+                body: Body::Borrowed(bodies[i / 2]),
+                reliable: true,
+            });
             for _ in 0..400 {
                 now += Duration::from_micros(20);
                 bcast_step(&mut es, &mut rings, now, 2, &mut corpus[k], &mut |_| {});
@@ -588,7 +618,12 @@ fn mutated_broadcast_frames_never_panic_a_relay() {
             for root in [0, 1, 3] {
                 if rng.chance(0.05) {
                     let b = bodies[rng.below(bodies.len() as u64) as usize];
-                    let _ = es[root].start_send(3, b"", Body::Borrowed(b), true);
+                    let _ = es[root].start_send(SendRequest {
+                        port: 3,
+                        head: b"",
+                        body: Body::Borrowed(b),
+                        reliable: true,
+                    });
                 }
             }
             // Now and then a long silence: probes, fences given up, peers declared dead.

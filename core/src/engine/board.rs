@@ -66,7 +66,7 @@ impl<'a> Engine<'a> {
     /// board from the caller's bytes at once: no operation, no copy, no pass. The
     /// caller has checked that nothing of ours waits before it (`nothing_ahead`: no
     /// board broadcast queued, none in the gate). It is
-    /// numbered and fences a later flat one as [`Engine::start_send_eager`]'s
+    /// numbered and fences a later flat one as a copied [`Engine::start_send`]'s
     /// would be, and, like that one once written, needs nothing more. `false`
     /// when it does not apply or the board is full; nothing has happened then.
     pub(super) fn send_now_board<D: Device>(

@@ -93,7 +93,7 @@ pub use config::{Config, Dest, Group, Members, PeerStatus};
 use emit::*;
 pub use error::Error;
 use ops::*;
-pub use ops::{Body, EagerBuf, Op, SendHandle, SendStatus};
+pub use ops::{Body, EagerBuf, Op, SendHandle, SendRequest, SendStatus};
 pub use send_now::OneFrame;
 pub use stats::Stats;
 use storage::*;

@@ -4,19 +4,40 @@ use super::*;
 
 /// Where a send's payload comes from.
 #[derive(Debug, Clone, Copy)]
-pub enum Body<'a> {
+pub enum Body<'a, 'c> {
     /// Borrowed for as long as the engine lives (non-blocking sends).
     Borrowed(&'a [u8]),
     /// Of this length, handed to every `poll` as `ext` until the send completes
     /// (blocking sends, whose data outlives only the call).
     External(usize),
+    /// Copied into one of the engine's eager buffers at the call (at most
+    /// [`EAGER_MAX`] bytes; a broadcast's, at most `BCAST_COPY_MAX`), so the
+    /// caller may reuse its own at once: reliable sends only.
+    Copied(&'c [u8]),
 }
 
-/// Payload of a send as the engine takes it: a [`Body`], or bytes to copy.
+/// A send, as [`Engine::start_send`] takes it: what the kinds of send differ in
+/// are its fields.
+#[derive(Debug, Clone, Copy)]
+pub struct SendRequest<'a, 'c> {
+    /// The port whose output binding names the destination (a broadcast binding
+    /// sends to every other member).
+    pub port: PortId,
+    /// A first piece, copied at the call (at most [`INLINE_HEAD_MAX`] bytes), sent
+    /// before `body`.
+    pub head: &'c [u8],
+    /// The rest of the message.
+    pub body: Body<'a, 'c>,
+    /// Flow-controlled, retransmitted, delivered exactly once in order; else
+    /// best effort.
+    pub reliable: bool,
+}
+
+/// Payload of a send as the engine takes it: a [`Body`], or a handler's send
+/// already copied.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Src<'a, 'c> {
-    Body(Body<'a>),
-    Copy(&'c [u8]),
+    Body(Body<'a, 'c>),
     /// Already copied into eager buffer `idx` (`len` bytes) by a handler.
     Queued {
         idx: u16,

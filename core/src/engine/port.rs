@@ -272,7 +272,7 @@ impl<'a> HandlerView<'_, 'a> {
     /// next transmit pass, in the order queued. A failure later is a `SendFailure`
     /// notice (or an error on the port's semaphore). Returns the length.
     /// `NoResources` when no buffer is free; a reliable broadcast in our group
-    /// also leaves free the buffers its tree's relays need (as `start_send_eager`
+    /// also leaves free the buffers its tree's relays need (as a copied `start_send`
     /// does).
     pub(crate) fn send(
         &mut self,

@@ -35,36 +35,16 @@ impl<'k> Targets<'k> {
 impl<'a> Engine<'a> {
     // ---------------------------------------------------------------- sends
 
-    /// Starts sending `head` (copied, at most [`INLINE_HEAD_MAX`] bytes) followed by `body`
-    /// through `port`'s output binding. `reliable` selects the flow-controlled,
-    /// retransmitting service. A broadcast binding sends to every other member.
+    /// Starts a send (see [`SendRequest`]). A reliable one whose body is
+    /// [`Body::Copied`] may be [`Engine::detach`]ed once `Engine::handed_off`:
+    /// delivery is then the engine's job, and a failure is reported through the
+    /// port's error handler or error semaphore. `NoResources` when no buffer is
+    /// free for a copy, a copy is too long, or a copied body is not reliable; a
+    /// copied broadcast also leaves a unit of buffers free for each level of relays
+    /// below it.
     #[inline]
-    pub fn start_send(
-        &mut self,
-        port: PortId,
-        head: &[u8],
-        body: Body<'a>,
-        reliable: bool,
-    ) -> Result<SendHandle, Error> {
-        self.start(port, head, Src::Body(body), reliable)
-    }
-
-    /// Starts a reliable send whose payload (at most [`EAGER_MAX`] bytes) is
-    /// copied into one of the engine's eager buffers now, so the caller may reuse its
-    /// own at once; `NoResources` when no buffer is free or the message is too long.
-    /// A broadcast (at most `BCAST_COPY_MAX` bytes) takes one buffer that every copy
-    /// is sent from, and only while a unit of buffers stays free for each level of
-    /// relays below it. Once `Engine::handed_off`, the caller may
-    /// [`Engine::detach`]: delivery is then the engine's job, and a failure is reported
-    /// through the port's error handler or error semaphore.
-    #[inline]
-    pub fn start_send_eager(
-        &mut self,
-        port: PortId,
-        head: &[u8],
-        body: &[u8],
-    ) -> Result<SendHandle, Error> {
-        self.start(port, head, Src::Copy(body), true)
+    pub fn start_send(&mut self, req: SendRequest<'a, '_>) -> Result<SendHandle, Error> {
+        self.start(req.port, req.head, Src::Body(req.body), req.reliable)
     }
 
     #[inline]
@@ -94,7 +74,7 @@ impl<'a> Engine<'a> {
                 eager = idx;
                 (&[][..], len, false)
             }
-            Src::Copy(b) => {
+            Src::Body(Body::Copied(b)) => {
                 if b.len() > EAGER_MAX || !reliable {
                     return Err(Error::NoResources);
                 }
@@ -392,7 +372,7 @@ impl<'a> Engine<'a> {
     }
 
     /// True if the send works from a copy in an eager buffer (the caller's
-    /// bytes are no longer needed), as [`Engine::start_send_eager`]'s do.
+    /// bytes are no longer needed), as those of a copied [`Engine::start_send`] do.
     pub(crate) fn copied(&self, h: SendHandle) -> Result<bool, Error> {
         self.send_status(h)?;
         Ok(self.ops.table[h.idx()].eager != NONE)

@@ -128,7 +128,7 @@ impl<'a> Engine<'a> {
     /// through the port's error handler or error semaphore; a short broadcast goes
     /// into the board (see `send_now_board`). `false` when this does not apply, no
     /// eager buffer or slot is free, or the device has no room; nothing has happened
-    /// then, and [`Engine::start_send_eager`] or [`Engine::start_send`] takes the
+    /// then, and [`Engine::start_send`] (copied, or not) takes the
     /// message.
     #[inline(always)]
     pub(crate) fn send_now<D: Device>(

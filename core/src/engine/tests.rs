@@ -176,7 +176,14 @@ fn reliable_message_lands_in_buffer_and_runs_handler() {
     a.bind_port(1, out(1, 2)).unwrap();
     b.bind_port(2, input(leak(4000), Fill::Restart, 3)).unwrap();
     let msg: &'static [u8] = Vec::leak((0..3000u32).map(|i| i as u8).collect());
-    let h = a.start_send(1, b"hdr", Body::Borrowed(msg), true).unwrap();
+    let h = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"hdr",
+            body: Body::Borrowed(msg),
+            reliable: true,
+        })
+        .unwrap();
     run(&mut [&mut a, &mut b], &mut rings, |es| {
         es[1].state().len() == 1 && es[0].send_status(h) == Ok(SendStatus::Done)
     });
@@ -199,7 +206,14 @@ fn go_ahead_gathers_and_truncation_reports_msgtoolong() {
     a.bind_port(1, out(1, 2)).unwrap();
     b.bind_port(2, input(leak(10), Fill::Append, 0)).unwrap();
     for m in [&b"abcd"[..], b"efgh", b"ijkl"] {
-        let h = a.start_send(1, m, Body::Borrowed(&[]), true).unwrap();
+        let h = a
+            .start_send(SendRequest {
+                port: 1,
+                head: m,
+                body: Body::Borrowed(&[]),
+                reliable: true,
+            })
+            .unwrap();
         run(&mut [&mut a, &mut b], &mut rings, |es| {
             es[0].send_status(h) != Ok(SendStatus::Pending)
         });
@@ -217,7 +231,14 @@ fn go_ahead_gathers_and_truncation_reports_msgtoolong() {
     );
     assert_eq!(b.ports().buffer(2).unwrap(), b"abcdefghij");
     // The buffer stays filled until a fresh one is posted.
-    let h = a.start_send(1, b"zz", Body::Borrowed(&[]), true).unwrap();
+    let h = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"zz",
+            body: Body::Borrowed(&[]),
+            reliable: true,
+        })
+        .unwrap();
     run(&mut [&mut a, &mut b], &mut rings, |es| {
         es[1].state().len() == 4 && es[0].send_status(h) == Ok(SendStatus::Done)
     });
@@ -234,7 +255,12 @@ fn unbound_port_refuses_until_bound_then_delivers() {
     let (mut a, mut b) = (engine(7, 0), engine(7, 1));
     a.bind_port(1, out(1, 5)).unwrap();
     let h = a
-        .start_send(1, b"early", Body::Borrowed(&[]), true)
+        .start_send(SendRequest {
+            port: 1,
+            head: b"early",
+            body: Body::Borrowed(&[]),
+            reliable: true,
+        })
         .unwrap();
     let mut now = Instant::ZERO;
     // Long enough for many timeouts: refusals must not count as a dead peer.
@@ -260,7 +286,14 @@ fn dead_peer_fails_send_and_runs_error_handler() {
     setup.err = true;
     setup.sem = 4;
     a.bind_port(1, setup).unwrap();
-    let h = a.start_send(1, b"x", Body::Borrowed(&[]), true).unwrap();
+    let h = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"x",
+            body: Body::Borrowed(&[]),
+            reliable: true,
+        })
+        .unwrap();
     let mut now = Instant::ZERO;
     // Node 1 never polls.
     while a.send_status(h) == Ok(SendStatus::Pending) {
@@ -273,7 +306,14 @@ fn dead_peer_fails_send_and_runs_error_handler() {
     assert_eq!(a.state()[0].2, Some(Fault::SendFailed));
     assert_eq!(a.stats().peers_failed, 1, "{:?}", a.stats());
     // Later sends to it fail at once.
-    let h2 = a.start_send(1, b"y", Body::Borrowed(&[]), true).unwrap();
+    let h2 = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"y",
+            body: Body::Borrowed(&[]),
+            reliable: true,
+        })
+        .unwrap();
     assert_eq!(a.send_status(h2), Ok(SendStatus::Failed));
 }
 
@@ -293,7 +333,12 @@ fn a_peer_never_heard_from_gets_the_first_contact_grace() {
     let (mut a, mut b) = (start(20), engine(7, 1));
     b.bind_port(2, input(leak(64), Fill::Restart, 3)).unwrap();
     let h = a
-        .start_send(1, b"early", Body::Borrowed(&[]), true)
+        .start_send(SendRequest {
+            port: 1,
+            head: b"early",
+            body: Body::Borrowed(&[]),
+            reliable: true,
+        })
         .unwrap();
     let mut now = Instant::ZERO;
     while a.send_status(h) == Ok(SendStatus::Pending) {
@@ -315,7 +360,14 @@ fn a_peer_never_heard_from_gets_the_first_contact_grace() {
     };
     assert_eq!(a.peer_status(1), alive);
     // Now that it has been heard from, 2 ms of silence is death.
-    let h = a.start_send(1, b"late", Body::Borrowed(&[]), true).unwrap();
+    let h = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"late",
+            body: Body::Borrowed(&[]),
+            reliable: true,
+        })
+        .unwrap();
     let silent_from = now;
     while a.send_status(h) == Ok(SendStatus::Pending) {
         a.poll(now, &mut view(&mut rings, 0), None);
@@ -336,7 +388,14 @@ fn a_peer_never_heard_from_gets_the_first_contact_grace() {
     // Nothing exchanged yet; node 9 is no member.
     assert_eq!(a.peer_status(1), PeerStatus::default());
     assert_eq!(a.peer_status(9), PeerStatus::default());
-    let h = a.start_send(1, b"x", Body::Borrowed(&[]), true).unwrap();
+    let h = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"x",
+            body: Body::Borrowed(&[]),
+            reliable: true,
+        })
+        .unwrap();
     let mut now = Instant::ZERO;
     while a.send_status(h) == Ok(SendStatus::Pending) {
         a.poll(now, &mut view(&mut rings, 0), None);
@@ -370,19 +429,40 @@ fn api_misuse_is_a_typed_error() {
     });
     assert_eq!(a.bind_port(1, other), Err(Error::UnknownGroup));
     assert_eq!(
-        a.start_send(3, b"", Body::Borrowed(&[]), true),
+        a.start_send(SendRequest {
+            port: 3,
+            head: b"",
+            body: Body::Borrowed(&[]),
+            reliable: true
+        }),
         Err(Error::NotBound)
     );
     a.bind_port(1, out(1, 2)).unwrap();
     assert_eq!(
-        a.start_send(1, &[0; 21], Body::Borrowed(&[]), true),
+        a.start_send(SendRequest {
+            port: 1,
+            head: &[0; 21],
+            body: Body::Borrowed(&[]),
+            reliable: true
+        }),
         Err(Error::FirstPieceTooLong)
     );
     for _ in 0..16 {
-        a.start_send(1, b"", Body::Borrowed(&[]), true).unwrap();
+        a.start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Borrowed(&[]),
+            reliable: true,
+        })
+        .unwrap();
     }
     assert_eq!(
-        a.start_send(1, b"", Body::Borrowed(&[]), true),
+        a.start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Borrowed(&[]),
+            reliable: true
+        }),
         Err(Error::NoResources)
     );
     assert_eq!(
@@ -419,7 +499,12 @@ fn inter_group_send_and_foreign_frames() {
     .unwrap();
     c.bind_port(4, input(leak(16), Fill::Restart, 0)).unwrap();
     let h = a
-        .start_send(1, b"to group 9", Body::Borrowed(&[]), true)
+        .start_send(SendRequest {
+            port: 1,
+            head: b"to group 9",
+            body: Body::Borrowed(&[]),
+            reliable: true,
+        })
         .unwrap();
     run(&mut [&mut a, &mut c], &mut rings, |es| {
         es[0].send_status(h) == Ok(SendStatus::Done)
@@ -445,7 +530,12 @@ fn inter_group_send_and_foreign_frames() {
         )
         .unwrap();
     other
-        .start_send(1, b"intruder", Body::Borrowed(&[]), false)
+        .start_send(SendRequest {
+            port: 1,
+            head: b"intruder",
+            body: Body::Borrowed(&[]),
+            reliable: false,
+        })
         .unwrap();
     other.poll(
         Instant::ZERO,
@@ -468,7 +558,14 @@ fn best_effort_loss_is_reported_as_framelost() {
     a.bind_port(1, out(1, 2)).unwrap();
     b.bind_port(2, input(leak(4096), Fill::Restart, 0)).unwrap();
     let msg: &'static [u8] = Vec::leak(std::vec![7u8; 2000]);
-    let h = a.start_send(1, b"", Body::Borrowed(msg), false).unwrap();
+    let h = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Borrowed(msg),
+            reliable: false,
+        })
+        .unwrap();
     a.poll(
         Instant::ZERO,
         &mut Loopback::new(&mut rings, NodeAddr(0)),
@@ -496,7 +593,14 @@ fn best_effort_loss_is_reported_as_framelost() {
     assert_eq!(b.state()[0].2, Some(Fault::Lost));
     assert_eq!(b.stats().delivered, 0);
     // A partial message alone is reported once its reassembly times out.
-    let h = a.start_send(1, b"", Body::Borrowed(msg), false).unwrap();
+    let h = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Borrowed(msg),
+            reliable: false,
+        })
+        .unwrap();
     a.poll(
         Instant::ZERO,
         &mut Loopback::new(&mut rings, NodeAddr(0)),
@@ -532,7 +636,12 @@ fn broadcast_and_barrier() {
     let mut rings = rings();
     let mut es = broadcast_group();
     let h = es[0]
-        .start_send(1, b"all", Body::Borrowed(&[]), true)
+        .start_send(SendRequest {
+            port: 1,
+            head: b"all",
+            body: Body::Borrowed(&[]),
+            reliable: true,
+        })
         .unwrap();
     for e in es.iter_mut().skip(1) {
         e.start_barrier().unwrap();
@@ -623,8 +732,22 @@ fn a_refused_sender_is_told_to_retry_when_the_port_frees() {
         &mut Loopback::new(&mut rings, NodeAddr(1)),
         None,
     );
-    let ha = a.start_send(1, b"", Body::Borrowed(ma), true).unwrap();
-    let hc = c.start_send(1, b"", Body::Borrowed(mc), true).unwrap();
+    let ha = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Borrowed(ma),
+            reliable: true,
+        })
+        .unwrap();
+    let hc = c
+        .start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Borrowed(mc),
+            reliable: true,
+        })
+        .unwrap();
     a.poll(
         Instant::ZERO,
         &mut Loopback::new(&mut rings, NodeAddr(0)),
@@ -676,8 +799,22 @@ fn a_refusal_with_nothing_new_in_its_ack_still_holds_and_wakes_the_sender() {
     let ma: &'static [u8] = Vec::leak(std::vec![0xA; 1500]);
     let mc: &'static [u8] = Vec::leak(std::vec![0xC; 100]);
     b.poll(Instant::ZERO, &mut view(&mut rings, 1), None);
-    let ha = a.start_send(1, b"", Body::Borrowed(ma), true).unwrap();
-    let hc = c.start_send(1, b"", Body::Borrowed(mc), true).unwrap();
+    let ha = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Borrowed(ma),
+            reliable: true,
+        })
+        .unwrap();
+    let hc = c
+        .start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Borrowed(mc),
+            reliable: true,
+        })
+        .unwrap();
     a.poll(Instant::ZERO, &mut view(&mut rings, 0), None);
     c.poll(Instant::ZERO, &mut view(&mut rings, 2), None);
     let mut frames = Vec::new();
@@ -850,7 +987,14 @@ fn a_device_that_knows_a_peer_died_fails_sends_at_the_first_timeout() {
     let mut rings = rings();
     let mut a = engine(7, 0);
     a.bind_port(1, out(1, 2)).unwrap();
-    let h = a.start_send(1, b"x", Body::Borrowed(&[]), true).unwrap();
+    let h = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"x",
+            body: Body::Borrowed(&[]),
+            reliable: true,
+        })
+        .unwrap();
     let mut now = Instant::ZERO;
     while a.send_status(h) == Ok(SendStatus::Pending) {
         a.poll(
@@ -896,7 +1040,14 @@ fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
     let mut rings = rings();
     let (mut a, mut b) = ping_pong_pair();
     let mut payload = *b"ping";
-    let h = a.start_send_eager(1, b"", &payload).unwrap();
+    let h = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Copied(&payload),
+            reliable: true,
+        })
+        .unwrap();
     payload.copy_from_slice(b"XXXX"); // the caller's buffer is free at once
     a.poll(
         Instant::ZERO,
@@ -917,7 +1068,14 @@ fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
         0,
         "no ack of its own: it waits for a reply"
     );
-    let r = b.start_send_eager(3, b"", b"pong").unwrap();
+    let r = b
+        .start_send(SendRequest {
+            port: 3,
+            head: b"",
+            body: Body::Copied(b"pong"),
+            reliable: true,
+        })
+        .unwrap();
     b.poll(
         Instant::from_micros(1),
         &mut Loopback::new(&mut rings, NodeAddr(1)),
@@ -945,15 +1103,32 @@ fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
     );
     // Every eager buffer is back: four more sends fit.
     for _ in 0..4 {
-        let h = a.start_send_eager(1, b"", b"more").unwrap();
+        let h = a
+            .start_send(SendRequest {
+                port: 1,
+                head: b"",
+                body: Body::Copied(b"more"),
+                reliable: true,
+            })
+            .unwrap();
         a.detach(h).unwrap();
     }
     assert_eq!(
-        a.start_send_eager(1, b"", b"one too many"),
+        a.start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Copied(b"one too many"),
+            reliable: true
+        }),
         Err(Error::NoResources)
     );
     assert_eq!(
-        a.start_send_eager(1, b"", &[0; EAGER_MAX + 1]),
+        a.start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Copied(&[0; EAGER_MAX + 1]),
+            reliable: true
+        }),
         Err(Error::NoResources)
     );
     // A lone message gets its ack when the delay runs out.
@@ -966,7 +1141,13 @@ fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
     assert!(b.stats().tx_acks >= 1);
     assert!(a.is_quiescent());
     assert!(
-        a.start_send_eager(1, b"", b"again").is_ok(),
+        a.start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Copied(b"again"),
+            reliable: true
+        })
+        .is_ok(),
         "buffers freed by the acks"
     );
 }
@@ -979,7 +1160,14 @@ fn an_eager_broadcast_goes_from_one_copy_freed_when_every_member_has_it() {
     let mut rings = rings();
     let mut es = broadcast_group();
     let mut payload = *b"to all";
-    let first = es[0].start_send_eager(1, b"", &payload).unwrap();
+    let first = es[0]
+        .start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Copied(&payload),
+            reliable: true,
+        })
+        .unwrap();
     payload.copy_from_slice(b"XXXXXX");
     assert_eq!(
         es[0].handed_off(first),
@@ -989,10 +1177,24 @@ fn an_eager_broadcast_goes_from_one_copy_freed_when_every_member_has_it() {
     // One buffer per broadcast, not per member: the pool of four holds four.
     let mut hs = std::vec![first];
     for _ in 0..3 {
-        hs.push(es[0].start_send_eager(1, b"", b"more").unwrap());
+        hs.push(
+            es[0]
+                .start_send(SendRequest {
+                    port: 1,
+                    head: b"",
+                    body: Body::Copied(b"more"),
+                    reliable: true,
+                })
+                .unwrap(),
+        );
     }
     assert_eq!(
-        es[0].start_send_eager(1, b"", b"full"),
+        es[0].start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Copied(b"full"),
+            reliable: true
+        }),
         Err(Error::NoResources)
     );
     let mut refs: Vec<&mut TE> = es.iter_mut().collect();
@@ -1009,11 +1211,23 @@ fn an_eager_broadcast_goes_from_one_copy_freed_when_every_member_has_it() {
     }
     // A longer one goes from the program's buffer (see `BCAST_COPY_MAX`).
     assert_eq!(
-        es[0].start_send_eager(1, b"", &[0; 4097]),
+        es[0].start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Copied(&[0; 4097]),
+            reliable: true
+        }),
         Err(Error::NoResources)
     );
     for _ in 0..4 {
-        es[0].start_send_eager(1, b"", b"again").unwrap();
+        es[0]
+            .start_send(SendRequest {
+                port: 1,
+                head: b"",
+                body: Body::Copied(b"again"),
+                reliable: true,
+            })
+            .unwrap();
     }
 }
 
@@ -1035,7 +1249,13 @@ fn a_handlers_broadcast_leaves_the_relays_their_buffers() {
     a.bind_port(4, out(1, 2)).unwrap();
     a.bind_port(3, input(leak(64), Fill::Restart, 0)).unwrap();
     b.bind_port(1, out(0, 3)).unwrap();
-    b.start_send(1, b"go", Body::Borrowed(&[]), true).unwrap();
+    b.start_send(SendRequest {
+        port: 1,
+        head: b"go",
+        body: Body::Borrowed(&[]),
+        reliable: true,
+    })
+    .unwrap();
     let mut rings = rings();
     let mut got = None;
     for i in 0..1000 {
@@ -1077,8 +1297,22 @@ fn frames_sent_as_parts_arrive_like_written_ones() {
         a.bind_port(1, out(1, 2)).unwrap();
         b.bind_port(2, input(leak(4000), Fill::Restart, 3)).unwrap();
         let msg: &'static [u8] = Vec::leak((0..3050u32).map(|i| (i * 7) as u8).collect());
-        let h = a.start_send(1, b"head", Body::Borrowed(msg), true).unwrap();
-        let tiny = a.start_send(1, b"tiny", Body::Borrowed(&[]), true).unwrap();
+        let h = a
+            .start_send(SendRequest {
+                port: 1,
+                head: b"head",
+                body: Body::Borrowed(msg),
+                reliable: true,
+            })
+            .unwrap();
+        let tiny = a
+            .start_send(SendRequest {
+                port: 1,
+                head: b"tiny",
+                body: Body::Borrowed(&[]),
+                reliable: true,
+            })
+            .unwrap();
         let (mut gathered, mut most_parts) = (0, 0);
         let mut now = Instant::ZERO;
         for _ in 0..10_000 {
@@ -1137,7 +1371,14 @@ fn a_short_best_effort_send_goes_at_once_and_never_overtakes() {
     ));
     assert_eq!(lens(&mut rings), [0, 0, 0, 0]);
     let long: &'static [u8] = Vec::leak(std::vec![9u8; 2000]);
-    let h = a.start_send(1, b"", Body::Borrowed(long), false).unwrap();
+    let h = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Borrowed(long),
+            reliable: false,
+        })
+        .unwrap();
     // Queued before it and not yet sent: it must wait its turn.
     assert!(!a.send_now(
         &mut Loopback::new(&mut rings, NodeAddr(0)),
@@ -1149,8 +1390,13 @@ fn a_short_best_effort_send_goes_at_once_and_never_overtakes() {
         },
         || now
     ));
-    a.start_send(1, b"", Body::Borrowed(b"second"), false)
-        .unwrap();
+    a.start_send(SendRequest {
+        port: 1,
+        head: b"",
+        body: Body::Borrowed(b"second"),
+        reliable: false,
+    })
+    .unwrap();
     a.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
     assert_eq!(a.send_status(h), Ok(SendStatus::Done));
     let mut want: Vec<Vec<u8>> = std::vec![long.to_vec(), b"second".to_vec()];
@@ -1180,7 +1426,13 @@ fn a_short_best_effort_send_goes_at_once_and_never_overtakes() {
         "5 fragments and one short message were there first"
     );
     let last: &'static [u8] = b"last";
-    a.start_send(1, b"", Body::Borrowed(last), false).unwrap();
+    a.start_send(SendRequest {
+        port: 1,
+        head: b"",
+        body: Body::Borrowed(last),
+        reliable: false,
+    })
+    .unwrap();
     want.push(last.to_vec());
     run(&mut [&mut a, &mut b], &mut rings, |es| {
         es[1].state().len() == want.len()
@@ -1205,7 +1457,14 @@ fn single_frame_messages_skip_the_assembly_and_keep_the_order() {
     for k in 0..12u8 {
         let msg: &'static [u8] = Vec::leak(std::vec![k; 1 + k as usize % 16]);
         let reliable = k % 3 != 0;
-        let h = a.start_send(1, b"", Body::Borrowed(msg), reliable).unwrap();
+        let h = a
+            .start_send(SendRequest {
+                port: 1,
+                head: b"",
+                body: Body::Borrowed(msg),
+                reliable,
+            })
+            .unwrap();
         run(&mut [&mut a, &mut b], &mut rings, |es| {
             es[1].state().len() == want.len() + 1 && es[0].send_status(h) != Ok(SendStatus::Pending)
         });
@@ -1219,7 +1478,12 @@ fn single_frame_messages_skip_the_assembly_and_keep_the_order() {
     assert_eq!(b.stats().rx_predicted, 11, "{:?}", b.stats());
     // Too long for the buffer: the general path, truncated.
     let h = a
-        .start_send(1, b"", Body::Borrowed(&[9; 20]), true)
+        .start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Borrowed(&[9; 20]),
+            reliable: true,
+        })
         .unwrap();
     run(&mut [&mut a, &mut b], &mut rings, |es| {
         es[1].state().len() == 13 && es[0].send_status(h) != Ok(SendStatus::Pending)
@@ -1232,7 +1496,12 @@ fn single_frame_messages_skip_the_assembly_and_keep_the_order() {
     // Both services go on in order after it.
     for (k, reliable) in [(20u8, true), (21, false), (22, true)] {
         let h = a
-            .start_send(1, &[k], Body::Borrowed(&[]), reliable)
+            .start_send(SendRequest {
+                port: 1,
+                head: &[k],
+                body: Body::Borrowed(&[]),
+                reliable,
+            })
             .unwrap();
         run(&mut [&mut a, &mut b], &mut rings, |es| {
             es[0].send_status(h) != Ok(SendStatus::Pending)
@@ -1276,7 +1545,14 @@ fn a_short_reliable_send_goes_at_once_from_a_copy_and_survives_loss() {
     assert!(!send(&mut a, &mut rings, b"", b"x"));
     assert_eq!(rings[1].len(), 0);
     let long: &'static [u8] = Vec::leak(std::vec![9u8; 2000]);
-    let h = a.start_send(1, b"", Body::Borrowed(long), true).unwrap();
+    let h = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Borrowed(long),
+            reliable: true,
+        })
+        .unwrap();
     // Queued before it and not yet sent: it must wait its turn.
     assert!(!send(&mut a, &mut rings, b"", b"second"));
     run(&mut [&mut a, &mut b], &mut rings, |es| {
@@ -1385,8 +1661,13 @@ fn a_message_sent_at_once_is_the_frame_the_queue_would_send() {
         let now = Instant::ZERO;
         // A first message opens the channel (and, reliable, stays unacked: the
         // second one has sequence number 1 either way).
-        a.start_send(1, b"", Body::Borrowed(b"open"), reliable)
-            .unwrap();
+        a.start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Borrowed(b"open"),
+            reliable,
+        })
+        .unwrap();
         a.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
         rings[1] = Ring::new();
         let dev = &mut Loopback::new(&mut rings, NodeAddr(0));
@@ -1417,10 +1698,21 @@ fn a_message_sent_at_once_is_the_frame_the_queue_would_send() {
             assert!(sent);
         } else {
             if reliable {
-                a.start_send_eager(1, b"hd", b"payload").unwrap();
+                a.start_send(SendRequest {
+                    port: 1,
+                    head: b"hd",
+                    body: Body::Copied(b"payload"),
+                    reliable: true,
+                })
+                .unwrap();
             } else {
-                a.start_send(1, b"hd", Body::Borrowed(b"payload"), false)
-                    .unwrap();
+                a.start_send(SendRequest {
+                    port: 1,
+                    head: b"hd",
+                    body: Body::Borrowed(b"payload"),
+                    reliable: false,
+                })
+                .unwrap();
             }
             a.poll(now, dev, None);
         }
@@ -1458,11 +1750,25 @@ fn an_ack_on_a_reply_is_taken_at_the_next_poll_as_of_its_arrival() {
         let at = Instant::from_micros;
         let ca = |a: &TE| a.chans.peer_map[1] as usize;
         a.poll(at(0), &mut view(&mut rings, 0), None);
-        let h = a.start_send_eager(1, b"", b"ping").unwrap();
+        let h = a
+            .start_send(SendRequest {
+                port: 1,
+                head: b"",
+                body: Body::Copied(b"ping"),
+                reliable: true,
+            })
+            .unwrap();
         a.poll(at(0), &mut view(&mut rings, 0), None);
         a.detach(h).unwrap();
         b.poll(at(1), &mut view(&mut rings, 1), None);
-        let r = b.start_send_eager(3, b"", b"pong").unwrap();
+        let r = b
+            .start_send(SendRequest {
+                port: 3,
+                head: b"",
+                body: Body::Copied(b"pong"),
+                reliable: true,
+            })
+            .unwrap();
         b.poll(at(1), &mut view(&mut rings, 1), None);
         b.detach(r).unwrap();
         // The pong lands 10 us after the ping left, or (late) long after the ping's
@@ -1495,7 +1801,13 @@ fn an_ack_on_a_reply_is_taken_at_the_next_poll_as_of_its_arrival() {
 fn pair_with_a_timer_at_b(rings: &mut Rings) -> (TE, TE) {
     let (a, mut b) = ping_pong_pair();
     b.bind_port(4, out(2, 2)).unwrap();
-    b.start_send_eager(4, b"", b"to c").unwrap();
+    b.start_send(SendRequest {
+        port: 4,
+        head: b"",
+        body: Body::Copied(b"to c"),
+        reliable: true,
+    })
+    .unwrap();
     b.poll(Instant::ZERO, &mut view(rings, 1), None);
     (a, b)
 }
@@ -1513,9 +1825,21 @@ fn a_delivering_poll_leaves_timers_to_the_next_unless_an_ack_is_asked_for() {
         let at = Instant::from_micros;
         // A send the sender waits for asks for its ack at once; an eager one not.
         let h = if ask {
-            a.start_send(1, b"", Body::Borrowed(b"ping"), true).unwrap()
+            a.start_send(SendRequest {
+                port: 1,
+                head: b"",
+                body: Body::Borrowed(b"ping"),
+                reliable: true,
+            })
+            .unwrap()
         } else {
-            a.start_send_eager(1, b"", b"ping").unwrap()
+            a.start_send(SendRequest {
+                port: 1,
+                head: b"",
+                body: Body::Copied(b"ping"),
+                reliable: true,
+            })
+            .unwrap()
         };
         a.poll(at(0), &mut view(&mut rings, 0), None);
         b.poll(at(60), &mut view(&mut rings, 1), None);
@@ -1537,7 +1861,13 @@ fn a_delivering_poll_leaves_timers_to_the_next_unless_an_ack_is_asked_for() {
         let mut rings = rings();
         let (mut a, mut b) = ping_pong_pair();
         let at = Instant::from_micros;
-        a.start_send_eager(1, b"", b"ping").unwrap();
+        a.start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Copied(b"ping"),
+            reliable: true,
+        })
+        .unwrap();
         a.poll(at(0), &mut view(&mut rings, 0), None);
         b.poll(at(1), &mut view(&mut rings, 1), None);
         assert_eq!(b.state().len(), 1);
@@ -1553,8 +1883,20 @@ fn a_delivering_poll_leaves_timers_to_the_next_unless_an_ack_is_asked_for() {
         let mut rings = rings();
         let (mut a, mut b) = pair_with_a_timer_at_b(&mut rings);
         let at = Instant::from_micros;
-        a.start_send_eager(1, b"", b"one").unwrap();
-        a.start_send_eager(1, b"", b"two").unwrap();
+        a.start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Copied(b"one"),
+            reliable: true,
+        })
+        .unwrap();
+        a.start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Copied(b"two"),
+            reliable: true,
+        })
+        .unwrap();
         a.poll(at(0), &mut view(&mut rings, 0), None);
         b.poll(at(60), &mut view(&mut rings, 1), None);
         assert_eq!((b.state().len(), b.stats().timeouts), (1, 0));
@@ -1698,7 +2040,12 @@ fn a_relayed_broadcast_leaves_in_the_poll_that_delivers_it() {
     let mut rings = rings();
     let now = Instant::ZERO;
     es[0]
-        .start_send(1, b"all", Body::Borrowed(&[]), true)
+        .start_send(SendRequest {
+            port: 1,
+            head: b"all",
+            body: Body::Borrowed(&[]),
+            reliable: true,
+        })
         .unwrap();
     es[0].poll(now, &mut view(&mut rings, 0), None);
     es[1].poll(now, &mut view(&mut rings, 1), None);
@@ -1760,12 +2107,31 @@ fn a_message_acked_on_a_reply_stays_done_when_its_peer_is_found_dead() {
     a.bind_port(4, out(2, 2)).unwrap();
     let at = Instant::from_micros;
     a.poll(at(0), &mut view(&mut rings, 0), None);
-    a.start_send_eager(4, b"", b"to c").unwrap();
+    a.start_send(SendRequest {
+        port: 4,
+        head: b"",
+        body: Body::Copied(b"to c"),
+        reliable: true,
+    })
+    .unwrap();
     a.poll(at(0), &mut view(&mut rings, 0), None);
-    let ping = a.start_send_eager(1, b"", b"ping").unwrap();
+    let ping = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Copied(b"ping"),
+            reliable: true,
+        })
+        .unwrap();
     a.poll(at(40), &mut view(&mut rings, 0), None);
     b.poll(at(45), &mut view(&mut rings, 1), None);
-    b.start_send_eager(3, b"", b"pong").unwrap();
+    b.start_send(SendRequest {
+        port: 3,
+        head: b"",
+        body: Body::Copied(b"pong"),
+        reliable: true,
+    })
+    .unwrap();
     b.poll(at(45), &mut view(&mut rings, 1), None);
     // The pong (and its ack of the ping) lands in the poll where the timer to node
     // 2 fires and the device reports node 1 dead (a poll after a delivering one).
@@ -1810,7 +2176,14 @@ fn header_prediction_takes_only_the_next_message_in_the_common_shape() {
     a.bind_port(1, out(1, 2)).unwrap();
     b.bind_port(2, input(leak(16), Fill::Restart, 3)).unwrap();
     let send = |a: &mut TE, b: &mut TE, rings: &mut Rings, m: &'static [u8]| {
-        let h = a.start_send(1, m, Body::Borrowed(&[]), true).unwrap();
+        let h = a
+            .start_send(SendRequest {
+                port: 1,
+                head: m,
+                body: Body::Borrowed(&[]),
+                reliable: true,
+            })
+            .unwrap();
         a.detach(h).unwrap();
         let n = b.state().len();
         run(&mut [a, b], rings, |es| {
@@ -1826,7 +2199,14 @@ fn header_prediction_takes_only_the_next_message_in_the_common_shape() {
     );
     // Two frames held back, then given to b the wrong way round.
     for m in [&b"one"[..], b"two", b"three"] {
-        let h = a.start_send(1, m, Body::Borrowed(&[]), true).unwrap();
+        let h = a
+            .start_send(SendRequest {
+                port: 1,
+                head: m,
+                body: Body::Borrowed(&[]),
+                reliable: true,
+            })
+            .unwrap();
         a.detach(h).unwrap();
     }
     a.poll(
@@ -1885,7 +2265,14 @@ fn a_send_at_once_follows_its_ports_binding() {
     for (to, m) in [(1, &b"to b"[..]), (2, b"to c"), (1, b"b again")] {
         a.bind_port(1, out(to, 2)).unwrap();
         // The first message to each opens its channel (the general path).
-        let h = a.start_send(1, m, Body::Borrowed(&[]), true).unwrap();
+        let h = a
+            .start_send(SendRequest {
+                port: 1,
+                head: m,
+                body: Body::Borrowed(&[]),
+                reliable: true,
+            })
+            .unwrap();
         run(&mut [&mut a, &mut b, &mut c], &mut rings, |es| {
             es[0].send_status(h) == Ok(SendStatus::Done)
         });
@@ -1926,7 +2313,14 @@ fn short_messages_travel_compact_where_the_device_names_their_sender() {
     let mut rings = rings();
     let (mut a, mut b) = ping_pong_pair();
     let now = Instant::ZERO;
-    let h = a.start_send_eager(1, b"", b"ping").unwrap();
+    let h = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Copied(b"ping"),
+            reliable: true,
+        })
+        .unwrap();
     a.poll(now, &mut Loopback::vouching(&mut rings, NodeAddr(0)), None);
     a.detach(h).unwrap();
     let f = take_frame(&mut rings, 1);
@@ -1988,10 +2382,22 @@ fn short_messages_travel_compact_where_the_device_names_their_sender() {
 
     // A ping-pong both ways, then a best-effort message, a message the port
     // cannot hold (the general path, compact too) and one of several frames.
-    let r = b.start_send_eager(3, b"", b"pong").unwrap();
+    let r = b
+        .start_send(SendRequest {
+            port: 3,
+            head: b"",
+            body: Body::Copied(b"pong"),
+            reliable: true,
+        })
+        .unwrap();
     b.detach(r).unwrap();
     let be = a
-        .start_send(1, b"hd", Body::Borrowed(b"best"), false)
+        .start_send(SendRequest {
+            port: 1,
+            head: b"hd",
+            body: Body::Borrowed(b"best"),
+            reliable: false,
+        })
         .unwrap();
     run_on(&mut [&mut a, &mut b], &mut rings, true, |es| {
         es[0].state().len() == 1 && es[1].state().len() == 2
@@ -2000,12 +2406,26 @@ fn short_messages_travel_compact_where_the_device_names_their_sender() {
     assert_eq!(b.state()[1].1, b"hdbest");
     assert_eq!(a.release(be), Ok(SendStatus::Done));
     let long: &'static [u8] = Vec::leak(std::vec![7u8; 20]);
-    let big = a.start_send(1, b"", Body::Borrowed(long), true).unwrap();
+    let big = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Borrowed(long),
+            reliable: true,
+        })
+        .unwrap();
     let many: &'static [u8] = Vec::leak((0..1500u32).map(|i| i as u8).collect());
     b.bind_port(4, input(leak(2000), Fill::Restart, 1)).unwrap();
     a.bind_port(5, out(1, 4)).unwrap();
     let frames = a.stats().tx_frames;
-    let several = a.start_send(5, b"", Body::Borrowed(many), true).unwrap();
+    let several = a
+        .start_send(SendRequest {
+            port: 5,
+            head: b"",
+            body: Body::Borrowed(many),
+            reliable: true,
+        })
+        .unwrap();
     run_on(&mut [&mut a, &mut b], &mut rings, true, |es| {
         es[1].state().len() == 4
             && es[0].send_status(big) != Ok(SendStatus::Pending)
@@ -2032,7 +2452,14 @@ fn compact_frames_need_a_vouching_device_and_a_job_without_a_key() {
     let (mut a, mut b) = (packet_engine(0, key), packet_engine(1, key));
     a.bind_port(1, out(1, 2)).unwrap();
     b.bind_port(2, input(leak(64), Fill::Restart, 0)).unwrap();
-    let h = a.start_send_eager(1, b"", b"keyed").unwrap();
+    let h = a
+        .start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Copied(b"keyed"),
+            reliable: true,
+        })
+        .unwrap();
     a.detach(h).unwrap();
     run_on(&mut [&mut a, &mut b], &mut rings, true, |es| {
         es[1].state().len() == 1
@@ -2087,7 +2514,14 @@ fn compact_frames_need_a_vouching_device_and_a_job_without_a_key() {
 
     // Without a key, on a vouching device: any bytes after the magic.
     let (mut c, mut d) = ping_pong_pair();
-    let h = c.start_send_eager(1, b"", b"first").unwrap();
+    let h = c
+        .start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Copied(b"first"),
+            reliable: true,
+        })
+        .unwrap();
     c.detach(h).unwrap();
     run_on(&mut [&mut c, &mut d], &mut rings, true, |es| {
         es[1].state().len() == 1
@@ -2120,7 +2554,14 @@ fn compact_frames_need_a_vouching_device_and_a_job_without_a_key() {
     assert_eq!(st.rx_frames - frames, 20_000, "seed {seed:#x}");
     assert!(st.rx_malformed > 10_000, "seed {seed:#x}: {st:?}");
     // The channel still works.
-    let h = c.start_send_eager(1, b"", b"after").unwrap();
+    let h = c
+        .start_send(SendRequest {
+            port: 1,
+            head: b"",
+            body: Body::Copied(b"after"),
+            reliable: true,
+        })
+        .unwrap();
     c.detach(h).unwrap();
     let before = d.state().len();
     run_on(&mut [&mut c, &mut d], &mut rings, true, |es| {
@@ -2152,8 +2593,13 @@ fn a_device_is_asked_its_capabilities_at_the_first_poll_only() {
     let mut asked = [0u32; 2];
     for i in 0..200 {
         if i == 1 {
-            a.start_send(1, &[], Body::Borrowed(b"hello"), true)
-                .unwrap();
+            a.start_send(SendRequest {
+                port: 1,
+                head: &[],
+                body: Body::Borrowed(b"hello"),
+                reliable: true,
+            })
+            .unwrap();
         }
         for (k, e) in [&mut a, &mut b].into_iter().enumerate() {
             let mut dev = Special::new(view(&mut rings, k as u16));

@@ -46,7 +46,7 @@
 use crate::endpoint::Endpoint;
 use crate::engine::{
     Body, Config, Dest, Engine, Error, Fault, Fill, Group, HandlerView, Notice, OneFrame,
-    PortSetup, Semaphore, SendHandle, SendStatus, Storage,
+    PortSetup, Semaphore, SendHandle, SendRequest, SendStatus, Storage,
 };
 use crate::phy::Device;
 use crate::time::{Duration, Instant};
@@ -583,16 +583,26 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
         // A small reliable message is copied into the engine (eager): the call returns
         // once it is on the wire, and the ack rides on whatever the receiver sends back.
         let eager = if reliable {
-            self.ep.engine.start_send_eager(port, head, body).ok()
+            self.ep
+                .engine
+                .start_send(SendRequest {
+                    port,
+                    head,
+                    body: Body::Copied(body),
+                    reliable: true,
+                })
+                .ok()
         } else {
             None
         };
         let h = match eager {
             Some(h) => h,
-            None => self
-                .ep
-                .engine
-                .start_send(port, head, Body::External(body.len()), reliable)?,
+            None => self.ep.engine.start_send(SendRequest {
+                port,
+                head,
+                body: Body::External(body.len()),
+                reliable,
+            })?,
         };
         // Frames leave before anything is received: a receive poll first would delay
         // them by a (possibly empty, system-call) look at the device.
@@ -677,12 +687,21 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
                 return Ok(h);
             }
         }
-        let h = match copy.then(|| self.ep.engine.start_send_eager(port, head, body)) {
+        let h = match copy.then(|| {
+            self.ep.engine.start_send(SendRequest {
+                port,
+                head,
+                body: Body::Copied(body),
+                reliable: true,
+            })
+        }) {
             Some(Ok(h)) => h,
-            _ => self
-                .ep
-                .engine
-                .start_send(port, head, Body::Borrowed(body), reliable)?,
+            _ => self.ep.engine.start_send(SendRequest {
+                port,
+                head,
+                body: Body::Borrowed(body),
+                reliable,
+            })?,
         };
         // Start the first frames now, as GAMMA's trap into the driver did: only this
         // send's channel (and what handlers queued before it).

@@ -1,6 +1,7 @@
 //! Senders that die in the middle of a message.
 
 use super::*;
+use volley_core::engine::{Body, SendRequest};
 
 /// What reached a node's port 5: source node, length, errno (a dead peer's
 /// `SendFailure`, which every port bound to it gets, left out).
@@ -155,7 +156,12 @@ fn stream_through_bursts(seed: u64, n: usize, bursts: Option<(u32, u32)>) -> Dur
     while sim.nodes[1].state().got.get(&0).copied().unwrap_or(0) < n {
         while sent < n {
             let body = pattern(0, sent, 8);
-            match sim.nodes[0].engine_mut().start_send_eager(5, &[], &body) {
+            match sim.nodes[0].engine_mut().start_send(SendRequest {
+                port: 5,
+                head: &[],
+                body: Body::Copied(&body),
+                reliable: true,
+            }) {
                 Ok(h) => {
                     sim.nodes[0].engine_mut().detach(h).unwrap();
                     sent += 1;

@@ -1,6 +1,7 @@
 //! Broadcasts down the trees: order, loss, and relays that die.
 
 use super::*;
+use volley_core::engine::{Body, SendRequest};
 
 /// Inner members of a binomial broadcast tree of `n` (positions that forward).
 fn binomial_inner(n: usize) -> usize {
@@ -354,7 +355,16 @@ fn crossing_broadcasts(
             let body: &'static [u8] = leak(pattern(i, k, len));
             let node = &mut sim.nodes[i as usize];
             let eager = (copy && len <= 16_384)
-                .then(|| node.engine_mut().start_send_eager(5, &[], body).ok())
+                .then(|| {
+                    node.engine_mut()
+                        .start_send(SendRequest {
+                            port: 5,
+                            head: &[],
+                            body: Body::Copied(body),
+                            reliable: true,
+                        })
+                        .ok()
+                })
                 .flatten();
             copies += eager.is_some() as usize;
             let h = eager.unwrap_or_else(|| node.isend_flowctl(5, body).unwrap());

@@ -5,7 +5,7 @@ use std::vec;
 use std::vec::Vec;
 
 use super::*;
-use volley_core::engine::{NoMemory, Received};
+use volley_core::engine::{NoMemory, Received, SendRequest};
 use volley_core::phy::{Board, Liveness, SendPool};
 use volley_core::sim::Pair;
 
@@ -825,7 +825,12 @@ fn a_concurrent_writer_never_panics_the_receiver() {
     // them deep before the scribbles make them inconsistent.
     let send = |e: &mut volley_core::engine::Engine<'static>| {
         let body = volley_core::engine::Body::Borrowed(&[0x5A; 3000]);
-        if let Ok(h) = e.start_send(0, &[], body, false) {
+        if let Ok(h) = e.start_send(SendRequest {
+            port: 0,
+            head: &[],
+            body,
+            reliable: false,
+        }) {
             let _ = e.detach(h);
         }
     };
