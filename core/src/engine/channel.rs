@@ -7,7 +7,7 @@
 
 use crate::time::{Duration, Instant};
 use crate::wire::AckInfo;
-use crate::{GroupId, NodeAddr, NodeId};
+use crate::{GroupId, NodeAddr, NodeId, PortId};
 use managed::ManagedSlice;
 
 /// Largest number of unacknowledged frames per channel (the width of the SACK bitmap).
@@ -25,6 +25,11 @@ pub(crate) fn seq_lt(a: u32, b: u32) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Slot {
     Free,
+    /// A whole message in one frame whose copy the channel keeps itself:
+    /// `Channel::shorts[idx]` (see [`Short`]).
+    Short {
+        idx: u8,
+    },
     /// A fragment of send operation `op`.
     Data {
         op: u16,
@@ -108,6 +113,41 @@ pub(crate) enum SeqCheck {
     OutOfWindow,
 }
 
+/// Longest reliable message a channel keeps its own copy of (see [`Short`]).
+pub(crate) const SHORT_MAX: usize = 32;
+/// Such copies a channel holds at once; beyond them, a message is an operation
+/// with an eager buffer.
+pub(crate) const SHORTS: usize = 8;
+
+/// A short reliable message sent whole in one frame, kept by its channel until
+/// acknowledged, to be sent again: no operation, no eager buffer, no handle (the
+/// message is detached from its sender, whose port hears of a failure).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Short {
+    pub(crate) used: bool,
+    pub(crate) len: u8,
+    pub(crate) src_port: PortId,
+    pub(crate) dst_port: PortId,
+    pub(crate) msg_id: u32,
+    pub(crate) bytes: [u8; SHORT_MAX],
+}
+
+impl Short {
+    pub(crate) const EMPTY: Short = Short {
+        used: false,
+        len: 0,
+        src_port: 0,
+        dst_port: 0,
+        msg_id: 0,
+        bytes: [0; SHORT_MAX],
+    };
+
+    /// The message's bytes.
+    pub(crate) fn data(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
 /// State shared with one peer endpoint.
 #[derive(Debug, Clone)]
 pub struct Channel {
@@ -134,6 +174,8 @@ pub struct Channel {
     pub(crate) q_tail: u16,
     pub(crate) ctrl: [Slot; CTRL_QUEUE],
     pub(crate) ctrl_len: usize,
+    /// Copies of short messages in flight (`Slot::Short`).
+    pub(crate) shorts: [Short; SHORTS],
     pub(crate) next_msg: u32,
     pub(crate) next_be_msg: u32,
     pub(crate) rto: Duration,
@@ -225,6 +267,7 @@ impl Channel {
         q_tail: NONE,
         ctrl: [Slot::Free; CTRL_QUEUE],
         ctrl_len: 0,
+        shorts: [Short::EMPTY; SHORTS],
         next_msg: 0,
         next_be_msg: 0,
         rto: Duration::ZERO,
@@ -346,6 +389,38 @@ impl Channel {
             && self.can_send_new()
     }
 
+    /// A free short copy's index, if any (see [`Short`]).
+    #[inline]
+    pub(crate) fn free_short(&self) -> Option<usize> {
+        self.shorts.iter().position(|s| !s.used)
+    }
+
+    /// Keeps `head` then `body` in short copy `k` as message `msg_id` from
+    /// `src_port` to `dst_port`, and pushes its frame (sent at `now`).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn push_short(
+        &mut self,
+        k: usize,
+        msg_id: u32,
+        src_port: PortId,
+        dst_port: PortId,
+        head: &[u8],
+        body: &[u8],
+        now: Instant,
+    ) {
+        let s = &mut self.shorts[k];
+        let n = head.len() + body.len();
+        s.used = true;
+        s.len = n as u8;
+        s.src_port = src_port;
+        s.dst_port = dst_port;
+        s.msg_id = msg_id;
+        s.bytes[..head.len()].copy_from_slice(head);
+        s.bytes[head.len()..n].copy_from_slice(body);
+        self.push_timed(Slot::Short { idx: k as u8 }, now);
+    }
+
     /// Starts the retransmission timer where none runs, bringing the engine's next
     /// timer (`timer_at`) forward to it.
     #[inline]
@@ -429,8 +504,12 @@ impl Channel {
         }
         while seq_lt(self.snd_una, a.ack) {
             let e = &mut self.inflight[self.snd_una as usize % MAX_WINDOW];
-            if !e.sacked {
-                acked(e.slot);
+            // A frame selectively acked was released then (its copy may be
+            // another message's by now).
+            match e.slot {
+                _ if e.sacked => {}
+                Slot::Short { idx } => self.shorts[idx as usize].used = false,
+                slot => acked(slot),
             }
             *e = Inflight::EMPTY;
             self.snd_una = self.snd_una.wrapping_add(1);
@@ -453,7 +532,11 @@ impl Channel {
             if !e.sacked && e.slot != Slot::Free {
                 e.sacked = true;
                 e.resend = false;
-                acked(e.slot);
+                if let Slot::Short { idx } = e.slot {
+                    self.shorts[idx as usize].used = false;
+                } else {
+                    acked(e.slot);
+                }
                 progress = true;
             }
         }

@@ -310,6 +310,19 @@ impl<'t, D: Device> Tx<'t, D> {
         self.emit(ch, repr, pieces)
     }
 
+    /// A short message (see [`Short`]) sent again from its channel's copy, as
+    /// frame `seq`, asking for its ack.
+    pub(super) fn short_again(&mut self, ch: &mut Channel, seq: u32, s: &Short) -> bool {
+        let flags = Flags::RELIABLE | Flags::LAST | Flags::ACK_REQ;
+        let dest = Dest {
+            group: ch.peer_group,
+            node: ch.peer_node,
+            port: s.dst_port,
+        };
+        let repr = single_repr(s.src_port, dest, flags, seq, s.msg_id, s.len as usize);
+        self.single(ch, repr, &[], s.data())
+    }
+
     /// Packet operation `o` (one frame) from device send slot `slot`, where the
     /// program wrote it: the device sends it from there, header and tag beside it.
     pub(super) fn pooled(
@@ -578,7 +591,7 @@ impl<'t, D: Device> Tx<'t, D> {
                 };
                 self.emit(ch, repr, [&payload, &[]])
             }
-            Slot::Data { .. } | Slot::Free => true,
+            Slot::Data { .. } | Slot::Short { .. } | Slot::Free => true,
         }
     }
 

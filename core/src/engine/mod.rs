@@ -78,7 +78,7 @@ mod timers;
 mod tx;
 
 pub use atomic::{FetchHandle, COUNTERS, FETCH_SLOTS};
-use channel::{seq_lt, SeqCheck, Slot, NONE};
+use channel::{seq_lt, SeqCheck, Short, Slot, NONE, SHORT_MAX};
 pub use channel::{Channel, MAX_WINDOW};
 pub use mcast::{McastGroup, McastTables, Tree, MCAST_ALL};
 pub use packet::{Delivery, PacketBuf, PacketId, Packets, PACKET_MAX};

@@ -494,6 +494,9 @@ impl<'a> Engine<'a> {
             node: ch.peer_node,
             port: 0,
         };
+        if let Some(s) = ch.shorts.iter().find(|s| s.used && s.msg_id == repr.msg_id) {
+            dest.port = s.dst_port;
+        }
         if let Some(i) = found {
             let o = &mut self.ops.table[i];
             dest = o.dest;

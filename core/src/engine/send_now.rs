@@ -165,6 +165,11 @@ impl<'a> Engine<'a> {
         if !ready || max == 0 || total > max || body.len() > EAGER_MAX {
             return false;
         }
+        if total <= SHORT_MAX {
+            if let Some(k) = self.chans.table[ci].free_short() {
+                return self.send_short(dev, ci, k, dest, port, head, body, now);
+            }
+        }
         // The copy is taken once the frame is out (it is needed only to send again):
         // the receiver does not wait for it. A buffer is sure to be free then.
         if self.bufs.eager_free == 0 {
@@ -201,6 +206,63 @@ impl<'a> Engine<'a> {
         dev.flush(at);
         let now = move || early.unwrap_or_else(now);
         self.sent_eager_single(now, ci, oi, dest, port, head, body);
+        true
+    }
+
+    /// [`Engine::send_one_reliable`] of a message of at most [`SHORT_MAX`] bytes,
+    /// its copy kept by the channel in short copy `k` (free): no operation, no
+    /// eager buffer. `false`, nothing changed: the device has no room.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn send_short<D: Device>(
+        &mut self,
+        dev: &mut D,
+        ci: usize,
+        k: usize,
+        dest: Dest,
+        port: PortId,
+        head: &[u8],
+        body: &[u8],
+        mut now: impl FnMut() -> Instant,
+    ) -> bool {
+        let total = head.len() + body.len();
+        let Engine {
+            chans:
+                channel::Channels {
+                    table: chans,
+                    timer_at,
+                    ..
+                },
+            bufs,
+            cfg,
+            caps,
+            stats,
+            tags,
+            progress,
+            ..
+        } = self;
+        let ch = &mut chans[ci];
+        // Its ack rides on the reply (as an eager message's, see `data_flags`),
+        // unless the peer's window is filling.
+        let mut flags = Flags::RELIABLE | Flags::LAST;
+        if ch.filling() {
+            flags |= Flags::ACK_REQ;
+        }
+        let msg = ch.next_msg;
+        let repr = single_repr(port, dest, flags, ch.snd_nxt, msg, total);
+        let early = dev.transmit_reads_time().then(&mut now);
+        let at = early.unwrap_or(progress.polled_at);
+        let mut tx = Tx::new(dev, at, caps, cfg, &tags.tx, stats, bufs);
+        if !tx.single(ch, repr, head, body) {
+            return false;
+        }
+        dev.flush(at);
+        // The clock is read once the frame is out, for its retransmission timer.
+        let now = early.unwrap_or_else(now);
+        ch.next_msg = msg.wrapping_add(1);
+        ch.push_short(k, msg, port, dest.port, head, body, now);
+        ch.arm_rto(now, timer_at);
+        stats.tx_short += 1;
         true
     }
 

@@ -25,6 +25,9 @@ pub struct Stats {
     /// Handlers' sends that left at once when their handler returned
     /// (`Engine::send_queued_at_once`), not through a transmit pass.
     pub tx_queued_at_once: u64,
+    /// Short reliable messages sent with their copy kept by the channel (no
+    /// operation, no eager buffer): `Engine::send_now`'s commonest case.
+    pub tx_short: u64,
     /// Frames dropped for a missing or wrong authentication tag (with a job key),
     /// and compact frames from a device that does not vouch for them or in a job
     /// with a key.

@@ -1572,14 +1572,24 @@ fn a_short_reliable_send_goes_at_once_from_a_copy_and_survives_loss() {
     rings[1] = Ring::new();
     want.push(b"hdthird".to_vec());
     want.push(b"fourth".to_vec());
-    // Four eager buffers: two taken, two more copies fit, then none.
-    for m in [&b"fifth"[..], b"sixth"] {
-        assert!(send(&mut a, &mut rings, b"", m));
-        want.push(m.to_vec());
+    // Short messages: the channel keeps their copies, up to `SHORTS` of them; then
+    // the four eager buffers take theirs; then there is no room for a copy.
+    let ci = a.chans.peer_map[1] as usize;
+    let more: Vec<Vec<u8>> = (0..channel::SHORTS - 2 + 4)
+        .map(|i| std::format!("message {i}").into_bytes())
+        .collect();
+    for (i, m) in more.iter().enumerate() {
+        assert!(send(&mut a, &mut rings, b"", m), "copy {i}");
+        want.push(m.clone());
+        if i == channel::SHORTS - 3 {
+            assert!(a.chans[ci].shorts.iter().all(|s| s.used));
+            assert_eq!(a.stats().tx_short, channel::SHORTS as u64);
+            assert_eq!(a.bufs.eager_free, 4, "no eager buffer taken yet");
+        }
     }
     assert!(
         !send(&mut a, &mut rings, b"", b"seventh"),
-        "no eager buffer left for the copy"
+        "no copy left, short or eager"
     );
     assert_eq!(a.bufs.eager_free, 0);
     rings[1] = Ring::new();
@@ -1590,18 +1600,23 @@ fn a_short_reliable_send_goes_at_once_from_a_copy_and_survives_loss() {
     assert_eq!(got, want, "every message once, in the order sent");
     assert!(a.stats().retransmits >= 4, "{:?}", a.stats());
     assert_eq!(a.bufs.eager_free, 4, "the acks freed every copy");
+    assert!(a.chans[ci].shorts.iter().all(|s| !s.used));
     assert!(a.ops.iter().all(|o| o.state == OpState::Free));
-    // Node 1 goes silent: the detached send fails through the port.
+    // Node 1 goes silent: the detached sends fail through the port, the short
+    // one's (a copy in the channel) as the longer one's (an eager buffer).
     assert!(send(&mut a, &mut rings, b"", b"to the dead"));
+    assert!(send(&mut a, &mut rings, b"", &[7u8; channel::SHORT_MAX + 1]));
     let mut t = Instant::from_millis(1);
-    while a.state().is_empty() {
+    while a.state().len() < 2 {
         a.poll(t, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
         rings[1] = Ring::new();
         t += Duration::from_micros(10);
         assert!(t < Instant::from_millis(100), "no failure reported");
     }
     assert_eq!(a.state()[0].2, Some(Fault::SendFailed));
+    assert_eq!(a.state()[1].2, Some(Fault::SendFailed));
     assert_eq!(a.bufs.eager_free, 4, "the failed send's copy is back");
+    assert!(a.chans[ci].shorts.iter().all(|s| !s.used));
 }
 
 /// A multicast packet is taken only from the member that is this one's parent in

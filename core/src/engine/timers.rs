@@ -191,18 +191,17 @@ impl<'a> Engine<'a> {
                 }
                 // A forward's failure goes to the port the broadcast came in on.
                 let port = if o.relay { o.dest.port } else { o.src_port };
-                self.notify_send_failure(port, o.dest);
-                // That port has been told: the scan below does not tell it again.
-                let sem = self
-                    .ports
-                    .table
-                    .get(port as usize)
-                    .filter(|p| p.input)
-                    .map(|p| p.sem);
-                if let Some(s) = sem.and_then(|s| self.ports.sems.get_mut(s as usize)) {
-                    s.peer_dead = true;
-                }
+                self.port_send_failed(port, o.dest);
             }
+        }
+        // Short messages the channel kept: their ports hear of it as a detached
+        // operation's would.
+        let ch = &mut self.chans.table[ci];
+        let shorts = core::mem::replace(&mut ch.shorts, [channel::Short::EMPTY; channel::SHORTS]);
+        let (group, node) = (ch.peer_group, ch.peer_node);
+        for s in shorts.iter().filter(|s| s.used) {
+            let port = s.dst_port;
+            self.port_send_failed(s.src_port, Dest { group, node, port });
         }
         self.fail_ports_bound_to(ci);
         self.fail_fetches(ci);
@@ -217,6 +216,22 @@ impl<'a> Engine<'a> {
             if peer == (me + step) % n || peer == (me + n - step) % n {
                 self.fail_barrier(Error::SendFailure);
             }
+        }
+    }
+
+    /// A send through `port` to `dest` failed with its peer: the port is told, and
+    /// its semaphore marked (the scan of `fail_ports_bound_to` does not tell it
+    /// again).
+    fn port_send_failed(&mut self, port: PortId, dest: Dest) {
+        self.notify_send_failure(port, dest);
+        let sem = self
+            .ports
+            .table
+            .get(port as usize)
+            .filter(|p| p.input)
+            .map(|p| p.sem);
+        if let Some(s) = sem.and_then(|s| self.ports.sems.get_mut(s as usize)) {
+            s.peer_dead = true;
         }
     }
 

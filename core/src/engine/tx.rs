@@ -304,6 +304,10 @@ impl<'a> Engine<'a> {
                             }
                         }
                     }
+                    Slot::Short { idx } => {
+                        let copy = ch.shorts[idx as usize];
+                        tx.short_again(ch, s, &copy)
+                    }
                     ctrl @ (Slot::Barrier { .. }
                     | Slot::Reject { .. }
                     | Slot::FetchAdd { .. }
