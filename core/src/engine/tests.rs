@@ -1605,7 +1605,12 @@ fn a_short_reliable_send_goes_at_once_from_a_copy_and_survives_loss() {
     // Node 1 goes silent: the detached sends fail through the port, the short
     // one's (a copy in the channel) as the longer one's (an eager buffer).
     assert!(send(&mut a, &mut rings, b"", b"to the dead"));
-    assert!(send(&mut a, &mut rings, b"", &[7u8; channel::SHORT_MAX + 1]));
+    assert!(send(
+        &mut a,
+        &mut rings,
+        b"",
+        &[7u8; channel::SHORT_MAX + 1]
+    ));
     let mut t = Instant::from_millis(1);
     while a.state().len() < 2 {
         a.poll(t, &mut Loopback::new(&mut rings, NodeAddr(0)), None);

@@ -11,7 +11,8 @@
 //! callgrind, with `ITERS closed` or `ITERS open` (that phase alone),
 //! `--collect-atstart=no --toggle-collect='*job_scale::hop*'
 //! --toggle-collect='*sent_eager_single*'` counts a message's latency path (as
-//! `engine_cost`'s): the count divided by `18 * ITERS`.
+//! `engine_cost`'s, which says what a short message's includes): the count divided
+//! by `18 * ITERS`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant as WallInstant};
