@@ -398,7 +398,7 @@ impl Channel {
     /// Keeps `head` then `body` in short copy `k` as message `msg_id` from
     /// `src_port` to `dst_port`, and pushes its frame (sent at `now`).
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_short(
         &mut self,
         k: usize,
@@ -416,8 +416,10 @@ impl Channel {
         s.src_port = src_port;
         s.dst_port = dst_port;
         s.msg_id = msg_id;
-        s.bytes[..head.len()].copy_from_slice(head);
-        s.bytes[head.len()..n].copy_from_slice(body);
+        if !head.is_empty() {
+            s.bytes[..head.len()].copy_from_slice(head);
+        }
+        super::copy_short(&mut s.bytes[head.len()..n], body);
         self.push_timed(Slot::Short { idx: k as u8 }, now);
     }
 
