@@ -74,18 +74,6 @@ impl Assembly {
 }
 
 impl<'a> Engine<'a> {
-    /// The assembly of message `msg_id` on channel `ci` (a board broadcast's, by
-    /// the root's broadcast number instead, is not one: see `rx_board_next`).
-    pub(super) fn find_asm(&self, ci: usize, msg_id: u32, reliable: bool) -> Option<usize> {
-        self.asms.table[..self.asms.hwm].iter().position(|a| {
-            a.used
-                && a.chan == ci as u16
-                && a.msg_id == msg_id
-                && a.reliable == reliable
-                && !(a.tree && a.shape == mcast::BOARD)
-        })
-    }
-
     /// Reserves room in the destination port for a new message, or `None` to refuse.
     #[inline]
     pub(super) fn reserve(
@@ -233,7 +221,7 @@ impl<'a> Engine<'a> {
         repr: &Repr,
         reserve: impl FnOnce(&mut Self) -> Option<usize>,
     ) -> Result<usize, bool> {
-        if let Some(ai) = self.find_asm(ci, repr.msg_id, true) {
+        if let Some(ai) = self.asms.find(ci, repr.msg_id, true) {
             return Ok(ai);
         }
         let next = self.chans.table[ci].next_reserve;
@@ -325,7 +313,7 @@ impl<'a> Engine<'a> {
     pub(super) fn deliver_in_order(&mut self, ci: usize, mem: &mut dyn Memory) {
         loop {
             let want = self.chans.table[ci].next_deliver;
-            let Some(ai) = self.find_asm(ci, want, true) else {
+            let Some(ai) = self.asms.find(ci, want, true) else {
                 return;
             };
             let a = self.asms.table[ai];
@@ -473,6 +461,30 @@ pub(crate) struct Assemblies<'a> {
 }
 
 impl Assemblies<'_> {
+    /// The board message from channel `ci`'s peer being assembled (number `bseq`,
+    /// or any).
+    pub(super) fn board(&self, ci: usize, bseq: Option<u32>) -> Option<usize> {
+        self.table[..self.hwm].iter().position(|a| {
+            a.used
+                && a.chan == ci as u16
+                && a.tree
+                && a.shape == mcast::BOARD
+                && bseq.is_none_or(|b| a.bseq == b)
+        })
+    }
+
+    /// The assembly of message `msg_id` on channel `ci` (a board broadcast's, by
+    /// the root's broadcast number instead, is not one: see `rx_board_next`).
+    pub(super) fn find(&self, ci: usize, msg_id: u32, reliable: bool) -> Option<usize> {
+        self.table[..self.hwm].iter().position(|a| {
+            a.used
+                && a.chan == ci as u16
+                && a.msg_id == msg_id
+                && a.reliable == reliable
+                && !(a.tree && a.shape == mcast::BOARD)
+        })
+    }
+
     /// The lowest free slot, if any (`hwm` follows the highest ever taken).
     pub(crate) fn free_slot(&mut self) -> Option<usize> {
         let ai = self.table.iter().position(|a| !a.used)?;

@@ -45,6 +45,22 @@ pub(super) struct Atomics {
     pub(super) next_req: u32,
 }
 
+impl Atomics {
+    /// The owner on channel `ci` died: its requests fail.
+    pub(super) fn fail(&mut self, ci: usize) {
+        for f in self.fetches.iter_mut() {
+            if f.state == FetchState::Waiting && f.chan == ci as u16 {
+                f.state = FetchState::Failed;
+            }
+        }
+    }
+
+    /// Requests waiting for their answers.
+    pub(super) fn waiting(&self) -> bool {
+        self.fetches.iter().any(|f| f.state == FetchState::Waiting)
+    }
+}
+
 impl<'a> Engine<'a> {
     /// Starts adding `delta` to counter `var` of instance `node` of group `group`; the
     /// answer (the value before the add) comes from [`Engine::fetch_add_result`].
@@ -165,22 +181,5 @@ impl<'a> Engine<'a> {
             Some(f) => f.state = FetchState::Done(repr.offset),
             None => self.stats.rx_dropped += 1,
         }
-    }
-
-    /// The owner on channel `ci` died: its requests fail.
-    pub(super) fn fail_fetches(&mut self, ci: usize) {
-        for f in self.atomics.fetches.iter_mut() {
-            if f.state == FetchState::Waiting && f.chan == ci as u16 {
-                f.state = FetchState::Failed;
-            }
-        }
-    }
-
-    /// Requests waiting for their answers.
-    pub(super) fn fetches_waiting(&self) -> bool {
-        self.atomics
-            .fetches
-            .iter()
-            .any(|f| f.state == FetchState::Waiting)
     }
 }

@@ -20,7 +20,7 @@ impl<'a> Engine<'a> {
         self.bar.drained = false;
         if self.cfg.device_barrier && !self.bar.no_device {
             // Others drain into us: our acks go at once while the barrier runs.
-            self.flush_acks();
+            self.chans.flush_acks();
         }
         Ok(())
     }

@@ -107,7 +107,7 @@ impl<'a> Engine<'a> {
             return false;
         };
         self.bcast.next = op.bseq.wrapping_add(1);
-        self.bcast_released(BOARD, op.bseq);
+        self.bcast.released(BOARD, op.bseq);
         self.stats.board_now += 1;
         if !ok {
             self.notify_send_failure(port, dest);
@@ -389,7 +389,7 @@ impl<'a> Engine<'a> {
         }
         // A root's frames of one message follow each other: one begun before this
         // one will never have the rest.
-        if let Some(ai) = self.board_asm(ci, None) {
+        if let Some(ai) = self.asms.board(ci, None) {
             self.stats.rx_malformed += 1;
             self.deliver(ai, Some(Fault::Lost));
         }
@@ -447,24 +447,12 @@ impl<'a> Engine<'a> {
         BoardTake::Taken
     }
 
-    /// The board message from channel `ci`'s peer being assembled (number `bseq`,
-    /// or any).
-    fn board_asm(&self, ci: usize, bseq: Option<u32>) -> Option<usize> {
-        self.asms.table[..self.asms.hwm].iter().position(|a| {
-            a.used
-                && a.chan == ci as u16
-                && a.tree
-                && a.shape == BOARD
-                && bseq.is_none_or(|b| a.bseq == b)
-        })
-    }
-
     /// A later frame of board broadcast `bseq` from channel `ci`'s peer, `data`
     /// at `repr.offset`: placed into the message its first frame began; the last
     /// one delivers it. A frame out of order ends the message as lost (a root
     /// writes them in order), one of no message here (refused or lost) is dropped.
     fn rx_board_next(&mut self, ci: usize, repr: &Repr, bseq: u32, data: &[u8]) -> BoardTake {
-        let Some(ai) = self.board_asm(ci, Some(bseq)) else {
+        let Some(ai) = self.asms.board(ci, Some(bseq)) else {
             self.stats.rx_dropped += 1;
             return BoardTake::Taken;
         };

@@ -894,6 +894,30 @@ pub(crate) struct Channels<'a> {
 }
 
 impl<'a> Channels<'a> {
+    /// Sends every ack held back (delayed to ride on data) at the next transmit.
+    pub(crate) fn flush_acks(&mut self) {
+        for ch in self.table[..self.hwm]
+            .iter_mut()
+            .filter(|c| c.in_use && !c.failed)
+        {
+            if ch.ack_at.take().is_some() || ch.since_ack > 0 {
+                ch.ack_now = true;
+                self.work.set(true);
+            }
+        }
+    }
+
+    /// The earliest retransmission or delayed-ack timer of the channels in use.
+    pub(crate) fn next_timer(&self) -> Instant {
+        self.table[..self.hwm]
+            .iter()
+            .filter(|c| c.in_use)
+            .flat_map(|c| [c.rto_at, c.ack_at])
+            .flatten()
+            .min()
+            .unwrap_or(Instant::MAX)
+    }
+
     pub fn new(table: ManagedSlice<'a, Channel>, peer_map: ManagedSlice<'a, u16>) -> Self {
         Channels {
             table,

@@ -79,18 +79,6 @@ impl Gate {
 }
 
 impl<'a> Engine<'a> {
-    /// Whether a numbered broadcast going `flat` (or not) must wait in the gate:
-    /// something of ours waits there already, or it is flat and an earlier one by
-    /// board or tree may still be on its way.
-    pub(super) fn must_hold(&self, flat: bool) -> bool {
-        self.bcast.gate.len > 0 || (flat && self.bcast.gate.need.is_some())
-    }
-
-    /// Whether the gate has room for one more broadcast.
-    pub(super) fn gate_room(&self) -> bool {
-        (self.bcast.gate.len as usize) < GATE_MAX
-    }
-
     /// Queues numbered broadcast `pi` (a board op, or a parent whose forwards are
     /// linked through `next` and on no channel) behind the gate.
     pub(super) fn hold(&mut self, pi: usize) {
@@ -98,14 +86,6 @@ impl<'a> Engine<'a> {
         // Room was checked by the caller (`gate_room`).
         let pushed = self.bcast.gate.push(pi, gen);
         debug_assert!(pushed);
-    }
-
-    /// Records that our broadcast `bseq`, of shape `aux`, has gone its way: one by
-    /// board or tree fences the next flat one.
-    pub(super) fn bcast_released(&mut self, aux: u8, bseq: u32) {
-        if aux != FLAT {
-            self.bcast.gate.need = Some(bseq);
-        }
     }
 
     /// Lets the gate's broadcasts go, oldest first, while their fences allow.
@@ -141,7 +121,7 @@ impl<'a> Engine<'a> {
             } else {
                 self.queue_forwards(pi as usize);
             }
-            self.bcast_released(o.aux, o.bseq);
+            self.bcast.released(o.aux, o.bseq);
         }
     }
 
@@ -282,4 +262,26 @@ pub(crate) struct Broadcasts<'a> {
     pub(crate) packet_tree_used: bool,
     /// Our broadcasts waiting for a fence, and fences we owe (see `fence`).
     pub(crate) gate: Gate,
+}
+
+impl Broadcasts<'_> {
+    /// Records that our broadcast `bseq`, of shape `aux`, has gone its way: one by
+    /// board or tree fences the next flat one.
+    pub(super) fn released(&mut self, aux: u8, bseq: u32) {
+        if aux != FLAT {
+            self.gate.need = Some(bseq);
+        }
+    }
+
+    /// Whether the gate has room for one more broadcast.
+    pub(super) fn gate_room(&self) -> bool {
+        (self.gate.len as usize) < GATE_MAX
+    }
+
+    /// Whether a numbered broadcast going `flat` (or not) must wait in the gate:
+    /// something of ours waits there already, or it is flat and an earlier one by
+    /// board or tree may still be on its way.
+    pub(super) fn must_hold(&self, flat: bool) -> bool {
+        self.gate.len > 0 || (flat && self.gate.need.is_some())
+    }
 }

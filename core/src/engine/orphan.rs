@@ -87,7 +87,7 @@ impl<'a> Engine<'a> {
     pub(super) fn drop_orphans(&mut self, ci: usize) {
         loop {
             let want = self.chans.table[ci].next_deliver;
-            let Some(ai) = self.find_asm(ci, want, true) else {
+            let Some(ai) = self.asms.find(ci, want, true) else {
                 break;
             };
             let a = self.asms.table[ai];
@@ -247,7 +247,7 @@ impl<'a> Engine<'a> {
         if msg != deliver {
             return false;
         }
-        if let Some(ai) = self.find_asm(ci, msg, true) {
+        if let Some(ai) = self.asms.find(ci, msg, true) {
             self.drop_message(ai);
         } else if reserve == msg {
             // None of it came: it is skipped.

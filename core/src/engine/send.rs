@@ -157,8 +157,8 @@ impl<'a> Engine<'a> {
         let board =
             be_board || (numbered && (copy_fits || (bcast_copy.is_none() && self.board_takes(&g))));
         if board {
-            let held = self.must_hold(false);
-            if held && !self.gate_room() {
+            let held = self.bcast.must_hold(false);
+            if held && !self.bcast.gate_room() {
                 return Err(Error::NoResources);
             }
             if let Some(b) = bcast_copy {
@@ -179,7 +179,7 @@ impl<'a> Engine<'a> {
                 self.hold(pi);
             } else {
                 self.queue_board(pi);
-                self.bcast_released(mcast::BOARD, op.bseq);
+                self.bcast.released(mcast::BOARD, op.bseq);
             }
             return Ok(SendHandle::new(pi, self.ops.table[pi].gen));
         }
@@ -226,8 +226,8 @@ impl<'a> Engine<'a> {
         // order it, so the gate does (fenced behind our earlier board and tree
         // ones, and holding later ones until its copies have left).
         let be_gated = own && !reliable && (me as usize) < self.bcast.seq.len();
-        let held = members > 0 && (be_gated || (numbered && self.must_hold(tree.is_none())));
-        if held && !self.gate_room() {
+        let held = members > 0 && (be_gated || (numbered && self.bcast.must_hold(tree.is_none())));
+        if held && !self.bcast.gate_room() {
             return Err(Error::NoResources);
         }
         if let (Some(b), true) = (bcast_copy, members > 0) {
@@ -283,7 +283,7 @@ impl<'a> Engine<'a> {
         if held {
             self.hold(pi);
         } else if numbered {
-            self.bcast_released(op.aux, op.bseq);
+            self.bcast.released(op.aux, op.bseq);
         }
         Ok(SendHandle::new(pi, self.ops.table[pi].gen))
     }

@@ -117,10 +117,10 @@ impl<'a> Engine<'a> {
                 ch.rto_at = Some(now + ch.rto);
                 self.chans.timer_at = self.chans.timer_at.min(now + ch.rto);
             }
-            self.chans.timer_at = self.next_channel_timer();
+            self.chans.timer_at = self.chans.next_timer();
         } else {
             debug_assert!(
-                self.next_channel_timer() >= self.chans.timer_at,
+                self.chans.next_timer() >= self.chans.timer_at,
                 "a channel timer was set without `timer_at`"
             );
         }
@@ -139,17 +139,6 @@ impl<'a> Engine<'a> {
                 self.deliver(ai, Some(Fault::Lost));
             }
         }
-    }
-
-    /// The earliest retransmission or delayed-ack timer of the channels in use.
-    fn next_channel_timer(&self) -> Instant {
-        self.chans.table[..self.chans.hwm]
-            .iter()
-            .filter(|c| c.in_use)
-            .flat_map(|c| [c.rto_at, c.ack_at])
-            .flatten()
-            .min()
-            .unwrap_or(Instant::MAX)
     }
 
     /// Declares the peer of channel `ci` dead: every send to it fails.
@@ -204,7 +193,7 @@ impl<'a> Engine<'a> {
             self.port_send_failed(s.src_port, Dest { group, node, port });
         }
         self.fail_ports_bound_to(ci);
-        self.fail_fetches(ci);
+        self.atomics.fail(ci);
         self.fail_gets(ci);
         self.drop_orphans(ci);
         if self.bar.active && self.chans.table[ci].peer_group == self.cfg.group {
@@ -370,15 +359,7 @@ impl<'a> Engine<'a> {
 
     /// Sends every ack held back (delayed to ride on data) at the next transmit.
     pub(crate) fn flush_acks(&mut self) {
-        for ch in self.chans.table[..self.chans.hwm]
-            .iter_mut()
-            .filter(|c| c.in_use && !c.failed)
-        {
-            if ch.ack_at.take().is_some() || ch.since_ack > 0 {
-                ch.ack_now = true;
-                self.chans.work.set(true);
-            }
-        }
+        self.chans.flush_acks();
     }
 
     /// True when nothing is in flight: no send running, no frame unacknowledged, no
@@ -399,7 +380,7 @@ impl<'a> Engine<'a> {
             && chans_idle
             && !self.bar.active
             && self.outbox.len == 0
-            && !self.fetches_waiting()
+            && !self.atomics.waiting()
     }
 
     /// Asks the device about every peer still owed an ack; a peer the device knows
