@@ -518,7 +518,8 @@ impl<'a> Engine<'a> {
     }
 
     /// If `sem` has reached `n`, takes `n` from it and returns (and clears) the error
-    /// count; otherwise `None`.
+    /// count; otherwise `None`, or `SendFailure` where a peer that could have
+    /// signalled it is dead (`Semaphore::peer_dead`): a wait would not end.
     pub(crate) fn try_take(&mut self, sem: u16, n: u32) -> Result<Option<u32>, Error> {
         let s = self
             .ports
@@ -526,7 +527,11 @@ impl<'a> Engine<'a> {
             .get_mut(sem as usize)
             .ok_or(Error::InvalidSemaphore)?;
         if s.count < n {
-            return Ok(None);
+            return if s.peer_dead {
+                Err(Error::SendFailure)
+            } else {
+                Ok(None)
+            };
         }
         s.count -= n;
         Ok(Some(core::mem::take(&mut s.errors)))

@@ -826,9 +826,6 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
                     if let Some(errors) = self.ep.engine.try_take(sem, n)? {
                         return Ok(-(errors.min(i32::MAX as u32) as i32));
                     }
-                    if self.ep.engine.ports().semaphore(sem)?.peer_dead {
-                        return Err(Error::SendFailure);
-                    }
                     // One clock read per turn serves the deadline and the poll.
                     let now = self.ep.clock.now();
                     if now >= deadline {
