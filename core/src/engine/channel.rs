@@ -655,6 +655,93 @@ impl Channel {
     }
 }
 
+/// The channels, one per peer endpoint, and what the engine keeps across them:
+/// which peer has which, how far the table is in use, the earliest timer, and
+/// counts that spare a scan of the table when nothing waits.
+#[derive(Debug)]
+pub(crate) struct Channels<'a> {
+    pub(crate) table: ManagedSlice<'a, Channel>,
+    /// Device address to channel index, `NONE` where none is open.
+    pub(crate) peer_map: ManagedSlice<'a, u16>,
+    /// Channels in use all sit below this index (they are allocated lowest first).
+    pub(crate) hwm: usize,
+    /// Channels with [`Channel::unreported`] set.
+    pub(crate) unreported: usize,
+    /// Channels owed a RETRY when a port frees up.
+    pub(crate) owed_retries: usize,
+    /// Whether a channel may have something to send (a queued send, a control
+    /// frame, an ack owed now, a resend): false only once a look at every channel
+    /// (`sends_waiting`, `poll_transmit`) found none, until something gives one
+    /// work; every place that does sets it (debug builds check). Spares those
+    /// looks, one per delivered message and one per poll, their cost per open
+    /// channel.
+    pub(crate) work: core::cell::Cell<bool>,
+    /// No channel's retransmission or delayed-ack timer is due before this (an
+    /// early bound, made exact by each look at the timers): until then a poll
+    /// leaves the channels' timers alone.
+    pub(crate) timer_at: Instant,
+    /// Channels holding an ack to take at the next poll (`Channel::ack_due`).
+    pub(crate) acks_due: u16,
+    /// Where the transmit pass starts its round over the channels.
+    pub(crate) rr: usize,
+    /// A retransmission timer fired since the last liveness check.
+    pub(crate) timer_fired: bool,
+}
+
+impl<'a> Channels<'a> {
+    /// Sends every ack held back (delayed to ride on data) at the next transmit.
+    pub(crate) fn flush_acks(&mut self) {
+        for ch in self.table[..self.hwm]
+            .iter_mut()
+            .filter(|c| c.in_use && !c.failed)
+        {
+            if ch.ack_at.take().is_some() || ch.since_ack > 0 {
+                ch.ack_now = true;
+                self.work.set(true);
+            }
+        }
+    }
+
+    /// The earliest retransmission or delayed-ack timer of the channels in use.
+    pub(crate) fn next_timer(&self) -> Instant {
+        self.table[..self.hwm]
+            .iter()
+            .filter(|c| c.in_use)
+            .flat_map(|c| [c.rto_at, c.ack_at])
+            .flatten()
+            .min()
+            .unwrap_or(Instant::MAX)
+    }
+
+    pub(crate) fn new(table: ManagedSlice<'a, Channel>, peer_map: ManagedSlice<'a, u16>) -> Self {
+        Channels {
+            table,
+            peer_map,
+            hwm: 0,
+            unreported: 0,
+            owed_retries: 0,
+            work: core::cell::Cell::new(true),
+            timer_at: Instant::ZERO,
+            acks_due: 0,
+            rr: 0,
+            timer_fired: false,
+        }
+    }
+}
+
+impl core::ops::Deref for Channels<'_> {
+    type Target = [Channel];
+    fn deref(&self) -> &[Channel] {
+        &self.table
+    }
+}
+
+impl core::ops::DerefMut for Channels<'_> {
+    fn deref_mut(&mut self) -> &mut [Channel] {
+        &mut self.table
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -857,92 +944,5 @@ mod tests {
         ack(&mut c, all);
         c.measure(t + ms(50), floor, ceiling);
         assert_eq!(c.rto_base, settled);
-    }
-}
-
-/// The channels, one per peer endpoint, and what the engine keeps across them:
-/// which peer has which, how far the table is in use, the earliest timer, and
-/// counts that spare a scan of the table when nothing waits.
-#[derive(Debug)]
-pub(crate) struct Channels<'a> {
-    pub(crate) table: ManagedSlice<'a, Channel>,
-    /// Device address to channel index, `NONE` where none is open.
-    pub(crate) peer_map: ManagedSlice<'a, u16>,
-    /// Channels in use all sit below this index (they are allocated lowest first).
-    pub(crate) hwm: usize,
-    /// Channels with [`Channel::unreported`] set.
-    pub(crate) unreported: usize,
-    /// Channels owed a RETRY when a port frees up.
-    pub(crate) owed_retries: usize,
-    /// Whether a channel may have something to send (a queued send, a control
-    /// frame, an ack owed now, a resend): false only once a look at every channel
-    /// (`sends_waiting`, `poll_transmit`) found none, until something gives one
-    /// work; every place that does sets it (debug builds check). Spares those
-    /// looks, one per delivered message and one per poll, their cost per open
-    /// channel.
-    pub(crate) work: core::cell::Cell<bool>,
-    /// No channel's retransmission or delayed-ack timer is due before this (an
-    /// early bound, made exact by each look at the timers): until then a poll
-    /// leaves the channels' timers alone.
-    pub(crate) timer_at: Instant,
-    /// Channels holding an ack to take at the next poll (`Channel::ack_due`).
-    pub(crate) acks_due: u16,
-    /// Where the transmit pass starts its round over the channels.
-    pub(crate) rr: usize,
-    /// A retransmission timer fired since the last liveness check.
-    pub(crate) timer_fired: bool,
-}
-
-impl<'a> Channels<'a> {
-    /// Sends every ack held back (delayed to ride on data) at the next transmit.
-    pub(crate) fn flush_acks(&mut self) {
-        for ch in self.table[..self.hwm]
-            .iter_mut()
-            .filter(|c| c.in_use && !c.failed)
-        {
-            if ch.ack_at.take().is_some() || ch.since_ack > 0 {
-                ch.ack_now = true;
-                self.work.set(true);
-            }
-        }
-    }
-
-    /// The earliest retransmission or delayed-ack timer of the channels in use.
-    pub(crate) fn next_timer(&self) -> Instant {
-        self.table[..self.hwm]
-            .iter()
-            .filter(|c| c.in_use)
-            .flat_map(|c| [c.rto_at, c.ack_at])
-            .flatten()
-            .min()
-            .unwrap_or(Instant::MAX)
-    }
-
-    pub fn new(table: ManagedSlice<'a, Channel>, peer_map: ManagedSlice<'a, u16>) -> Self {
-        Channels {
-            table,
-            peer_map,
-            hwm: 0,
-            unreported: 0,
-            owed_retries: 0,
-            work: core::cell::Cell::new(true),
-            timer_at: Instant::ZERO,
-            acks_due: 0,
-            rr: 0,
-            timer_fired: false,
-        }
-    }
-}
-
-impl core::ops::Deref for Channels<'_> {
-    type Target = [Channel];
-    fn deref(&self) -> &[Channel] {
-        &self.table
-    }
-}
-
-impl core::ops::DerefMut for Channels<'_> {
-    fn deref_mut(&mut self) -> &mut [Channel] {
-        &mut self.table
     }
 }
