@@ -216,8 +216,9 @@ pub struct Notice {
     pub src: Endpoints,
 }
 
-/// The parts of the engine a handler may touch while it runs: ports, semaphores and
-/// the outbox of sends queued from handlers (started once the handler returns).
+/// The parts of the engine a handler may touch while it runs: ports and semaphores
+/// (it derefs to [`Ports`], as the program's [`Engine::ports_mut`] does) and the
+/// outbox of sends queued from handlers (started once the handler returns).
 pub struct HandlerView<'u, 'a> {
     ports: &'u mut Ports<'a>,
     bufs: &'u mut Bufs<'a>,
