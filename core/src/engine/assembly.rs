@@ -493,6 +493,7 @@ impl Assemblies<'_> {
     }
 }
 
+/// The part reads as its table where only the table is wanted (`part[i]`, `iter`).
 impl core::ops::Deref for Assemblies<'_> {
     type Target = [Assembly];
     fn deref(&self) -> &[Assembly] {

@@ -729,6 +729,7 @@ impl<'a> Channels<'a> {
     }
 }
 
+/// The part reads as its table where only the table is wanted (`part[i]`, `iter`).
 impl core::ops::Deref for Channels<'_> {
     type Target = [Channel];
     fn deref(&self) -> &[Channel] {

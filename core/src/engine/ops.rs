@@ -355,6 +355,7 @@ impl Ops<'_> {
     }
 }
 
+/// The part reads as its table where only the table is wanted (`part[i]`, `iter`).
 impl<'a> core::ops::Deref for Ops<'a> {
     type Target = [Op<'a>];
     fn deref(&self) -> &[Op<'a>] {
