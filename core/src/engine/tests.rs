@@ -20,6 +20,21 @@ const G: &[Group<'static>] = &[
 type Log = Vec<(PortId, Vec<u8>, Option<Fault>, NodeId)>;
 type Rings = Vec<Ring<64, 512>>;
 
+/// A send request: the arguments in the order a send call takes them.
+fn req<'a, 'c>(
+    port: PortId,
+    head: &'c [u8],
+    body: Body<'a, 'c>,
+    reliable: bool,
+) -> SendRequest<'a, 'c> {
+    SendRequest {
+        port,
+        head,
+        body,
+        reliable,
+    }
+}
+
 /// An engine and the log of the notices it raised, as a personality's handlers
 /// would see them: taken after every call that can raise one.
 struct TE {
@@ -177,12 +192,7 @@ fn reliable_message_lands_in_buffer_and_runs_handler() {
     b.bind_port(2, input(leak(4000), Fill::Restart, 3)).unwrap();
     let msg: &'static [u8] = Vec::leak((0..3000u32).map(|i| i as u8).collect());
     let h = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"hdr",
-            body: Body::Borrowed(msg),
-            reliable: true,
-        })
+        .start_send(req(1, b"hdr", Body::Borrowed(msg), true))
         .unwrap();
     run(&mut [&mut a, &mut b], &mut rings, |es| {
         es[1].state().len() == 1 && es[0].send_status(h) == Ok(SendStatus::Done)
@@ -206,14 +216,7 @@ fn go_ahead_gathers_and_truncation_reports_msgtoolong() {
     a.bind_port(1, out(1, 2)).unwrap();
     b.bind_port(2, input(leak(10), Fill::Append, 0)).unwrap();
     for m in [&b"abcd"[..], b"efgh", b"ijkl"] {
-        let h = a
-            .start_send(SendRequest {
-                port: 1,
-                head: m,
-                body: Body::Borrowed(&[]),
-                reliable: true,
-            })
-            .unwrap();
+        let h = a.start_send(req(1, m, Body::Borrowed(&[]), true)).unwrap();
         run(&mut [&mut a, &mut b], &mut rings, |es| {
             es[0].send_status(h) != Ok(SendStatus::Pending)
         });
@@ -232,12 +235,7 @@ fn go_ahead_gathers_and_truncation_reports_msgtoolong() {
     assert_eq!(b.ports().buffer(2).unwrap(), b"abcdefghij");
     // The buffer stays filled until a fresh one is posted.
     let h = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"zz",
-            body: Body::Borrowed(&[]),
-            reliable: true,
-        })
+        .start_send(req(1, b"zz", Body::Borrowed(&[]), true))
         .unwrap();
     run(&mut [&mut a, &mut b], &mut rings, |es| {
         es[1].state().len() == 4 && es[0].send_status(h) == Ok(SendStatus::Done)
@@ -255,12 +253,7 @@ fn unbound_port_refuses_until_bound_then_delivers() {
     let (mut a, mut b) = (engine(7, 0), engine(7, 1));
     a.bind_port(1, out(1, 5)).unwrap();
     let h = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"early",
-            body: Body::Borrowed(&[]),
-            reliable: true,
-        })
+        .start_send(req(1, b"early", Body::Borrowed(&[]), true))
         .unwrap();
     let mut now = Instant::ZERO;
     // Long enough for many timeouts: refusals must not count as a dead peer.
@@ -287,12 +280,7 @@ fn dead_peer_fails_send_and_runs_error_handler() {
     setup.sem = 4;
     a.bind_port(1, setup).unwrap();
     let h = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"x",
-            body: Body::Borrowed(&[]),
-            reliable: true,
-        })
+        .start_send(req(1, b"x", Body::Borrowed(&[]), true))
         .unwrap();
     let mut now = Instant::ZERO;
     // Node 1 never polls.
@@ -307,12 +295,7 @@ fn dead_peer_fails_send_and_runs_error_handler() {
     assert_eq!(a.stats().peers_failed, 1, "{:?}", a.stats());
     // Later sends to it fail at once.
     let h2 = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"y",
-            body: Body::Borrowed(&[]),
-            reliable: true,
-        })
+        .start_send(req(1, b"y", Body::Borrowed(&[]), true))
         .unwrap();
     assert_eq!(a.send_status(h2), Ok(SendStatus::Failed));
 }
@@ -333,12 +316,7 @@ fn a_peer_never_heard_from_gets_the_first_contact_grace() {
     let (mut a, mut b) = (start(20), engine(7, 1));
     b.bind_port(2, input(leak(64), Fill::Restart, 3)).unwrap();
     let h = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"early",
-            body: Body::Borrowed(&[]),
-            reliable: true,
-        })
+        .start_send(req(1, b"early", Body::Borrowed(&[]), true))
         .unwrap();
     let mut now = Instant::ZERO;
     while a.send_status(h) == Ok(SendStatus::Pending) {
@@ -361,12 +339,7 @@ fn a_peer_never_heard_from_gets_the_first_contact_grace() {
     assert_eq!(a.peer_status(1), alive);
     // Now that it has been heard from, 2 ms of silence is death.
     let h = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"late",
-            body: Body::Borrowed(&[]),
-            reliable: true,
-        })
+        .start_send(req(1, b"late", Body::Borrowed(&[]), true))
         .unwrap();
     let silent_from = now;
     while a.send_status(h) == Ok(SendStatus::Pending) {
@@ -389,12 +362,7 @@ fn a_peer_never_heard_from_gets_the_first_contact_grace() {
     assert_eq!(a.peer_status(1), PeerStatus::default());
     assert_eq!(a.peer_status(9), PeerStatus::default());
     let h = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"x",
-            body: Body::Borrowed(&[]),
-            reliable: true,
-        })
+        .start_send(req(1, b"x", Body::Borrowed(&[]), true))
         .unwrap();
     let mut now = Instant::ZERO;
     while a.send_status(h) == Ok(SendStatus::Pending) {
@@ -429,40 +397,20 @@ fn api_misuse_is_a_typed_error() {
     });
     assert_eq!(a.bind_port(1, other), Err(Error::UnknownGroup));
     assert_eq!(
-        a.start_send(SendRequest {
-            port: 3,
-            head: b"",
-            body: Body::Borrowed(&[]),
-            reliable: true
-        }),
+        a.start_send(req(3, b"", Body::Borrowed(&[]), true)),
         Err(Error::NotBound)
     );
     a.bind_port(1, out(1, 2)).unwrap();
     assert_eq!(
-        a.start_send(SendRequest {
-            port: 1,
-            head: &[0; 21],
-            body: Body::Borrowed(&[]),
-            reliable: true
-        }),
+        a.start_send(req(1, &[0; 21], Body::Borrowed(&[]), true)),
         Err(Error::FirstPieceTooLong)
     );
     for _ in 0..16 {
-        a.start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Borrowed(&[]),
-            reliable: true,
-        })
-        .unwrap();
+        a.start_send(req(1, b"", Body::Borrowed(&[]), true))
+            .unwrap();
     }
     assert_eq!(
-        a.start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Borrowed(&[]),
-            reliable: true
-        }),
+        a.start_send(req(1, b"", Body::Borrowed(&[]), true)),
         Err(Error::NoResources)
     );
     assert_eq!(
@@ -499,12 +447,7 @@ fn inter_group_send_and_foreign_frames() {
     .unwrap();
     c.bind_port(4, input(leak(16), Fill::Restart, 0)).unwrap();
     let h = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"to group 9",
-            body: Body::Borrowed(&[]),
-            reliable: true,
-        })
+        .start_send(req(1, b"to group 9", Body::Borrowed(&[]), true))
         .unwrap();
     run(&mut [&mut a, &mut c], &mut rings, |es| {
         es[0].send_status(h) == Ok(SendStatus::Done)
@@ -530,12 +473,7 @@ fn inter_group_send_and_foreign_frames() {
         )
         .unwrap();
     other
-        .start_send(SendRequest {
-            port: 1,
-            head: b"intruder",
-            body: Body::Borrowed(&[]),
-            reliable: false,
-        })
+        .start_send(req(1, b"intruder", Body::Borrowed(&[]), false))
         .unwrap();
     other.poll(
         Instant::ZERO,
@@ -559,12 +497,7 @@ fn best_effort_loss_is_reported_as_framelost() {
     b.bind_port(2, input(leak(4096), Fill::Restart, 0)).unwrap();
     let msg: &'static [u8] = Vec::leak(std::vec![7u8; 2000]);
     let h = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Borrowed(msg),
-            reliable: false,
-        })
+        .start_send(req(1, b"", Body::Borrowed(msg), false))
         .unwrap();
     a.poll(
         Instant::ZERO,
@@ -594,12 +527,7 @@ fn best_effort_loss_is_reported_as_framelost() {
     assert_eq!(b.stats().delivered, 0);
     // A partial message alone is reported once its reassembly times out.
     let h = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Borrowed(msg),
-            reliable: false,
-        })
+        .start_send(req(1, b"", Body::Borrowed(msg), false))
         .unwrap();
     a.poll(
         Instant::ZERO,
@@ -636,12 +564,7 @@ fn broadcast_and_barrier() {
     let mut rings = rings();
     let mut es = broadcast_group();
     let h = es[0]
-        .start_send(SendRequest {
-            port: 1,
-            head: b"all",
-            body: Body::Borrowed(&[]),
-            reliable: true,
-        })
+        .start_send(req(1, b"all", Body::Borrowed(&[]), true))
         .unwrap();
     for e in es.iter_mut().skip(1) {
         e.start_barrier().unwrap();
@@ -732,22 +655,8 @@ fn a_refused_sender_is_told_to_retry_when_the_port_frees() {
         &mut Loopback::new(&mut rings, NodeAddr(1)),
         None,
     );
-    let ha = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Borrowed(ma),
-            reliable: true,
-        })
-        .unwrap();
-    let hc = c
-        .start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Borrowed(mc),
-            reliable: true,
-        })
-        .unwrap();
+    let ha = a.start_send(req(1, b"", Body::Borrowed(ma), true)).unwrap();
+    let hc = c.start_send(req(1, b"", Body::Borrowed(mc), true)).unwrap();
     a.poll(
         Instant::ZERO,
         &mut Loopback::new(&mut rings, NodeAddr(0)),
@@ -799,22 +708,8 @@ fn a_refusal_with_nothing_new_in_its_ack_still_holds_and_wakes_the_sender() {
     let ma: &'static [u8] = Vec::leak(std::vec![0xA; 1500]);
     let mc: &'static [u8] = Vec::leak(std::vec![0xC; 100]);
     b.poll(Instant::ZERO, &mut view(&mut rings, 1), None);
-    let ha = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Borrowed(ma),
-            reliable: true,
-        })
-        .unwrap();
-    let hc = c
-        .start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Borrowed(mc),
-            reliable: true,
-        })
-        .unwrap();
+    let ha = a.start_send(req(1, b"", Body::Borrowed(ma), true)).unwrap();
+    let hc = c.start_send(req(1, b"", Body::Borrowed(mc), true)).unwrap();
     a.poll(Instant::ZERO, &mut view(&mut rings, 0), None);
     c.poll(Instant::ZERO, &mut view(&mut rings, 2), None);
     let mut frames = Vec::new();
@@ -988,12 +883,7 @@ fn a_device_that_knows_a_peer_died_fails_sends_at_the_first_timeout() {
     let mut a = engine(7, 0);
     a.bind_port(1, out(1, 2)).unwrap();
     let h = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"x",
-            body: Body::Borrowed(&[]),
-            reliable: true,
-        })
+        .start_send(req(1, b"x", Body::Borrowed(&[]), true))
         .unwrap();
     let mut now = Instant::ZERO;
     while a.send_status(h) == Ok(SendStatus::Pending) {
@@ -1041,12 +931,7 @@ fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
     let (mut a, mut b) = ping_pong_pair();
     let mut payload = *b"ping";
     let h = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Copied(&payload),
-            reliable: true,
-        })
+        .start_send(req(1, b"", Body::Copied(&payload), true))
         .unwrap();
     payload.copy_from_slice(b"XXXX"); // the caller's buffer is free at once
     a.poll(
@@ -1069,12 +954,7 @@ fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
         "no ack of its own: it waits for a reply"
     );
     let r = b
-        .start_send(SendRequest {
-            port: 3,
-            head: b"",
-            body: Body::Copied(b"pong"),
-            reliable: true,
-        })
+        .start_send(req(3, b"", Body::Copied(b"pong"), true))
         .unwrap();
     b.poll(
         Instant::from_micros(1),
@@ -1104,31 +984,16 @@ fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
     // Every eager buffer is back: four more sends fit.
     for _ in 0..4 {
         let h = a
-            .start_send(SendRequest {
-                port: 1,
-                head: b"",
-                body: Body::Copied(b"more"),
-                reliable: true,
-            })
+            .start_send(req(1, b"", Body::Copied(b"more"), true))
             .unwrap();
         a.detach(h).unwrap();
     }
     assert_eq!(
-        a.start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Copied(b"one too many"),
-            reliable: true
-        }),
+        a.start_send(req(1, b"", Body::Copied(b"one too many"), true)),
         Err(Error::NoResources)
     );
     assert_eq!(
-        a.start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Copied(&[0; EAGER_MAX + 1]),
-            reliable: true
-        }),
+        a.start_send(req(1, b"", Body::Copied(&[0; EAGER_MAX + 1]), true)),
         Err(Error::NoResources)
     );
     // A lone message gets its ack when the delay runs out.
@@ -1141,13 +1006,8 @@ fn eager_sends_copy_the_payload_and_let_the_ack_ride_on_the_reply() {
     assert!(b.stats().tx_acks >= 1);
     assert!(a.is_quiescent());
     assert!(
-        a.start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Copied(b"again"),
-            reliable: true
-        })
-        .is_ok(),
+        a.start_send(req(1, b"", Body::Copied(b"again"), true))
+            .is_ok(),
         "buffers freed by the acks"
     );
 }
@@ -1161,12 +1021,7 @@ fn an_eager_broadcast_goes_from_one_copy_freed_when_every_member_has_it() {
     let mut es = broadcast_group();
     let mut payload = *b"to all";
     let first = es[0]
-        .start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Copied(&payload),
-            reliable: true,
-        })
+        .start_send(req(1, b"", Body::Copied(&payload), true))
         .unwrap();
     payload.copy_from_slice(b"XXXXXX");
     assert_eq!(
@@ -1179,22 +1034,12 @@ fn an_eager_broadcast_goes_from_one_copy_freed_when_every_member_has_it() {
     for _ in 0..3 {
         hs.push(
             es[0]
-                .start_send(SendRequest {
-                    port: 1,
-                    head: b"",
-                    body: Body::Copied(b"more"),
-                    reliable: true,
-                })
+                .start_send(req(1, b"", Body::Copied(b"more"), true))
                 .unwrap(),
         );
     }
     assert_eq!(
-        es[0].start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Copied(b"full"),
-            reliable: true
-        }),
+        es[0].start_send(req(1, b"", Body::Copied(b"full"), true)),
         Err(Error::NoResources)
     );
     let mut refs: Vec<&mut TE> = es.iter_mut().collect();
@@ -1211,22 +1056,12 @@ fn an_eager_broadcast_goes_from_one_copy_freed_when_every_member_has_it() {
     }
     // A longer one goes from the program's buffer (see `BCAST_COPY_MAX`).
     assert_eq!(
-        es[0].start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Copied(&[0; 4097]),
-            reliable: true
-        }),
+        es[0].start_send(req(1, b"", Body::Copied(&[0; 4097]), true)),
         Err(Error::NoResources)
     );
     for _ in 0..4 {
         es[0]
-            .start_send(SendRequest {
-                port: 1,
-                head: b"",
-                body: Body::Copied(b"again"),
-                reliable: true,
-            })
+            .start_send(req(1, b"", Body::Copied(b"again"), true))
             .unwrap();
     }
 }
@@ -1249,13 +1084,8 @@ fn a_handlers_broadcast_leaves_the_relays_their_buffers() {
     a.bind_port(4, out(1, 2)).unwrap();
     a.bind_port(3, input(leak(64), Fill::Restart, 0)).unwrap();
     b.bind_port(1, out(0, 3)).unwrap();
-    b.start_send(SendRequest {
-        port: 1,
-        head: b"go",
-        body: Body::Borrowed(&[]),
-        reliable: true,
-    })
-    .unwrap();
+    b.start_send(req(1, b"go", Body::Borrowed(&[]), true))
+        .unwrap();
     let mut rings = rings();
     let mut got = None;
     for i in 0..1000 {
@@ -1298,20 +1128,10 @@ fn frames_sent_as_parts_arrive_like_written_ones() {
         b.bind_port(2, input(leak(4000), Fill::Restart, 3)).unwrap();
         let msg: &'static [u8] = Vec::leak((0..3050u32).map(|i| (i * 7) as u8).collect());
         let h = a
-            .start_send(SendRequest {
-                port: 1,
-                head: b"head",
-                body: Body::Borrowed(msg),
-                reliable: true,
-            })
+            .start_send(req(1, b"head", Body::Borrowed(msg), true))
             .unwrap();
         let tiny = a
-            .start_send(SendRequest {
-                port: 1,
-                head: b"tiny",
-                body: Body::Borrowed(&[]),
-                reliable: true,
-            })
+            .start_send(req(1, b"tiny", Body::Borrowed(&[]), true))
             .unwrap();
         let (mut gathered, mut most_parts) = (0, 0);
         let mut now = Instant::ZERO;
@@ -1372,12 +1192,7 @@ fn a_short_best_effort_send_goes_at_once_and_never_overtakes() {
     assert_eq!(lens(&mut rings), [0, 0, 0, 0]);
     let long: &'static [u8] = Vec::leak(std::vec![9u8; 2000]);
     let h = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Borrowed(long),
-            reliable: false,
-        })
+        .start_send(req(1, b"", Body::Borrowed(long), false))
         .unwrap();
     // Queued before it and not yet sent: it must wait its turn.
     assert!(!a.send_now(
@@ -1390,13 +1205,8 @@ fn a_short_best_effort_send_goes_at_once_and_never_overtakes() {
         },
         || now
     ));
-    a.start_send(SendRequest {
-        port: 1,
-        head: b"",
-        body: Body::Borrowed(b"second"),
-        reliable: false,
-    })
-    .unwrap();
+    a.start_send(req(1, b"", Body::Borrowed(b"second"), false))
+        .unwrap();
     a.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
     assert_eq!(a.send_status(h), Ok(SendStatus::Done));
     let mut want: Vec<Vec<u8>> = std::vec![long.to_vec(), b"second".to_vec()];
@@ -1426,13 +1236,8 @@ fn a_short_best_effort_send_goes_at_once_and_never_overtakes() {
         "5 fragments and one short message were there first"
     );
     let last: &'static [u8] = b"last";
-    a.start_send(SendRequest {
-        port: 1,
-        head: b"",
-        body: Body::Borrowed(last),
-        reliable: false,
-    })
-    .unwrap();
+    a.start_send(req(1, b"", Body::Borrowed(last), false))
+        .unwrap();
     want.push(last.to_vec());
     run(&mut [&mut a, &mut b], &mut rings, |es| {
         es[1].state().len() == want.len()
@@ -1458,12 +1263,7 @@ fn single_frame_messages_skip_the_assembly_and_keep_the_order() {
         let msg: &'static [u8] = Vec::leak(std::vec![k; 1 + k as usize % 16]);
         let reliable = k % 3 != 0;
         let h = a
-            .start_send(SendRequest {
-                port: 1,
-                head: b"",
-                body: Body::Borrowed(msg),
-                reliable,
-            })
+            .start_send(req(1, b"", Body::Borrowed(msg), reliable))
             .unwrap();
         run(&mut [&mut a, &mut b], &mut rings, |es| {
             es[1].state().len() == want.len() + 1 && es[0].send_status(h) != Ok(SendStatus::Pending)
@@ -1478,12 +1278,7 @@ fn single_frame_messages_skip_the_assembly_and_keep_the_order() {
     assert_eq!(b.stats().rx_predicted, 11, "{:?}", b.stats());
     // Too long for the buffer: the general path, truncated.
     let h = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Borrowed(&[9; 20]),
-            reliable: true,
-        })
+        .start_send(req(1, b"", Body::Borrowed(&[9; 20]), true))
         .unwrap();
     run(&mut [&mut a, &mut b], &mut rings, |es| {
         es[1].state().len() == 13 && es[0].send_status(h) != Ok(SendStatus::Pending)
@@ -1496,12 +1291,7 @@ fn single_frame_messages_skip_the_assembly_and_keep_the_order() {
     // Both services go on in order after it.
     for (k, reliable) in [(20u8, true), (21, false), (22, true)] {
         let h = a
-            .start_send(SendRequest {
-                port: 1,
-                head: &[k],
-                body: Body::Borrowed(&[]),
-                reliable,
-            })
+            .start_send(req(1, &[k], Body::Borrowed(&[]), reliable))
             .unwrap();
         run(&mut [&mut a, &mut b], &mut rings, |es| {
             es[0].send_status(h) != Ok(SendStatus::Pending)
@@ -1546,12 +1336,7 @@ fn a_short_reliable_send_goes_at_once_from_a_copy_and_survives_loss() {
     assert_eq!(rings[1].len(), 0);
     let long: &'static [u8] = Vec::leak(std::vec![9u8; 2000]);
     let h = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Borrowed(long),
-            reliable: true,
-        })
+        .start_send(req(1, b"", Body::Borrowed(long), true))
         .unwrap();
     // Queued before it and not yet sent: it must wait its turn.
     assert!(!send(&mut a, &mut rings, b"", b"second"));
@@ -1681,13 +1466,8 @@ fn a_message_sent_at_once_is_the_frame_the_queue_would_send() {
         let now = Instant::ZERO;
         // A first message opens the channel (and, reliable, stays unacked: the
         // second one has sequence number 1 either way).
-        a.start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Borrowed(b"open"),
-            reliable,
-        })
-        .unwrap();
+        a.start_send(req(1, b"", Body::Borrowed(b"open"), reliable))
+            .unwrap();
         a.poll(now, &mut Loopback::new(&mut rings, NodeAddr(0)), None);
         rings[1] = Ring::new();
         let dev = &mut Loopback::new(&mut rings, NodeAddr(0));
@@ -1718,21 +1498,11 @@ fn a_message_sent_at_once_is_the_frame_the_queue_would_send() {
             assert!(sent);
         } else {
             if reliable {
-                a.start_send(SendRequest {
-                    port: 1,
-                    head: b"hd",
-                    body: Body::Copied(b"payload"),
-                    reliable: true,
-                })
-                .unwrap();
+                a.start_send(req(1, b"hd", Body::Copied(b"payload"), true))
+                    .unwrap();
             } else {
-                a.start_send(SendRequest {
-                    port: 1,
-                    head: b"hd",
-                    body: Body::Borrowed(b"payload"),
-                    reliable: false,
-                })
-                .unwrap();
+                a.start_send(req(1, b"hd", Body::Borrowed(b"payload"), false))
+                    .unwrap();
             }
             a.poll(now, dev, None);
         }
@@ -1771,23 +1541,13 @@ fn an_ack_on_a_reply_is_taken_at_the_next_poll_as_of_its_arrival() {
         let ca = |a: &TE| a.chans.peer_map[1] as usize;
         a.poll(at(0), &mut view(&mut rings, 0), None);
         let h = a
-            .start_send(SendRequest {
-                port: 1,
-                head: b"",
-                body: Body::Copied(b"ping"),
-                reliable: true,
-            })
+            .start_send(req(1, b"", Body::Copied(b"ping"), true))
             .unwrap();
         a.poll(at(0), &mut view(&mut rings, 0), None);
         a.detach(h).unwrap();
         b.poll(at(1), &mut view(&mut rings, 1), None);
         let r = b
-            .start_send(SendRequest {
-                port: 3,
-                head: b"",
-                body: Body::Copied(b"pong"),
-                reliable: true,
-            })
+            .start_send(req(3, b"", Body::Copied(b"pong"), true))
             .unwrap();
         b.poll(at(1), &mut view(&mut rings, 1), None);
         b.detach(r).unwrap();
@@ -1821,13 +1581,8 @@ fn an_ack_on_a_reply_is_taken_at_the_next_poll_as_of_its_arrival() {
 fn pair_with_a_timer_at_b(rings: &mut Rings) -> (TE, TE) {
     let (a, mut b) = ping_pong_pair();
     b.bind_port(4, out(2, 2)).unwrap();
-    b.start_send(SendRequest {
-        port: 4,
-        head: b"",
-        body: Body::Copied(b"to c"),
-        reliable: true,
-    })
-    .unwrap();
+    b.start_send(req(4, b"", Body::Copied(b"to c"), true))
+        .unwrap();
     b.poll(Instant::ZERO, &mut view(rings, 1), None);
     (a, b)
 }
@@ -1845,21 +1600,11 @@ fn a_delivering_poll_leaves_timers_to_the_next_unless_an_ack_is_asked_for() {
         let at = Instant::from_micros;
         // A send the sender waits for asks for its ack at once; an eager one not.
         let h = if ask {
-            a.start_send(SendRequest {
-                port: 1,
-                head: b"",
-                body: Body::Borrowed(b"ping"),
-                reliable: true,
-            })
-            .unwrap()
+            a.start_send(req(1, b"", Body::Borrowed(b"ping"), true))
+                .unwrap()
         } else {
-            a.start_send(SendRequest {
-                port: 1,
-                head: b"",
-                body: Body::Copied(b"ping"),
-                reliable: true,
-            })
-            .unwrap()
+            a.start_send(req(1, b"", Body::Copied(b"ping"), true))
+                .unwrap()
         };
         a.poll(at(0), &mut view(&mut rings, 0), None);
         b.poll(at(60), &mut view(&mut rings, 1), None);
@@ -1881,13 +1626,8 @@ fn a_delivering_poll_leaves_timers_to_the_next_unless_an_ack_is_asked_for() {
         let mut rings = rings();
         let (mut a, mut b) = ping_pong_pair();
         let at = Instant::from_micros;
-        a.start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Copied(b"ping"),
-            reliable: true,
-        })
-        .unwrap();
+        a.start_send(req(1, b"", Body::Copied(b"ping"), true))
+            .unwrap();
         a.poll(at(0), &mut view(&mut rings, 0), None);
         b.poll(at(1), &mut view(&mut rings, 1), None);
         assert_eq!(b.state().len(), 1);
@@ -1903,20 +1643,10 @@ fn a_delivering_poll_leaves_timers_to_the_next_unless_an_ack_is_asked_for() {
         let mut rings = rings();
         let (mut a, mut b) = pair_with_a_timer_at_b(&mut rings);
         let at = Instant::from_micros;
-        a.start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Copied(b"one"),
-            reliable: true,
-        })
-        .unwrap();
-        a.start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Copied(b"two"),
-            reliable: true,
-        })
-        .unwrap();
+        a.start_send(req(1, b"", Body::Copied(b"one"), true))
+            .unwrap();
+        a.start_send(req(1, b"", Body::Copied(b"two"), true))
+            .unwrap();
         a.poll(at(0), &mut view(&mut rings, 0), None);
         b.poll(at(60), &mut view(&mut rings, 1), None);
         assert_eq!((b.state().len(), b.stats().timeouts), (1, 0));
@@ -2060,12 +1790,7 @@ fn a_relayed_broadcast_leaves_in_the_poll_that_delivers_it() {
     let mut rings = rings();
     let now = Instant::ZERO;
     es[0]
-        .start_send(SendRequest {
-            port: 1,
-            head: b"all",
-            body: Body::Borrowed(&[]),
-            reliable: true,
-        })
+        .start_send(req(1, b"all", Body::Borrowed(&[]), true))
         .unwrap();
     es[0].poll(now, &mut view(&mut rings, 0), None);
     es[1].poll(now, &mut view(&mut rings, 1), None);
@@ -2127,31 +1852,16 @@ fn a_message_acked_on_a_reply_stays_done_when_its_peer_is_found_dead() {
     a.bind_port(4, out(2, 2)).unwrap();
     let at = Instant::from_micros;
     a.poll(at(0), &mut view(&mut rings, 0), None);
-    a.start_send(SendRequest {
-        port: 4,
-        head: b"",
-        body: Body::Copied(b"to c"),
-        reliable: true,
-    })
-    .unwrap();
+    a.start_send(req(4, b"", Body::Copied(b"to c"), true))
+        .unwrap();
     a.poll(at(0), &mut view(&mut rings, 0), None);
     let ping = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Copied(b"ping"),
-            reliable: true,
-        })
+        .start_send(req(1, b"", Body::Copied(b"ping"), true))
         .unwrap();
     a.poll(at(40), &mut view(&mut rings, 0), None);
     b.poll(at(45), &mut view(&mut rings, 1), None);
-    b.start_send(SendRequest {
-        port: 3,
-        head: b"",
-        body: Body::Copied(b"pong"),
-        reliable: true,
-    })
-    .unwrap();
+    b.start_send(req(3, b"", Body::Copied(b"pong"), true))
+        .unwrap();
     b.poll(at(45), &mut view(&mut rings, 1), None);
     // The pong (and its ack of the ping) lands in the poll where the timer to node
     // 2 fires and the device reports node 1 dead (a poll after a delivering one).
@@ -2196,14 +1906,7 @@ fn header_prediction_takes_only_the_next_message_in_the_common_shape() {
     a.bind_port(1, out(1, 2)).unwrap();
     b.bind_port(2, input(leak(16), Fill::Restart, 3)).unwrap();
     let send = |a: &mut TE, b: &mut TE, rings: &mut Rings, m: &'static [u8]| {
-        let h = a
-            .start_send(SendRequest {
-                port: 1,
-                head: m,
-                body: Body::Borrowed(&[]),
-                reliable: true,
-            })
-            .unwrap();
+        let h = a.start_send(req(1, m, Body::Borrowed(&[]), true)).unwrap();
         a.detach(h).unwrap();
         let n = b.state().len();
         run(&mut [a, b], rings, |es| {
@@ -2219,14 +1922,7 @@ fn header_prediction_takes_only_the_next_message_in_the_common_shape() {
     );
     // Two frames held back, then given to b the wrong way round.
     for m in [&b"one"[..], b"two", b"three"] {
-        let h = a
-            .start_send(SendRequest {
-                port: 1,
-                head: m,
-                body: Body::Borrowed(&[]),
-                reliable: true,
-            })
-            .unwrap();
+        let h = a.start_send(req(1, m, Body::Borrowed(&[]), true)).unwrap();
         a.detach(h).unwrap();
     }
     a.poll(
@@ -2285,14 +1981,7 @@ fn a_send_at_once_follows_its_ports_binding() {
     for (to, m) in [(1, &b"to b"[..]), (2, b"to c"), (1, b"b again")] {
         a.bind_port(1, out(to, 2)).unwrap();
         // The first message to each opens its channel (the general path).
-        let h = a
-            .start_send(SendRequest {
-                port: 1,
-                head: m,
-                body: Body::Borrowed(&[]),
-                reliable: true,
-            })
-            .unwrap();
+        let h = a.start_send(req(1, m, Body::Borrowed(&[]), true)).unwrap();
         run(&mut [&mut a, &mut b, &mut c], &mut rings, |es| {
             es[0].send_status(h) == Ok(SendStatus::Done)
         });
@@ -2334,12 +2023,7 @@ fn short_messages_travel_compact_where_the_device_names_their_sender() {
     let (mut a, mut b) = ping_pong_pair();
     let now = Instant::ZERO;
     let h = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Copied(b"ping"),
-            reliable: true,
-        })
+        .start_send(req(1, b"", Body::Copied(b"ping"), true))
         .unwrap();
     a.poll(now, &mut Loopback::vouching(&mut rings, NodeAddr(0)), None);
     a.detach(h).unwrap();
@@ -2403,21 +2087,11 @@ fn short_messages_travel_compact_where_the_device_names_their_sender() {
     // A ping-pong both ways, then a best-effort message, a message the port
     // cannot hold (the general path, compact too) and one of several frames.
     let r = b
-        .start_send(SendRequest {
-            port: 3,
-            head: b"",
-            body: Body::Copied(b"pong"),
-            reliable: true,
-        })
+        .start_send(req(3, b"", Body::Copied(b"pong"), true))
         .unwrap();
     b.detach(r).unwrap();
     let be = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"hd",
-            body: Body::Borrowed(b"best"),
-            reliable: false,
-        })
+        .start_send(req(1, b"hd", Body::Borrowed(b"best"), false))
         .unwrap();
     run_on(&mut [&mut a, &mut b], &mut rings, true, |es| {
         es[0].state().len() == 1 && es[1].state().len() == 2
@@ -2427,24 +2101,14 @@ fn short_messages_travel_compact_where_the_device_names_their_sender() {
     assert_eq!(a.release(be), Ok(SendStatus::Done));
     let long: &'static [u8] = Vec::leak(std::vec![7u8; 20]);
     let big = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Borrowed(long),
-            reliable: true,
-        })
+        .start_send(req(1, b"", Body::Borrowed(long), true))
         .unwrap();
     let many: &'static [u8] = Vec::leak((0..1500u32).map(|i| i as u8).collect());
     b.bind_port(4, input(leak(2000), Fill::Restart, 1)).unwrap();
     a.bind_port(5, out(1, 4)).unwrap();
     let frames = a.stats().tx_frames;
     let several = a
-        .start_send(SendRequest {
-            port: 5,
-            head: b"",
-            body: Body::Borrowed(many),
-            reliable: true,
-        })
+        .start_send(req(5, b"", Body::Borrowed(many), true))
         .unwrap();
     run_on(&mut [&mut a, &mut b], &mut rings, true, |es| {
         es[1].state().len() == 4
@@ -2473,12 +2137,7 @@ fn compact_frames_need_a_vouching_device_and_a_job_without_a_key() {
     a.bind_port(1, out(1, 2)).unwrap();
     b.bind_port(2, input(leak(64), Fill::Restart, 0)).unwrap();
     let h = a
-        .start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Copied(b"keyed"),
-            reliable: true,
-        })
+        .start_send(req(1, b"", Body::Copied(b"keyed"), true))
         .unwrap();
     a.detach(h).unwrap();
     run_on(&mut [&mut a, &mut b], &mut rings, true, |es| {
@@ -2535,12 +2194,7 @@ fn compact_frames_need_a_vouching_device_and_a_job_without_a_key() {
     // Without a key, on a vouching device: any bytes after the magic.
     let (mut c, mut d) = ping_pong_pair();
     let h = c
-        .start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Copied(b"first"),
-            reliable: true,
-        })
+        .start_send(req(1, b"", Body::Copied(b"first"), true))
         .unwrap();
     c.detach(h).unwrap();
     run_on(&mut [&mut c, &mut d], &mut rings, true, |es| {
@@ -2575,12 +2229,7 @@ fn compact_frames_need_a_vouching_device_and_a_job_without_a_key() {
     assert!(st.rx_malformed > 10_000, "seed {seed:#x}: {st:?}");
     // The channel still works.
     let h = c
-        .start_send(SendRequest {
-            port: 1,
-            head: b"",
-            body: Body::Copied(b"after"),
-            reliable: true,
-        })
+        .start_send(req(1, b"", Body::Copied(b"after"), true))
         .unwrap();
     c.detach(h).unwrap();
     let before = d.state().len();
@@ -2613,13 +2262,8 @@ fn a_device_is_asked_its_capabilities_at_the_first_poll_only() {
     let mut asked = [0u32; 2];
     for i in 0..200 {
         if i == 1 {
-            a.start_send(SendRequest {
-                port: 1,
-                head: &[],
-                body: Body::Borrowed(b"hello"),
-                reliable: true,
-            })
-            .unwrap();
+            a.start_send(req(1, &[], Body::Borrowed(b"hello"), true))
+                .unwrap();
         }
         for (k, e) in [&mut a, &mut b].into_iter().enumerate() {
             let mut dev = Special::new(view(&mut rings, k as u16));
