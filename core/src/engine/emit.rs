@@ -19,32 +19,38 @@ pub(super) fn fresh_reliable_op<'o, 'a>(ops: &'o mut [Op<'a>], oi: usize) -> &'o
     op
 }
 
-/// The header of a message of `total` bytes sent whole in one frame from `port` to
-/// `dest` (addresses and ack filled in at emission).
-#[inline]
-pub(super) fn single_repr(
-    port: PortId,
-    dest: Dest,
-    flags: Flags,
-    seq: u32,
-    msg_id: u32,
-    total: usize,
-) -> Repr {
-    Repr {
-        kind: Kind::Data,
-        flags,
-        job_key: 0,
-        ends: Endpoints {
-            src_port: port,
-            dst_port: dest.port,
-            ..Endpoints::default()
-        },
-        seq,
-        ack: None,
-        msg_id,
-        offset: 0,
-        total_len: total as u32,
-        payload_len: total as u16,
+/// A whole message sent in one frame from `src_port` to `dst_port` as message
+/// `msg_id` (and frame `seq` where reliable): what the send-at-once paths know of
+/// its header (addresses and ack are filled in at emission).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct One {
+    pub(super) src_port: PortId,
+    pub(super) dst_port: PortId,
+    pub(super) flags: Flags,
+    pub(super) seq: u32,
+    pub(super) msg_id: u32,
+}
+
+impl One {
+    /// The full header of this message of `total` bytes.
+    #[inline]
+    fn repr(&self, total: usize) -> Repr {
+        Repr {
+            kind: Kind::Data,
+            flags: self.flags,
+            job_key: 0,
+            ends: Endpoints {
+                src_port: self.src_port,
+                dst_port: self.dst_port,
+                ..Endpoints::default()
+            },
+            seq: self.seq,
+            ack: None,
+            msg_id: self.msg_id,
+            offset: 0,
+            total_len: total as u32,
+            payload_len: total as u16,
+        }
     }
 }
 
@@ -167,20 +173,31 @@ impl<'t, D: Device> Tx<'t, D> {
         {
             return false;
         }
-        self.sent_frame(ch, &repr);
+        self.sent_frame(ch, repr.payload_len);
         true
     }
 
     /// A whole message in one frame, `head` then `body`: [`Tx::emit`] without the
-    /// pieces of an operation (the send-at-once paths).
+    /// pieces of an operation (the send-at-once paths). Under the compact header
+    /// where the device takes it, written straight from `one` and the channel.
     #[inline]
-    pub(super) fn single(
-        &mut self,
-        ch: &mut Channel,
-        repr: Repr,
-        head: &[u8],
-        body: &[u8],
-    ) -> bool {
+    pub(super) fn single(&mut self, ch: &mut Channel, one: One, head: &[u8], body: &[u8]) -> bool {
+        // What `Repr::compactable` asks of a whole message's frame: a plain ack; and
+        // not one the device sends from where it lies (`Tx::emit`).
+        if self.caps.compact
+            && self.cfg.auth_key.is_none()
+            && ch.rcv_sack == 0
+            && !(head.is_empty() && body.len() >= self.dev.gather_from())
+        {
+            return self.single_compact(ch, one, head, body);
+        }
+        self.single_full(ch, one, head, body)
+    }
+
+    /// [`Tx::single`] under the full header.
+    #[inline]
+    fn single_full(&mut self, ch: &mut Channel, one: One, head: &[u8], body: &[u8]) -> bool {
+        let repr = one.repr(head.len() + body.len());
         if head.is_empty() && body.len() >= self.dev.gather_from() {
             return self.emit(ch, repr, [head, body]);
         }
@@ -189,6 +206,50 @@ impl<'t, D: Device> Tx<'t, D> {
             a.copy_from_slice(head);
             b.copy_from_slice(body);
         })
+    }
+
+    /// [`Tx::single`] under the compact header (`wire::compact`), with no [`Repr`]
+    /// built on the way: the flags and ack that [`Tx::address`] would add, then the
+    /// header and the payload into the device's buffer.
+    #[inline(always)]
+    fn single_compact(&mut self, ch: &mut Channel, one: One, head: &[u8], body: &[u8]) -> bool {
+        let len = head.len() + body.len();
+        let mut flags = one.flags;
+        if ch.refusing {
+            flags |= Flags::REFUSED;
+        }
+        if ch.retry_now {
+            flags |= Flags::RETRY;
+        }
+        let h = wire::CompactHeader {
+            flags,
+            src_group: self.cfg.group,
+            src_node: self.cfg.node,
+            src_port: one.src_port,
+            dst_port: one.dst_port,
+            len: len as u16,
+            seq: one.seq,
+            msg_id: one.msg_id,
+            ack: ch.rcv_nxt,
+            window: self.window,
+        };
+        let Some(tok) = self.dev.transmit(self.now, ch.peer) else {
+            return false;
+        };
+        let ok = tok.consume(wire::COMPACT_LEN + len, |buf| {
+            h.emit(buf, |rest| {
+                let (a, b) = rest.split_at_mut(head.len());
+                a.copy_from_slice(head);
+                b.copy_from_slice(body);
+            })
+            .is_ok()
+        });
+        if !ok {
+            return false;
+        }
+        self.stats.tx_compact += 1;
+        self.sent_frame(ch, len as u16);
+        true
     }
 
     /// Fills in what every frame on `ch` carries: addresses, job, ack, flags.
@@ -208,14 +269,14 @@ impl<'t, D: Device> Tx<'t, D> {
     }
 
     /// The bookkeeping of a frame sent on `ch`.
-    pub(super) fn sent_frame(&mut self, ch: &mut Channel, repr: &Repr) {
+    pub(super) fn sent_frame(&mut self, ch: &mut Channel, payload_len: u16) {
         ch.ack_now = false;
         ch.ack_at = None;
         ch.since_ack = 0;
         ch.refusing = false;
         ch.retry_now = false;
         self.stats.tx_frames += 1;
-        self.stats.tx_bytes += repr.payload_len as u64;
+        self.stats.tx_bytes += u64::from(payload_len);
         self.sent += 1;
     }
 
@@ -246,7 +307,7 @@ impl<'t, D: Device> Tx<'t, D> {
         if !ok {
             return false;
         }
-        self.sent_frame(ch, &repr);
+        self.sent_frame(ch, repr.payload_len);
         true
     }
 
@@ -274,7 +335,7 @@ impl<'t, D: Device> Tx<'t, D> {
             return false;
         }
         self.stats.tx_compact += 1;
-        self.sent_frame(ch, &repr);
+        self.sent_frame(ch, repr.payload_len);
         true
     }
 
@@ -314,13 +375,14 @@ impl<'t, D: Device> Tx<'t, D> {
     /// frame `seq`, asking for its ack.
     pub(super) fn short_again(&mut self, ch: &mut Channel, seq: u32, s: &Short) -> bool {
         let flags = Flags::RELIABLE | Flags::LAST | Flags::ACK_REQ;
-        let dest = Dest {
-            group: ch.peer_group,
-            node: ch.peer_node,
-            port: s.dst_port,
+        let one = One {
+            src_port: s.src_port,
+            dst_port: s.dst_port,
+            flags,
+            seq,
+            msg_id: s.msg_id,
         };
-        let repr = single_repr(s.src_port, dest, flags, seq, s.msg_id, s.len as usize);
-        self.single(ch, repr, &[], s.data())
+        self.single(ch, one, &[], s.data())
     }
 
     /// Packet operation `o` (one frame) from device send slot `slot`, where the
@@ -353,7 +415,7 @@ impl<'t, D: Device> Tx<'t, D> {
         {
             return false;
         }
-        self.sent_frame(ch, &repr);
+        self.sent_frame(ch, repr.payload_len);
         true
     }
 

@@ -195,11 +195,17 @@ impl<'a> Engine<'a> {
         if ch.filling() {
             flags |= Flags::ACK_REQ;
         }
-        let repr = single_repr(port, dest, flags, ch.snd_nxt, ch.next_msg, total);
+        let one = One {
+            src_port: port,
+            dst_port: dest.port,
+            flags,
+            seq: ch.snd_nxt,
+            msg_id: ch.next_msg,
+        };
         let early = dev.transmit_reads_time().then(&mut now);
         let at = early.unwrap_or(self.progress.polled_at);
         let mut tx = Tx::new(dev, at, caps, cfg, &tags.tx, stats, bufs);
-        if !tx.single(ch, repr, head, body) {
+        if !tx.single(ch, one, head, body) {
             ops[oi].state = OpState::Free;
             return false;
         }
@@ -225,7 +231,6 @@ impl<'a> Engine<'a> {
         body: &[u8],
         mut now: impl FnMut() -> Instant,
     ) -> bool {
-        let total = head.len() + body.len();
         let Engine {
             chans:
                 channel::Channels {
@@ -249,11 +254,17 @@ impl<'a> Engine<'a> {
             flags |= Flags::ACK_REQ;
         }
         let msg = ch.next_msg;
-        let repr = single_repr(port, dest, flags, ch.snd_nxt, msg, total);
+        let one = One {
+            src_port: port,
+            dst_port: dest.port,
+            flags,
+            seq: ch.snd_nxt,
+            msg_id: msg,
+        };
         let early = dev.transmit_reads_time().then(&mut now);
         let at = early.unwrap_or(progress.polled_at);
         let mut tx = Tx::new(dev, at, caps, cfg, &tags.tx, stats, bufs);
-        if !tx.single(ch, repr, head, body) {
+        if !tx.single(ch, one, head, body) {
             return false;
         }
         dev.flush(at);
@@ -646,9 +657,15 @@ impl<'a> Engine<'a> {
             return false;
         }
         // One frame, no op: the header straight from what is known here.
-        let repr = single_repr(port, dest, Flags::LAST, 0, ch.next_be_msg, total);
+        let one = One {
+            src_port: port,
+            dst_port: dest.port,
+            flags: Flags::LAST,
+            seq: 0,
+            msg_id: ch.next_be_msg,
+        };
         let mut tx = Tx::new(dev, at, caps, cfg, &tags.tx, stats, bufs);
-        if !tx.single(ch, repr, head, body) {
+        if !tx.single(ch, one, head, body) {
             return false;
         }
         ch.next_be_msg = ch.next_be_msg.wrapping_add(1);

@@ -43,6 +43,129 @@ const CARRIED: Flags = Flags::RELIABLE
     .union(Flags::REFUSED)
     .union(Flags::RETRY);
 
+/// A compact header's fields, read from or written to its bytes in one place:
+/// the send-at-once and receive fast paths use it without a [`Repr`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactHeader {
+    /// Flags; only those a compact frame carries are written (`LAST` is implied).
+    pub flags: Flags,
+    /// Sender's group.
+    pub src_group: u16,
+    /// Sender's instance.
+    pub src_node: u16,
+    /// Sender's port.
+    pub src_port: u16,
+    /// Receiver's port.
+    pub dst_port: u16,
+    /// Payload bytes (the whole message).
+    pub len: u16,
+    /// Sequence number (with `RELIABLE`).
+    pub seq: u32,
+    /// Message id.
+    pub msg_id: u32,
+    /// Next sequence number the sender expects (no selective acks).
+    pub ack: u32,
+    /// Credits the sender advertises.
+    pub window: u16,
+}
+
+impl CompactHeader {
+    /// Writes the header into `buf`, then the payload through `fill` (given
+    /// exactly [`CompactHeader::len`] bytes). `buf` must hold [`COMPACT_LEN`] plus
+    /// the payload.
+    #[inline(always)]
+    pub fn emit<F: FnOnce(&mut [u8])>(&self, buf: &mut [u8], fill: F) -> Result<usize, WireError> {
+        let n = COMPACT_LEN + self.len as usize;
+        let Some((h, rest)) = buf
+            .get_mut(..n)
+            .and_then(|b| b.split_first_chunk_mut::<COMPACT_LEN>())
+        else {
+            return Err(WireError::Malformed);
+        };
+        h[0] = COMPACT_MAGIC;
+        h[1] = (self.flags & CARRIED).bits() as u8;
+        h[2..4].copy_from_slice(&self.src_group.to_le_bytes());
+        h[4..6].copy_from_slice(&self.src_node.to_le_bytes());
+        h[6..8].copy_from_slice(&self.src_port.to_le_bytes());
+        h[8..10].copy_from_slice(&self.dst_port.to_le_bytes());
+        h[10..12].copy_from_slice(&self.len.to_le_bytes());
+        h[12..16].copy_from_slice(&self.seq.to_le_bytes());
+        h[16..20].copy_from_slice(&self.msg_id.to_le_bytes());
+        h[20..24].copy_from_slice(&self.ack.to_le_bytes());
+        h[24..26].copy_from_slice(&self.window.to_le_bytes());
+        h[26..28].copy_from_slice(&[0, 0]);
+        fill(rest);
+        Ok(n)
+    }
+
+    /// Parses an untrusted compact frame: its header (read once, into private
+    /// memory: the frame may sit where its sender can still write) and payload.
+    /// The flags returned include the implied `LAST`.
+    #[inline(always)]
+    pub fn parse(frame: &[u8]) -> Result<(CompactHeader, &[u8]), WireError> {
+        let h: [u8; COMPACT_LEN] = *frame
+            .first_chunk::<COMPACT_LEN>()
+            .ok_or(WireError::Truncated)?;
+        let b16 = |at: usize| u16::from_le_bytes([h[at], h[at + 1]]);
+        let b32 = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        if h[0] != COMPACT_MAGIC {
+            return Err(WireError::BadVersion);
+        }
+        let flags = Flags::from_bits(u16::from(h[1]))
+            .filter(|f| CARRIED.contains(*f))
+            .ok_or(WireError::Malformed)?;
+        if b16(26) != 0 {
+            return Err(WireError::Malformed);
+        }
+        let len = b16(10);
+        let payload = frame
+            .get(COMPACT_LEN..COMPACT_LEN + len as usize)
+            .ok_or(WireError::Truncated)?;
+        let header = CompactHeader {
+            flags: flags | Flags::LAST,
+            src_group: b16(2),
+            src_node: b16(4),
+            src_port: b16(6),
+            dst_port: b16(8),
+            len,
+            seq: b32(12),
+            msg_id: b32(16),
+            ack: b32(20),
+            window: b16(24),
+        };
+        Ok((header, payload))
+    }
+
+    /// The full header this one stands for, on a frame that came to
+    /// `dst_group`/`dst_node` of job `job_key` (what the compact header leaves out).
+    #[inline]
+    pub fn repr(&self, job_key: u32, dst_group: u16, dst_node: u16) -> Repr {
+        Repr {
+            kind: Kind::Data,
+            flags: self.flags,
+            job_key,
+            ends: Endpoints {
+                src_group: self.src_group,
+                src_node: self.src_node,
+                src_port: self.src_port,
+                dst_group,
+                dst_node,
+                dst_port: self.dst_port,
+            },
+            seq: self.seq,
+            ack: Some(AckInfo {
+                ack: self.ack,
+                sack: 0,
+                window: self.window,
+            }),
+            msg_id: self.msg_id,
+            offset: 0,
+            total_len: u32::from(self.len),
+            payload_len: self.len,
+        }
+    }
+}
+
 impl Repr {
     /// Whether this frame may travel compact: a whole message in one data frame,
     /// with an ack that selects nothing, no flag the compact header lacks.
@@ -91,34 +214,25 @@ impl Repr {
         buf: &mut [u8],
         fill: F,
     ) -> Result<usize, WireError> {
-        let n = COMPACT_LEN + self.payload_len as usize;
-        let Some((h, rest)) = buf
-            .get_mut(..n)
-            .and_then(|b| b.split_first_chunk_mut::<COMPACT_LEN>())
-        else {
-            return Err(WireError::Malformed);
-        };
         let a = self.ack.unwrap_or_default();
         let e = &self.ends;
-        h[0] = COMPACT_MAGIC;
-        h[1] = (self.flags & CARRIED).bits() as u8;
-        h[2..4].copy_from_slice(&e.src_group.to_le_bytes());
-        h[4..6].copy_from_slice(&e.src_node.to_le_bytes());
-        h[6..8].copy_from_slice(&e.src_port.to_le_bytes());
-        h[8..10].copy_from_slice(&e.dst_port.to_le_bytes());
-        h[10..12].copy_from_slice(&self.payload_len.to_le_bytes());
-        h[12..16].copy_from_slice(&self.seq.to_le_bytes());
-        h[16..20].copy_from_slice(&self.msg_id.to_le_bytes());
-        h[20..24].copy_from_slice(&a.ack.to_le_bytes());
-        h[24..26].copy_from_slice(&a.window.to_le_bytes());
-        h[26..28].copy_from_slice(&[0, 0]);
-        fill(rest);
-        Ok(n)
+        CompactHeader {
+            flags: self.flags,
+            src_group: e.src_group,
+            src_node: e.src_node,
+            src_port: e.src_port,
+            dst_port: e.dst_port,
+            len: self.payload_len,
+            seq: self.seq,
+            msg_id: self.msg_id,
+            ack: a.ack,
+            window: a.window,
+        }
+        .emit(buf, fill)
     }
 
     /// Parses an untrusted compact frame that came to `dst_group`/`dst_node` of job
-    /// `job_key`: the header and its payload. The header is read once, into
-    /// private memory (the frame may sit where its sender can still write).
+    /// `job_key`: the header and its payload.
     #[inline]
     pub fn parse_compact(
         frame: &[u8],
@@ -126,48 +240,8 @@ impl Repr {
         dst_group: u16,
         dst_node: u16,
     ) -> Result<(Repr, &[u8]), WireError> {
-        let h: [u8; COMPACT_LEN] = *frame
-            .first_chunk::<COMPACT_LEN>()
-            .ok_or(WireError::Truncated)?;
-        let b16 = |at: usize| u16::from_le_bytes([h[at], h[at + 1]]);
-        let b32 = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
-        if h[0] != COMPACT_MAGIC {
-            return Err(WireError::BadVersion);
-        }
-        let flags = Flags::from_bits(u16::from(h[1]))
-            .filter(|f| CARRIED.contains(*f))
-            .ok_or(WireError::Malformed)?;
-        if b16(26) != 0 {
-            return Err(WireError::Malformed);
-        }
-        let payload_len = b16(10);
-        let payload = frame
-            .get(COMPACT_LEN..COMPACT_LEN + payload_len as usize)
-            .ok_or(WireError::Truncated)?;
-        let repr = Repr {
-            kind: Kind::Data,
-            flags: flags | Flags::LAST,
-            job_key,
-            ends: Endpoints {
-                src_group: b16(2),
-                src_node: b16(4),
-                src_port: b16(6),
-                dst_group,
-                dst_node,
-                dst_port: b16(8),
-            },
-            seq: b32(12),
-            ack: Some(AckInfo {
-                ack: b32(20),
-                sack: 0,
-                window: b16(24),
-            }),
-            msg_id: b32(16),
-            offset: 0,
-            total_len: payload_len as u32,
-            payload_len,
-        };
-        Ok((repr, payload))
+        let (h, payload) = CompactHeader::parse(frame)?;
+        Ok((h.repr(job_key, dst_group, dst_node), payload))
     }
 
     /// Parses an untrusted compact put as [`Repr::parse_compact`] parses a data
@@ -250,6 +324,31 @@ mod tests {
         assert_eq!(p, b"hello");
         assert_eq!(
             r.emit_compact(&mut buf[..n - 1], |_| ()),
+            Err(WireError::Malformed)
+        );
+    }
+
+    #[test]
+    fn the_header_alone_round_trips_and_stands_for_the_full_one() {
+        let r = sample();
+        let mut buf = [0u8; 64];
+        let n = r.emit_compact(&mut buf, |p| p.fill(4)).unwrap();
+        let (h, payload) = CompactHeader::parse(&buf[..n]).unwrap();
+        assert_eq!(payload, &[4u8; 5][..]);
+        assert_eq!(h.repr(0xDEAD_BEEF, 7, 2), r);
+        // Written from the header alone, the same bytes.
+        let mut again = [0u8; 64];
+        assert_eq!(h.emit(&mut again, |p| p.fill(4)), Ok(n));
+        assert_eq!(again[..n], buf[..n]);
+        // Flags the compact header cannot carry are not written.
+        let wide = CompactHeader {
+            flags: h.flags | Flags::TREE,
+            ..h
+        };
+        assert_eq!(wide.emit(&mut again, |p| p.fill(4)), Ok(n));
+        assert_eq!(again[..n], buf[..n]);
+        assert_eq!(
+            h.emit(&mut again[..n - 1], |_| ()),
             Err(WireError::Malformed)
         );
     }

@@ -17,7 +17,7 @@ use crc::{Crc, CRC_32_ISCSI};
 
 mod compact;
 mod tag;
-pub use compact::{COMPACT_LEN, COMPACT_MAGIC, COMPACT_PUT_MAGIC};
+pub use compact::{CompactHeader, COMPACT_LEN, COMPACT_MAGIC, COMPACT_PUT_MAGIC};
 #[cfg(feature = "std")]
 pub use tag::use_polyval;
 pub use tag::{
