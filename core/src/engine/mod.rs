@@ -374,6 +374,21 @@ impl<'a> Engine<'a> {
         ext: Option<&[u8]>,
         mem: &mut dyn Memory,
     ) -> bool {
+        self.poll_with(now, dev, ext, mem, None)
+    }
+
+    /// [`Engine::poll_mem`] that runs the personality's handlers (`upcalls`) of the
+    /// messages header prediction delivers in this poll, from inside it, where no
+    /// notice waits before theirs; what those handlers queue to send leaves before
+    /// the poll returns. Other notices are queued as [`Engine::poll`] queues them.
+    pub fn poll_with<D: Device>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        ext: Option<&[u8]>,
+        mem: &mut dyn Memory,
+        mut upcalls: Option<&mut dyn Upcalls<'a>>,
+    ) -> bool {
         if !self.caps_read {
             self.caps = dev.capabilities();
             self.caps_read = true;
@@ -392,8 +407,8 @@ impl<'a> Engine<'a> {
             tok.consume_parts(|f, body| {
                 if body.is_empty() {
                     if f.first() == Some(&wire::COMPACT_MAGIC) {
-                        self.rx_compact(now, f, src, mem)
-                    } else if !self.rx_predicted(now, f, src) {
+                        self.rx_compact(now, f, src, mem, reborrow(&mut upcalls))
+                    } else if !self.rx_predicted(now, f, src, reborrow(&mut upcalls)) {
                         self.rx_general(now, f, src, mem)
                     }
                 } else {
@@ -404,6 +419,10 @@ impl<'a> Engine<'a> {
             if self.progress.delivered {
                 break;
             }
+        }
+        if upcalls.is_some() && self.outbox.len > 0 {
+            // A handler's reply, as the personality sends it after its handlers.
+            self.send_queued_at_once_cold(now, dev);
         }
         if !self.progress.delivered {
             busy |= dev
@@ -480,6 +499,17 @@ impl<'a> Engine<'a> {
     /// the poll before did not leave its own. Timers and delayed acks can wait.
     fn upkeep_can_wait(&self) -> bool {
         !self.progress.upkeep_due && self.bufs.rma_done == 0 && !self.sends_waiting()
+    }
+}
+
+/// `upcalls` lent for one call (the object's lifetime shortened with the loan's).
+#[inline(always)]
+fn reborrow<'s, 'a>(
+    upcalls: &'s mut Option<&mut dyn Upcalls<'a>>,
+) -> Option<&'s mut dyn Upcalls<'a>> {
+    match upcalls {
+        Some(u) => Some(&mut **u),
+        None => None,
     }
 }
 

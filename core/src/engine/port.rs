@@ -216,6 +216,15 @@ pub struct Notice {
     pub src: Endpoints,
 }
 
+/// A personality's handlers, run by [`Engine::poll_with`] from inside the poll:
+/// a message that header prediction delivers reaches its handler in the step
+/// that received its frame, with no notice queued and taken back.
+pub trait Upcalls<'a> {
+    /// Runs the handler of `notice` (as the personality would for a notice from
+    /// [`Engine::next_notice`]) with the view of the engine it may use.
+    fn upcall(&mut self, notice: Notice, view: HandlerView<'_, 'a>);
+}
+
 /// The parts of the engine a handler may touch while it runs: ports and semaphores
 /// (it derefs to [`Ports`], as the program's [`Engine::ports_mut`] does) and the
 /// outbox of sends queued from handlers (started once the handler returns).
@@ -401,11 +410,18 @@ impl<'a> Engine<'a> {
     /// failed send through it; the engine's counters still see it.
     #[inline]
     pub(super) fn notify(&mut self, n: Note) {
-        let Some(p) = self.ports.table.get(n.port as usize) else {
-            return;
-        };
+        if let Some(notice) = self.note(n) {
+            self.queue_notice(notice);
+        }
+    }
+
+    /// What [`Engine::notify`] does but the queueing: the count on the semaphore,
+    /// and the notice the owner wants, if it wants one.
+    #[inline]
+    pub(super) fn note(&mut self, n: Note) -> Option<Notice> {
+        let p = self.ports.table.get(n.port as usize)?;
         if !p.input && n.fault != Some(Fault::SendFailed) {
-            return;
+            return None;
         }
         let wanted = if n.fault.is_some() { p.err } else { p.recv };
         if let Some(s) = self.ports.sems.get_mut(p.sem as usize) {
@@ -416,21 +432,46 @@ impl<'a> Engine<'a> {
                 s.errors = s.errors.saturating_add(1);
             }
         }
-        if !wanted {
-            return;
-        }
-        let notice = Notice {
+        wanted.then_some(Notice {
             port: n.port,
             fault: n.fault,
             msg_len: n.msg_len,
             stored: n.stored,
             base: n.base,
             src: n.src,
-        };
+        })
+    }
+
+    #[inline]
+    fn queue_notice(&mut self, notice: Notice) {
         if !self.ports.notices.push(notice) {
             // Sized so that this cannot happen when notices are taken after every
             // call (see `Capacity`); counted if it does.
             self.stats.notices_dropped += 1;
+        }
+    }
+
+    /// Hands `notice` to the personality's `upcalls` at once, where it gave some
+    /// and no notice waits before this one (their order is kept); else queues it.
+    #[inline]
+    pub(super) fn hand_over(&mut self, notice: Notice, upcalls: Option<&mut dyn Upcalls<'a>>) {
+        match upcalls {
+            Some(u) if self.ports.notices.len == 0 => {
+                self.stats.upcalls_in_poll += 1;
+                u.upcall(notice, self.handler_view());
+            }
+            _ => self.queue_notice(notice),
+        }
+    }
+
+    /// The view of the engine a handler may use.
+    #[inline]
+    fn handler_view(&mut self) -> HandlerView<'_, 'a> {
+        HandlerView {
+            ports: &mut self.ports,
+            bufs: &mut self.bufs,
+            outbox: &mut self.outbox,
+            bcast: (self.cfg.group, self.bcast.keep),
         }
     }
 
@@ -440,13 +481,7 @@ impl<'a> Engine<'a> {
     #[inline]
     pub fn next_notice(&mut self) -> Option<(Notice, HandlerView<'_, 'a>)> {
         let n = self.ports.notices.pop()?;
-        let view = HandlerView {
-            ports: &mut self.ports,
-            bufs: &mut self.bufs,
-            outbox: &mut self.outbox,
-            bcast: (self.cfg.group, self.bcast.keep),
-        };
-        Some((n, view))
+        Some((n, self.handler_view()))
     }
 
     /// Notices waiting.

@@ -52,7 +52,7 @@ impl<'a> Engine<'a> {
         mem: &mut dyn Memory,
     ) {
         if frame.first() == Some(&wire::COMPACT_MAGIC) {
-            return self.rx_compact(now, frame, source, mem);
+            return self.rx_compact(now, frame, source, mem, None);
         }
         if frame.first() == Some(&wire::COMPACT_PUT_MAGIC) {
             return self.rx_compact_put(now, frame, source, mem);

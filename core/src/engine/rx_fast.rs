@@ -31,10 +31,22 @@ impl Engine<'_> {
         payload: &[u8],
         reliable: bool,
     ) -> bool {
-        self.single_fits(repr, payload.len()) && self.deliver_single(ci, repr, payload, reliable)
+        if !self.single_fits(repr, payload.len()) {
+            return false;
+        }
+        let Some(Delivered(notice)) = self.deliver_single(ci, repr, payload, reliable) else {
+            return false;
+        };
+        if let Some(n) = notice {
+            self.hand_over(n, None);
+        }
+        true
     }
 
-    /// [`Engine::rx_single_frame`] of a frame that [`Engine::single_fits`].
+    /// [`Engine::rx_single_frame`] of a frame that [`Engine::single_fits`]: the
+    /// message stored and counted, its notice left to the caller to hand over
+    /// ([`Engine::hand_over`]) once its frame has been taken. `None`, nothing
+    /// changed: the port has no room for it.
     #[inline(always)]
     pub(super) fn deliver_single(
         &mut self,
@@ -42,14 +54,10 @@ impl Engine<'_> {
         repr: &Repr,
         payload: &[u8],
         reliable: bool,
-    ) -> bool {
+    ) -> Option<Delivered> {
         let n = payload.len();
-        let Some(p) = self.ports.table.get_mut(repr.ends.dst_port as usize) else {
-            return false;
-        };
-        let Some(dst) = p.buf.as_deref_mut().and_then(|b| b.get_mut(..n)) else {
-            return false;
-        };
+        let p = self.ports.table.get_mut(repr.ends.dst_port as usize)?;
+        let dst = p.buf.as_deref_mut().and_then(|b| b.get_mut(..n))?;
         copy_short(dst, payload);
         let ch = &mut self.chans.table[ci];
         let next = repr.msg_id.wrapping_add(1);
@@ -63,7 +71,7 @@ impl Engine<'_> {
         self.progress.delivered = true;
         self.stats.delivered += 1;
         self.wake_refused();
-        self.notify(Note {
+        Some(Delivered(self.note(Note {
             port: repr.ends.dst_port,
             fault: None,
             count: true,
@@ -71,10 +79,13 @@ impl Engine<'_> {
             stored: n,
             base: 0,
             src: repr.ends,
-        });
-        true
+        })))
     }
 }
+
+/// A message [`Engine::deliver_single`] stored: the notice its port's owner
+/// wants, if it wants one.
+pub(super) struct Delivered(Option<Notice>);
 
 impl<'a> Engine<'a> {
     /// Header prediction (after TCP's fast path): the commonest frame, a whole
@@ -92,6 +103,7 @@ impl<'a> Engine<'a> {
         now: Instant,
         frame: &[u8],
         source: Option<NodeAddr>,
+        upcalls: Option<&mut dyn Upcalls<'a>>,
     ) -> bool {
         // Without a key, only from a device that guarantees integrity (no CRC
         // is checked here); with one, the tag is.
@@ -100,7 +112,7 @@ impl<'a> Engine<'a> {
         }
         // Each kind its own copy, the data frame's inline: a packet's checks
         // cost a message nothing.
-        self.rx_predicted_as::<false>(now, frame, source)
+        self.rx_predicted_as::<false>(now, frame, source, upcalls)
             || self.rx_predicted_packet(now, frame, source)
     }
 
@@ -112,7 +124,7 @@ impl<'a> Engine<'a> {
         frame: &[u8],
         source: Option<NodeAddr>,
     ) -> bool {
-        self.rx_predicted_as::<true>(now, frame, source)
+        self.rx_predicted_as::<true>(now, frame, source, None)
     }
 
     /// [`Engine::rx_predicted`] of a data frame, or of a packet (`PACKET`).
@@ -122,6 +134,7 @@ impl<'a> Engine<'a> {
         now: Instant,
         frame: &[u8],
         source: Option<NodeAddr>,
+        upcalls: Option<&mut dyn Upcalls<'a>>,
     ) -> bool {
         let key = self.cfg.auth_key.as_ref();
         let kind = if PACKET { Kind::Packet } else { Kind::Data };
@@ -132,16 +145,22 @@ impl<'a> Engine<'a> {
         let Some((repr, payload, (ci, reliable))) = taken else {
             return false;
         };
-        let taken = if PACKET {
-            self.store_predicted_packet(ci, &repr, payload)
+        let notice = if PACKET {
+            if !self.store_predicted_packet(ci, &repr, payload) {
+                return false;
+            }
+            None
         } else {
-            self.deliver_single(ci, &repr, payload, reliable)
+            let Some(Delivered(notice)) = self.deliver_single(ci, &repr, payload, reliable) else {
+                return false;
+            };
+            notice
         };
-        if !taken {
-            return false;
-        }
         self.stats.rx_frames += 1;
         self.took_predicted(now, ci, &repr, reliable);
+        if let Some(n) = notice {
+            self.hand_over(n, upcalls);
+        }
         true
     }
 
@@ -180,6 +199,7 @@ impl<'a> Engine<'a> {
         frame: &[u8],
         source: Option<NodeAddr>,
         mem: &mut dyn Memory,
+        upcalls: Option<&mut dyn Upcalls<'a>>,
     ) {
         self.stats.rx_frames += 1;
         self.stats.rx_compact += 1;
@@ -200,8 +220,11 @@ impl<'a> Engine<'a> {
             if let Some((ci, reliable)) =
                 self.predicts::<false, false>(&repr, payload.len(), source)
             {
-                if self.deliver_single(ci, &repr, payload, reliable) {
+                if let Some(Delivered(notice)) = self.deliver_single(ci, &repr, payload, reliable) {
                     self.took_predicted(now, ci, &repr, reliable);
+                    if let Some(n) = notice {
+                        self.hand_over(n, upcalls);
+                    }
                     return;
                 }
             }

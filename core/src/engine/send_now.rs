@@ -43,6 +43,15 @@ impl<'a> Engine<'a> {
         sent
     }
 
+    /// [`Engine::send_queued_at_once`] out of line and cold, for a poll whose
+    /// handlers ran inside it: a receive path whose handlers send nothing does not
+    /// carry it.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn send_queued_at_once_cold<D: Device>(&mut self, now: Instant, dev: &mut D) {
+        self.send_queued_at_once(now, dev);
+    }
+
     /// One handler's send of [`Engine::send_queued_at_once`], its outbox copy given
     /// back once it has left. `false`, nothing changed: it does not apply.
     pub(super) fn send_queued_now<D: Device>(

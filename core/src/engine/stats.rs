@@ -90,6 +90,9 @@ pub struct Stats {
     pub forwarded: u64,
     /// Notices dropped because nobody took them (see [`Storage::notices`](super::Storage::notices)).
     pub notices_dropped: u64,
+    /// Notices whose handler ran inside the poll that received their frame (see
+    /// [`Upcalls`](super::Upcalls)), none queued.
+    pub upcalls_in_poll: u64,
     /// Our broadcasts written once into the device's board (not one frame a member).
     pub board_tx: u64,
     /// Of those, the ones written in the sending or launching call, with no copy

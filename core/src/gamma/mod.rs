@@ -45,8 +45,8 @@
 
 use crate::endpoint::Endpoint;
 use crate::engine::{
-    Body, Config, Dest, Engine, Error, Fault, Fill, Group, HandlerView, Notice, OneFrame,
-    PortSetup, Semaphore, SendHandle, SendRequest, SendStatus, Storage,
+    Body, Config, Dest, Engine, Error, Fault, Fill, Group, HandlerView, NoMemory, Notice, OneFrame,
+    PortSetup, Semaphore, SendHandle, SendRequest, SendStatus, Storage, Upcalls,
 };
 use crate::phy::Device;
 use crate::time::{Duration, Instant};
@@ -295,6 +295,36 @@ impl<'a, S> Upcall<'_, 'a, S> {
     /// Queues a reliable send (GAMMA `gamma_send_flowctl` from a handler); see [`Upcall::send`].
     pub fn send_flowctl(&mut self, port: PortId, head: &[u8], body: &[u8]) -> Result<usize, Error> {
         self.view.send(port, head, body, true)
+    }
+}
+
+/// The ports' handlers and the state they share, as the engine runs them
+/// ([`Upcalls`]): from inside a poll, or for a queued notice.
+struct Direct<'h, 'a, S> {
+    handlers: &'h ManagedSlice<'a, PortHandlers<'a, S>>,
+    state: &'h mut S,
+}
+
+impl<'a, S> Upcalls<'a> for Direct<'_, 'a, S> {
+    #[inline]
+    fn upcall(&mut self, notice: Notice, view: HandlerView<'_, 'a>) {
+        // The upcall first, its handler looked up from it: the notice is moved once.
+        let mut up = Upcall {
+            notice,
+            view,
+            state: &mut *self.state,
+        };
+        let n = &up.notice;
+        let h = self.handlers.get(n.port as usize).and_then(|h| {
+            if n.fault.is_some() {
+                h.err
+            } else {
+                h.recv
+            }
+        });
+        if let Some(h) = h {
+            h(&mut up);
+        }
     }
 }
 
@@ -842,7 +872,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
                     now
                 }
             };
-            let busy = self.ep.engine.poll(now, &mut self.ep.dev, None);
+            let busy = self.engine_poll_direct(now, None);
             // A handler (of a failure, say) may run for long: `now` is then old.
             let handled = self.ep.engine.notices_pending() != 0;
             self.run_handlers(now, None);
@@ -997,9 +1027,23 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
     /// One engine poll (`ext`: the body of a blocking send in progress), then the
     /// handlers of what it delivered or reported.
     fn engine_poll(&mut self, now: Instant, ext: Option<&[u8]>) -> bool {
-        let busy = self.ep.engine.poll(now, &mut self.ep.dev, ext);
+        let busy = self.engine_poll_direct(now, ext);
         self.run_handlers(now, ext);
         busy
+    }
+
+    /// One engine poll that runs the handler of a message it delivers from inside
+    /// it (see [`Engine::poll_with`]); the handlers of what it queued are left to
+    /// [`Gamma::run_handlers`].
+    #[inline]
+    fn engine_poll_direct(&mut self, now: Instant, ext: Option<&[u8]>) -> bool {
+        let mut direct = Direct {
+            handlers: &self.handlers,
+            state: &mut self.state,
+        };
+        self.ep
+            .engine
+            .poll_with(now, &mut self.ep.dev, ext, &mut NoMemory, Some(&mut direct))
     }
 
     /// Runs the handler of every notice the engine queued, oldest first, with the
@@ -1014,24 +1058,12 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
 
     #[inline(never)]
     fn run_pending_handlers(&mut self, now: Instant, ext: Option<&[u8]>) {
+        let mut direct = Direct {
+            handlers: &self.handlers,
+            state: &mut self.state,
+        };
         while let Some((notice, view)) = self.ep.engine.next_notice() {
-            // The upcall first, its handler looked up from it: the notice is moved once.
-            let mut up = Upcall {
-                notice,
-                view,
-                state: &mut self.state,
-            };
-            let n = &up.notice;
-            let h = self.handlers.get(n.port as usize).and_then(|h| {
-                if n.fault.is_some() {
-                    h.err
-                } else {
-                    h.recv
-                }
-            });
-            if let Some(h) = h {
-                h(&mut up);
-            }
+            direct.upcall(notice, view);
         }
         if self.ep.engine.outbox_pending() > 0 {
             // Replies go now, as the program's own sends do; what cannot waits for

@@ -118,16 +118,16 @@ impl MyriTx<'_> {
 impl TxToken for MyriTx<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
         let len = len.min(self.slot.len());
+        if !compact_len(len) {
+            let r = f(&mut self.slot[..len]);
+            self.publish(None, len);
+            return r;
+        }
         // A short frame is filled on the stack: the slot's line it would save is
         // not touched unless the frame cannot travel compact.
         let mut buf = [0u8; COMPACT_MAX];
-        let short = compact_len(len);
-        let r = f(if short {
-            &mut buf[..len]
-        } else {
-            &mut self.slot[..len]
-        });
-        self.publish(short.then_some(&buf), len);
+        let r = f(&mut buf[..len]);
+        self.publish(Some(&buf), len);
         r
     }
 }
