@@ -627,6 +627,61 @@ impl Channel {
         false
     }
 
+    /// Ack `a` if it moves nothing (all it acknowledges was acknowledged, none is
+    /// kept): its credits taken. `false`, nothing changed: it is new.
+    #[inline(always)]
+    pub(crate) fn credits_only(&mut self, a: AckInfo) -> bool {
+        if a.ack == self.snd_una && a.sack == 0 && self.ack_due.is_none() {
+            self.peer_window = a.window;
+            return true;
+        }
+        false
+    }
+
+    /// Keeps ack `a`, which came at `now`, for the next poll in place of one kept
+    /// (see `Engine::defer_ack`); its credits count at once. Whether none was kept
+    /// before; `None`, nothing changed, where `a` is older than the one kept.
+    #[inline(always)]
+    pub(crate) fn keep_ack(&mut self, now: Instant, a: AckInfo) -> Option<bool> {
+        if self.ack_due.is_some_and(|(d, _)| seq_lt(a.ack, d.ack)) {
+            return None;
+        }
+        let fresh = self.ack_due.is_none();
+        self.ack_due = Some((a, now));
+        self.peer_window = a.window;
+        Some(fresh)
+    }
+
+    /// The peer was heard from at `now` (a new frame or ack of its).
+    #[inline(always)]
+    pub(crate) fn heard(&mut self, now: Instant) {
+        self.heard_at = now;
+        self.silent_since = None;
+        self.met = true;
+    }
+
+    /// Takes new reliable frame `seq`: received, and its ack owed. `Ok(())` where
+    /// the ack goes at the next transmit (`now_ack`, or half the window unacked:
+    /// `half`), else the time by which it is due (`due`, kept in `ack_at`).
+    #[inline(always)]
+    pub(crate) fn took_reliable(
+        &mut self,
+        seq: u32,
+        now_ack: bool,
+        half: u16,
+        due: impl FnOnce() -> Instant,
+    ) -> Result<(), Instant> {
+        self.mark_received(seq);
+        self.since_ack = self.since_ack.saturating_add(1);
+        if now_ack || self.since_ack >= half {
+            self.ack_now = true;
+            return Ok(());
+        }
+        let due = due();
+        self.ack_at = Some(self.ack_at.map_or(due, |t| t.min(due)));
+        Err(due)
+    }
+
     /// Records `seq` (checked `New`) as received.
     pub(crate) fn mark_received(&mut self, seq: u32) {
         let off = seq.wrapping_sub(self.rcv_nxt);

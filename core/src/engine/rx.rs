@@ -206,17 +206,19 @@ impl<'a> Engine<'a> {
     /// replaces a kept one, and an older one (reordered on the way) is taken after
     /// it.
     #[inline]
-    fn defer_ack(&mut self, now: Instant, ci: usize, a: AckInfo) {
-        let ch = &mut self.chans.table[ci];
-        if ch.ack_due.is_some_and(|(d, _)| seq_lt(a.ack, d.ack)) {
-            self.take_due_ack(now, ci);
-            self.on_ack(now, now, ci, a, Flags::empty());
-            return;
+    pub(super) fn defer_ack(&mut self, now: Instant, ci: usize, a: AckInfo) {
+        match self.chans.table[ci].keep_ack(now, a) {
+            Some(fresh) => self.chans.acks_due += u16::from(fresh),
+            None => self.older_ack(now, ci, a),
         }
-        let fresh = ch.ack_due.is_none();
-        ch.ack_due = Some((a, now));
-        ch.peer_window = a.window;
-        self.chans.acks_due += u16::from(fresh);
+    }
+
+    /// [`Engine::defer_ack`] of an ack older than the one kept: both taken now.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn older_ack(&mut self, now: Instant, ci: usize, a: AckInfo) {
+        self.take_due_ack(now, ci);
+        self.on_ack(now, now, ci, a, Flags::empty());
     }
 
     /// Ack `a` of channel `ci` on a frame without `REFUSED` or `RETRY`, with no
@@ -226,13 +228,11 @@ impl<'a> Engine<'a> {
     /// one on any other frame: the caller takes it at once.
     #[inline(always)]
     pub(super) fn plain_ack(&mut self, now: Instant, ci: usize, a: AckInfo, data: bool) -> bool {
-        let ch = &mut self.chans.table[ci];
-        if a.ack == ch.snd_una && a.sack == 0 && ch.ack_due.is_none() {
-            ch.peer_window = a.window;
-        } else if data {
+        if !self.chans.table[ci].credits_only(a) {
+            if !data {
+                return false;
+            }
             self.defer_ack(now, ci, a);
-        } else {
-            return false;
         }
         true
     }
@@ -425,33 +425,26 @@ impl<'a> Engine<'a> {
     /// its ack due at once or within the delay.
     #[inline(always)]
     pub(super) fn took_reliable(&mut self, now: Instant, ci: usize, repr: &Repr) {
-        let ch = &mut self.chans.table[ci];
-        ch.mark_received(repr.seq);
-        ch.since_ack = ch.since_ack.saturating_add(1);
         // A member draining into the device's barrier waits for this ack.
         let draining = self.bar.active && self.cfg.device_barrier && !self.bar.no_device;
-        if repr.flags.contains(Flags::ACK_REQ)
-            || draining
-            || ch.since_ack >= (self.cfg.window / 2).max(1)
-        {
-            ch.ack_now = true;
-            self.chans.work.set(true);
-        } else {
-            // Credits come back within the delay even if nothing is sent meanwhile;
-            // a token's ack may wait longer (see `Config::barrier_ack_delay`), a
-            // later frame's shortens that wait.
+        let now_ack = repr.flags.contains(Flags::ACK_REQ) || draining;
+        let half = (self.cfg.window / 2).max(1);
+        let cfg = &self.cfg;
+        // Credits come back within the delay even if nothing is sent meanwhile;
+        // a token's ack may wait longer (see `Config::barrier_ack_delay`), a
+        // later frame's shortens that wait.
+        let due = || {
             let delay = if repr.kind == Kind::Barrier {
-                let floor = Duration::from_nanos(self.cfg.rto_initial.total_nanos() / 2);
-                self.cfg
-                    .barrier_ack_delay
-                    .min(floor)
-                    .max(self.cfg.ack_delay)
+                let floor = Duration::from_nanos(cfg.rto_initial.total_nanos() / 2);
+                cfg.barrier_ack_delay.min(floor).max(cfg.ack_delay)
             } else {
-                self.cfg.ack_delay
+                cfg.ack_delay
             };
-            let due = now + delay;
-            ch.ack_at = Some(ch.ack_at.map_or(due, |t| t.min(due)));
-            self.chans.timer_at = self.chans.timer_at.min(due);
+            now + delay
+        };
+        match self.chans.table[ci].took_reliable(repr.seq, now_ack, half, due) {
+            Ok(()) => self.chans.work.set(true),
+            Err(due) => self.chans.timer_at = self.chans.timer_at.min(due),
         }
     }
 

@@ -176,9 +176,7 @@ impl<'a> Engine<'a> {
         // carries is then not looked at here; a replay of one of its kind is a
         // duplicate, and its ack moves `ack_heard` at most once).
         if reliable || repr.ack.is_some_and(|a| ch.new_ack(a)) {
-            ch.heard_at = now;
-            ch.silent_since = None;
-            ch.met = true;
+            ch.heard(now);
         }
         if let Some(a) = repr.ack {
             self.plain_ack(now, ci, a, true);
@@ -208,28 +206,134 @@ impl<'a> Engine<'a> {
             self.stats.rx_unauthenticated += 1;
             return;
         };
-        let c = &self.cfg;
-        let Ok((repr, payload)) = Repr::parse_compact(frame, c.job_key, c.group, c.node) else {
+        let Ok((h, payload)) = wire::CompactHeader::parse(frame) else {
             self.stats.rx_malformed += 1;
             return;
         };
         // As `rx_predicted` takes them: a refusal or a call to retry goes the
         // general way (`on_ack` with its flags).
-        let plain = !repr.flags.intersects(Flags::REFUSED | Flags::RETRY);
+        let plain = !h.flags.intersects(Flags::REFUSED | Flags::RETRY);
         if plain && self.bufs.queued_streams == 0 {
-            if let Some((ci, reliable)) =
-                self.predicts::<false, false>(&repr, payload.len(), source)
-            {
-                if let Some(Delivered(notice)) = self.deliver_single(ci, &repr, payload, reliable) {
-                    self.took_predicted(now, ci, &repr, reliable);
-                    if let Some(n) = notice {
-                        self.hand_over(n, upcalls);
-                    }
-                    return;
+            if let Some(Delivered(notice)) = self.compact_predicted(now, src, &h, payload) {
+                if let Some(n) = notice {
+                    self.hand_over(n, upcalls);
                 }
+                return;
             }
         }
+        let c = &self.cfg;
+        let repr = h.repr(c.job_key, c.group, c.node);
         self.rx_compact_general(now, repr, payload, src, mem)
+    }
+
+    /// Header prediction of a compact frame from `src` (see [`Engine::predicts`])
+    /// and, where it holds, the message delivered (as [`Engine::deliver_single`])
+    /// and its frame taken (as [`Engine::took_predicted`]), the channel and the
+    /// port each looked up once. `None`, nothing changed: the general path takes it.
+    #[inline(always)]
+    fn compact_predicted(
+        &mut self,
+        now: Instant,
+        src: NodeAddr,
+        h: &wire::CompactHeader,
+        payload: &[u8],
+    ) -> Option<Delivered> {
+        let n = payload.len();
+        let ci = *self.chans.peer_map.get(src.0 as usize)?;
+        if ci == NONE {
+            return None;
+        }
+        let Engine {
+            chans,
+            ports,
+            cfg,
+            stats,
+            progress,
+            bar,
+            ..
+        } = self;
+        let ch = chans.table.get_mut(ci as usize)?;
+        let reliable = h.flags.contains(Flags::RELIABLE);
+        let next = if reliable {
+            h.seq == ch.rcv_nxt
+                && ch.rcv_sack == 0
+                && h.msg_id == ch.next_reserve
+                && ch.next_deliver == ch.next_reserve
+        } else {
+            ch.be_asm == NONE && h.msg_id == ch.be_expect
+        };
+        if !next || ch.failed || ch.peer_group != h.src_group || ch.peer_node != h.src_node {
+            return None;
+        }
+        let p = ports.table.get_mut(h.dst_port as usize)?;
+        if !(p.input && !p.busy && p.kind == Fill::Restart && p.room(0) >= n) {
+            return None;
+        }
+        let dst = p.buf.as_deref_mut().and_then(|b| b.get_mut(..n))?;
+        copy_short(dst, payload);
+        let (sem, wanted) = (p.sem, p.recv);
+        // What `deliver_single` does.
+        let after = h.msg_id.wrapping_add(1);
+        if reliable {
+            ch.next_reserve = after;
+            ch.next_deliver = after;
+            ch.unbound_msg = None;
+        } else {
+            ch.be_expect = after;
+        }
+        progress.delivered = true;
+        stats.delivered += 1;
+        if let Some(s) = ports.sems.get_mut(sem as usize) {
+            s.count = s.count.saturating_add(1);
+        }
+        let notice = wanted.then_some(Notice {
+            port: h.dst_port,
+            fault: None,
+            msg_len: u32::from(h.len),
+            stored: n,
+            base: 0,
+            src: Endpoints {
+                src_group: h.src_group,
+                src_node: h.src_node,
+                src_port: h.src_port,
+                dst_group: cfg.group,
+                dst_node: cfg.node,
+                dst_port: h.dst_port,
+            },
+        });
+        // What `took_predicted` does, the ack kept for the next poll where new
+        // (`plain_ack`, `defer_ack`).
+        stats.rx_predicted += 1;
+        let a = AckInfo {
+            ack: h.ack,
+            sack: 0,
+            window: h.window,
+        };
+        if reliable || ch.new_ack(a) {
+            ch.heard(now);
+        }
+        let mut older = false;
+        if !ch.credits_only(a) {
+            match ch.keep_ack(now, a) {
+                Some(fresh) => chans.acks_due += u16::from(fresh),
+                None => older = true,
+            }
+        }
+        if reliable {
+            // A member draining into the device's barrier waits for this ack.
+            let draining = bar.active && cfg.device_barrier && !bar.no_device;
+            let now_ack = h.flags.contains(Flags::ACK_REQ) || draining;
+            let half = (cfg.window / 2).max(1);
+            match ch.took_reliable(h.seq, now_ack, half, || now + cfg.ack_delay) {
+                Ok(()) => chans.work.set(true),
+                Err(due) => chans.timer_at = chans.timer_at.min(due),
+            }
+        }
+        if older {
+            self.older_ack(now, ci as usize, a);
+        }
+        self.wake_refused();
+        Some(Delivered(notice))
     }
 
     /// A compact put ([`wire::COMPACT_PUT_MAGIC`]), vouched for as
