@@ -408,8 +408,8 @@ impl<'a> Engine<'a> {
                 if body.is_empty() {
                     if f.first() == Some(&wire::COMPACT_MAGIC) {
                         self.rx_compact(now, f, src, mem, reborrow(&mut upcalls))
-                    } else if !self.rx_predicted(now, f, src, reborrow(&mut upcalls)) {
-                        self.rx_general(now, f, src, mem)
+                    } else {
+                        self.rx_whole(now, f, src, mem, reborrow(&mut upcalls))
                     }
                 } else {
                     self.handle_split(now, f, body, src, mem)
@@ -476,6 +476,21 @@ impl<'a> Engine<'a> {
             }
         }
         self.stats.resumed += u64::from(silent);
+    }
+
+    /// A whole frame under the full header: predicted, else the general path.
+    #[inline(never)]
+    fn rx_whole(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        source: Option<NodeAddr>,
+        mem: &mut dyn Memory,
+        upcalls: Option<&mut dyn Upcalls<'a>>,
+    ) {
+        if !self.rx_predicted(now, frame, source, upcalls) {
+            self.rx_general(now, frame, source, mem)
+        }
     }
 
     /// A whole frame that header prediction did not take: out of line and cold, so
