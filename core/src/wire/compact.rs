@@ -106,8 +106,18 @@ impl CompactHeader {
         let h: [u8; COMPACT_LEN] = *frame
             .first_chunk::<COMPACT_LEN>()
             .ok_or(WireError::Truncated)?;
-        let b16 = |at: usize| u16::from_le_bytes([h[at], h[at + 1]]);
-        let b32 = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        // Each field one load (a byte array built from single bytes stays single
+        // byte loads).
+        let b16 = |at: usize| {
+            let mut b = [0; 2];
+            b.copy_from_slice(&h[at..at + 2]);
+            u16::from_le_bytes(b)
+        };
+        let b32 = |at: usize| {
+            let mut b = [0; 4];
+            b.copy_from_slice(&h[at..at + 4]);
+            u32::from_le_bytes(b)
+        };
         if h[0] != COMPACT_MAGIC {
             return Err(WireError::BadVersion);
         }

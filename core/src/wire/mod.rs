@@ -217,15 +217,20 @@ bitflags! {
 struct Head<'h>(&'h [u8; HEADER_LEN]);
 
 impl Head<'_> {
+    // Each field one load: a byte array built from single bytes stays single
+    // byte loads once the header has been copied.
     #[inline]
     fn b16(self, r: core::ops::Range<usize>) -> u16 {
-        u16::from_be_bytes([self.0[r.start], self.0[r.start + 1]])
+        let mut b = [0; 2];
+        b.copy_from_slice(&self.0[r.start..r.start + 2]);
+        u16::from_be_bytes(b)
     }
 
     #[inline]
     fn b32(self, r: core::ops::Range<usize>) -> u32 {
-        let h = self.0;
-        u32::from_be_bytes([h[r.start], h[r.start + 1], h[r.start + 2], h[r.start + 3]])
+        let mut b = [0; 4];
+        b.copy_from_slice(&self.0[r.start..r.start + 4]);
+        u32::from_be_bytes(b)
     }
 
     #[inline]
@@ -539,8 +544,7 @@ impl Repr {
     ) -> Result<(Repr, &'f [u8]), WireError> {
         let mut h = [0u8; HEADER_LEN];
         h.copy_from_slice(frame.get(..HEADER_LEN).ok_or(WireError::Truncated)?);
-        let plen =
-            u16::from_be_bytes([h[field::PAYLOAD_LEN.start], h[field::PAYLOAD_LEN.start + 1]]);
+        let plen = Head(&h).b16(field::PAYLOAD_LEN);
         let end = HEADER_LEN + plen as usize;
         let payload = frame.get(HEADER_LEN..end).ok_or(WireError::Truncated)?;
         let got = frame.get(end..end + TAG_LEN);
@@ -644,8 +648,7 @@ impl Repr {
     ) -> Result<Repr, WireError> {
         let mut h = [0u8; HEADER_LEN];
         h.copy_from_slice(head.get(..HEADER_LEN).ok_or(WireError::Truncated)?);
-        let plen =
-            u16::from_be_bytes([h[field::PAYLOAD_LEN.start], h[field::PAYLOAD_LEN.start + 1]]);
+        let plen = Head(&h).b16(field::PAYLOAD_LEN);
         let tag_len = if key.is_some() { TAG_LEN } else { 0 };
         if plen as usize != payload.len() || head.len() != HEADER_LEN + tag_len {
             return Err(WireError::Truncated);
@@ -667,7 +670,7 @@ impl Repr {
         let mut trusted = trust_integrity;
         if let Some(key) = key {
             // With the job's key, nothing about a frame is looked at before its tag.
-            let flags = u16::from_be_bytes([h[field::FLAGS.start], h[field::FLAGS.start + 1]]);
+            let flags = Head(h).b16(field::FLAGS);
             let ok = Flags::from_bits_truncate(flags).contains(Flags::AUTH)
                 && got.is_some_and(|t| same(t, &tag(key, h, payload)));
             if !ok {
