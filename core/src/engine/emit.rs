@@ -240,7 +240,7 @@ impl<'t, D: Device> Tx<'t, D> {
             h.emit(buf, |rest| {
                 let (a, b) = rest.split_at_mut(head.len());
                 a.copy_from_slice(head);
-                b.copy_from_slice(body);
+                copy_short(b, body);
             })
             .is_ok()
         });
