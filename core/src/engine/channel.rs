@@ -660,28 +660,6 @@ impl Channel {
         self.met = true;
     }
 
-    /// Takes new reliable frame `seq`: received, and its ack owed. `Ok(())` where
-    /// the ack goes at the next transmit (`now_ack`, or half the window unacked:
-    /// `half`), else the time by which it is due (`due`, kept in `ack_at`).
-    #[inline(always)]
-    pub(crate) fn took_reliable(
-        &mut self,
-        seq: u32,
-        now_ack: bool,
-        half: u16,
-        due: impl FnOnce() -> Instant,
-    ) -> Result<(), Instant> {
-        self.mark_received(seq);
-        self.since_ack = self.since_ack.saturating_add(1);
-        if now_ack || self.since_ack >= half {
-            self.ack_now = true;
-            return Ok(());
-        }
-        let due = due();
-        self.ack_at = Some(self.ack_at.map_or(due, |t| t.min(due)));
-        Err(due)
-    }
-
     /// Records `seq` (checked `New`) as received.
     pub(crate) fn mark_received(&mut self, seq: u32) {
         let off = seq.wrapping_sub(self.rcv_nxt);

@@ -425,26 +425,33 @@ impl<'a> Engine<'a> {
     /// its ack due at once or within the delay.
     #[inline(always)]
     pub(super) fn took_reliable(&mut self, now: Instant, ci: usize, repr: &Repr) {
+        let ch = &mut self.chans.table[ci];
+        ch.mark_received(repr.seq);
+        ch.since_ack = ch.since_ack.saturating_add(1);
         // A member draining into the device's barrier waits for this ack.
         let draining = self.bar.active && self.cfg.device_barrier && !self.bar.no_device;
-        let now_ack = repr.flags.contains(Flags::ACK_REQ) || draining;
-        let half = (self.cfg.window / 2).max(1);
-        let cfg = &self.cfg;
-        // Credits come back within the delay even if nothing is sent meanwhile;
-        // a token's ack may wait longer (see `Config::barrier_ack_delay`), a
-        // later frame's shortens that wait.
-        let due = || {
+        if repr.flags.contains(Flags::ACK_REQ)
+            || draining
+            || ch.since_ack >= (self.cfg.window / 2).max(1)
+        {
+            ch.ack_now = true;
+            self.chans.work.set(true);
+        } else {
+            // Credits come back within the delay even if nothing is sent meanwhile;
+            // a token's ack may wait longer (see `Config::barrier_ack_delay`), a
+            // later frame's shortens that wait.
             let delay = if repr.kind == Kind::Barrier {
-                let floor = Duration::from_nanos(cfg.rto_initial.total_nanos() / 2);
-                cfg.barrier_ack_delay.min(floor).max(cfg.ack_delay)
+                let floor = Duration::from_nanos(self.cfg.rto_initial.total_nanos() / 2);
+                self.cfg
+                    .barrier_ack_delay
+                    .min(floor)
+                    .max(self.cfg.ack_delay)
             } else {
-                cfg.ack_delay
+                self.cfg.ack_delay
             };
-            now + delay
-        };
-        match self.chans.table[ci].took_reliable(repr.seq, now_ack, half, due) {
-            Ok(()) => self.chans.work.set(true),
-            Err(due) => self.chans.timer_at = self.chans.timer_at.min(due),
+            let due = now + delay;
+            ch.ack_at = Some(ch.ack_at.map_or(due, |t| t.min(due)));
+            self.chans.timer_at = self.chans.timer_at.min(due);
         }
     }
 
