@@ -379,8 +379,10 @@ impl<'a> Engine<'a> {
 
     /// [`Engine::poll_mem`] that runs the personality's handlers (`upcalls`) of the
     /// messages header prediction delivers in this poll, from inside it, where no
-    /// notice waits before theirs; what those handlers queue to send leaves before
-    /// the poll returns. Other notices are queued as [`Engine::poll`] queues them.
+    /// notice waits before theirs; what those handlers queue to send is started
+    /// before the poll returns (at once where its channel allows, else by this
+    /// poll's transmit pass). Other notices are queued as [`Engine::poll`] queues
+    /// them.
     pub fn poll_with<D: Device>(
         &mut self,
         now: Instant,
