@@ -480,7 +480,8 @@ impl<'a> Engine<'a> {
         self.stats.resumed += u64::from(silent);
     }
 
-    /// A whole frame under the full header: predicted, else the general path.
+    /// A whole frame under the full header: predicted, else the general path; a
+    /// compact put straight to its own prediction (not through the others' first).
     #[inline(never)]
     fn rx_whole(
         &mut self,
@@ -490,6 +491,9 @@ impl<'a> Engine<'a> {
         mem: &mut dyn Memory,
         upcalls: Option<&mut dyn Upcalls<'a>>,
     ) {
+        if frame.first() == Some(&wire::COMPACT_PUT_MAGIC) {
+            return self.rx_compact_put(now, frame, source, mem);
+        }
         if !self.rx_predicted(now, frame, source, upcalls) {
             self.rx_general(now, frame, source, mem)
         }
