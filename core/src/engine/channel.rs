@@ -652,6 +652,36 @@ impl Channel {
         Some(fresh)
     }
 
+    /// Whether message `msg_id` (frame `seq` where `reliable`) is the next of its
+    /// service on this channel with nothing before it outstanding: reliable, every
+    /// earlier one delivered and none received out of order; best effort, none
+    /// being stored.
+    #[inline(always)]
+    pub(crate) fn next_in_order(&self, reliable: bool, seq: u32, msg_id: u32) -> bool {
+        if reliable {
+            seq == self.rcv_nxt
+                && self.rcv_sack == 0
+                && msg_id == self.next_reserve
+                && self.next_deliver == self.next_reserve
+        } else {
+            self.be_asm == NONE && msg_id == self.be_expect
+        }
+    }
+
+    /// Message `msg_id`, [`Channel::next_in_order`], delivered whole: the next of
+    /// its service is expected.
+    #[inline(always)]
+    pub(crate) fn delivered_next(&mut self, reliable: bool, msg_id: u32) {
+        let next = msg_id.wrapping_add(1);
+        if reliable {
+            self.next_reserve = next;
+            self.next_deliver = next;
+            self.unbound_msg = None;
+        } else {
+            self.be_expect = next;
+        }
+    }
+
     /// The peer was heard from at `now` (a new frame or ack of its).
     #[inline(always)]
     pub(crate) fn heard(&mut self, now: Instant) {

@@ -59,15 +59,7 @@ impl Engine<'_> {
         let p = self.ports.table.get_mut(repr.ends.dst_port as usize)?;
         let dst = p.buf.as_deref_mut().and_then(|b| b.get_mut(..n))?;
         copy_short(dst, payload);
-        let ch = &mut self.chans.table[ci];
-        let next = repr.msg_id.wrapping_add(1);
-        if reliable {
-            ch.next_reserve = next;
-            ch.next_deliver = next;
-            ch.unbound_msg = None;
-        } else {
-            ch.be_expect = next;
-        }
+        self.chans.table[ci].delivered_next(reliable, repr.msg_id);
         self.progress.delivered = true;
         self.stats.delivered += 1;
         self.wake_refused();
@@ -254,14 +246,7 @@ impl<'a> Engine<'a> {
         } = self;
         let ch = chans.table.get_mut(ci as usize)?;
         let reliable = h.flags.contains(Flags::RELIABLE);
-        let next = if reliable {
-            h.seq == ch.rcv_nxt
-                && ch.rcv_sack == 0
-                && h.msg_id == ch.next_reserve
-                && ch.next_deliver == ch.next_reserve
-        } else {
-            ch.be_asm == NONE && h.msg_id == ch.be_expect
-        };
+        let next = ch.next_in_order(reliable, h.seq, h.msg_id);
         if !next || ch.failed || ch.peer_group != h.src_group || ch.peer_node != h.src_node {
             return None;
         }
@@ -273,14 +258,7 @@ impl<'a> Engine<'a> {
         copy_short(dst, payload);
         let (sem, wanted) = (p.sem, p.recv);
         // What `deliver_single` does.
-        let after = h.msg_id.wrapping_add(1);
-        if reliable {
-            ch.next_reserve = after;
-            ch.next_deliver = after;
-            ch.unbound_msg = None;
-        } else {
-            ch.be_expect = after;
-        }
+        ch.delivered_next(reliable, h.msg_id);
         progress.delivered = true;
         stats.delivered += 1;
         if let Some(s) = ports.sems.get_mut(sem as usize) {
@@ -454,15 +432,8 @@ impl<'a> Engine<'a> {
         }
         let ch = self.chans.table.get(ci as usize)?;
         let reliable = repr.flags.contains(Flags::RELIABLE);
-        let next = if reliable {
-            repr.seq == ch.rcv_nxt
-                && ch.rcv_sack == 0
-                && repr.msg_id == ch.next_reserve
-                && ch.next_deliver == ch.next_reserve
-        } else {
-            // Packets are reliable only.
-            !PACKET && ch.be_asm == NONE && repr.msg_id == ch.be_expect
-        };
+        // Packets are reliable only.
+        let next = (reliable || !PACKET) && ch.next_in_order(reliable, repr.seq, repr.msg_id);
         let ok = next
             && !ch.failed
             && ch.peer_group == e.src_group
