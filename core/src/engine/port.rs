@@ -222,26 +222,22 @@ pub struct Notice {
 pub trait Upcalls<'a> {
     /// Runs the handler of `notice` (as the personality would for a notice from
     /// [`Engine::next_notice`]) with the view of the engine it may use.
-    fn upcall(&mut self, notice: Notice, view: HandlerView<'_, 'a>);
+    fn upcall(&mut self, notice: &Notice, view: HandlerView<'_, 'a>);
 }
 
 /// The parts of the engine a handler may touch while it runs: ports and semaphores
 /// (it derefs to [`Ports`], as the program's [`Engine::ports_mut`] does) and the
 /// outbox of sends queued from handlers (started once the handler returns).
 pub struct HandlerView<'u, 'a> {
-    ports: &'u mut Ports<'a>,
-    bufs: &'u mut Bufs<'a>,
-    outbox: &'u mut Outbox,
-    /// Our group, and the eager buffers a broadcast's copy in it must leave free
-    /// (`Engine::start`'s rule, so that handlers' broadcasts from every root at
-    /// once cannot take the buffers their relays need).
-    bcast: (GroupId, usize),
+    // The engine itself, one pointer to hand over: the view's methods are what a
+    // handler may use of it.
+    engine: &'u mut Engine<'a>,
 }
 
 impl core::fmt::Debug for HandlerView<'_, '_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("HandlerView")
-            .field("outbox", &self.outbox.len)
+            .field("outbox", &self.engine.outbox.len)
             .finish_non_exhaustive()
     }
 }
@@ -269,7 +265,8 @@ impl<'a> HandlerView<'_, 'a> {
     /// The message `n` reports, read from its port's buffer.
     pub fn data(&self, n: &Notice) -> &[u8] {
         let end = n.base + n.stored;
-        self.ports
+        self.engine
+            .ports
             .table
             .get(n.port as usize)
             .and_then(|p| p.buf.as_deref())
@@ -300,20 +297,20 @@ impl<'a> HandlerView<'_, 'a> {
         body: &[u8],
         reliable: bool,
     ) -> Result<usize, Error> {
-        let p = self
-            .ports
-            .table
-            .get(port as usize)
-            .ok_or(Error::InvalidPort)?;
+        let e = &mut *self.engine;
+        let p = e.ports.table.get(port as usize).ok_or(Error::InvalidPort)?;
         let Some(dest) = p.dest else {
             return Err(Error::NotBound);
         };
+        // A reliable broadcast in our group leaves free the eager buffers its
+        // copy's relays need (`Engine::start`'s rule, so that handlers'
+        // broadcasts from every root at once cannot take them all).
         let keep = match dest {
             Dest {
                 node: BROADCAST,
                 group,
                 ..
-            } if reliable && group == self.bcast.0 => self.bcast.1,
+            } if reliable && group == e.cfg.group => e.bcast.keep,
             _ => 0,
         };
         if head.len() > INLINE_HEAD_MAX {
@@ -323,20 +320,20 @@ impl<'a> HandlerView<'_, 'a> {
         if len > EAGER_MAX {
             return Err(Error::LongerThan(EAGER_MAX));
         }
-        if self.outbox.len >= OUTBOX {
+        if e.outbox.len >= OUTBOX {
             return Err(Error::NoResources);
         }
-        let i = self
+        let i = e
             .bufs
             .eager_copy_parts(head, body, keep)
             .ok_or(Error::NoResources)?;
-        self.outbox.items[self.outbox.len] = Queued {
+        e.outbox.items[e.outbox.len] = Queued {
             port,
             eager: i,
             len: len as u16,
             reliable,
         };
-        self.outbox.len += 1;
+        e.outbox.len += 1;
         Ok(len)
     }
 }
@@ -458,7 +455,7 @@ impl<'a> Engine<'a> {
         match upcalls {
             Some(u) if self.ports.notices.len == 0 => {
                 self.stats.upcalls_in_poll += 1;
-                u.upcall(notice, self.handler_view());
+                u.upcall(&notice, self.handler_view());
             }
             _ => self.queue_notice(notice),
         }
@@ -467,12 +464,7 @@ impl<'a> Engine<'a> {
     /// The view of the engine a handler may use.
     #[inline]
     fn handler_view(&mut self) -> HandlerView<'_, 'a> {
-        HandlerView {
-            ports: &mut self.ports,
-            bufs: &mut self.bufs,
-            outbox: &mut self.outbox,
-            bcast: (self.cfg.group, self.bcast.keep),
-        }
+        HandlerView { engine: self }
     }
 
     /// The oldest notice not yet taken, with the view of the engine its handler may
@@ -673,12 +665,12 @@ impl<'a> Ports<'a> {
 impl<'a> core::ops::Deref for HandlerView<'_, 'a> {
     type Target = Ports<'a>;
     fn deref(&self) -> &Ports<'a> {
-        self.ports
+        &self.engine.ports
     }
 }
 
 impl<'a> core::ops::DerefMut for HandlerView<'_, 'a> {
     fn deref_mut(&mut self) -> &mut Ports<'a> {
-        self.ports
+        &mut self.engine.ports
     }
 }

@@ -2354,8 +2354,8 @@ struct Handlers<'l> {
 }
 
 impl<'a> Upcalls<'a> for Handlers<'_> {
-    fn upcall(&mut self, n: Notice, mut view: HandlerView<'_, 'a>) {
-        let data = view.data(&n).to_vec();
+    fn upcall(&mut self, n: &Notice, mut view: HandlerView<'_, 'a>) {
+        let data = view.data(n).to_vec();
         if data == b"ping" {
             self.replies.push(view.send(2, b"", b"pong", true));
         }

@@ -198,7 +198,7 @@ impl<S> core::fmt::Debug for PortHandlers<'_, S> {
 /// The context a handler runs in: the message (or error), the engine's ports,
 /// semaphores and outbox, and the application state.
 pub struct Upcall<'u, 'a, S> {
-    notice: Notice,
+    notice: &'u Notice,
     view: HandlerView<'u, 'a>,
     state: &'u mut S,
 }
@@ -307,14 +307,14 @@ struct Direct<'h, 'a, S> {
 
 impl<'a, S> Upcalls<'a> for Direct<'_, 'a, S> {
     #[inline]
-    fn upcall(&mut self, notice: Notice, view: HandlerView<'_, 'a>) {
-        // The upcall first, its handler looked up from it: the notice is moved once.
+    fn upcall(&mut self, notice: &Notice, view: HandlerView<'_, 'a>) {
+        // The upcall first, its handler looked up from it.
         let mut up = Upcall {
             notice,
             view,
             state: &mut *self.state,
         };
-        let n = &up.notice;
+        let n = up.notice;
         let h = self.handlers.get(n.port as usize).and_then(|h| {
             if n.fault.is_some() {
                 h.err
@@ -1063,7 +1063,7 @@ impl<'a, D: Device, C: Clock, S> Gamma<'a, D, C, S> {
             state: &mut self.state,
         };
         while let Some((notice, view)) = self.ep.engine.next_notice() {
-            direct.upcall(notice, view);
+            direct.upcall(&notice, view);
         }
         if self.ep.engine.outbox_pending() > 0 {
             // Replies go now, as the program's own sends do; what cannot waits for
