@@ -243,7 +243,7 @@ impl<'a, S> Upcall<'_, 'a, S> {
     }
     /// The stored message, read from the port's buffer.
     pub fn data(&self) -> &[u8] {
-        self.view.data(&self.notice)
+        self.view.data(self.notice)
     }
     /// The application state shared with handlers.
     pub fn state(&mut self) -> &mut S {
