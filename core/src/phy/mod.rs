@@ -30,7 +30,9 @@ pub struct Capabilities {
     /// Largest frame, Volley header included, the device carries.
     pub mtu: usize,
     /// The link never drops, duplicates or reorders frames (Myrinet, shared memory):
-    /// the engine then skips acknowledgements and retransmission and keeps only credits.
+    /// the engine then takes no gap in a peer's acknowledgements for a loss, and a
+    /// retransmission timer resends only the oldest frame, as a probe. Acks still
+    /// return credits, free the senders' copies and carry refusals.
     pub reliable: bool,
     /// The link never corrupts frames: the CRC may be skipped.
     pub integrity: bool,

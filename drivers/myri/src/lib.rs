@@ -723,6 +723,9 @@ impl MyriNic {
 
     /// Lends the frames waiting in `src`'s ring (the next one found whole): slots
     /// with an impossible length are skipped, at most one pass over the ring.
+    // Out of line: an empty poll, a waiting receiver's spin, then saves fewer
+    // registers. Inlined into `receive`, a message cost 8 instructions fewer and
+    // an empty poll 9 more (`shm_cost`).
     #[inline(never)]
     fn take(&mut self, src: u32) -> Option<MyriRx<'_>> {
         let MyriNic {
