@@ -183,6 +183,9 @@ pub struct Engine<'a> {
     /// capabilities stay as they were when the engine began to use it (reading them at
     /// every poll cost 10 to 25 instructions a poll, `engine_cost`, `shm_cost`).
     caps_read: bool,
+    /// The longest payload a frame of `caps` carries (`emit::max_payload`), kept
+    /// with `caps`: a send checks it, not the sum that makes it.
+    payload_max: usize,
     bar: BarrierState,
     progress: Progress,
     /// Sends handlers queued.
@@ -250,6 +253,8 @@ impl<'a> Engine<'a> {
             .map_or(0, |levels| {
                 stream::relay_unit(pool, levels) * (levels.max(1) - 1)
             });
+        let caps = Capabilities::new(1500, false, false);
+        let payload_max = emit::max_payload(&cfg, &caps);
         Ok(Engine {
             size,
             cfg,
@@ -294,8 +299,9 @@ impl<'a> Engine<'a> {
             hellos: hello::LateHellos::new(),
             tags: Tags::default(),
             stats: Stats::default(),
-            caps: Capabilities::new(1500, false, false),
+            caps,
             caps_read: false,
+            payload_max,
             bar: BarrierState::default(),
             progress: Progress::default(),
             outbox: Outbox::default(),
@@ -309,6 +315,7 @@ impl<'a> Engine<'a> {
     /// to the device's MTU, not a default.
     pub fn set_capabilities(&mut self, caps: Capabilities) {
         self.caps = caps;
+        self.payload_max = emit::max_payload(&self.cfg, &caps);
     }
 
     /// The configuration.
@@ -392,7 +399,7 @@ impl<'a> Engine<'a> {
         mut upcalls: Option<&mut dyn Upcalls<'a>>,
     ) -> bool {
         if !self.caps_read {
-            self.caps = dev.capabilities();
+            self.set_capabilities(dev.capabilities());
             self.caps_read = true;
         }
         self.progress.polled_at = now;

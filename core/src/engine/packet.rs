@@ -298,7 +298,12 @@ impl<'a> Engine<'a> {
     /// (LFC's packets in NIC memory). Read and fill it with [`Engine::packet_in`] and
     /// [`Engine::packet_mut_in`].
     pub fn packet_alloc_on<D: Device>(&mut self, dev: &D) -> Result<PacketId, Error> {
-        self.caps = dev.capabilities();
+        // Read once, as a poll reads them (`caps_read`): a device's capabilities
+        // stay as they were when the engine began to use it.
+        if !self.caps_read {
+            self.set_capabilities(dev.capabilities());
+            self.caps_read = true;
+        }
         let id = self.packet_take(true)?;
         let i = id.index();
         let b = &mut self.bufs.pkts.tx[i];

@@ -169,7 +169,7 @@ impl<'a> Engine<'a> {
             return self.send_now_board(now(), dev, port, head, body);
         };
         let total = head.len() + body.len();
-        let max = max_payload(&self.cfg, &self.caps);
+        let max = self.payload_max;
         let ready = self.chans.table[ci].free_to_send_now();
         if !ready || max == 0 || total > max || body.len() > EAGER_MAX {
             return false;
@@ -302,7 +302,7 @@ impl<'a> Engine<'a> {
     ) -> Result<bool, Error> {
         let len = t.len;
         let ci = self.put_channel(mem, t.group, t.node, t.local, len)?;
-        let fits = len as usize + wire::RMA_PREFIX <= max_payload(&self.cfg, &self.caps);
+        let fits = len as usize + wire::RMA_PREFIX <= self.payload_max;
         if !fits || !self.nothing_ahead() || !self.chans.table[ci].free_to_send_now() {
             return Ok(false);
         }
@@ -381,7 +381,7 @@ impl<'a> Engine<'a> {
             Err(Error::NoResources) => return Ok(false),
             Err(e) => return Err(e),
         };
-        let open = max_payload(&self.cfg, &self.caps) >= wire::GET_REQUEST_LEN;
+        let open = self.payload_max >= wire::GET_REQUEST_LEN;
         if !open || !self.nothing_ahead() || !self.chans.table[ci].free_to_send_now() {
             return Ok(false);
         }
@@ -527,7 +527,7 @@ impl<'a> Engine<'a> {
             return Ok(false);
         };
         let ready = ch.peer_group == group && ch.peer_node == dest && ch.free_to_send_now();
-        let max = max_payload(&self.cfg, &self.caps);
+        let max = self.payload_max;
         if !ready || max == 0 || len > max {
             return Ok(false);
         }
