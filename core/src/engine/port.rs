@@ -147,6 +147,13 @@ impl<'a> Port<'a> {
         busy: false,
     };
 
+    /// Whether a whole message of `n` bytes may be stored here at once, with no
+    /// assembly: an idle GO_BACK input port with room for it.
+    #[inline(always)]
+    pub(super) fn takes_whole(&self, n: usize) -> bool {
+        self.input && !self.busy && self.kind == Fill::Restart && self.room(0) >= n
+    }
+
     pub(super) fn room(&self, base: usize) -> usize {
         if self.full {
             return 0;

@@ -206,7 +206,7 @@ impl<'a> Engine<'a> {
     /// replaces a kept one, and an older one (reordered on the way) is taken after
     /// it.
     #[inline]
-    pub(super) fn defer_ack(&mut self, now: Instant, ci: usize, a: AckInfo) {
+    fn defer_ack(&mut self, now: Instant, ci: usize, a: AckInfo) {
         match self.chans.table[ci].keep_ack(now, a) {
             Some(fresh) => self.chans.acks_due += u16::from(fresh),
             None => self.older_ack(now, ci, a),

@@ -15,7 +15,7 @@ impl Engine<'_> {
         self.ports
             .table
             .get(repr.ends.dst_port as usize)
-            .is_some_and(|p| p.input && !p.busy && p.kind == Fill::Restart && p.room(0) >= n)
+            .is_some_and(|p| p.takes_whole(n))
     }
 
     /// The short active message's path: a message that is one whole frame, the
@@ -251,7 +251,7 @@ impl<'a> Engine<'a> {
             return None;
         }
         let p = ports.table.get_mut(h.dst_port as usize)?;
-        if !(p.input && !p.busy && p.kind == Fill::Restart && p.room(0) >= n) {
+        if !p.takes_whole(n) {
             return None;
         }
         let dst = p.buf.as_deref_mut().and_then(|b| b.get_mut(..n))?;

@@ -308,22 +308,19 @@ struct Direct<'h, 'a, S> {
 impl<'a, S> Upcalls<'a> for Direct<'_, 'a, S> {
     #[inline]
     fn upcall(&mut self, notice: &Notice, view: HandlerView<'_, 'a>) {
-        // The upcall first, its handler looked up from it.
-        let mut up = Upcall {
-            notice,
-            view,
-            state: &mut *self.state,
-        };
-        let n = up.notice;
-        let h = self.handlers.get(n.port as usize).and_then(|h| {
-            if n.fault.is_some() {
+        let h = self.handlers.get(notice.port as usize).and_then(|h| {
+            if notice.fault.is_some() {
                 h.err
             } else {
                 h.recv
             }
         });
         if let Some(h) = h {
-            h(&mut up);
+            h(&mut Upcall {
+                notice,
+                view,
+                state: &mut *self.state,
+            });
         }
     }
 }
